@@ -1,0 +1,40 @@
+//! Plain-text tables: a header row, then rows, columns padded to fit.
+
+/// Renders rows as a table with `|` separators, the first column left-aligned
+/// and the others right-aligned (they hold numbers).
+pub fn render(header: &[String], rows: &[Vec<String>]) -> String {
+    let ncols = header.len();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(ncols) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut out = String::from("|");
+        for (i, w) in widths.iter().enumerate() {
+            let cell = cells.get(i).map_or("", String::as_str);
+            if i == 0 {
+                out.push_str(&format!(" {cell:<w$} |"));
+            } else {
+                out.push_str(&format!(" {cell:>w$} |"));
+            }
+        }
+        out.push('\n');
+        out
+    };
+    let mut out = line(header);
+    out.push('|');
+    for (i, w) in widths.iter().enumerate() {
+        out.push_str(&if i == 0 {
+            format!(":{}|", "-".repeat(w + 1))
+        } else {
+            format!("{}:|", "-".repeat(w + 1))
+        });
+    }
+    out.push('\n');
+    for row in rows {
+        out.push_str(&line(row));
+    }
+    out
+}

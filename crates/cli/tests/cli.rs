@@ -1,0 +1,127 @@
+//! The `hugelab` binary: exit codes and messages for good and bad input.
+
+use std::io::Write;
+use std::process::{Command, Output};
+
+fn hugelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(args)
+        .output()
+        .expect("the hugelab binary runs")
+}
+
+fn workload(text: &str) -> tempfile_path::TempFile {
+    tempfile_path::TempFile::new(text)
+}
+
+/// A file that removes itself, without a crate for it.
+mod tempfile_path {
+    use super::*;
+    pub struct TempFile(pub std::path::PathBuf);
+    impl TempFile {
+        pub fn new(text: &str) -> Self {
+            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = std::env::temp_dir()
+                .join(format!("hugelab-cli-test-{}-{n}.hlw", std::process::id()));
+            let mut f = std::fs::File::create(&path).expect("temp file");
+            f.write_all(text.as_bytes()).expect("write temp file");
+            TempFile(path)
+        }
+        pub fn path(&self) -> &str {
+            self.0.to_str().expect("utf-8 temp path")
+        }
+    }
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn missing_file_is_one_sentence_and_exit_2() {
+    let o = hugelab(&["run", "/nonexistent/w.hlw"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("/nonexistent/w.hlw"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn malformed_workload_names_file_line_and_column() {
+    let w = workload("spawn a\na mmap buf 8M\na madvise buf HUGE\n");
+    let o = hugelab(&["run", w.path()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("{}:3:", w.path())), "{err}");
+    assert!(err.contains("unknown advice 'HUGE'"), "{err}");
+}
+
+#[test]
+fn failed_expectation_exits_1_with_counter_expected_and_actual() {
+    let w = workload(
+        "set transparent_hugepage/enabled never\nset transparent_hugepage/hugepages-64kB/enabled always\n\
+         spawn a\na mmap buf 2M\na write buf\nexpect mthp.64kB.anon_fault_alloc == 31\n",
+    );
+    let o = hugelab(&["run", w.path()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("mthp.64kB.anon_fault_alloc == 31"), "{err}");
+    assert!(err.contains("actual 32"), "{err}");
+}
+
+#[test]
+fn passing_run_prints_table_and_json() {
+    let text = "set transparent_hugepage/enabled always\nspawn a\na mmap buf 4M\na write buf\nsnapshot mid\nexpect vmstat.thp_fault_alloc == 2\n";
+    let w = workload(text);
+    let o = hugelab(&["run", w.path()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("vmstat.thp_fault_alloc"), "{out}");
+    assert!(out.contains(" mid |"), "{out}");
+    let o = hugelab(&["run", "--json", w.path()]);
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON");
+    assert_eq!(doc["snapshots"][0]["label"], "mid");
+    assert_eq!(doc["snapshots"][0]["counters"]["vmstat.thp_fault_alloc"], 2);
+}
+
+#[test]
+fn unsupported_statement_is_refused_not_ignored() {
+    let w = workload("spawn a\na mmap buf 2M\na fork b\n");
+    let o = hugelab(&["run", w.path()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains(":3:") && err.contains("fork is not supported by the model backend"),
+        "{err}"
+    );
+}
+
+#[test]
+fn compare_defaults_to_the_seed_configurations() {
+    let o = hugelab(&["compare"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for column in ["4K", "16K", "32K+16K", "64K+32K+16K", "PMD"] {
+        assert!(out.contains(column), "missing column {column}:\n{out}");
+    }
+    assert!(out.contains("vmstat.pgfault"), "{out}");
+}
+
+#[test]
+fn compare_rejects_a_bad_setting_with_its_position() {
+    let o = hugelab(&[
+        "compare",
+        "--setting",
+        "x:transparent_hugepage/enabled=sometimes",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(err.contains("--setting x:1:"), "{err}");
+}

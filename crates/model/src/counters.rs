@@ -1,0 +1,92 @@
+//! The observation: every counter the model maintains, by the names of the
+//! kernel files they would be read from (/proc/vmstat, hugepages-*/stats,
+//! /proc/meminfo, smaps_rollup, smaps, pagemap).
+//!
+//! Follows Linux 6.18 `mm/vmstat.c` (`nr_anon_transparent_hugepages` is
+//! NR_ANON_THPS / HPAGE_PMD_NR), `fs/proc/meminfo.c` and `fs/proc/task_mmu.c`.
+//! MemTotal is the whole simulated memory (the model reserves nothing for the
+//! kernel itself).
+
+use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::task_mmu::{walk_range, FolioCounts, MemSizeStats};
+use crate::vmstat::{MthpStat, VmEvent};
+use crate::Model;
+use hugelab_workload::Counters;
+
+/// `<size>kB` as the kernel names a folio size in sysfs.
+pub fn size_name(order: u32) -> String {
+    format!("{}kB", (PAGE_SIZE << order) >> 10)
+}
+
+/// The folio orders an anonymous mapping can hold: 0 and THP_ORDERS_ALL_ANON.
+fn anon_orders() -> impl Iterator<Item = u32> {
+    std::iter::once(0).chain(2..=HPAGE_PMD_ORDER)
+}
+
+pub fn collect(model: &Model) -> Counters {
+    let m = &model.machine;
+    let mut c = Counters::new();
+    let mut put = |name: String, v: i64| {
+        c.insert(name, v);
+    };
+    for event in VmEvent::ALL {
+        put(
+            format!("vmstat.{}", event.name()),
+            m.stat.event(event) as i64,
+        );
+    }
+    put("vmstat.nr_anon_pages".into(), m.stat.nr_anon_mapped);
+    put(
+        "vmstat.nr_anon_transparent_hugepages".into(),
+        m.stat.nr_anon_thps / HPAGE_PMD_NR as i64,
+    );
+    put("vmstat.nr_page_table_pages".into(), m.stat.nr_pagetable);
+    put("vmstat.nr_free_pages".into(), m.zone.nr_free_pages() as i64);
+    for order in 2..=HPAGE_PMD_ORDER {
+        for item in MthpStat::ALL {
+            put(
+                format!("mthp.{}.{}", size_name(order), item.name()),
+                m.stat.mthp_stat(order, item),
+            );
+        }
+    }
+    let kb = |pages: i64| pages * (PAGE_SIZE as i64 / 1024);
+    put("meminfo.MemTotal".into(), kb(m.zone.spanned_pages() as i64));
+    put("meminfo.MemFree".into(), kb(m.zone.nr_free_pages() as i64));
+    put("meminfo.AnonPages".into(), kb(m.stat.nr_anon_mapped));
+    put("meminfo.AnonHugePages".into(), kb(m.stat.nr_anon_thps));
+    put("meminfo.PageTables".into(), kb(m.stat.nr_pagetable));
+
+    for (proc, task) in &model.tasks {
+        let mm = &task.mm;
+        // Every VMA lies in one region, so the rollup is the sum of the regions.
+        let mut rollup = MemSizeStats::default();
+        for (region, r) in &mm.regions {
+            let mut mss = MemSizeStats::default();
+            let mut folios = FolioCounts::default();
+            for vma in mm.vmas_in(r.start, r.start + r.len) {
+                walk_range(m, mm, vma.start, vma.end, &mut mss, &mut folios);
+            }
+            rollup.add(&mss);
+            for (field, v) in mss.fields() {
+                put(format!("smaps.{proc}.{region}.{field}"), v as i64);
+            }
+            for order in anon_orders() {
+                let (total, pmd) = (
+                    folios.total[order as usize] as i64,
+                    folios.pmd_mapped[order as usize] as i64,
+                );
+                let size = size_name(order);
+                put(format!("folios.{proc}.{region}.{size}"), total);
+                put(format!("folios.{proc}.{region}.{size}.pte"), total - pmd);
+                if order == HPAGE_PMD_ORDER {
+                    put(format!("folios.{proc}.{region}.{size}.pmd"), pmd);
+                }
+            }
+        }
+        for (field, v) in rollup.fields() {
+            put(format!("smaps.{proc}.{field}"), v as i64);
+        }
+    }
+    c
+}

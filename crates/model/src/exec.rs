@@ -1,0 +1,383 @@
+//! The model as a `Backend`: each workload statement runs as the system call
+//! (or kernel event) it stands for.
+
+use crate::memory::{access_range, Access, Fault};
+use crate::mm_types::{HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
+use crate::pgtable::MAX_PFN;
+use crate::{counters, madvise, mprotect, Machine, Model, Task};
+use hugelab_workload::{
+    Advice, Arch, Backend, BackendError, Counters, KhugepagedKnob, MachineParam, Prot, Range,
+    SetValue, Stmt, StmtKind, Tunable,
+};
+
+const BACKEND: &str = "model";
+
+fn vm_prot(prot: Prot) -> u32 {
+    match prot {
+        Prot::ReadWrite => Vma::VM_READ | Vma::VM_WRITE,
+        Prot::Read => Vma::VM_READ,
+        Prot::None => 0,
+    }
+}
+
+fn failed(stmt: &Stmt, msg: impl Into<String>) -> BackendError {
+    BackendError::failed(stmt.pos, msg)
+}
+
+/// Resolves `<region>[+off][:len]` to `[start, end)` in `mm`.
+fn resolve(
+    stmt: &Stmt,
+    proc: &str,
+    mm: &MmStruct,
+    range: &Range,
+) -> Result<(u64, u64), BackendError> {
+    let region = mm.regions.get(&range.region).ok_or_else(|| {
+        failed(
+            stmt,
+            format!("unknown region '{}' of process '{proc}'", range.region),
+        )
+    })?;
+    let offset = range.offset.map_or(0, |s| s.bytes());
+    let len = range
+        .len
+        .map_or(region.len.saturating_sub(offset), |s| s.bytes());
+    if offset.checked_add(len).is_none_or(|e| e > region.len) {
+        return Err(failed(
+            stmt,
+            format!(
+                "range {} is outside region '{}'",
+                offset + len,
+                range.region
+            ),
+        ));
+    }
+    Ok((region.start + offset, region.start + offset + len))
+}
+
+fn set_tunable(
+    m: &mut Machine,
+    stmt: &Stmt,
+    tunable: &Tunable,
+    value: SetValue,
+) -> Result<(), BackendError> {
+    let thp = &mut m.thp;
+    let unsupported =
+        || BackendError::unsupported(stmt, BACKEND, format!("set {}", tunable_path(tunable)));
+    match (tunable, value) {
+        (Tunable::ThpEnabled, SetValue::Enabled(v)) => thp.enabled = v,
+        (Tunable::ThpDefrag, SetValue::Defrag(v)) => thp.defrag = v,
+        (Tunable::ThpUseZeroPage, SetValue::Num(v)) => thp.use_zero_page = v != 0,
+        (Tunable::ThpShrinkUnderused, SetValue::Num(v)) => thp.shrink_underused = v != 0,
+        (Tunable::ThpAnonBesideFull, SetValue::Num(0)) => thp.anon_beside_full = false,
+        (Tunable::ThpAnonBesideFull, SetValue::Num(_)) => return Err(unsupported()),
+        (Tunable::ThpSizeEnabled { size_kb }, SetValue::SizeEnabled(v)) => {
+            let order = (size_kb * 1024 / PAGE_SIZE).trailing_zeros();
+            let anon =
+                size_kb * 1024 == PAGE_SIZE << order && (2..=HPAGE_PMD_ORDER).contains(&order);
+            if !anon {
+                return Err(failed(
+                    stmt,
+                    format!(
+                        "transparent_hugepage/hugepages-{size_kb}kB/enabled does not exist: anonymous THP sizes are 16kB to 2048kB"
+                    ),
+                ));
+            }
+            thp.size_enabled[order as usize] = v;
+        }
+        (Tunable::Khugepaged(knob), SetValue::Num(v)) => {
+            let k = &mut thp.khugepaged;
+            match knob {
+                KhugepagedKnob::Defrag => k.defrag = v,
+                KhugepagedKnob::MaxPtesNone => k.max_ptes_none = v,
+                KhugepagedKnob::MaxPtesSwap => k.max_ptes_swap = v,
+                KhugepagedKnob::MaxPtesShared => k.max_ptes_shared = v,
+                KhugepagedKnob::PagesToScan => k.pages_to_scan = v,
+                KhugepagedKnob::ScanSleepMillisecs => k.scan_sleep_millisecs = v,
+                KhugepagedKnob::AllocSleepMillisecs => k.alloc_sleep_millisecs = v,
+            }
+        }
+        _ => return Err(unsupported()),
+    }
+    Ok(())
+}
+
+fn tunable_path(t: &Tunable) -> String {
+    t.path()
+}
+
+impl Model {
+    fn task(&mut self, stmt: &Stmt, proc: &str) -> Result<&mut Task, BackendError> {
+        self.tasks.get_mut(proc).ok_or_else(|| {
+            failed(
+                stmt,
+                format!("no process '{proc}' (never spawned, or exited)"),
+            )
+        })
+    }
+
+    fn machine_params(&mut self, stmt: &Stmt, params: &[MachineParam]) -> Result<(), BackendError> {
+        if self.started {
+            return Err(failed(stmt, "machine must come before the first process"));
+        }
+        for p in params {
+            match p {
+                MachineParam::Arch(Arch::X86_64) => {}
+                MachineParam::BasePage(s) if s.bytes() == PAGE_SIZE => {}
+                MachineParam::Arch(Arch::Arm64) => {
+                    return Err(BackendError::unsupported(
+                        stmt,
+                        BACKEND,
+                        "machine arch=arm64",
+                    ))
+                }
+                MachineParam::BasePage(s) => {
+                    return Err(BackendError::unsupported(
+                        stmt,
+                        BACKEND,
+                        format!("machine base_page={}", s),
+                    ))
+                }
+                MachineParam::Memory(s) => {
+                    let bytes = s.bytes();
+                    if bytes < 4 << 20 || bytes / PAGE_SIZE > MAX_PFN || bytes % PAGE_SIZE != 0 {
+                        return Err(failed(
+                            stmt,
+                            format!("machine memory={s} is outside what the model handles: 4M to 8T, in whole pages"),
+                        ));
+                    }
+                    let thp = self.machine.thp.clone();
+                    *self = Model::new(bytes).with_thp_settings(thp);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A read or write of `[start, end)`, one byte every `step`, across the VMAs there.
+    fn access(
+        &mut self,
+        stmt: &Stmt,
+        proc: &str,
+        range: &Range,
+        step: u64,
+        write: bool,
+        zero: bool,
+    ) -> Result<(), BackendError> {
+        let machine = &mut self.machine;
+        let task = self
+            .tasks
+            .get_mut(proc)
+            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+        let mut addr = start;
+        while addr < end {
+            let vma = task.mm.find_vma(addr).ok_or_else(|| {
+                failed(
+                    stmt,
+                    format!(
+                        "SIGSEGV: {proc} touched unmapped memory at {}",
+                        describe(&task.mm, addr)
+                    ),
+                )
+            })?;
+            let piece_end = end.min(vma.end);
+            access_range(
+                machine,
+                &mut task.mm,
+                &vma,
+                addr,
+                piece_end,
+                Access { step, write, zero },
+            )
+            .map_err(|f| match f {
+                Fault::Sigsegv { addr, write } => failed(
+                    stmt,
+                    format!(
+                        "SIGSEGV: {proc} {} {} which is mapped {}",
+                        if write { "wrote" } else { "read" },
+                        describe(&task.mm, addr),
+                        prot_name(vma.flags)
+                    ),
+                ),
+                Fault::Oom => failed(
+                    stmt,
+                    format!(
+                        "out of memory: no free page for {proc}'s fault (machine memory is {} MiB)",
+                        self.memory_bytes >> 20
+                    ),
+                ),
+            })?;
+            addr += (piece_end - addr).div_ceil(step) * step;
+        }
+        Ok(())
+    }
+}
+
+fn prot_name(flags: u32) -> &'static str {
+    match flags & Vma::PROT_MASK {
+        f if f == Vma::VM_READ | Vma::VM_WRITE => "rw",
+        Vma::VM_READ => "r",
+        _ => "none",
+    }
+}
+
+/// `region+offset` for an address, for error messages.
+fn describe(mm: &MmStruct, addr: u64) -> String {
+    mm.regions
+        .iter()
+        .find(|(_, r)| addr >= r.start && addr < r.start + r.len)
+        .map_or(format!("{addr:#x}"), |(name, r)| {
+            format!("{name}+{:#x}", addr - r.start)
+        })
+}
+
+impl Backend for Model {
+    fn name(&self) -> &str {
+        BACKEND
+    }
+
+    fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
+        match &stmt.kind {
+            StmtKind::Set { tunable, value } => {
+                set_tunable(&mut self.machine, stmt, tunable, *value)?
+            }
+            StmtKind::Machine { params } => self.machine_params(stmt, params)?,
+            StmtKind::Cgroup { .. } => return unsupported("cgroup"),
+            StmtKind::Spawn { proc, cgroup } => {
+                if cgroup.is_some() {
+                    return unsupported("spawn into a cgroup");
+                }
+                if self.tasks.contains_key(proc) {
+                    return Err(failed(stmt, format!("process '{proc}' already exists")));
+                }
+                self.started = true;
+                self.tasks.insert(
+                    proc.clone(),
+                    Task {
+                        mm: MmStruct::default(),
+                    },
+                );
+            }
+            StmtKind::Mmap {
+                proc,
+                region,
+                size,
+                align,
+                hugetlb,
+                shared,
+                prot,
+            } => {
+                if hugetlb.is_some() {
+                    return unsupported("mmap hugetlb=");
+                }
+                if *shared {
+                    return unsupported("mmap shared");
+                }
+                let task = self.task(stmt, proc)?;
+                if task.mm.regions.contains_key(region) {
+                    return Err(failed(
+                        stmt,
+                        format!("process '{proc}' already has a region '{region}'"),
+                    ));
+                }
+                let len = size.bytes().next_multiple_of(PAGE_SIZE);
+                let prot = vm_prot(prot.unwrap_or(Prot::ReadWrite));
+                task.mm
+                    .do_mmap(region, len, align.map(|a| a.bytes().max(PAGE_SIZE)), prot);
+            }
+            StmtKind::Munmap { proc, range } => {
+                let machine = &mut self.machine;
+                let task = self
+                    .tasks
+                    .get_mut(proc)
+                    .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+                let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+                do_munmap(machine, &mut task.mm, start, end);
+            }
+            StmtKind::Mprotect { proc, range, prot } => {
+                let machine = &mut self.machine;
+                let task = self
+                    .tasks
+                    .get_mut(proc)
+                    .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+                let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+                if !mprotect::do_mprotect(machine, &mut task.mm, start, end, vm_prot(*prot)) {
+                    return Err(failed(
+                        stmt,
+                        "mprotect: ENOMEM, part of the range is not mapped",
+                    ));
+                }
+            }
+            StmtKind::Madvise {
+                proc,
+                range,
+                advice,
+            } => {
+                let machine = &mut self.machine;
+                let task = self
+                    .tasks
+                    .get_mut(proc)
+                    .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+                let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+                let covered = match advice {
+                    Advice::Hugepage => {
+                        madvise::hugepage_madvise(machine, &mut task.mm, start, end, true)
+                    }
+                    Advice::NoHugepage => {
+                        madvise::hugepage_madvise(machine, &mut task.mm, start, end, false)
+                    }
+                    Advice::DontNeed => {
+                        madvise::madvise_dontneed(machine, &mut task.mm, start, end)
+                    }
+                    Advice::Free => return unsupported("madvise FREE"),
+                    Advice::Collapse => return unsupported("madvise COLLAPSE"),
+                    Advice::Pageout => return unsupported("madvise PAGEOUT"),
+                    Advice::Cold => return unsupported("madvise COLD"),
+                };
+                if !covered {
+                    return Err(failed(
+                        stmt,
+                        "madvise: ENOMEM, part of the range is not mapped",
+                    ));
+                }
+            }
+            StmtKind::Read { proc, range, step } => {
+                let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
+                self.access(stmt, proc, range, step, false, false)?;
+            }
+            StmtKind::Write {
+                proc,
+                range,
+                step,
+                zero,
+            } => {
+                let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
+                self.access(stmt, proc, range, step, true, *zero)?;
+            }
+            StmtKind::Pin { .. } => return unsupported("pin"),
+            StmtKind::Unpin { .. } => return unsupported("unpin"),
+            StmtKind::Fork { .. } => return unsupported("fork"),
+            StmtKind::ThpDisable { proc, on } => self.task(stmt, proc)?.mm.thp_disabled = *on,
+            StmtKind::Exit { proc } => {
+                let mut task = self
+                    .tasks
+                    .remove(proc)
+                    .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+                exit_mmap(&mut self.machine, &mut task.mm);
+            }
+            StmtKind::Split { .. } => return unsupported("split"),
+            StmtKind::Khugepaged => return unsupported("khugepaged"),
+            StmtKind::Reclaim => return unsupported("reclaim"),
+            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } => {
+                unreachable!("run() handles snapshot and expect")
+            }
+        }
+        Ok(())
+    }
+
+    fn counters(&mut self) -> Result<Counters, BackendError> {
+        Ok(counters::collect(self))
+    }
+}

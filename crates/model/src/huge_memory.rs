@@ -1,0 +1,382 @@
+//! Transparent huge pages for anonymous memory: which orders a VMA may use, the
+//! PMD fault path, the huge zero folio, split_huge_pmd and the deferred split queue.
+//!
+//! Follows Linux 6.18 `mm/huge_memory.c` and `include/linux/huge_mm.h`
+//! (`thp_vma_allowable_orders`, `__thp_vma_allowable_orders`,
+//! `thp_vma_suitable_order(s)`, `do_huge_pmd_anonymous_page`,
+//! `do_huge_zero_wp_pmd`, `__split_huge_pmd_locked`, `deferred_split_folio`).
+//!
+//! Simplifications: no userfaultfd, no memcg charge (so no `*_fallback_charge`
+//! events yet), no NUMA; `defrag` is stored but the allocator has no compaction to
+//! apply it with; the huge zero folio is never shrunk (the thp-zero shrinker runs
+//! under memory pressure, which the model does not have yet); the vendor knob
+//! `anon_beside_full` is stored and must be 0 (the model refuses 1).
+
+use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::mmap::{MmStruct, Vma};
+use crate::pgtable::{Pmd, Pte, PteTable};
+use crate::rmap;
+use crate::vmstat::{MthpStat, VmEvent};
+use crate::Machine;
+use hugelab_workload::{ThpDefrag, ThpEnabled, ThpSizeEnabled};
+use std::collections::{BTreeMap, HashMap};
+
+/// THP_ORDERS_ALL_ANON: orders 2..=PMD_ORDER (order 1 cannot hold _deferred_list).
+pub const THP_ORDERS_ALL_ANON: u32 = ((1 << (HPAGE_PMD_ORDER + 1)) - 1) & !0b11;
+
+/// The sysfs controls under /sys/kernel/mm/transparent_hugepage/.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThpSettings {
+    pub enabled: ThpEnabled,
+    pub defrag: ThpDefrag,
+    pub use_zero_page: bool,
+    pub shrink_underused: bool,
+    pub anon_beside_full: bool,
+    /// hugepages-<size>kB/enabled, indexed by order (0 and 1 unused).
+    pub size_enabled: [ThpSizeEnabled; HPAGE_PMD_ORDER as usize + 1],
+    pub khugepaged: KhugepagedSettings,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KhugepagedSettings {
+    pub defrag: u64,
+    pub max_ptes_none: u64,
+    pub max_ptes_swap: u64,
+    pub max_ptes_shared: u64,
+    pub pages_to_scan: u64,
+    pub scan_sleep_millisecs: u64,
+    pub alloc_sleep_millisecs: u64,
+}
+
+impl Default for ThpSettings {
+    /// The defaults of the development machines (CONFIG_TRANSPARENT_HUGEPAGE_MADVISE=y):
+    /// enabled=madvise, defrag=madvise, the PMD size inherit, every other size never.
+    fn default() -> Self {
+        let mut size_enabled = [ThpSizeEnabled::Never; HPAGE_PMD_ORDER as usize + 1];
+        size_enabled[HPAGE_PMD_ORDER as usize] = ThpSizeEnabled::Inherit;
+        ThpSettings {
+            enabled: ThpEnabled::Madvise,
+            defrag: ThpDefrag::Madvise,
+            use_zero_page: true,
+            shrink_underused: true,
+            anon_beside_full: false,
+            size_enabled,
+            khugepaged: KhugepagedSettings {
+                defrag: 1,
+                max_ptes_none: HPAGE_PMD_NR - 1,
+                max_ptes_swap: HPAGE_PMD_NR / 8,
+                max_ptes_shared: HPAGE_PMD_NR / 2,
+                pages_to_scan: HPAGE_PMD_NR * 8,
+                scan_sleep_millisecs: 10_000,
+                alloc_sleep_millisecs: 60_000,
+            },
+        }
+    }
+}
+
+impl ThpSettings {
+    fn orders_with(&self, mode: ThpSizeEnabled) -> u32 {
+        (2..=HPAGE_PMD_ORDER)
+            .filter(|&o| self.size_enabled[o as usize] == mode)
+            .fold(0, |mask, o| mask | (1 << o))
+    }
+}
+
+/// Page-fault flavour of `thp_vma_allowable_orders` (TVA_PAGEFAULT): the sysfs
+/// mask, then the VMA and process vetoes. The fit-in-VMA check is left to the
+/// caller, as the fault path does it per address.
+pub fn thp_vma_allowable_orders(thp: &ThpSettings, mm: &MmStruct, vma: &Vma, orders: u32) -> u32 {
+    let hugepage = vma.flags & Vma::VM_HUGEPAGE != 0;
+    let mut mask = thp.orders_with(ThpSizeEnabled::Always);
+    if hugepage {
+        mask |= thp.orders_with(ThpSizeEnabled::Madvise);
+    }
+    if thp.enabled == ThpEnabled::Always || (hugepage && thp.enabled == ThpEnabled::Madvise) {
+        mask |= thp.orders_with(ThpSizeEnabled::Inherit);
+    }
+    let orders = orders & mask & THP_ORDERS_ALL_ANON;
+    if orders == 0 || vma_thp_disabled(mm, vma) {
+        return 0;
+    }
+    orders
+}
+
+/// vma_thp_disabled: MADV_NOHUGEPAGE, then PR_SET_THP_DISABLE, win over MADV_HUGEPAGE.
+pub fn vma_thp_disabled(mm: &MmStruct, vma: &Vma) -> bool {
+    vma.flags & Vma::VM_NOHUGEPAGE != 0 || mm.thp_disabled
+}
+
+/// thp_vma_suitable_order: the naturally aligned block of `order` around `addr`
+/// lies inside the VMA.
+#[inline]
+pub fn thp_vma_suitable_order(vma: &Vma, addr: u64, order: u32) -> bool {
+    let size = crate::mm_types::PAGE_SIZE << order;
+    let haddr = addr & !(size - 1);
+    haddr >= vma.start && haddr + size <= vma.end
+}
+
+/// thp_vma_suitable_orders: drops the orders too large for the VMA at `addr`.
+pub fn thp_vma_suitable_orders(vma: &Vma, addr: u64, mut orders: u32) -> u32 {
+    while orders != 0 {
+        let order = highest_order(orders);
+        if thp_vma_suitable_order(vma, addr, order) {
+            break;
+        }
+        orders &= !(1 << order);
+    }
+    orders
+}
+
+#[inline]
+pub fn highest_order(orders: u32) -> u32 {
+    31 - orders.leading_zeros()
+}
+
+/// What a PMD-level fault handler tells `__handle_mm_fault`.
+pub enum PmdFault {
+    Done,
+    /// VM_FAULT_FALLBACK: continue at the PTE level.
+    Fallback,
+}
+
+/// do_huge_pmd_anonymous_page: a fault on an empty PMD of a VMA allowed the PMD order.
+pub fn do_huge_pmd_anonymous_page(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+    write: bool,
+) -> Result<PmdFault, crate::memory::Fault> {
+    let haddr = addr & !(PMD_SIZE - 1);
+    if !thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER) {
+        return Ok(PmdFault::Fallback);
+    }
+    crate::khugepaged::khugepaged_enter_vma(m, mm, vma);
+    if !write && m.thp.use_zero_page {
+        let deposit = m.pte_alloc_one()?;
+        if mm_get_huge_zero_folio(m, mm).is_none() {
+            m.pte_free(deposit);
+            m.stat.count_vm_event(VmEvent::ThpFaultFallback);
+            return Ok(PmdFault::Fallback);
+        }
+        mm.pmds.insert(haddr / PMD_SIZE, Pmd::HugeZero { deposit });
+        return Ok(PmdFault::Done);
+    }
+    let Some(folio) = vma_alloc_anon_folio_pmd(m) else {
+        return Ok(PmdFault::Fallback);
+    };
+    let deposit = match m.pte_alloc_one() {
+        Ok(d) => d,
+        Err(e) => {
+            crate::memory::free_folio(m, folio);
+            return Err(e);
+        }
+    };
+    map_anon_folio_pmd(m, mm, vma, folio, haddr, deposit);
+    // A fresh PMD THP is a candidate for the underused shrinker.
+    deferred_split_folio(m, folio, false);
+    Ok(PmdFault::Done)
+}
+
+/// vma_alloc_anon_folio_pmd: an order-9 folio, zeroed, or None after counting
+/// the fallback.
+fn vma_alloc_anon_folio_pmd(m: &mut Machine) -> Option<Pfn> {
+    match crate::memory::alloc_folio(m, HPAGE_PMD_ORDER) {
+        Some(folio) => Some(folio),
+        None => {
+            m.stat.count_vm_event(VmEvent::ThpFaultFallback);
+            m.stat
+                .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultFallback);
+            None
+        }
+    }
+}
+
+/// map_anon_folio_pmd: installs a new exclusive THP and counts the fault.
+fn map_anon_folio_pmd(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    folio: Pfn,
+    haddr: u64,
+    deposit: Pfn,
+) {
+    let writable = vma.flags & Vma::VM_WRITE != 0;
+    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true);
+    mm.anon_rss += HPAGE_PMD_NR;
+    mm.pmds.insert(
+        haddr / PMD_SIZE,
+        Pmd::Huge {
+            pfn: folio,
+            writable,
+            deposit,
+        },
+    );
+    m.stat.count_vm_event(VmEvent::ThpFaultAlloc);
+    m.stat
+        .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc);
+}
+
+/// do_huge_zero_wp_pmd: a write to the huge zero page. Allocates a THP for the
+/// whole range (6.13+); when that fails, splits the zero PMD so the write is
+/// retried at the PTE level.
+pub fn do_huge_zero_wp_pmd(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+) -> Result<PmdFault, crate::memory::Fault> {
+    let haddr = addr & !(PMD_SIZE - 1);
+    let Some(Pmd::HugeZero { deposit }) = mm.pmds.get(&(haddr / PMD_SIZE)) else {
+        unreachable!("do_huge_zero_wp_pmd on a PMD that is not the huge zero page");
+    };
+    let deposit = *deposit;
+    match vma_alloc_anon_folio_pmd(m) {
+        Some(folio) => {
+            // Not queued for the underused shrinker: 6.18 does not call
+            // deferred_split_folio() on this path.
+            map_anon_folio_pmd(m, mm, vma, folio, haddr, deposit);
+            Ok(PmdFault::Done)
+        }
+        None => {
+            split_huge_pmd(m, mm, haddr);
+            Ok(PmdFault::Fallback)
+        }
+    }
+}
+
+/// mm_get_huge_zero_folio: the shared huge zero folio, allocated on first use;
+/// each mm that maps it holds one reference (MMF_HUGE_ZERO_FOLIO).
+fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Option<Pfn> {
+    if mm.huge_zero_ref {
+        return m.huge_zero_folio;
+    }
+    let folio = match m.huge_zero_folio {
+        Some(folio) => folio,
+        None => match m.zone.alloc_pages(HPAGE_PMD_ORDER) {
+            Some(folio) => {
+                m.stat.count_vm_event(VmEvent::ThpZeroPageAlloc);
+                m.huge_zero_folio = Some(folio);
+                m.huge_zero_refcount = 1; // the shrinker's base reference
+                folio
+            }
+            None => {
+                m.stat.count_vm_event(VmEvent::ThpZeroPageAllocFailed);
+                return None;
+            }
+        },
+    };
+    m.huge_zero_refcount += 1;
+    mm.huge_zero_ref = true;
+    Some(folio)
+}
+
+/// mm_put_huge_zero_folio, at exit of an mm that mapped it.
+pub fn mm_put_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) {
+    if std::mem::take(&mut mm.huge_zero_ref) {
+        m.huge_zero_refcount -= 1;
+    }
+}
+
+/// split_huge_pmd at `haddr`: the PMD becomes a table of PTEs mapping the same
+/// folio (or the zero page). The folio itself is not split and stays whole.
+pub fn split_huge_pmd(m: &mut Machine, mm: &mut MmStruct, haddr: u64) {
+    let index = haddr / PMD_SIZE;
+    let Some(pmd) = mm.pmds.remove(&index) else {
+        return;
+    };
+    let table = match pmd {
+        Pmd::Table(table) => table,
+        Pmd::HugeZero { deposit } => {
+            let mut table = PteTable::new(deposit);
+            table.ptes.fill(Pte::ZERO);
+            m.stat.count_vm_event(VmEvent::ThpSplitPmd);
+            table
+        }
+        Pmd::Huge {
+            pfn,
+            writable,
+            deposit,
+        } => {
+            let mut table = PteTable::new(deposit);
+            for (i, pte) in table.ptes.iter_mut().enumerate() {
+                *pte = Pte::new(Pfn(pfn.0 + i as u64), writable);
+            }
+            rmap::folio_add_anon_rmap_ptes(m, pfn, pfn, HPAGE_PMD_NR);
+            rmap::folio_remove_rmap_pmd(m, pfn);
+            m.stat.count_vm_event(VmEvent::ThpSplitPmd);
+            table
+        }
+    };
+    mm.pmds.insert(index, Pmd::Table(table));
+}
+
+/// The deferred split queue (one per node; the model has one node and no memcg).
+/// Ordered by when a folio was queued, like the kernel's list.
+#[derive(Default)]
+pub struct DeferredSplitQueue {
+    list: BTreeMap<u64, Pfn>,
+    position: HashMap<Pfn, u64>,
+    next: u64,
+}
+
+impl DeferredSplitQueue {
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    fn add_tail(&mut self, folio: Pfn) {
+        self.list.insert(self.next, folio);
+        self.position.insert(folio, self.next);
+        self.next += 1;
+    }
+
+    fn remove(&mut self, folio: Pfn) {
+        if let Some(seq) = self.position.remove(&folio) {
+            self.list.remove(&seq);
+        }
+    }
+}
+
+/// deferred_split_folio: queue a large anon folio, either because it became
+/// partially mapped or (PMD THPs at fault) as a candidate for the underused shrinker.
+pub fn deferred_split_folio(m: &mut Machine, folio: Pfn, partially_mapped: bool) {
+    let order = m.zone.memmap.page(folio).order();
+    if order <= 1 || (!partially_mapped && !m.thp.shrink_underused) {
+        return;
+    }
+    let head = m.zone.memmap.page_mut(folio);
+    if partially_mapped && !head.test(pg::PARTIALLY_MAPPED) {
+        head.set(pg::PARTIALLY_MAPPED);
+        if order == HPAGE_PMD_ORDER {
+            m.stat.count_vm_event(VmEvent::ThpDeferredSplitPage);
+        }
+        m.stat.count_mthp_stat(order, MthpStat::SplitDeferred);
+        m.stat
+            .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, 1);
+    }
+    let head = m.zone.memmap.page_mut(folio);
+    if !head.test(pg::DEFERRED) {
+        head.set(pg::DEFERRED);
+        m.deferred_split_queue.add_tail(folio);
+    }
+}
+
+/// folio_unqueue_deferred_split, when a folio is freed.
+pub fn folio_unqueue_deferred_split(m: &mut Machine, folio: Pfn, order: u32) {
+    let head = m.zone.memmap.page_mut(folio);
+    if !head.test(pg::DEFERRED) {
+        return;
+    }
+    head.clear(pg::DEFERRED);
+    if head.test(pg::PARTIALLY_MAPPED) {
+        head.clear(pg::PARTIALLY_MAPPED);
+        m.stat
+            .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
+    }
+    m.deferred_split_queue.remove(folio);
+}

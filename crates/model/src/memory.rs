@@ -1,0 +1,381 @@
+//! Page faults on anonymous memory, and tearing mappings down.
+//!
+//! Follows Linux 6.18 `mm/memory.c`: `handle_mm_fault` / `__handle_mm_fault`
+//! dispatch on the PMD entry, `do_anonymous_page` with `alloc_anon_folio` for
+//! multi-size THP, `do_wp_page` for writes to the shared zero page, and the
+//! `zap_pte_range` / `zap_huge_pmd` family for munmap, MADV_DONTNEED and exit.
+//!
+//! Simplifications: no userfaultfd, no memcg charge, no swap; no fault-around
+//! or retries (the model has no concurrency, so the rechecks under the PTE lock
+//! always pass); a write to memory the VMA does not allow, or to no VMA, is a
+//! SIGSEGV reported as an error rather than a signal. Copy-on-write of anon
+//! pages shared by fork is not modelled yet.
+
+use crate::huge_memory::{
+    do_huge_pmd_anonymous_page, do_huge_zero_wp_pmd, folio_unqueue_deferred_split, highest_order,
+    split_huge_pmd, thp_vma_allowable_orders, thp_vma_suitable_orders, PmdFault,
+};
+use crate::mm_types::{pg, Pfn, HPAGE_PMD_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
+use crate::mmap::{MmStruct, Vma};
+use crate::pgtable::{Pmd, Pte, PteTable};
+use crate::rmap;
+use crate::vmstat::{MthpStat, VmEvent};
+use crate::Machine;
+
+/// Why an access could not complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// No VMA, or the VMA does not allow the access.
+    Sigsegv { addr: u64, write: bool },
+    /// Not even an order-0 page could be allocated.
+    Oom,
+}
+
+#[inline]
+fn pte_index(addr: u64) -> usize {
+    ((addr >> PAGE_SHIFT) as usize) & (PTRS_PER_PTE - 1)
+}
+
+/// Allocates a folio of `order` (a zeroed, unmapped, unreferenced-by-PTE folio
+/// with refcount 1 once rmap adds it) or None.
+pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
+    let pfn = m.zone.alloc_pages(order)?;
+    let nr = 1u64 << order;
+    let pages = m.zone.memmap.pages_mut(pfn, nr);
+    pages[0].init(pg::HEAD | pg::ZEROED, order);
+    for page in &mut pages[1..] {
+        page.init(pg::TAIL | pg::ZEROED, 0);
+    }
+    Some(pfn)
+}
+
+/// Frees a folio whose last reference is gone (free_pages_prepare + buddy).
+pub fn free_folio(m: &mut Machine, folio: Pfn) {
+    let head = *m.zone.memmap.page(folio);
+    let order = head.order();
+    if order > 0 {
+        folio_unqueue_deferred_split(m, folio, order);
+        if head.test(pg::ANON) {
+            m.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
+        }
+    }
+    m.zone.free_pages(folio, order);
+}
+
+/// The head of the folio that `page` belongs to (page_folio). Folios are
+/// naturally aligned, so the head is the nearest aligned page marked head
+/// whose folio covers `page`.
+pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
+    if m.zone.memmap.page(page).test(pg::HEAD) {
+        return page;
+    }
+    for order in 1..=HPAGE_PMD_ORDER {
+        let head = Pfn(page.0 & !((1 << order) - 1));
+        let p = m.zone.memmap.page(head);
+        if p.test(pg::HEAD) && head.0 + (1 << p.order()) > page.0 {
+            return head;
+        }
+    }
+    unreachable!("{page} belongs to no folio");
+}
+
+/// handle_mm_fault for one access at `addr`, which the caller found unmapped
+/// (or mapped read-only for a write). Counts PGFAULT.
+pub fn handle_mm_fault(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    m.stat.count_vm_event(VmEvent::PgFault);
+    let index = addr / PMD_SIZE;
+    match mm.pmds.get(&index) {
+        None => {
+            let pmd_allowed = thp_vma_allowable_orders(&m.thp, mm, vma, 1 << HPAGE_PMD_ORDER) != 0;
+            if pmd_allowed {
+                if let PmdFault::Done = do_huge_pmd_anonymous_page(m, mm, vma, addr, write)? {
+                    return Ok(());
+                }
+            }
+            // pte_alloc, unless the fallback above already left a table.
+            if !mm.pmds.contains_key(&index) {
+                let page = m.pte_alloc_one()?;
+                mm.pmds.insert(index, Pmd::Table(PteTable::new(page)));
+            }
+        }
+        Some(Pmd::HugeZero { .. }) => {
+            debug_assert!(write, "read fault on a mapped huge zero PMD");
+            if let PmdFault::Done = do_huge_zero_wp_pmd(m, mm, vma, addr)? {
+                return Ok(());
+            }
+        }
+        Some(Pmd::Huge { .. }) => {
+            unreachable!("write-protected PMD THPs need fork, which the model does not do yet");
+        }
+        Some(Pmd::Table(_)) => {}
+    }
+    handle_pte_fault(m, mm, vma, addr, write)
+}
+
+fn handle_pte_fault(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    let pte = table(mm, addr).ptes[pte_index(addr)];
+    if pte.is_none() {
+        return do_anonymous_page(m, mm, vma, addr, write);
+    }
+    if write && pte.is_zero_page() {
+        return do_wp_page(m, mm, vma, addr);
+    }
+    unreachable!("fault on a present PTE that needs copy-on-write (fork is not modelled yet)");
+}
+
+fn table(mm: &mut MmStruct, addr: u64) -> &mut PteTable {
+    match mm.pmds.get_mut(&(addr / PMD_SIZE)) {
+        Some(Pmd::Table(t)) => t,
+        _ => unreachable!("PTE-level fault without a page table"),
+    }
+}
+
+/// do_anonymous_page: a fault on an empty PTE. Reads map the shared zero page;
+/// writes map a new folio of the largest order alloc_anon_folio can get.
+fn do_anonymous_page(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    if !write {
+        table(mm, addr).ptes[pte_index(addr)] = Pte::ZERO;
+        return Ok(());
+    }
+    let (folio, order) = alloc_anon_folio(m, mm, vma, addr)?;
+    let nr = 1u64 << order;
+    let start = addr & !((PAGE_SIZE << order) - 1);
+    rmap::folio_add_new_anon_rmap(m, folio, order, false);
+    if order > 0 {
+        m.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
+    }
+    mm.anon_rss += nr;
+    let writable = vma.flags & Vma::VM_WRITE != 0;
+    let first = pte_index(start);
+    let t = table(mm, addr);
+    for i in 0..nr as usize {
+        t.ptes[first + i] = Pte::new(Pfn(folio.0 + i as u64), writable);
+    }
+    Ok(())
+}
+
+/// alloc_anon_folio: the largest allowed order whose naturally aligned range
+/// fits the VMA and has only empty PTEs, trying smaller orders when the
+/// allocation fails (each failure counts anon_fault_fallback), then order 0.
+fn alloc_anon_folio(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+) -> Result<(Pfn, u32), Fault> {
+    let below_pmd = (1 << HPAGE_PMD_ORDER) - 1;
+    let mut orders = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd);
+    orders = thp_vma_suitable_orders(vma, addr, orders);
+    let t = table(mm, addr);
+    while orders != 0 {
+        let order = highest_order(orders);
+        let first = pte_index(addr & !((PAGE_SIZE << order) - 1));
+        if t.range_none(first, 1 << order) {
+            break;
+        }
+        orders &= !(1 << order);
+    }
+    while orders != 0 {
+        let order = highest_order(orders);
+        if let Some(folio) = alloc_folio(m, order) {
+            return Ok((folio, order));
+        }
+        m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
+        orders &= !(1 << order);
+    }
+    alloc_folio(m, 0).map(|f| (f, 0)).ok_or(Fault::Oom)
+}
+
+/// do_wp_page on the shared zero page: wp_page_copy into a new zeroed order-0
+/// folio (never a large one).
+fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Result<(), Fault> {
+    let folio = alloc_folio(m, 0).ok_or(Fault::Oom)?;
+    rmap::folio_add_new_anon_rmap(m, folio, 0, false);
+    mm.anon_rss += 1;
+    let writable = vma.flags & Vma::VM_WRITE != 0;
+    table(mm, addr).ptes[pte_index(addr)] = Pte::new(folio, writable);
+    Ok(())
+}
+
+/// One `read` or `write` statement's access pattern.
+#[derive(Clone, Copy, Debug)]
+pub struct Access {
+    /// Bytes between two accessed bytes.
+    pub step: u64,
+    pub write: bool,
+    /// A store of a zero byte (the page content stays as it was).
+    pub zero: bool,
+}
+
+/// Loads or stores one byte every `step` bytes of `[start, end)` inside `vma`,
+/// faulting as needed. A store of non-zero data marks the page's content dirty
+/// (no longer all zeroes); a store of zero leaves it as it was.
+pub fn access_range(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    start: u64,
+    end: u64,
+    access: Access,
+) -> Result<(), Fault> {
+    let Access { step, write, zero } = access;
+    let allowed = if write {
+        vma.flags & Vma::VM_WRITE != 0
+    } else {
+        vma.flags & Vma::VM_READ != 0
+    };
+    if !allowed {
+        return Err(Fault::Sigsegv { addr: start, write });
+    }
+    let dirty = write && !zero;
+    let mut addr = start;
+    while addr < end {
+        let slot_end = ((addr / PMD_SIZE) + 1) * PMD_SIZE;
+        let limit = end.min(slot_end);
+        // Fast path: accesses that need no fault, a page table at a time.
+        match mm.pmds.get(&(addr / PMD_SIZE)) {
+            Some(Pmd::Table(t)) => {
+                while addr < limit {
+                    let pte = t.ptes[pte_index(addr)];
+                    if pte.is_zero_page() && !write {
+                        addr += step;
+                        continue;
+                    }
+                    let Some(pfn) = pte.pfn() else { break };
+                    if write && !pte.is_writable() {
+                        break;
+                    }
+                    if dirty {
+                        m.zone.memmap.page_mut(pfn).clear(pg::ZEROED);
+                    }
+                    addr += step;
+                }
+                if addr >= limit {
+                    continue;
+                }
+            }
+            Some(Pmd::Huge { pfn, writable, .. }) if !write || *writable => {
+                let pfn = *pfn;
+                while addr < limit {
+                    if dirty {
+                        let page = Pfn(pfn.0 + pte_index(addr) as u64);
+                        m.zone.memmap.page_mut(page).clear(pg::ZEROED);
+                    }
+                    addr += step;
+                }
+                continue;
+            }
+            Some(Pmd::HugeZero { .. }) if !write => {
+                addr = addr + (limit - addr).div_ceil(step) * step;
+                continue;
+            }
+            _ => {}
+        }
+        handle_mm_fault(m, mm, vma, addr, write)?;
+        // Retry the same address: it is mapped now, and the fast path stores the byte.
+    }
+    Ok(())
+}
+
+/// Whether a whole PMD-sized slot lies in `[start, end)`.
+fn covers_slot(start: u64, end: u64, index: u64) -> bool {
+    start <= index * PMD_SIZE && (index + 1) * PMD_SIZE <= end
+}
+
+/// zap_page_range_single / unmap_page_range over `[start, end)`: removes every
+/// mapping, splitting PMDs that are only partly covered, and frees folios whose
+/// last reference goes. Page tables stay (free_pgtables decides about them).
+pub fn zap_page_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
+    let first = start / PMD_SIZE;
+    let last = (end - 1) / PMD_SIZE;
+    let indexes: Vec<u64> = mm.pmds.range(first..=last).map(|(i, _)| i).collect();
+    for index in indexes {
+        let whole = covers_slot(start, end, index);
+        match mm.pmds.get(&index) {
+            Some(Pmd::Huge { .. }) | Some(Pmd::HugeZero { .. }) if !whole => {
+                split_huge_pmd(m, mm, index * PMD_SIZE);
+            }
+            _ => {}
+        }
+        match mm.pmds.get(&index) {
+            Some(Pmd::Huge { .. }) | Some(Pmd::HugeZero { .. }) => zap_huge_pmd(m, mm, index),
+            Some(Pmd::Table(_)) => {
+                let lo = start.max(index * PMD_SIZE);
+                let hi = end.min((index + 1) * PMD_SIZE);
+                zap_pte_range(m, mm, index, lo, hi);
+            }
+            None => {}
+        }
+    }
+}
+
+/// zap_huge_pmd: removes a PMD mapping and frees its deposited page table.
+fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
+    match mm.pmds.remove(&index) {
+        Some(Pmd::Huge { pfn, deposit, .. }) => {
+            m.pte_free(deposit);
+            mm.anon_rss -= crate::mm_types::HPAGE_PMD_NR;
+            if rmap::folio_remove_rmap_pmd(m, pfn) {
+                free_folio(m, pfn);
+            }
+        }
+        Some(Pmd::HugeZero { deposit }) => m.pte_free(deposit),
+        other => unreachable!(
+            "zap_huge_pmd on {}",
+            if other.is_some() { "a table" } else { "none" }
+        ),
+    }
+}
+
+/// zap_pte_range: clears the PTEs of `[lo, hi)` in one table, removing the
+/// rmap of each folio in one batch (folio_remove_rmap_ptes), so that a folio
+/// unmapped whole is never seen as partially mapped.
+fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: u64, hi: u64) {
+    let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
+        unreachable!("zap_pte_range without a table");
+    };
+    let mut i = pte_index(lo);
+    let end = pte_index(hi - 1) + 1;
+    while i < end {
+        let pte = t.ptes[i];
+        t.ptes[i] = Pte::NONE;
+        let Some(pfn) = pte.pfn() else {
+            i += 1;
+            continue;
+        };
+        // Batch the following PTEs that map the next pages of the same folio.
+        let folio = page_folio(m, pfn);
+        let folio_end = folio.0 + (1 << m.zone.memmap.page(folio).order());
+        let mut nr = 1;
+        while i + nr < end
+            && pfn.0 + (nr as u64) < folio_end
+            && t.ptes[i + nr].pfn() == Some(Pfn(pfn.0 + nr as u64))
+        {
+            t.ptes[i + nr] = Pte::NONE;
+            nr += 1;
+        }
+        mm.anon_rss -= nr as u64;
+        if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64) {
+            free_folio(m, folio);
+        }
+        i += nr;
+    }
+}

@@ -1,0 +1,107 @@
+//! `struct page` and folios: the per-frame metadata the model keeps.
+//!
+//! Follows Linux 6.18 `include/linux/mm_types.h` and `include/linux/page-flags.h`.
+//! Simplifications: a page is 8 bytes, not 64 — flags (with the order in the top
+//! bits, like `folio->_flags_1`), the per-page PTE mapcount and one 32-bit word
+//! whose meaning depends on the page's role, the way the kernel overlays folio
+//! fields on the first tail pages:
+//!
+//! | page            | `private` holds                               |
+//! |-----------------|-----------------------------------------------|
+//! | folio head      | `_refcount`                                   |
+//! | head + 1        | `_entire_mapcount` (PMD mappings)             |
+//! | head + 2        | `_nr_pages_mapped` (pages mapped by a PTE)    |
+//! | head + 3        | `_pincount`                                   |
+//! | free block head | unused (order lives in the flags)             |
+//!
+//! Anonymous large folios have order >= 2 (THP_ORDERS_ALL_ANON), so heads 1..3
+//! always exist. Mapcounts start at 0 meaning "unmapped" (the kernel stores -1).
+
+use std::fmt;
+
+/// A page frame number: physical address >> PAGE_SHIFT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pfn(pub u64);
+
+impl fmt::Display for Pfn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pfn {:#x}", self.0)
+    }
+}
+
+pub const PAGE_SHIFT: u32 = 12;
+pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
+pub const PMD_SHIFT: u32 = 21;
+pub const PMD_SIZE: u64 = 1 << PMD_SHIFT;
+/// HPAGE_PMD_ORDER on x86_64 with 4 KiB pages.
+pub const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
+pub const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
+/// PTEs per page table.
+pub const PTRS_PER_PTE: usize = 1 << HPAGE_PMD_ORDER;
+/// MAX_PAGE_ORDER: the largest buddy block is 4 MiB.
+pub const MAX_PAGE_ORDER: u32 = 10;
+pub const NR_PAGE_ORDERS: usize = MAX_PAGE_ORDER as usize + 1;
+
+/// Page flags, named after `enum pageflags`.
+pub mod pg {
+    /// Head of a free buddy block (PageBuddy); the block's order is in the page.
+    pub const BUDDY: u16 = 1 << 0;
+    /// First page of a folio in use (order 0 folios too).
+    pub const HEAD: u16 = 1 << 1;
+    /// Page of a large folio other than the head.
+    pub const TAIL: u16 = 1 << 2;
+    /// folio_test_anon.
+    pub const ANON: u16 = 1 << 3;
+    /// PageAnonExclusive, per page.
+    pub const ANON_EXCLUSIVE: u16 = 1 << 4;
+    /// The page's content is all zero bytes (what thp_underused inspects).
+    pub const ZEROED: u16 = 1 << 5;
+    /// Head: the folio is on the deferred split queue.
+    pub const DEFERRED: u16 = 1 << 6;
+    /// Head: folio_test_partially_mapped.
+    pub const PARTIALLY_MAPPED: u16 = 1 << 7;
+    /// A page-table page (PageTable).
+    pub const PGTABLE: u16 = 1 << 8;
+    /// Bits 12..16 hold the order of a head or free block.
+    pub const ORDER_SHIFT: u32 = 12;
+    pub const FLAGS_MASK: u16 = (1 << ORDER_SHIFT) - 1;
+}
+
+/// One page frame's metadata (`struct page`, shrunk to 8 bytes; see module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Page {
+    flags: u16,
+    /// Number of PTEs mapping this page (`page->_mapcount + 1`).
+    pub mapcount: u16,
+    /// Refcount, entire mapcount, nr_pages_mapped or pincount: see module doc.
+    pub private: u32,
+}
+
+impl Page {
+    #[inline]
+    pub fn test(&self, flag: u16) -> bool {
+        self.flags & flag != 0
+    }
+    #[inline]
+    pub fn set(&mut self, flag: u16) {
+        self.flags |= flag;
+    }
+    #[inline]
+    pub fn clear(&mut self, flag: u16) {
+        self.flags &= !flag;
+    }
+    #[inline]
+    pub fn order(&self) -> u32 {
+        u32::from(self.flags >> pg::ORDER_SHIFT)
+    }
+    /// Resets the page to `flags` with `order` and zero counts.
+    #[inline]
+    pub fn init(&mut self, flags: u16, order: u32) {
+        debug_assert!(order <= MAX_PAGE_ORDER);
+        *self = Page {
+            flags: (flags & pg::FLAGS_MASK) | ((order as u16) << pg::ORDER_SHIFT),
+            mapcount: 0,
+            private: 0,
+        };
+    }
+}

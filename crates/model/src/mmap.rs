@@ -1,0 +1,211 @@
+//! Address spaces: `mm_struct`, VMAs, mmap/munmap, VMA split and merge.
+//!
+//! Follows Linux 6.18 `mm/mmap.c` and `mm/vma.c` (`__split_vma`,
+//! `vma_merge_existing_range`, `do_vmi_munmap`, `free_pgtables`, `exit_mmap`)
+//! and `vma_adjust_trans_huge` from `mm/huge_memory.c`, which splits a PMD
+//! mapping that a new VMA boundary would cut.
+//!
+//! Simplifications: anonymous private mappings only; no anon_vma objects (two
+//! neighbouring VMAs of one region merge when their flags match, which is when
+//! the kernel merges them too, as they share the region's anon_vma); regions are
+//! placed by hugelab's own rule (below) rather than by the kernel's top-down
+//! search, so that both backends place them the same way.
+//!
+//! Placement rule, shared with the kernel backend: a region starts at an odd
+//! multiple of its alignment — `align=` when given, else 2 MiB when its length is
+//! a multiple of 2 MiB (as the kernel aligns such anonymous mappings, see
+//! `__get_unmapped_area`), else the base page — so it is exactly as aligned as
+//! asked and no more; at least 2 MiB of unmapped space separates regions, so no
+//! two regions share a page table or a VMA.
+
+use crate::memory::zap_page_range;
+use crate::mm_types::{PAGE_SIZE, PMD_SIZE};
+use crate::pgtable::{Pmd, PmdMap};
+use crate::Machine;
+use std::collections::BTreeMap;
+
+/// A virtual memory area (`struct vm_area_struct`), `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vma {
+    pub start: u64,
+    pub end: u64,
+    pub flags: u32,
+}
+
+impl Vma {
+    pub const VM_READ: u32 = 1 << 0;
+    pub const VM_WRITE: u32 = 1 << 1;
+    pub const VM_HUGEPAGE: u32 = 1 << 2;
+    pub const VM_NOHUGEPAGE: u32 = 1 << 3;
+    pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
+}
+
+/// A named region of a process: where `mmap` put it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub len: u64,
+}
+
+/// `struct mm_struct`: VMAs, page tables and the per-mm THP state.
+#[derive(Default)]
+pub struct MmStruct {
+    /// VMAs by start address.
+    pub vmas: BTreeMap<u64, Vma>,
+    /// PMD entries by PMD index (address / 2 MiB); absent means pmd_none.
+    pub pmds: PmdMap,
+    pub regions: BTreeMap<String, Region>,
+    /// MMF_DISABLE_THP_COMPLETELY (prctl PR_SET_THP_DISABLE).
+    pub thp_disabled: bool,
+    /// MMF_HUGE_ZERO_FOLIO: this mm holds a reference on the huge zero folio.
+    pub huge_zero_ref: bool,
+    /// On khugepaged's mm list (MMF_VM_HUGEPAGE).
+    pub khugepaged_registered: bool,
+    /// MM_ANONPAGES, in pages.
+    pub anon_rss: u64,
+    mmap_cursor: u64,
+}
+
+/// Where the first region of every process goes (an arbitrary user address).
+const MMAP_BASE: u64 = 0x7e00_0000_0000;
+
+impl MmStruct {
+    /// find_vma that contains `addr`.
+    pub fn find_vma(&self, addr: u64) -> Option<Vma> {
+        let (_, vma) = self.vmas.range(..=addr).next_back()?;
+        (vma.end > addr).then_some(*vma)
+    }
+
+    /// The VMAs overlapping `[start, end)`, in address order.
+    pub fn vmas_in(&self, start: u64, end: u64) -> Vec<Vma> {
+        let first = self.find_vma(start).map_or(start, |v| v.start);
+        self.vmas.range(first..end).map(|(_, v)| *v).collect()
+    }
+
+    /// do_mmap of an anonymous private region; returns its start address.
+    pub fn do_mmap(&mut self, name: &str, len: u64, align: Option<u64>, prot: u32) -> u64 {
+        let align = align.unwrap_or(if len.is_multiple_of(PMD_SIZE) {
+            PMD_SIZE
+        } else {
+            PAGE_SIZE
+        });
+        let cursor = self.mmap_cursor.max(MMAP_BASE) + PMD_SIZE;
+        let start = cursor.next_multiple_of(2 * align) + align;
+        self.mmap_cursor = (start + len).next_multiple_of(PMD_SIZE);
+        self.vmas.insert(
+            start,
+            Vma {
+                start,
+                end: start + len,
+                flags: prot,
+            },
+        );
+        self.regions.insert(name.to_string(), Region { start, len });
+        start
+    }
+}
+
+/// __split_vma at `addr`, if a VMA straddles it; first splits a PMD mapping
+/// that the new boundary would cut (vma_adjust_trans_huge).
+pub fn split_vma(m: &mut Machine, mm: &mut MmStruct, addr: u64) {
+    let Some(vma) = mm.find_vma(addr) else { return };
+    if vma.start == addr {
+        return;
+    }
+    if !addr.is_multiple_of(PMD_SIZE) {
+        crate::huge_memory::split_huge_pmd(m, mm, addr & !(PMD_SIZE - 1));
+    }
+    mm.vmas.insert(vma.start, Vma { end: addr, ..vma });
+    mm.vmas.insert(addr, Vma { start: addr, ..vma });
+}
+
+/// Merges neighbouring VMAs with equal flags around `[start, end)` (vma_merge).
+pub fn vma_merge_range(mm: &mut MmStruct, start: u64, end: u64) {
+    let first = mm
+        .vmas
+        .range(..start)
+        .next_back()
+        .map_or(start, |(s, _)| *s);
+    let keys: Vec<u64> = mm.vmas.range(first..=end).map(|(s, _)| *s).collect();
+    let mut prev: Option<Vma> = None;
+    for key in keys {
+        let vma = mm.vmas[&key];
+        match prev {
+            Some(p) if p.end == vma.start && p.flags == vma.flags => {
+                mm.vmas.remove(&key);
+                let merged = Vma { end: vma.end, ..p };
+                mm.vmas.insert(p.start, merged);
+                prev = Some(merged);
+            }
+            _ => prev = Some(vma),
+        }
+    }
+}
+
+/// Applies `update` to the flags of every VMA in `[start, end)`, splitting at
+/// the edges and merging afterwards. Returns false if part of the range has no VMA.
+pub fn update_vma_flags(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    start: u64,
+    end: u64,
+    mut update: impl FnMut(u32) -> u32,
+) -> bool {
+    split_vma(m, mm, start);
+    split_vma(m, mm, end);
+    let mut covered = start;
+    for vma in mm.vmas_in(start, end) {
+        covered = if vma.start <= covered {
+            vma.end
+        } else {
+            covered
+        };
+        let flags = update(vma.flags);
+        mm.vmas.insert(vma.start, Vma { flags, ..vma });
+    }
+    vma_merge_range(mm, start, end);
+    covered >= end
+}
+
+/// do_vmi_munmap: unmaps `[start, end)`, zapping its pages and freeing page
+/// tables no VMA needs any more.
+pub fn do_munmap(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
+    split_vma(m, mm, start);
+    split_vma(m, mm, end);
+    for vma in mm.vmas_in(start, end) {
+        zap_page_range(m, mm, vma.start, vma.end);
+        mm.vmas.remove(&vma.start);
+    }
+    free_pgtables(m, mm, start, end);
+}
+
+/// free_pgtables: frees the page tables of PMD slots around `[start, end)` that
+/// no VMA overlaps any more.
+fn free_pgtables(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
+    let first = start / PMD_SIZE;
+    let last = (end - 1) / PMD_SIZE;
+    for index in first..=last {
+        let slot = index * PMD_SIZE;
+        if !mm.vmas_in(slot, slot + PMD_SIZE).is_empty() {
+            continue;
+        }
+        match mm.pmds.remove(&index) {
+            Some(Pmd::Table(t)) => {
+                debug_assert!(t.is_empty(), "freeing a page table that still maps pages");
+                m.pte_free(t.page);
+            }
+            Some(_) => unreachable!("huge PMD left behind by zap"),
+            None => {}
+        }
+    }
+}
+
+/// exit_mmap: tears the whole address space down.
+pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
+    let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
+    for vma in vmas {
+        do_munmap(m, mm, vma.start, vma.end);
+    }
+    crate::huge_memory::mm_put_huge_zero_folio(m, mm);
+    debug_assert!(mm.pmds.is_empty() && mm.anon_rss == 0);
+}

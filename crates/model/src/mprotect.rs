@@ -1,0 +1,46 @@
+//! mprotect.
+//!
+//! Follows Linux 6.18 `mm/mprotect.c` (`mprotect_fixup`, `change_protection`):
+//! VMAs are split at the range's edges (splitting a PMD THP that an edge cuts)
+//! and merged again afterwards; removing write permission write-protects every
+//! PTE and PMD; granting it makes exclusive anonymous pages writable at once
+//! (MM_CP_TRY_CHANGE_WRITABLE with `can_change_pte_writable`), so no write fault follows.
+
+use crate::mm_types::{pg, PMD_SIZE, PTRS_PER_PTE};
+use crate::mmap::{update_vma_flags, MmStruct, Vma};
+use crate::pgtable::Pmd;
+use crate::Machine;
+
+/// Changes the protection of `[start, end)`; false if part of it is unmapped (ENOMEM).
+pub fn do_mprotect(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64, prot: u32) -> bool {
+    let covered = update_vma_flags(m, mm, start, end, |flags| (flags & !Vma::PROT_MASK) | prot);
+    change_protection(m, mm, start, end, prot & Vma::VM_WRITE != 0);
+    covered
+}
+
+fn change_protection(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64, write: bool) {
+    let first = start / PMD_SIZE;
+    let last = (end - 1) / PMD_SIZE;
+    for (index, pmd) in mm.pmds.range_mut(first..=last) {
+        match pmd {
+            Pmd::Huge { pfn, writable, .. } => {
+                *writable = write && m.zone.memmap.page(*pfn).test(pg::ANON_EXCLUSIVE);
+            }
+            Pmd::HugeZero { .. } => {}
+            Pmd::Table(t) => {
+                let lo = start.max(index * PMD_SIZE);
+                let hi = end.min((index + 1) * PMD_SIZE);
+                let from = ((lo / crate::mm_types::PAGE_SIZE) as usize) % PTRS_PER_PTE;
+                let to = from + ((hi - lo) / crate::mm_types::PAGE_SIZE) as usize;
+                for pte in &mut t.ptes[from..to] {
+                    let Some(pfn) = pte.pfn() else { continue };
+                    *pte = if write && m.zone.memmap.page(pfn).test(pg::ANON_EXCLUSIVE) {
+                        pte.mkwrite()
+                    } else {
+                        pte.wrprotect()
+                    };
+                }
+            }
+        }
+    }
+}

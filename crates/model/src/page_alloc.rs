@@ -1,0 +1,253 @@
+//! The buddy allocator: one zone of physical memory, free lists per order.
+//!
+//! Follows Linux 6.18 `mm/page_alloc.c`: `__rmqueue_smallest` takes the smallest
+//! free block of at least the requested order and `expand`s it, returning the
+//! upper halves to the free lists; `__free_one_page` merges a freed block with
+//! its buddy while the buddy is free and of the same order.
+//!
+//! Deliberate simplifications:
+//! - one node, one zone (ZONE_NORMAL), no migratetypes, no per-cpu page lists
+//!   (frees merge at once), no watermarks or lowmem reserves: an allocation fails
+//!   only when no free block of a sufficient order exists;
+//! - no direct compaction or reclaim yet, whatever `defrag` says: a large-folio
+//!   allocation fails as soon as memory is too fragmented for it;
+//! - memory never touched is not on any free list: it sits above `frontier` as
+//!   MAX_PAGE_ORDER blocks and is carved off when the free lists run dry, so the
+//!   model of a 1 TiB machine costs nothing before it is used (the kernel's
+//!   deferred struct page init does the same with its memmap);
+//! - free lists are LIFO stacks (the kernel adds freed pages at the head and
+//!   allocates from the head); a block merged away is left in its stack and
+//!   skipped when popped, so removal from the middle of a list costs nothing.
+
+use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
+use crate::sparse::MemMap;
+
+#[derive(Default)]
+struct FreeArea {
+    /// Candidate block heads; an entry is live iff its page is PageBuddy of this order.
+    stack: Vec<u64>,
+    nr_free: u64,
+}
+
+pub struct Zone {
+    pub memmap: MemMap,
+    free_area: [FreeArea; NR_PAGE_ORDERS],
+    /// Frames at or above this have never been allocated (and are not on any list).
+    frontier: u64,
+    /// zone->spanned_pages: frames in the zone.
+    spanned: u64,
+    /// Frames currently free, on lists or above the frontier.
+    nr_free_pages: u64,
+}
+
+impl Zone {
+    /// A zone of `nr_pages` frames, all free.
+    pub fn new(nr_pages: u64) -> Self {
+        Zone {
+            memmap: MemMap::new(nr_pages),
+            free_area: Default::default(),
+            frontier: 0,
+            spanned: nr_pages,
+            nr_free_pages: nr_pages,
+        }
+    }
+
+    pub fn spanned_pages(&self) -> u64 {
+        self.spanned
+    }
+
+    pub fn nr_free_pages(&self) -> u64 {
+        self.nr_free_pages
+    }
+
+    /// nr_free of each order's free list (what /proc/buddyinfo prints), counting
+    /// never-touched memory as free MAX_PAGE_ORDER blocks.
+    pub fn buddyinfo(&self) -> [u64; NR_PAGE_ORDERS] {
+        let mut info = [0; NR_PAGE_ORDERS];
+        for (o, area) in self.free_area.iter().enumerate() {
+            info[o] = area.nr_free;
+        }
+        let mut pfn = self.frontier;
+        while pfn < self.spanned {
+            let order = self.frontier_block_order(pfn);
+            info[order as usize] += 1;
+            pfn += 1 << order;
+        }
+        info
+    }
+
+    /// Allocates a naturally aligned block of 2^order frames, or None when no
+    /// free block of that order or larger exists. Page metadata of the block is
+    /// left cleared: the caller initialises what it uses.
+    pub fn alloc_pages(&mut self, order: u32) -> Option<Pfn> {
+        debug_assert!(order <= MAX_PAGE_ORDER);
+        let (pfn, found) = self
+            .rmqueue_smallest(order)
+            .or_else(|| self.carve_frontier(order))?;
+        self.expand(pfn, order, found);
+        let page = self.memmap.page_mut(Pfn(pfn));
+        page.init(0, 0);
+        self.nr_free_pages -= 1 << order;
+        Some(Pfn(pfn))
+    }
+
+    /// Returns a block to the free lists, merging it with free buddies.
+    pub fn free_pages(&mut self, pfn: Pfn, order: u32) {
+        debug_assert_eq!(pfn.0 & ((1 << order) - 1), 0, "unaligned free of {pfn}");
+        self.nr_free_pages += 1 << order;
+        let mut pfn = pfn.0;
+        let mut order = order;
+        while order < MAX_PAGE_ORDER {
+            let buddy = pfn ^ (1 << order);
+            if buddy >= self.frontier || !self.is_free_block(buddy, order) {
+                break;
+            }
+            // del_page_from_free_list: the stack entry goes stale.
+            self.memmap.page_mut(Pfn(buddy)).init(0, 0);
+            self.free_area[order as usize].nr_free -= 1;
+            pfn &= !(1 << order);
+            order += 1;
+        }
+        self.add_to_free_list(pfn, order);
+    }
+
+    fn is_free_block(&self, pfn: u64, order: u32) -> bool {
+        let page = self.memmap.page(Pfn(pfn));
+        page.test(pg::BUDDY) && page.order() == order
+    }
+
+    fn add_to_free_list(&mut self, pfn: u64, order: u32) {
+        self.memmap.page_mut(Pfn(pfn)).init(pg::BUDDY, order);
+        let area = &mut self.free_area[order as usize];
+        area.stack.push(pfn);
+        area.nr_free += 1;
+        // Bound the stale entries left by merges: at most as many as live ones.
+        if area.stack.len() as u64 > 2 * area.nr_free + 64 {
+            self.compact_free_list(order);
+        }
+    }
+
+    fn compact_free_list(&mut self, order: u32) {
+        let mut stack = std::mem::take(&mut self.free_area[order as usize].stack);
+        // Keep the last (most recently pushed) live entry of each block, in order.
+        let mut seen = std::collections::HashSet::with_capacity(stack.len());
+        stack.reverse();
+        stack.retain(|&pfn| self.is_free_block(pfn, order) && seen.insert(pfn));
+        stack.reverse();
+        debug_assert_eq!(stack.len() as u64, self.free_area[order as usize].nr_free);
+        self.free_area[order as usize].stack = stack;
+    }
+
+    /// __rmqueue_smallest: pops the first live block of order >= `order`.
+    fn rmqueue_smallest(&mut self, order: u32) -> Option<(u64, u32)> {
+        for o in order..=MAX_PAGE_ORDER {
+            if self.free_area[o as usize].nr_free == 0 {
+                continue;
+            }
+            while let Some(pfn) = self.free_area[o as usize].stack.pop() {
+                if self.is_free_block(pfn, o) {
+                    self.memmap.page_mut(Pfn(pfn)).init(0, 0);
+                    self.free_area[o as usize].nr_free -= 1;
+                    return Some((pfn, o));
+                }
+            }
+            unreachable!("free_area[{o}].nr_free > 0 with no live entry");
+        }
+        None
+    }
+
+    /// The order of the never-used block starting at `pfn`: MAX_PAGE_ORDER, or
+    /// smaller at the end of a zone whose size is not a multiple of 4 MiB.
+    fn frontier_block_order(&self, pfn: u64) -> u32 {
+        let mut order = MAX_PAGE_ORDER;
+        while pfn & ((1 << order) - 1) != 0 || pfn + (1 << order) > self.spanned {
+            order -= 1;
+        }
+        order
+    }
+
+    /// Takes the next never-used block, if it is large enough.
+    fn carve_frontier(&mut self, order: u32) -> Option<(u64, u32)> {
+        while self.frontier < self.spanned {
+            let pfn = self.frontier;
+            let block = self.frontier_block_order(pfn);
+            self.memmap.online_section(Pfn(pfn));
+            self.frontier += 1 << block;
+            if block >= order {
+                return Some((pfn, block));
+            }
+            // A small block at the end of the zone: free it like any other.
+            self.nr_free_pages -= 1 << block;
+            self.free_pages(Pfn(pfn), block);
+            if let Some(found) = self.rmqueue_smallest(order) {
+                return Some(found);
+            }
+        }
+        None
+    }
+
+    /// expand: splits a block of order `high` down to `low`, freeing upper halves.
+    fn expand(&mut self, pfn: u64, low: u32, mut high: u32) {
+        while high > low {
+            high -= 1;
+            self.add_to_free_list(pfn + (1 << high), high);
+        }
+    }
+
+    /// Host bytes used by the model of this zone.
+    pub fn footprint_bytes(&self) -> u64 {
+        let stacks: usize = self.free_area.iter().map(|a| a.stack.capacity() * 8).sum();
+        self.memmap.footprint_bytes() + stacks as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_and_merge_back_to_one_block() {
+        let mut zone = Zone::new(1024);
+        let a = zone.alloc_pages(0).expect("order-0");
+        let b = zone.alloc_pages(3).expect("order-3");
+        assert_eq!(zone.nr_free_pages(), 1024 - 1 - 8);
+        assert_eq!(b.0 % 8, 0);
+        zone.free_pages(a, 0);
+        zone.free_pages(b, 3);
+        assert_eq!(zone.nr_free_pages(), 1024);
+        assert_eq!(zone.buddyinfo()[MAX_PAGE_ORDER as usize], 1);
+        assert_eq!(zone.buddyinfo().iter().sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn fragmentation_fails_large_orders_but_not_small() {
+        let mut zone = Zone::new(1024);
+        let pages: Vec<Pfn> = (0..1024)
+            .map(|_| zone.alloc_pages(0).expect("fits"))
+            .collect();
+        assert!(zone.alloc_pages(0).is_none());
+        // Free every other frame: 512 free frames, no two of them buddies.
+        for p in pages.iter().filter(|p| p.0 % 2 == 0) {
+            zone.free_pages(*p, 0);
+        }
+        assert_eq!(zone.nr_free_pages(), 512);
+        assert!(zone.alloc_pages(1).is_none());
+        assert!(zone.alloc_pages(0).is_some());
+    }
+
+    #[test]
+    fn odd_sized_zone_uses_every_frame() {
+        let mut zone = Zone::new(1024 + 512 + 3);
+        let mut n = 0;
+        while zone.alloc_pages(0).is_some() {
+            n += 1;
+        }
+        assert_eq!(n, 1024 + 512 + 3);
+    }
+
+    #[test]
+    fn terabyte_zone_is_cheap_until_used() {
+        let zone = Zone::new((1u64 << 40) >> 12);
+        assert!(zone.footprint_bytes() < 1 << 20);
+    }
+}

@@ -1,0 +1,216 @@
+//! Page tables: PMD entries that are empty, a huge zero page, a PMD-mapped THP
+//! or a table of 512 PTEs.
+//!
+//! Follows the x86_64 4-level layout of Linux 6.18 (`arch/x86/include/asm/pgtable*.h`)
+//! at the two levels THP cares about. Simplifications: the PGD/P4D/PUD levels are
+//! a sorted map from PMD index to entry, and their table pages are not allocated
+//! (only PTE tables, which the kernel counts in NR_PAGETABLE and which a PMD THP
+//! deposits, take frames from the buddy allocator); no accessed/dirty bits (all
+//! anon PTEs are written young and dirty on fault, and the model never ages
+//! them yet); no swap or migration entries.
+
+use crate::mm_types::{Pfn, PTRS_PER_PTE};
+
+/// A PTE, 4 bytes: none, the shared zero page, or a present page with its
+/// write permission. Present PTEs hold pfn + 2, so the model addresses at most
+/// 2^31 - 3 frames (8 TiB of 4 KiB pages).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pte(u32);
+
+const PTE_ZERO: u32 = 1;
+const PTE_WRITE: u32 = 1 << 31;
+pub const MAX_PFN: u64 = (PTE_WRITE - 3) as u64;
+
+impl Pte {
+    pub const NONE: Pte = Pte(0);
+    /// The shared 4 KiB zero page, mapped read-only (pte_mkspecial(my_zero_pfn)).
+    pub const ZERO: Pte = Pte(PTE_ZERO);
+
+    #[inline]
+    pub fn new(pfn: Pfn, writable: bool) -> Pte {
+        debug_assert!(pfn.0 <= MAX_PFN);
+        Pte((pfn.0 as u32 + 2) | if writable { PTE_WRITE } else { 0 })
+    }
+    #[inline]
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+    #[inline]
+    pub fn is_zero_page(self) -> bool {
+        self.0 == PTE_ZERO
+    }
+    /// The mapped frame of a present, normal (non-zero-page) PTE.
+    #[inline]
+    pub fn pfn(self) -> Option<Pfn> {
+        let raw = self.0 & !PTE_WRITE;
+        (raw >= 2).then(|| Pfn(u64::from(raw - 2)))
+    }
+    #[inline]
+    pub fn is_writable(self) -> bool {
+        self.0 & PTE_WRITE != 0
+    }
+    #[inline]
+    pub fn wrprotect(self) -> Pte {
+        Pte(self.0 & !PTE_WRITE)
+    }
+    #[inline]
+    pub fn mkwrite(self) -> Pte {
+        if self.pfn().is_some() {
+            Pte(self.0 | PTE_WRITE)
+        } else {
+            self
+        }
+    }
+}
+
+/// A page of PTEs, backed by a frame of simulated memory.
+pub struct PteTable {
+    pub page: Pfn,
+    pub ptes: [Pte; PTRS_PER_PTE],
+}
+
+impl PteTable {
+    pub fn new(page: Pfn) -> Box<Self> {
+        Box::new(PteTable {
+            page,
+            ptes: [Pte::NONE; PTRS_PER_PTE],
+        })
+    }
+
+    /// pte_range_none: all `nr` PTEs from `first` are empty.
+    #[inline]
+    pub fn range_none(&self, first: usize, nr: usize) -> bool {
+        self.ptes[first..first + nr].iter().all(|p| p.is_none())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ptes.iter().all(|p| p.is_none())
+    }
+}
+
+/// A populated PMD entry (pmd_none is the absence of an entry).
+pub enum Pmd {
+    /// The huge zero folio, read-only, with the PTE table deposited for a split.
+    HugeZero {
+        deposit: Pfn,
+    },
+    /// A PMD-mapped THP, with its deposited PTE table (pgtable_trans_huge_deposit).
+    Huge {
+        pfn: Pfn,
+        writable: bool,
+        deposit: Pfn,
+    },
+    Table(Box<PteTable>),
+}
+
+/// PMD entries per PMD table (one table maps 1 GiB).
+const PTRS_PER_PMD: usize = 512;
+
+/// A page of PMD entries; `None` is pmd_none.
+struct PmdTable {
+    entries: [Option<Pmd>; PTRS_PER_PMD],
+    populated: u16,
+}
+
+/// The PMD level of one mm's page tables, indexed by PMD index (address / 2 MiB):
+/// a sorted map of PMD tables, one per GiB of address space in use, so that a
+/// lookup is a short search plus an array index.
+#[derive(Default)]
+pub struct PmdMap {
+    tables: std::collections::BTreeMap<u64, Box<PmdTable>>,
+}
+
+#[inline]
+fn split_index(index: u64) -> (u64, usize) {
+    (
+        index / PTRS_PER_PMD as u64,
+        (index % PTRS_PER_PMD as u64) as usize,
+    )
+}
+
+impl PmdMap {
+    #[inline]
+    pub fn get(&self, index: &u64) -> Option<&Pmd> {
+        let (hi, lo) = split_index(*index);
+        self.tables.get(&hi)?.entries[lo].as_ref()
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, index: &u64) -> Option<&mut Pmd> {
+        let (hi, lo) = split_index(*index);
+        self.tables.get_mut(&hi)?.entries[lo].as_mut()
+    }
+
+    pub fn contains_key(&self, index: &u64) -> bool {
+        self.get(index).is_some()
+    }
+
+    pub fn insert(&mut self, index: u64, pmd: Pmd) {
+        let (hi, lo) = split_index(index);
+        let table = self.tables.entry(hi).or_insert_with(|| {
+            Box::new(PmdTable {
+                entries: std::array::from_fn(|_| None),
+                populated: 0,
+            })
+        });
+        if table.entries[lo].replace(pmd).is_none() {
+            table.populated += 1;
+        }
+    }
+
+    pub fn remove(&mut self, index: &u64) -> Option<Pmd> {
+        let (hi, lo) = split_index(*index);
+        let table = self.tables.get_mut(&hi)?;
+        let pmd = table.entries[lo].take()?;
+        table.populated -= 1;
+        if table.populated == 0 {
+            self.tables.remove(&hi);
+        }
+        Some(pmd)
+    }
+
+    /// Populated entries with index in `range`, in order.
+    pub fn range(&self, range: std::ops::RangeInclusive<u64>) -> impl Iterator<Item = (u64, &Pmd)> {
+        let (first, last) = (*range.start(), *range.end());
+        self.tables
+            .range(first / PTRS_PER_PMD as u64..=last / PTRS_PER_PMD as u64)
+            .flat_map(move |(hi, t)| {
+                t.entries.iter().enumerate().filter_map(move |(lo, e)| {
+                    let index = hi * PTRS_PER_PMD as u64 + lo as u64;
+                    let pmd = e.as_ref()?;
+                    (first..=last).contains(&index).then_some((index, pmd))
+                })
+            })
+    }
+
+    pub fn range_mut(
+        &mut self,
+        range: std::ops::RangeInclusive<u64>,
+    ) -> impl Iterator<Item = (u64, &mut Pmd)> {
+        let (first, last) = (*range.start(), *range.end());
+        self.tables
+            .range_mut(first / PTRS_PER_PMD as u64..=last / PTRS_PER_PMD as u64)
+            .flat_map(move |(hi, t)| {
+                let hi = *hi;
+                t.entries.iter_mut().enumerate().filter_map(move |(lo, e)| {
+                    let index = hi * PTRS_PER_PMD as u64 + lo as u64;
+                    let pmd = e.as_mut()?;
+                    (first..=last).contains(&index).then_some((index, pmd))
+                })
+            })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty()
+    }
+
+    /// Host bytes of the PMD tables and PTE tables.
+    pub fn footprint_bytes(&self) -> u64 {
+        let ptes = self
+            .range(0..=u64::MAX)
+            .filter(|(_, p)| matches!(p, Pmd::Table(_)))
+            .count();
+        (self.tables.len() * std::mem::size_of::<PmdTable>()
+            + ptes * std::mem::size_of::<PteTable>()) as u64
+    }
+}

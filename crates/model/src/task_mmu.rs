@@ -1,0 +1,127 @@
+//! What /proc/PID/smaps, smaps_rollup and pagemap would show for a range.
+//!
+//! Follows Linux 6.18 `fs/proc/task_mmu.c` (`smaps_pte_entry`, `smaps_pmd_entry`,
+//! `smaps_account`) with CONFIG_PAGE_MAPCOUNT: the zero pages are not counted;
+//! a page of a folio with refcount 1 counts whole to Pss, otherwise its share is
+//! 1/mapcount (its PTE mappings plus the folio's PMD mappings); AnonHugePages
+//! counts PMD-mapped anon folios only. Pss is kept in the kernel's fixed point
+//! (PSS_SHIFT = 12) and truncated to kB at the end, as `SEQ_PUT_DEC` does.
+//! `folios` is hugelab's own summary of what pagemap + kpageflags reveal: how
+//! many folios of each size map into the range, and whether by PMD or by PTEs.
+
+use crate::memory::page_folio;
+use crate::mm_types::{Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
+use crate::mmap::MmStruct;
+use crate::pgtable::Pmd;
+use crate::rmap::{folio_entire_mapcount, folio_ref_count};
+use crate::Machine;
+use std::collections::HashSet;
+
+const PSS_SHIFT: u32 = 12;
+
+/// The smaps fields the model computes, in bytes (Pss in PSS_SHIFT fixed point).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemSizeStats {
+    pub resident: u64,
+    pub pss: u64,
+    pub anonymous: u64,
+    pub anonymous_thp: u64,
+}
+
+impl MemSizeStats {
+    /// (field, kB) pairs, in smaps order and spelling.
+    pub fn fields(&self) -> [(&'static str, u64); 4] {
+        [
+            ("Rss", self.resident >> 10),
+            ("Pss", self.pss >> (10 + PSS_SHIFT)),
+            ("Anonymous", self.anonymous >> 10),
+            ("AnonHugePages", self.anonymous_thp >> 10),
+        ]
+    }
+
+    pub fn add(&mut self, other: &MemSizeStats) {
+        self.resident += other.resident;
+        self.pss += other.pss;
+        self.anonymous += other.anonymous;
+        self.anonymous_thp += other.anonymous_thp;
+    }
+}
+
+/// smaps_account for `nr` pages from `page` of `folio`.
+fn smaps_account(m: &Machine, mss: &mut MemSizeStats, folio: Pfn, page: Pfn, nr: u64) {
+    let size = nr * PAGE_SIZE;
+    mss.resident += size;
+    mss.anonymous += size;
+    if folio_ref_count(m, folio) == 1 {
+        mss.pss += size << PSS_SHIFT;
+        return;
+    }
+    let entire = if m.zone.memmap.page(folio).order() > 0 {
+        u64::from(folio_entire_mapcount(m, folio))
+    } else {
+        0
+    };
+    for p in m.zone.memmap.pages(page, nr) {
+        let mapcount = (u64::from(p.mapcount) + entire).max(1);
+        mss.pss += (PAGE_SIZE << PSS_SHIFT) / mapcount;
+    }
+}
+
+/// Folios mapped in a range: per order, how many, and how many by a PMD.
+#[derive(Default)]
+pub struct FolioCounts {
+    pub total: [u64; HPAGE_PMD_ORDER as usize + 1],
+    pub pmd_mapped: [u64; HPAGE_PMD_ORDER as usize + 1],
+    /// Large folios already counted (a folio may show up in several places).
+    seen: HashSet<Pfn>,
+}
+
+impl FolioCounts {
+    fn count(&mut self, folio: Pfn, order: u32, pmd: bool) {
+        if order > 0 && !self.seen.insert(folio) {
+            return;
+        }
+        self.total[order as usize] += 1;
+        self.pmd_mapped[order as usize] += u64::from(pmd);
+    }
+}
+
+/// Walks the page tables of `[start, end)`, adding to the smaps totals and
+/// the folio counts.
+pub fn walk_range(
+    m: &Machine,
+    mm: &MmStruct,
+    start: u64,
+    end: u64,
+    mss: &mut MemSizeStats,
+    folios: &mut FolioCounts,
+) {
+    if start >= end {
+        return;
+    }
+    for (index, pmd) in mm.pmds.range(start / PMD_SIZE..=(end - 1) / PMD_SIZE) {
+        let slot = index * PMD_SIZE;
+        match pmd {
+            Pmd::Huge { pfn, .. } => {
+                smaps_account(m, mss, *pfn, *pfn, HPAGE_PMD_NR);
+                mss.anonymous_thp += PMD_SIZE;
+                folios.count(*pfn, HPAGE_PMD_ORDER, true);
+            }
+            Pmd::HugeZero { .. } => {}
+            Pmd::Table(t) => {
+                let lo = ((start.max(slot) - slot) / PAGE_SIZE) as usize;
+                let hi = ((end.min(slot + PMD_SIZE) - slot) / PAGE_SIZE) as usize;
+                let mut last_folio = None;
+                for pte in &t.ptes[lo..hi.min(PTRS_PER_PTE)] {
+                    let Some(pfn) = pte.pfn() else { continue };
+                    let folio = page_folio(m, pfn);
+                    smaps_account(m, mss, folio, pfn, 1);
+                    if last_folio != Some(folio) {
+                        folios.count(folio, m.zone.memmap.page(folio).order(), false);
+                        last_folio = Some(folio);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Event and state counters, by the kernel's names.
+//!
+//! Follows Linux 6.18 `include/linux/vm_event_item.h` (events), `mm/vmstat.c`
+//! (node stats shown in /proc/vmstat) and `mm/huge_memory.c` (per-size mTHP stats
+//! under hugepages-<size>kB/stats/). Only what the model drives is here: a
+//! counter the model does not maintain is not reported at all.
+
+use crate::mm_types::HPAGE_PMD_ORDER;
+
+/// vm_event_item entries the model counts, in /proc/vmstat spelling.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmEvent {
+    PgFault,
+    ThpFaultAlloc,
+    ThpFaultFallback,
+    ThpFaultFallbackCharge,
+    ThpSplitPmd,
+    ThpDeferredSplitPage,
+    ThpZeroPageAlloc,
+    ThpZeroPageAllocFailed,
+}
+
+impl VmEvent {
+    pub const ALL: [VmEvent; 8] = [
+        VmEvent::PgFault,
+        VmEvent::ThpFaultAlloc,
+        VmEvent::ThpFaultFallback,
+        VmEvent::ThpFaultFallbackCharge,
+        VmEvent::ThpSplitPmd,
+        VmEvent::ThpDeferredSplitPage,
+        VmEvent::ThpZeroPageAlloc,
+        VmEvent::ThpZeroPageAllocFailed,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            VmEvent::PgFault => "pgfault",
+            VmEvent::ThpFaultAlloc => "thp_fault_alloc",
+            VmEvent::ThpFaultFallback => "thp_fault_fallback",
+            VmEvent::ThpFaultFallbackCharge => "thp_fault_fallback_charge",
+            VmEvent::ThpSplitPmd => "thp_split_pmd",
+            VmEvent::ThpDeferredSplitPage => "thp_deferred_split_page",
+            VmEvent::ThpZeroPageAlloc => "thp_zero_page_alloc",
+            VmEvent::ThpZeroPageAllocFailed => "thp_zero_page_alloc_failed",
+        }
+    }
+}
+
+/// Per-size stats (`enum mthp_stat_item`) the model counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MthpStat {
+    AnonFaultAlloc,
+    AnonFaultFallback,
+    AnonFaultFallbackCharge,
+    SplitDeferred,
+    /// Gauge.
+    NrAnon,
+    /// Gauge.
+    NrAnonPartiallyMapped,
+}
+
+impl MthpStat {
+    pub const ALL: [MthpStat; 6] = [
+        MthpStat::AnonFaultAlloc,
+        MthpStat::AnonFaultFallback,
+        MthpStat::AnonFaultFallbackCharge,
+        MthpStat::SplitDeferred,
+        MthpStat::NrAnon,
+        MthpStat::NrAnonPartiallyMapped,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MthpStat::AnonFaultAlloc => "anon_fault_alloc",
+            MthpStat::AnonFaultFallback => "anon_fault_fallback",
+            MthpStat::AnonFaultFallbackCharge => "anon_fault_fallback_charge",
+            MthpStat::SplitDeferred => "split_deferred",
+            MthpStat::NrAnon => "nr_anon",
+            MthpStat::NrAnonPartiallyMapped => "nr_anon_partially_mapped",
+        }
+    }
+}
+
+const NR_ORDERS: usize = HPAGE_PMD_ORDER as usize + 1;
+
+#[derive(Clone, Debug, Default)]
+pub struct VmStat {
+    events: [u64; VmEvent::ALL.len()],
+    mthp: [[i64; MthpStat::ALL.len()]; NR_ORDERS],
+    /// NR_ANON_MAPPED: anon pages mapped by at least one PTE or PMD.
+    pub nr_anon_mapped: i64,
+    /// NR_ANON_THPS, in pages: pages of anon folios with at least one PMD mapping.
+    pub nr_anon_thps: i64,
+    /// NR_PAGETABLE: page-table pages (PTE tables, including deposited ones).
+    pub nr_pagetable: i64,
+}
+
+impl VmStat {
+    #[inline]
+    pub fn count_vm_event(&mut self, event: VmEvent) {
+        self.events[event as usize] += 1;
+    }
+
+    pub fn event(&self, event: VmEvent) -> u64 {
+        self.events[event as usize]
+    }
+
+    /// count_mthp_stat: ignores order 0 and orders above PMD, like the kernel.
+    #[inline]
+    pub fn count_mthp_stat(&mut self, order: u32, item: MthpStat) {
+        self.mod_mthp_stat(order, item, 1);
+    }
+
+    #[inline]
+    pub fn mod_mthp_stat(&mut self, order: u32, item: MthpStat, delta: i64) {
+        if order == 0 || order > HPAGE_PMD_ORDER {
+            return;
+        }
+        self.mthp[order as usize][item as usize] += delta;
+    }
+
+    pub fn mthp_stat(&self, order: u32, item: MthpStat) -> i64 {
+        self.mthp[order as usize][item as usize]
+    }
+}

@@ -1,0 +1,76 @@
+//! Runs every `scenarios/*.hlw` on the model: each must run to its end and
+//! meet every `expect` (whose values come from the kernel's behaviour, see the
+//! comments in each file), and give the same observation twice.
+
+use hugelab_model::Model;
+use hugelab_workload::{parse_file, run};
+use std::path::PathBuf;
+
+fn scenarios() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "hlw"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_scenario_passes_on_the_model() {
+    let files = scenarios();
+    assert!(
+        files.len() >= 25,
+        "expected at least 25 scenarios, found {}",
+        files.len()
+    );
+    let mut failures = Vec::new();
+    for file in &files {
+        let workload = match parse_file(file) {
+            Ok(w) => w,
+            Err(e) => {
+                failures.push(format!("{e}"));
+                continue;
+            }
+        };
+        match run(&mut Model::default(), &workload) {
+            Err(e) => failures.push(format!("{e}")),
+            Ok(obs) => {
+                assert!(
+                    !obs.expects.is_empty(),
+                    "{} has no expect line",
+                    file.display()
+                );
+                for e in obs.failed_expects() {
+                    failures.push(format!(
+                        "{}:{}:{}: expect {} {} {}: actual {:?}",
+                        obs.workload, e.line, e.col, e.counter, e.op, e.expected, e.actual
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} scenario failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn scenarios_are_deterministic() {
+    for file in scenarios() {
+        let Ok(workload) = parse_file(&file) else {
+            continue;
+        };
+        let a = run(&mut Model::default(), &workload).map(|o| serde_json_string(&o));
+        let b = run(&mut Model::default(), &workload).map(|o| serde_json_string(&o));
+        assert_eq!(a, b, "{} gave two different observations", file.display());
+    }
+}
+
+fn serde_json_string(obs: &hugelab_workload::Observation) -> String {
+    format!("{obs:?}")
+}

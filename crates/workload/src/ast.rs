@@ -1,0 +1,309 @@
+//! The typed syntax tree of a workload (`.hlw`), as DESIGN.md specifies it.
+//!
+//! Every statement keeps the line and column it came from, so a backend that
+//! refuses or fails a statement can point at it (`buf.hlw:7:12: ...`).
+
+use std::fmt;
+
+/// A whole workload: its statements in file order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// The name the workload was read from, as given by the user (used in errors).
+    pub file: String,
+    pub stmts: Vec<Stmt>,
+}
+
+/// Where a statement or token starts: 1-based line and column.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Pos {
+    pub line: u32,
+    pub col: u32,
+}
+
+impl fmt::Display for Pos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.line, self.col)
+    }
+}
+
+/// One statement with its position. Equality ignores nothing: two ASTs are equal
+/// only if statements sit at the same places too (the round-trip test compares
+/// `kind`s, since printing canonicalises spacing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stmt {
+    pub pos: Pos,
+    pub kind: StmtKind,
+}
+
+/// A name of a process, region, cgroup or snapshot: `[A-Za-z_][A-Za-z0-9_-]*`.
+pub type Name = String;
+
+/// A byte count. Printed with the largest binary suffix that divides it exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Size(pub u64);
+
+impl Size {
+    pub fn bytes(self) -> u64 {
+        self.0
+    }
+}
+
+/// `<region>[+<offset>][:<length>]`: a byte range of a region, relative to its start.
+/// A missing offset is 0; a missing length runs to the region's end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Range {
+    pub region: Name,
+    pub offset: Option<Size>,
+    pub len: Option<Size>,
+}
+
+/// Page protection for `mmap prot=` and `mprotect`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Prot {
+    ReadWrite,
+    Read,
+    None,
+}
+
+/// `madvise` advice, by the kernel's MADV_ names without the prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Advice {
+    Hugepage,
+    NoHugepage,
+    DontNeed,
+    Free,
+    Collapse,
+    Pageout,
+    Cold,
+}
+
+/// The hugetlb page size of a `mmap ... hugetlb=` region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HugetlbSize {
+    Size2M,
+    Size1G,
+}
+
+/// `expect` comparison.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Le,
+    Ge,
+}
+
+/// `machine` keys (model-only machine shape).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MachineParam {
+    /// `arch=x86_64|arm64`
+    Arch(Arch),
+    /// `base_page=4K|16K|64K`
+    BasePage(Size),
+    /// `memory=16G`
+    Memory(Size),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Arch {
+    X86_64,
+    Arm64,
+}
+
+/// A kernel tunable, by its own path. THP and hugetlb files are relative to
+/// /sys/kernel/mm/; sysctls are /proc/sys/vm/<name> written `vm.<name>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tunable {
+    /// transparent_hugepage/enabled: always|madvise|never
+    ThpEnabled,
+    /// transparent_hugepage/defrag: always|defer|defer+madvise|madvise|never
+    ThpDefrag,
+    /// transparent_hugepage/use_zero_page: 0|1
+    ThpUseZeroPage,
+    /// transparent_hugepage/shrink_underused: 0|1
+    ThpShrinkUnderused,
+    /// transparent_hugepage/anon_beside_full: 0|1 (a vendor knob of these VMs; see
+    /// ../shared/reference/this-machine-live-capabilities.md §12)
+    ThpAnonBesideFull,
+    /// transparent_hugepage/hugepages-<size_kb>kB/enabled: always|inherit|madvise|never
+    ThpSizeEnabled { size_kb: u64 },
+    /// transparent_hugepage/khugepaged/<knob>: a number
+    Khugepaged(KhugepagedKnob),
+    /// hugepages/hugepages-<size_kb>kB/nr_hugepages: a number
+    HugetlbNrHugepages { size_kb: u64 },
+    /// hugepages/hugepages-<size_kb>kB/nr_overcommit_hugepages: a number
+    HugetlbNrOvercommit { size_kb: u64 },
+    /// vm.<name>: a number
+    Sysctl(VmSysctl),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KhugepagedKnob {
+    Defrag,
+    MaxPtesNone,
+    MaxPtesSwap,
+    MaxPtesShared,
+    PagesToScan,
+    ScanSleepMillisecs,
+    AllocSleepMillisecs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VmSysctl {
+    HugetlbOptimizeVmemmap,
+    NrHugepages,
+    NrOvercommitHugepages,
+    OvercommitMemory,
+    CompactionProactiveness,
+    MinFreeKbytes,
+}
+
+/// transparent_hugepage/enabled values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ThpEnabled {
+    Always,
+    Madvise,
+    Never,
+}
+
+/// hugepages-<size>/enabled values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ThpSizeEnabled {
+    Always,
+    Inherit,
+    Madvise,
+    Never,
+}
+
+/// transparent_hugepage/defrag values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ThpDefrag {
+    Always,
+    Defer,
+    DeferMadvise,
+    Madvise,
+    Never,
+}
+
+/// The value of a `set`, already checked against what its tunable accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SetValue {
+    Enabled(ThpEnabled),
+    SizeEnabled(ThpSizeEnabled),
+    Defrag(ThpDefrag),
+    /// 0/1 flags and numeric knobs.
+    Num(u64),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StmtKind {
+    Set {
+        tunable: Tunable,
+        value: SetValue,
+    },
+    Machine {
+        params: Vec<MachineParam>,
+    },
+    Cgroup {
+        cgroup: Name,
+        memory_max: Option<Size>,
+    },
+    Spawn {
+        proc: Name,
+        cgroup: Option<Name>,
+    },
+    Mmap {
+        proc: Name,
+        region: Name,
+        size: Size,
+        align: Option<Size>,
+        hugetlb: Option<HugetlbSize>,
+        shared: bool,
+        prot: Option<Prot>,
+    },
+    Munmap {
+        proc: Name,
+        range: Range,
+    },
+    Mprotect {
+        proc: Name,
+        range: Range,
+        prot: Prot,
+    },
+    Madvise {
+        proc: Name,
+        range: Range,
+        advice: Advice,
+    },
+    Read {
+        proc: Name,
+        range: Range,
+        step: Option<Size>,
+    },
+    Write {
+        proc: Name,
+        range: Range,
+        step: Option<Size>,
+        zero: bool,
+    },
+    Pin {
+        proc: Name,
+        range: Range,
+    },
+    Unpin {
+        proc: Name,
+        range: Range,
+    },
+    Fork {
+        proc: Name,
+        child: Name,
+    },
+    ThpDisable {
+        proc: Name,
+        on: bool,
+    },
+    Exit {
+        proc: Name,
+    },
+    Split {
+        proc: Name,
+        range: Range,
+    },
+    Khugepaged,
+    Reclaim,
+    Snapshot {
+        label: Name,
+    },
+    Expect {
+        counter: String,
+        op: CmpOp,
+        value: u64,
+    },
+}
+
+impl StmtKind {
+    /// The statement's keyword as written in a workload (`mmap`, `expect`, ...).
+    pub fn keyword(&self) -> &'static str {
+        match self {
+            StmtKind::Set { .. } => "set",
+            StmtKind::Machine { .. } => "machine",
+            StmtKind::Cgroup { .. } => "cgroup",
+            StmtKind::Spawn { .. } => "spawn",
+            StmtKind::Mmap { .. } => "mmap",
+            StmtKind::Munmap { .. } => "munmap",
+            StmtKind::Mprotect { .. } => "mprotect",
+            StmtKind::Madvise { .. } => "madvise",
+            StmtKind::Read { .. } => "read",
+            StmtKind::Write { .. } => "write",
+            StmtKind::Pin { .. } => "pin",
+            StmtKind::Unpin { .. } => "unpin",
+            StmtKind::Fork { .. } => "fork",
+            StmtKind::ThpDisable { .. } => "thp_disable",
+            StmtKind::Exit { .. } => "exit",
+            StmtKind::Split { .. } => "split",
+            StmtKind::Khugepaged => "khugepaged",
+            StmtKind::Reclaim => "reclaim",
+            StmtKind::Snapshot { .. } => "snapshot",
+            StmtKind::Expect { .. } => "expect",
+        }
+    }
+}

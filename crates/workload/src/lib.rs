@@ -1,0 +1,14 @@
+//! The hugelab workload language (`.hlw`), the observation schema and the
+//! `Backend` trait both backends implement. Depends on nothing of ours.
+
+pub mod ast;
+pub mod backend;
+pub mod check;
+pub mod observation;
+pub mod parse;
+pub mod print;
+
+pub use ast::*;
+pub use backend::{run, Backend, BackendError, BackendErrorKind, RunError};
+pub use observation::{counter_kind, CounterKind, Counters, ExpectOutcome, Observation, Snapshot};
+pub use parse::{parse, parse_file, ParseError, SizeError};

@@ -1,0 +1,1109 @@
+//! The `.hlw` parser: text → typed AST, with `file:line:col` errors.
+//!
+//! One pass over the lines. Each statement is checked semantically (see
+//! [`crate::check`]) as soon as it is parsed, so the error reported is always
+//! the first one in file order, syntax or semantics alike, and parsing stops
+//! there. Nothing here panics on any input: every conversion that could fail
+//! on user text returns an error instead.
+
+use crate::ast::*;
+use crate::check::{valid_name, Checker, Issue, Part, RESERVED};
+use std::path::Path;
+use std::str::FromStr;
+
+/// A syntax or semantic error at a place in a workload file.
+///
+/// Displays as `file:line:col: message`; `line` 0 means the file could not be
+/// read at all, and then it displays as `file: message`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{} {message}", location(.line, .col))]
+pub struct ParseError {
+    pub file: String,
+    pub line: u32,
+    pub col: u32,
+    pub message: String,
+}
+
+/// `line:col:` or nothing for a file-level error (line 0).
+fn location(line: &u32, col: &u32) -> String {
+    if *line == 0 {
+        String::new()
+    } else {
+        format!("{line}:{col}:")
+    }
+}
+
+/// Why a size did not parse. Shared by the parser and by [`Size::from_str`]
+/// so that command-line sizes get the same words as workload sizes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("bad size {}; expected bytes like 4096, 64K, 2M, 1G or 0x1000", quote(.0))]
+    Bad(String),
+    #[error("size too large: {}", quote(.0))]
+    TooLarge(String),
+}
+
+impl FromStr for Size {
+    type Err = SizeError;
+
+    /// Decimal with an optional binary suffix K/M/G/T (either case), or hex `0x…`.
+    fn from_str(s: &str) -> Result<Size, SizeError> {
+        let bad = || SizeError::Bad(s.to_string());
+        let large = || SizeError::TooLarge(s.to_string());
+        if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            return u64::from_str_radix(hex, 16).map(Size).map_err(|_| large());
+        }
+        let (digits, mult) = match s.as_bytes().last() {
+            Some(b'K' | b'k') => (&s[..s.len() - 1], 1u64 << 10),
+            Some(b'M' | b'm') => (&s[..s.len() - 1], 1u64 << 20),
+            Some(b'G' | b'g') => (&s[..s.len() - 1], 1u64 << 30),
+            Some(b'T' | b't') => (&s[..s.len() - 1], 1u64 << 40),
+            _ => (s, 1),
+        };
+        let n = parse_decimal(digits).ok_or_else(bad)?.ok_or_else(large)?;
+        n.checked_mul(mult).map(Size).ok_or_else(large)
+    }
+}
+
+/// `None` if `s` is not all ASCII digits (or is empty); `Some(None)` on overflow.
+/// (`u64::from_str` alone would accept a leading `+`.)
+fn parse_decimal(s: &str) -> Option<Option<u64>> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(s.parse::<u64>().ok())
+}
+
+/// A non-negative integer in decimal or `0x` hex (the value of `expect`).
+fn parse_uint(s: &str) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "bad value {}; expected a non-negative integer like 42 or 0x2a",
+            quote(s)
+        )
+    };
+    let large = || format!("value too large: {}", quote(s));
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        return u64::from_str_radix(hex, 16).map_err(|_| large());
+    }
+    parse_decimal(s).ok_or_else(bad)?.ok_or_else(large)
+}
+
+/// A user token inside an error message: quoted, control characters escaped
+/// (so the message stays on one line) and cut when very long.
+pub(crate) fn quote(s: &str) -> String {
+    const MAX: usize = 60;
+    let mut out = String::from("'");
+    for (i, c) in s.chars().enumerate() {
+        if i == MAX {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// The top-level statement keywords, in the order error messages list them.
+const KEYWORDS: &str = "set, machine, cgroup, spawn, split, khugepaged, reclaim, snapshot, expect";
+/// The verbs of `<proc> <verb> ...` statements, in the order error messages list them.
+const VERBS: &str =
+    "mmap, munmap, mprotect, madvise, read, write, pin, unpin, fork, thp_disable, exit";
+
+const USAGE_SET: &str = "set <tunable> <value>";
+const USAGE_MACHINE: &str =
+    "machine <key>=<value>... with keys arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>";
+const USAGE_CGROUP: &str = "cgroup <cg> [memory.max=<size>]";
+const USAGE_SPAWN: &str = "spawn <proc> [cgroup=<cg>]";
+const USAGE_SPLIT: &str = "split <proc> <range>";
+const USAGE_SNAPSHOT: &str = "snapshot <label>";
+const USAGE_EXPECT: &str = "expect <counter> ==|<=|>= <value>";
+const USAGE_MMAP: &str =
+    "<proc> mmap <region> <size> [align=<size>] [hugetlb=2M|1G] [shared] [prot=rw|r|none]";
+const USAGE_MUNMAP: &str = "<proc> munmap <range>";
+const USAGE_MPROTECT: &str = "<proc> mprotect <range> rw|r|none";
+const USAGE_MADVISE: &str =
+    "<proc> madvise <range> HUGEPAGE|NOHUGEPAGE|DONTNEED|FREE|COLLAPSE|PAGEOUT|COLD";
+const USAGE_READ: &str = "<proc> read <range> [step=<size>]";
+const USAGE_WRITE: &str = "<proc> write <range> [step=<size>] [zero]";
+const USAGE_PIN: &str = "<proc> pin <range>";
+const USAGE_UNPIN: &str = "<proc> unpin <range>";
+const USAGE_FORK: &str = "<proc> fork <child>";
+const USAGE_THP_DISABLE: &str = "<proc> thp_disable on|off";
+const USAGE_EXIT: &str = "<proc> exit";
+
+/// One option a statement accepts: `name=<value>` when `value` is set, else a flag.
+struct OptSpec {
+    name: &'static str,
+    value: Option<&'static str>,
+}
+
+const fn opt(name: &'static str, value: &'static str) -> OptSpec {
+    OptSpec {
+        name,
+        value: Some(value),
+    }
+}
+
+const fn flag(name: &'static str) -> OptSpec {
+    OptSpec { name, value: None }
+}
+
+const MMAP_OPTS: &[OptSpec] = &[
+    opt("align", "<size>"),
+    opt("hugetlb", "2M|1G"),
+    flag("shared"),
+    opt("prot", "rw|r|none"),
+];
+const READ_OPTS: &[OptSpec] = &[opt("step", "<size>")];
+const WRITE_OPTS: &[OptSpec] = &[opt("step", "<size>"), flag("zero")];
+const SPAWN_OPTS: &[OptSpec] = &[opt("cgroup", "<cg>")];
+const CGROUP_OPTS: &[OptSpec] = &[opt("memory.max", "<size>")];
+
+fn describe_opts(specs: &[OptSpec]) -> String {
+    let v: Vec<String> = specs
+        .iter()
+        .map(|s| match s.value {
+            Some(v) => format!("{}={}", s.name, v),
+            None => s.name.to_string(),
+        })
+        .collect();
+    v.join(", ")
+}
+
+/// A token of a line: its text and the 1-based column (in characters) where it starts.
+#[derive(Clone, Copy, Debug)]
+struct Tok<'a> {
+    text: &'a str,
+    col: u32,
+}
+
+impl Tok<'_> {
+    /// The column of the character at byte `byte` of this token (a char boundary).
+    fn col_at(&self, byte: usize) -> u32 {
+        let chars = self.text.get(..byte).map_or(0, |s| s.chars().count());
+        self.col
+            .saturating_add(u32::try_from(chars).unwrap_or(u32::MAX))
+    }
+
+    /// The column just past this token.
+    fn end_col(&self) -> u32 {
+        self.col_at(self.text.len())
+    }
+}
+
+/// Splits a line into tokens at spaces and tabs, dropping a `#` comment.
+fn tokenize(line: &str) -> Vec<Tok<'_>> {
+    let code = line.find('#').map_or(line, |i| &line[..i]);
+    let mut toks = Vec::new();
+    let mut start: Option<(usize, u32)> = None;
+    let mut col = 0u32;
+    for (i, c) in code.char_indices() {
+        col = col.saturating_add(1);
+        if c == ' ' || c == '\t' {
+            if let Some((s, sc)) = start.take() {
+                toks.push(Tok {
+                    text: &code[s..i],
+                    col: sc,
+                });
+            }
+        } else if start.is_none() {
+            start = Some((i, col));
+        }
+    }
+    if let Some((s, sc)) = start {
+        toks.push(Tok {
+            text: &code[s..],
+            col: sc,
+        });
+    }
+    toks
+}
+
+/// The statement being parsed: its tokens, plus the columns of the parts a
+/// semantic error may point at (the AST itself keeps only statement positions).
+struct Line<'a> {
+    file: &'a str,
+    line: u32,
+    toks: Vec<Tok<'a>>,
+    parts: Vec<(Part, u32)>,
+}
+
+impl<'a> Line<'a> {
+    fn err(&self, col: u32, message: impl Into<String>) -> ParseError {
+        ParseError {
+            file: self.file.to_string(),
+            line: self.line,
+            col,
+            message: message.into(),
+        }
+    }
+
+    /// The column just past the last token: where a missing argument should be.
+    fn end_col(&self) -> u32 {
+        self.toks.last().map_or(1, |t| t.end_col())
+    }
+
+    /// Token `i`, or a "missing <what>" error pointing past the line's end.
+    fn arg(&self, i: usize, what: &str, usage: &str) -> Result<Tok<'a>, ParseError> {
+        self.toks
+            .get(i)
+            .copied()
+            .ok_or_else(|| self.err(self.end_col(), format!("missing {what}; usage: {usage}")))
+    }
+
+    /// Errors if there are tokens from `i` on.
+    fn no_more(&self, i: usize, usage: &str) -> Result<(), ParseError> {
+        match self.toks.get(i) {
+            Some(t) => Err(self.err(
+                t.col,
+                format!("unexpected argument {}; usage: {usage}", quote(t.text)),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn mark(&mut self, part: Part, col: u32) {
+        self.parts.push((part, col));
+    }
+
+    fn name(&self, tok: Tok<'_>, what: &str) -> Result<Name, ParseError> {
+        if valid_name(tok.text) {
+            Ok(tok.text.to_string())
+        } else {
+            Err(self.err(
+                tok.col,
+                format!(
+                    "bad {what} name {}; names are [A-Za-z_][A-Za-z0-9_-]*",
+                    quote(tok.text)
+                ),
+            ))
+        }
+    }
+
+    /// A process name that a statement creates: also not a reserved keyword,
+    /// since a line starting with a keyword is always that statement.
+    fn new_proc_name(&self, tok: Tok<'_>) -> Result<Name, ParseError> {
+        let name = self.name(tok, "process")?;
+        if RESERVED.contains(&name.as_str()) {
+            return Err(self.err(
+                tok.col,
+                format!(
+                    "{} is a statement keyword and cannot name a process",
+                    quote(&name)
+                ),
+            ));
+        }
+        Ok(name)
+    }
+
+    fn size_at(&self, text: &str, col: u32) -> Result<Size, ParseError> {
+        text.parse::<Size>()
+            .map_err(|e| self.err(col, e.to_string()))
+    }
+
+    /// `<region>[+<offset>][:<length>]`, each part's error at its own column.
+    fn range(&self, tok: Tok<'_>) -> Result<Range, ParseError> {
+        let s = tok.text;
+        let name_end = s.find(['+', ':']).unwrap_or(s.len());
+        let region = &s[..name_end];
+        if region.is_empty() {
+            return Err(self.err(
+                tok.col,
+                format!(
+                    "missing region name in range {}; ranges are <region>[+<offset>][:<length>]",
+                    quote(s)
+                ),
+            ));
+        }
+        let region = self.name(
+            Tok {
+                text: region,
+                col: tok.col,
+            },
+            "region",
+        )?;
+        let mut rest_at = name_end;
+        let mut offset = None;
+        if s[rest_at..].starts_with('+') {
+            let body_at = rest_at + 1;
+            let body_end = s[body_at..].find(':').map_or(s.len(), |i| body_at + i);
+            offset = Some(self.size_at(&s[body_at..body_end], tok.col_at(body_at))?);
+            rest_at = body_end;
+        }
+        let mut len = None;
+        if s[rest_at..].starts_with(':') {
+            let body_at = rest_at + 1;
+            let l = self.size_at(&s[body_at..], tok.col_at(body_at))?;
+            if l.0 == 0 {
+                return Err(self.err(
+                    tok.col_at(body_at),
+                    format!("zero-length range {}", quote(s)),
+                ));
+            }
+            len = Some(l);
+        }
+        Ok(Range {
+            region,
+            offset,
+            len,
+        })
+    }
+
+    /// Parses the options from token `from` on, in any order, each at most once.
+    /// Returns, per spec, the value token (the text after `=`, or the flag itself).
+    fn options(
+        &self,
+        from: usize,
+        stmt: &str,
+        specs: &[OptSpec],
+    ) -> Result<Vec<Option<Tok<'a>>>, ParseError> {
+        let mut found: Vec<Option<Tok<'a>>> = vec![None; specs.len()];
+        for tok in self.toks.iter().skip(from) {
+            let (key, value) = match tok.text.split_once('=') {
+                Some((k, v)) => (k, Some(v)),
+                None => (tok.text, None),
+            };
+            let Some(idx) = specs.iter().position(|s| s.name == key) else {
+                return Err(self.err(
+                    tok.col,
+                    format!(
+                        "unknown option {} for {stmt}; expected one of {}",
+                        quote(key),
+                        describe_opts(specs)
+                    ),
+                ));
+            };
+            let spec = &specs[idx];
+            if found[idx].is_some() {
+                return Err(self.err(
+                    tok.col,
+                    format!(
+                        "duplicate option {}; {stmt} accepts {}",
+                        quote(key),
+                        describe_opts(specs)
+                    ),
+                ));
+            }
+            let value_tok = match (spec.value, value) {
+                (Some(_), Some(v)) => Tok {
+                    text: v,
+                    col: tok.col_at(key.len() + 1),
+                },
+                (Some(what), None) => {
+                    return Err(self.err(
+                        tok.col,
+                        format!("option '{key}' needs a value: {key}={what}"),
+                    ));
+                }
+                (None, Some(_)) => {
+                    return Err(self.err(tok.col, format!("option '{key}' takes no value")))
+                }
+                (None, None) => *tok,
+            };
+            found[idx] = Some(value_tok);
+        }
+        Ok(found)
+    }
+}
+
+/// Parses one whole workload. `file` is only used in error messages and kept
+/// in [`Workload::file`].
+pub fn parse(file: &str, text: &str) -> Result<Workload, ParseError> {
+    let mut checker = Checker::new();
+    let mut stmts = Vec::new();
+    for (idx, raw) in text.split('\n').enumerate() {
+        let raw = raw.strip_suffix('\r').unwrap_or(raw);
+        let line_no = u32::try_from(idx).map_or(u32::MAX, |n| n.saturating_add(1));
+        let mut line = Line {
+            file,
+            line: line_no,
+            toks: tokenize(raw),
+            parts: Vec::new(),
+        };
+        let Some(first) = line.toks.first().copied() else {
+            continue;
+        };
+        let kind = parse_stmt(&mut line, &checker)?;
+        let stmt = Stmt {
+            pos: Pos {
+                line: line_no,
+                col: first.col,
+            },
+            kind,
+        };
+        if let Err(Issue { part, message }) = checker.stmt(&stmt) {
+            let col = part
+                .and_then(|p| line.parts.iter().find(|(q, _)| *q == p).map(|(_, c)| *c))
+                .unwrap_or(first.col);
+            return Err(line.err(col, message));
+        }
+        stmts.push(stmt);
+    }
+    Ok(Workload {
+        file: file.to_string(),
+        stmts,
+    })
+}
+
+/// Reads and parses a workload file. An unreadable file is an error at line 0;
+/// bytes that are not UTF-8 are an error at their line and column.
+pub fn parse_file(path: &Path) -> Result<Workload, ParseError> {
+    let file = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| ParseError {
+        file: file.clone(),
+        line: 0,
+        col: 0,
+        message: format!("cannot read: {e}"),
+    })?;
+    match std::str::from_utf8(&bytes) {
+        Ok(text) => parse(&file, text),
+        Err(e) => {
+            // Everything before the bad byte is valid UTF-8, so it can be counted in chars.
+            let good = std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or("");
+            let line_start = good.rfind('\n').map_or(0, |i| i + 1);
+            let line = good.matches('\n').count().saturating_add(1);
+            let col = good[line_start..].chars().count().saturating_add(1);
+            Err(ParseError {
+                file,
+                line: u32::try_from(line).unwrap_or(u32::MAX),
+                col: u32::try_from(col).unwrap_or(u32::MAX),
+                message: "invalid UTF-8".to_string(),
+            })
+        }
+    }
+}
+
+fn parse_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, ParseError> {
+    let first = l.toks[0];
+    match first.text {
+        "set" => parse_set(l),
+        "machine" => parse_machine(l),
+        "cgroup" => {
+            let t = l.arg(1, "cgroup name", USAGE_CGROUP)?;
+            let cgroup = l.name(t, "cgroup")?;
+            l.mark(Part::Cgroup, t.col);
+            let opts = l.options(2, "cgroup", CGROUP_OPTS)?;
+            let memory_max = match opts[0] {
+                Some(v) if v.text == "max" => None,
+                Some(v) => Some(l.size_at(v.text, v.col)?),
+                None => None,
+            };
+            Ok(StmtKind::Cgroup { cgroup, memory_max })
+        }
+        "spawn" => {
+            let t = l.arg(1, "process name", USAGE_SPAWN)?;
+            let proc = l.new_proc_name(t)?;
+            l.mark(Part::Proc, t.col);
+            let opts = l.options(2, "spawn", SPAWN_OPTS)?;
+            let cgroup = match opts[0] {
+                Some(v) => {
+                    l.mark(Part::Cgroup, v.col);
+                    Some(l.name(v, "cgroup")?)
+                }
+                None => None,
+            };
+            Ok(StmtKind::Spawn { proc, cgroup })
+        }
+        "split" => {
+            let t = l.arg(1, "process name", USAGE_SPLIT)?;
+            let proc = l.name(t, "process")?;
+            l.mark(Part::Proc, t.col);
+            let r = l.arg(2, "range", USAGE_SPLIT)?;
+            let range = l.range(r)?;
+            l.mark(Part::Range, r.col);
+            l.no_more(3, USAGE_SPLIT)?;
+            Ok(StmtKind::Split { proc, range })
+        }
+        "khugepaged" => {
+            l.no_more(1, "khugepaged")?;
+            Ok(StmtKind::Khugepaged)
+        }
+        "reclaim" => {
+            l.no_more(1, "reclaim")?;
+            Ok(StmtKind::Reclaim)
+        }
+        "snapshot" => {
+            let t = l.arg(1, "label", USAGE_SNAPSHOT)?;
+            let label = l.name(t, "snapshot")?;
+            l.mark(Part::Label, t.col);
+            l.no_more(2, USAGE_SNAPSHOT)?;
+            Ok(StmtKind::Snapshot { label })
+        }
+        "expect" => parse_expect(l),
+        _ => parse_proc_stmt(l, checker),
+    }
+}
+
+fn parse_set(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
+    let t = l.arg(1, "tunable", USAGE_SET)?;
+    let tunable = t.text.parse::<Tunable>().map_err(|m| l.err(t.col, m))?;
+    let v = l.arg(2, "value", USAGE_SET)?;
+    let value = tunable.parse_value(v.text).map_err(|m| l.err(v.col, m))?;
+    l.no_more(3, USAGE_SET)?;
+    Ok(StmtKind::Set { tunable, value })
+}
+
+fn parse_machine(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
+    l.arg(1, "machine key", USAGE_MACHINE)?;
+    let keys = "expected arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>";
+    let mut params = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for i in 1..l.toks.len() {
+        let t = l.toks[i];
+        let Some((key, value)) = t.text.split_once('=') else {
+            return Err(l.err(
+                t.col,
+                format!("bad machine setting {}; {keys}", quote(t.text)),
+            ));
+        };
+        let vcol = t.col_at(key.len() + 1);
+        let (key, param) = match key {
+            "arch" => (
+                "arch",
+                MachineParam::Arch(match value {
+                    "x86_64" => Arch::X86_64,
+                    "arm64" => Arch::Arm64,
+                    _ => {
+                        return Err(l.err(
+                            vcol,
+                            format!(
+                                "unknown arch {}; expected one of x86_64, arm64",
+                                quote(value)
+                            ),
+                        ))
+                    }
+                }),
+            ),
+            "base_page" => {
+                let s = l.size_at(value, vcol)?;
+                if !matches!(s.0, 0x1000 | 0x4000 | 0x10000) {
+                    return Err(l.err(
+                        vcol,
+                        format!(
+                            "bad base_page {}; expected one of 4K, 16K, 64K",
+                            quote(value)
+                        ),
+                    ));
+                }
+                ("base_page", MachineParam::BasePage(s))
+            }
+            "memory" => {
+                let s = l.size_at(value, vcol)?;
+                if s.0 == 0 {
+                    return Err(l.err(vcol, "machine memory must be nonzero"));
+                }
+                ("memory", MachineParam::Memory(s))
+            }
+            _ => return Err(l.err(t.col, format!("unknown machine key {}; {keys}", quote(key)))),
+        };
+        if seen.contains(&key) {
+            return Err(l.err(t.col, format!("duplicate machine key '{key}'; {keys}")));
+        }
+        seen.push(key);
+        l.mark(Part::MachineKey(key), t.col);
+        params.push(param);
+    }
+    Ok(StmtKind::Machine { params })
+}
+
+fn parse_expect(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
+    let c = l.arg(1, "counter", USAGE_EXPECT)?;
+    if !crate::check::valid_counter(c.text) {
+        return Err(l.err(
+            c.col,
+            format!(
+                "bad counter name {}; expected a dotted name of [A-Za-z0-9_.-] like vmstat.thp_fault_alloc",
+                quote(c.text)
+            ),
+        ));
+    }
+    let o = l.arg(2, "comparison", USAGE_EXPECT)?;
+    let op = match o.text {
+        "==" => CmpOp::Eq,
+        "<=" => CmpOp::Le,
+        ">=" => CmpOp::Ge,
+        _ => {
+            return Err(l.err(
+                o.col,
+                format!(
+                    "unknown comparison {}; expected one of ==, <=, >=",
+                    quote(o.text)
+                ),
+            ))
+        }
+    };
+    let v = l.arg(3, "value", USAGE_EXPECT)?;
+    let value = parse_uint(v.text).map_err(|m| l.err(v.col, m))?;
+    l.no_more(4, USAGE_EXPECT)?;
+    Ok(StmtKind::Expect {
+        counter: c.text.to_string(),
+        op,
+        value,
+    })
+}
+
+/// `<proc> <verb> ...`. When the verb is unknown, the message is about the
+/// verb if the first token names a process seen so far, else about the first
+/// token (most likely a mistyped keyword).
+fn parse_proc_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, ParseError> {
+    let first = l.toks[0];
+    let unknown_stmt = |l: &Line<'_>| {
+        l.err(
+            first.col,
+            format!(
+                "unknown statement {}; expected one of {KEYWORDS}, or '<process> <verb>'",
+                quote(first.text)
+            ),
+        )
+    };
+    if !valid_name(first.text) {
+        return Err(unknown_stmt(l));
+    }
+    let Some(verb) = l.toks.get(1).copied() else {
+        if checker.has_process(first.text) {
+            return Err(l.err(
+                l.end_col(),
+                format!(
+                    "missing statement for process {}; expected one of {VERBS}",
+                    quote(first.text)
+                ),
+            ));
+        }
+        return Err(unknown_stmt(l));
+    };
+    let proc = first.text.to_string();
+    l.mark(Part::Proc, first.col);
+    let range_at = |l: &mut Line<'_>, usage: &str| -> Result<Range, ParseError> {
+        let r = l.arg(2, "range", usage)?;
+        let range = l.range(r)?;
+        l.mark(Part::Range, r.col);
+        Ok(range)
+    };
+    let kind = match verb.text {
+        "mmap" => {
+            let r = l.arg(2, "region name", USAGE_MMAP)?;
+            let region = l.name(r, "region")?;
+            l.mark(Part::Region, r.col);
+            let s = l.arg(3, "size", USAGE_MMAP)?;
+            let size = l.size_at(s.text, s.col)?;
+            l.mark(Part::Size, s.col);
+            let opts = l.options(4, "mmap", MMAP_OPTS)?;
+            let align = match opts[0] {
+                Some(v) => {
+                    l.mark(Part::Align, v.col);
+                    Some(l.size_at(v.text, v.col)?)
+                }
+                None => None,
+            };
+            let hugetlb = match opts[1] {
+                Some(v) => {
+                    let s = l.size_at(v.text, v.col)?;
+                    Some(match s.0 {
+                        0x20_0000 => HugetlbSize::Size2M,
+                        0x4000_0000 => HugetlbSize::Size1G,
+                        _ => {
+                            return Err(l.err(
+                                v.col,
+                                format!("bad hugetlb size {}; expected 2M or 1G", quote(v.text)),
+                            ));
+                        }
+                    })
+                }
+                None => None,
+            };
+            let prot = match opts[3] {
+                Some(v) => Some(parse_prot(l, v)?),
+                None => None,
+            };
+            StmtKind::Mmap {
+                proc,
+                region,
+                size,
+                align,
+                hugetlb,
+                shared: opts[2].is_some(),
+                prot,
+            }
+        }
+        "munmap" => {
+            let range = range_at(l, USAGE_MUNMAP)?;
+            l.no_more(3, USAGE_MUNMAP)?;
+            StmtKind::Munmap { proc, range }
+        }
+        "mprotect" => {
+            let range = range_at(l, USAGE_MPROTECT)?;
+            let p = l.arg(3, "protection", USAGE_MPROTECT)?;
+            let prot = parse_prot(l, p)?;
+            l.no_more(4, USAGE_MPROTECT)?;
+            StmtKind::Mprotect { proc, range, prot }
+        }
+        "madvise" => {
+            let range = range_at(l, USAGE_MADVISE)?;
+            let a = l.arg(3, "advice", USAGE_MADVISE)?;
+            let advice = Advice::ALL
+                .iter()
+                .copied()
+                .find(|adv| adv.name().eq_ignore_ascii_case(a.text))
+                .ok_or_else(|| {
+                    l.err(
+                        a.col,
+                        format!(
+                            "unknown advice {}; expected one of HUGEPAGE, NOHUGEPAGE, DONTNEED, FREE, COLLAPSE, PAGEOUT, COLD",
+                            quote(a.text)
+                        ),
+                    )
+                })?;
+            l.no_more(4, USAGE_MADVISE)?;
+            StmtKind::Madvise {
+                proc,
+                range,
+                advice,
+            }
+        }
+        "read" => {
+            let range = range_at(l, USAGE_READ)?;
+            let opts = l.options(3, "read", READ_OPTS)?;
+            let step = parse_step(l, opts[0])?;
+            StmtKind::Read { proc, range, step }
+        }
+        "write" => {
+            let range = range_at(l, USAGE_WRITE)?;
+            let opts = l.options(3, "write", WRITE_OPTS)?;
+            let step = parse_step(l, opts[0])?;
+            StmtKind::Write {
+                proc,
+                range,
+                step,
+                zero: opts[1].is_some(),
+            }
+        }
+        "pin" => {
+            let range = range_at(l, USAGE_PIN)?;
+            l.no_more(3, USAGE_PIN)?;
+            StmtKind::Pin { proc, range }
+        }
+        "unpin" => {
+            let range = range_at(l, USAGE_UNPIN)?;
+            l.no_more(3, USAGE_UNPIN)?;
+            StmtKind::Unpin { proc, range }
+        }
+        "fork" => {
+            let c = l.arg(2, "child process name", USAGE_FORK)?;
+            let child = l.new_proc_name(c)?;
+            l.mark(Part::Child, c.col);
+            l.no_more(3, USAGE_FORK)?;
+            StmtKind::Fork { proc, child }
+        }
+        "thp_disable" => {
+            let v = l.arg(2, "on or off", USAGE_THP_DISABLE)?;
+            let on = match v.text {
+                "on" => true,
+                "off" => false,
+                _ => {
+                    return Err(l.err(
+                        v.col,
+                        format!(
+                            "bad thp_disable value {}; expected on or off",
+                            quote(v.text)
+                        ),
+                    ))
+                }
+            };
+            l.no_more(3, USAGE_THP_DISABLE)?;
+            StmtKind::ThpDisable { proc, on }
+        }
+        "exit" => {
+            l.no_more(2, USAGE_EXIT)?;
+            StmtKind::Exit { proc }
+        }
+        _ if !checker.has_process(first.text) => return Err(unknown_stmt(l)),
+        _ => {
+            return Err(l.err(
+                verb.col,
+                format!(
+                    "unknown statement {} for process {}; expected one of {VERBS}",
+                    quote(verb.text),
+                    quote(first.text)
+                ),
+            ))
+        }
+    };
+    Ok(kind)
+}
+
+fn parse_prot(l: &Line<'_>, t: Tok<'_>) -> Result<Prot, ParseError> {
+    match t.text {
+        "rw" => Ok(Prot::ReadWrite),
+        "r" => Ok(Prot::Read),
+        "none" => Ok(Prot::None),
+        _ => Err(l.err(
+            t.col,
+            format!(
+                "bad protection {}; expected one of rw, r, none",
+                quote(t.text)
+            ),
+        )),
+    }
+}
+
+fn parse_step(l: &mut Line<'_>, v: Option<Tok<'_>>) -> Result<Option<Size>, ParseError> {
+    let Some(v) = v else { return Ok(None) };
+    l.mark(Part::Step, v.col);
+    let s = l.size_at(v.text, v.col)?;
+    if s.0 == 0 {
+        return Err(l.err(v.col, "step must be nonzero"));
+    }
+    Ok(Some(s))
+}
+
+impl Advice {
+    /// Every advice, in the order error messages list them.
+    pub const ALL: [Advice; 7] = [
+        Advice::Hugepage,
+        Advice::NoHugepage,
+        Advice::DontNeed,
+        Advice::Free,
+        Advice::Collapse,
+        Advice::Pageout,
+        Advice::Cold,
+    ];
+
+    /// The kernel's MADV_ name without the prefix, as written in a workload.
+    pub fn name(self) -> &'static str {
+        match self {
+            Advice::Hugepage => "HUGEPAGE",
+            Advice::NoHugepage => "NOHUGEPAGE",
+            Advice::DontNeed => "DONTNEED",
+            Advice::Free => "FREE",
+            Advice::Collapse => "COLLAPSE",
+            Advice::Pageout => "PAGEOUT",
+            Advice::Cold => "COLD",
+        }
+    }
+}
+
+/// The accepted tunable paths, for the "unknown tunable" message.
+const TUNABLE_FORMS: &str = "transparent_hugepage/{enabled,defrag,use_zero_page,shrink_underused,anon_beside_full}, \
+transparent_hugepage/hugepages-<N>kB/enabled, \
+transparent_hugepage/khugepaged/{defrag,max_ptes_none,max_ptes_swap,max_ptes_shared,pages_to_scan,scan_sleep_millisecs,alloc_sleep_millisecs}, \
+hugepages/hugepages-<N>kB/{nr_hugepages,nr_overcommit_hugepages}, \
+vm.{hugetlb_optimize_vmemmap,nr_hugepages,nr_overcommit_hugepages,overcommit_memory,compaction_proactiveness,min_free_kbytes}";
+
+impl KhugepagedKnob {
+    pub const ALL: [KhugepagedKnob; 7] = [
+        KhugepagedKnob::Defrag,
+        KhugepagedKnob::MaxPtesNone,
+        KhugepagedKnob::MaxPtesSwap,
+        KhugepagedKnob::MaxPtesShared,
+        KhugepagedKnob::PagesToScan,
+        KhugepagedKnob::ScanSleepMillisecs,
+        KhugepagedKnob::AllocSleepMillisecs,
+    ];
+
+    /// The file name under transparent_hugepage/khugepaged/.
+    pub fn name(self) -> &'static str {
+        match self {
+            KhugepagedKnob::Defrag => "defrag",
+            KhugepagedKnob::MaxPtesNone => "max_ptes_none",
+            KhugepagedKnob::MaxPtesSwap => "max_ptes_swap",
+            KhugepagedKnob::MaxPtesShared => "max_ptes_shared",
+            KhugepagedKnob::PagesToScan => "pages_to_scan",
+            KhugepagedKnob::ScanSleepMillisecs => "scan_sleep_millisecs",
+            KhugepagedKnob::AllocSleepMillisecs => "alloc_sleep_millisecs",
+        }
+    }
+}
+
+impl VmSysctl {
+    pub const ALL: [VmSysctl; 6] = [
+        VmSysctl::HugetlbOptimizeVmemmap,
+        VmSysctl::NrHugepages,
+        VmSysctl::NrOvercommitHugepages,
+        VmSysctl::OvercommitMemory,
+        VmSysctl::CompactionProactiveness,
+        VmSysctl::MinFreeKbytes,
+    ];
+
+    /// The file name under /proc/sys/vm/.
+    pub fn name(self) -> &'static str {
+        match self {
+            VmSysctl::HugetlbOptimizeVmemmap => "hugetlb_optimize_vmemmap",
+            VmSysctl::NrHugepages => "nr_hugepages",
+            VmSysctl::NrOvercommitHugepages => "nr_overcommit_hugepages",
+            VmSysctl::OvercommitMemory => "overcommit_memory",
+            VmSysctl::CompactionProactiveness => "compaction_proactiveness",
+            VmSysctl::MinFreeKbytes => "min_free_kbytes",
+        }
+    }
+}
+
+/// Parses `hugepages-<N>kB` followed by `/`, returning N and the rest after the `/`.
+/// `Err` when the shape matches but N is not a power of two of at least 8.
+fn sized_dir(s: &str) -> Option<Result<(u64, &str), String>> {
+    let rest = s.strip_prefix("hugepages-")?;
+    let (n, rest) = rest.split_once("kB/")?;
+    let kb = parse_decimal(n)?;
+    match kb {
+        Some(kb) if kb >= 8 && kb.is_power_of_two() => Some(Ok((kb, rest))),
+        _ => Some(Err(format!(
+            "bad page size in hugepages-{n}kB; expected a power of two of at least 8 (kB), like hugepages-64kB"
+        ))),
+    }
+}
+
+impl FromStr for Tunable {
+    type Err = String;
+
+    /// A tunable by its path (relative to /sys/kernel/mm/, or `vm.<name>` for
+    /// /proc/sys/vm/<name>); the error message lists the accepted forms.
+    fn from_str(s: &str) -> Result<Tunable, String> {
+        let unknown = || {
+            format!(
+                "unknown tunable {}; expected one of {TUNABLE_FORMS}",
+                quote(s)
+            )
+        };
+        if let Some(name) = s.strip_prefix("vm.") {
+            return VmSysctl::ALL
+                .iter()
+                .find(|v| v.name() == name)
+                .map(|v| Tunable::Sysctl(*v))
+                .ok_or_else(unknown);
+        }
+        if let Some(rest) = s.strip_prefix("transparent_hugepage/") {
+            match rest {
+                "enabled" => return Ok(Tunable::ThpEnabled),
+                "defrag" => return Ok(Tunable::ThpDefrag),
+                "use_zero_page" => return Ok(Tunable::ThpUseZeroPage),
+                "shrink_underused" => return Ok(Tunable::ThpShrinkUnderused),
+                "anon_beside_full" => return Ok(Tunable::ThpAnonBesideFull),
+                _ => {}
+            }
+            if let Some(knob) = rest.strip_prefix("khugepaged/") {
+                return KhugepagedKnob::ALL
+                    .iter()
+                    .find(|k| k.name() == knob)
+                    .map(|k| Tunable::Khugepaged(*k))
+                    .ok_or_else(unknown);
+            }
+            return match sized_dir(rest) {
+                Some(Ok((size_kb, "enabled"))) => Ok(Tunable::ThpSizeEnabled { size_kb }),
+                Some(Err(m)) => Err(m),
+                _ => Err(unknown()),
+            };
+        }
+        if let Some(rest) = s.strip_prefix("hugepages/") {
+            return match sized_dir(rest) {
+                Some(Ok((size_kb, "nr_hugepages"))) => Ok(Tunable::HugetlbNrHugepages { size_kb }),
+                Some(Ok((size_kb, "nr_overcommit_hugepages"))) => {
+                    Ok(Tunable::HugetlbNrOvercommit { size_kb })
+                }
+                Some(Err(m)) => Err(m),
+                _ => Err(unknown()),
+            };
+        }
+        Err(unknown())
+    }
+}
+
+/// What values a tunable accepts; used both to parse and to check a value.
+enum Accepts {
+    Enabled,
+    SizeEnabled,
+    Defrag,
+    /// An integer in this inclusive range.
+    Num(u64, u64),
+}
+
+impl Tunable {
+    fn accepts(&self) -> Accepts {
+        match self {
+            Tunable::ThpEnabled => Accepts::Enabled,
+            Tunable::ThpSizeEnabled { .. } => Accepts::SizeEnabled,
+            Tunable::ThpDefrag => Accepts::Defrag,
+            // Flags the kernel stores as 0/1 and rejects anything else.
+            Tunable::ThpUseZeroPage
+            | Tunable::ThpShrinkUnderused
+            | Tunable::ThpAnonBesideFull
+            | Tunable::Khugepaged(KhugepagedKnob::Defrag)
+            | Tunable::Sysctl(VmSysctl::HugetlbOptimizeVmemmap) => Accepts::Num(0, 1),
+            // khugepaged refuses to scan zero pages per pass (EINVAL).
+            Tunable::Khugepaged(KhugepagedKnob::PagesToScan) => Accepts::Num(1, u64::MAX),
+            // The kernel's sysctl bounds (proc_dointvec_minmax).
+            Tunable::Sysctl(VmSysctl::OvercommitMemory) => Accepts::Num(0, 2),
+            Tunable::Sysctl(VmSysctl::CompactionProactiveness) => Accepts::Num(0, 100),
+            _ => Accepts::Num(0, u64::MAX),
+        }
+    }
+
+    /// Whether `value` is one this tunable accepts (for ASTs not built by the parser).
+    pub fn accepts_value(&self, value: &SetValue) -> bool {
+        match (self.accepts(), value) {
+            (Accepts::Enabled, SetValue::Enabled(_)) => true,
+            (Accepts::SizeEnabled, SetValue::SizeEnabled(_)) => true,
+            (Accepts::Defrag, SetValue::Defrag(_)) => true,
+            (Accepts::Num(lo, hi), SetValue::Num(n)) => (lo..=hi).contains(n),
+            _ => false,
+        }
+    }
+
+    /// Parses a value as this tunable accepts it (the words its sysfs file
+    /// takes, or a decimal number), naming the accepted values on error.
+    pub fn parse_value(&self, v: &str) -> Result<SetValue, String> {
+        let bad = |expected: &str| {
+            format!(
+                "bad value {} for {}; expected {expected}",
+                quote(v),
+                self.path()
+            )
+        };
+        match self.accepts() {
+            Accepts::Enabled => match v {
+                "always" => Ok(SetValue::Enabled(ThpEnabled::Always)),
+                "madvise" => Ok(SetValue::Enabled(ThpEnabled::Madvise)),
+                "never" => Ok(SetValue::Enabled(ThpEnabled::Never)),
+                _ => Err(bad("one of always, madvise, never")),
+            },
+            Accepts::SizeEnabled => match v {
+                "always" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Always)),
+                "inherit" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Inherit)),
+                "madvise" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Madvise)),
+                "never" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Never)),
+                _ => Err(bad("one of always, inherit, madvise, never")),
+            },
+            Accepts::Defrag => match v {
+                "always" => Ok(SetValue::Defrag(ThpDefrag::Always)),
+                "defer" => Ok(SetValue::Defrag(ThpDefrag::Defer)),
+                "defer+madvise" => Ok(SetValue::Defrag(ThpDefrag::DeferMadvise)),
+                "madvise" => Ok(SetValue::Defrag(ThpDefrag::Madvise)),
+                "never" => Ok(SetValue::Defrag(ThpDefrag::Never)),
+                _ => Err(bad("one of always, defer, defer+madvise, madvise, never")),
+            },
+            Accepts::Num(lo, hi) => {
+                let expected = match (lo, hi) {
+                    (0, 1) => "0 or 1".to_string(),
+                    (0, u64::MAX) => "a non-negative integer".to_string(),
+                    (1, u64::MAX) => "a positive integer".to_string(),
+                    _ => format!("an integer from {lo} to {hi}"),
+                };
+                match parse_decimal(v) {
+                    Some(Some(n)) if (lo..=hi).contains(&n) => Ok(SetValue::Num(n)),
+                    Some(None) if hi == u64::MAX => Err(format!("value too large: {}", quote(v))),
+                    _ => Err(bad(&expected)),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,982 @@
+//! Parser tests: every statement parses into the expected AST, and every kind
+//! of bad input gets one error at the right line and column.
+
+use hugelab_workload::*;
+
+fn kinds(text: &str) -> Vec<StmtKind> {
+    match parse("t.hlw", text) {
+        Ok(w) => w.stmts.into_iter().map(|s| s.kind).collect(),
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+fn one(text: &str) -> StmtKind {
+    let mut k = kinds(text);
+    k.pop().expect("at least one statement")
+}
+
+/// Parses `text`, which must fail, and checks the error's place and wording.
+#[track_caller]
+fn fails(text: &str, line: u32, col: u32, part: &str) -> ParseError {
+    let e = match parse("buf.hlw", text) {
+        Ok(w) => panic!("expected an error, got {w:?}"),
+        Err(e) => e,
+    };
+    assert_eq!((e.line, e.col), (line, col), "wrong place for: {e}");
+    assert!(
+        e.message.contains(part),
+        "message {:?} lacks {:?}",
+        e.message,
+        part
+    );
+    assert_eq!(
+        e.to_string(),
+        format!("buf.hlw:{line}:{col}: {}", e.message)
+    );
+    e
+}
+
+fn range(region: &str, offset: Option<u64>, len: Option<u64>) -> Range {
+    Range {
+        region: region.to_string(),
+        offset: offset.map(Size),
+        len: len.map(Size),
+    }
+}
+
+const PRE: &str = "spawn a\na mmap buf 4M\n";
+
+// ---- good input -------------------------------------------------------------
+
+#[test]
+fn empty_comments_and_blank_lines() {
+    assert!(kinds("").is_empty());
+    assert!(kinds("\n\n   \t\n# only a comment\n  # indented comment\n").is_empty());
+    let w = parse("x.hlw", "\n# c\n  spawn a # trailing comment\r\n").unwrap();
+    assert_eq!(w.file, "x.hlw");
+    assert_eq!(w.stmts.len(), 1);
+    assert_eq!(w.stmts[0].pos, Pos { line: 3, col: 3 });
+}
+
+#[test]
+fn set_statements() {
+    let cases: &[(&str, Tunable, SetValue)] = &[
+        (
+            "transparent_hugepage/enabled madvise",
+            Tunable::ThpEnabled,
+            SetValue::Enabled(ThpEnabled::Madvise),
+        ),
+        (
+            "transparent_hugepage/defrag defer+madvise",
+            Tunable::ThpDefrag,
+            SetValue::Defrag(ThpDefrag::DeferMadvise),
+        ),
+        (
+            "transparent_hugepage/use_zero_page 1",
+            Tunable::ThpUseZeroPage,
+            SetValue::Num(1),
+        ),
+        (
+            "transparent_hugepage/shrink_underused 0",
+            Tunable::ThpShrinkUnderused,
+            SetValue::Num(0),
+        ),
+        (
+            "transparent_hugepage/anon_beside_full 1",
+            Tunable::ThpAnonBesideFull,
+            SetValue::Num(1),
+        ),
+        (
+            "transparent_hugepage/hugepages-64kB/enabled inherit",
+            Tunable::ThpSizeEnabled { size_kb: 64 },
+            SetValue::SizeEnabled(ThpSizeEnabled::Inherit),
+        ),
+        (
+            "transparent_hugepage/khugepaged/max_ptes_none 409",
+            Tunable::Khugepaged(KhugepagedKnob::MaxPtesNone),
+            SetValue::Num(409),
+        ),
+        (
+            "transparent_hugepage/khugepaged/scan_sleep_millisecs 10",
+            Tunable::Khugepaged(KhugepagedKnob::ScanSleepMillisecs),
+            SetValue::Num(10),
+        ),
+        (
+            "hugepages/hugepages-2048kB/nr_hugepages 16",
+            Tunable::HugetlbNrHugepages { size_kb: 2048 },
+            SetValue::Num(16),
+        ),
+        (
+            "hugepages/hugepages-1048576kB/nr_overcommit_hugepages 2",
+            Tunable::HugetlbNrOvercommit { size_kb: 1048576 },
+            SetValue::Num(2),
+        ),
+        (
+            "vm.hugetlb_optimize_vmemmap 1",
+            Tunable::Sysctl(VmSysctl::HugetlbOptimizeVmemmap),
+            SetValue::Num(1),
+        ),
+        (
+            "vm.nr_hugepages 8",
+            Tunable::Sysctl(VmSysctl::NrHugepages),
+            SetValue::Num(8),
+        ),
+        (
+            "vm.overcommit_memory 2",
+            Tunable::Sysctl(VmSysctl::OvercommitMemory),
+            SetValue::Num(2),
+        ),
+        (
+            "vm.compaction_proactiveness 20",
+            Tunable::Sysctl(VmSysctl::CompactionProactiveness),
+            SetValue::Num(20),
+        ),
+        (
+            "vm.min_free_kbytes 67584",
+            Tunable::Sysctl(VmSysctl::MinFreeKbytes),
+            SetValue::Num(67584),
+        ),
+    ];
+    for (text, tunable, value) in cases {
+        let k = one(&format!("set {text}"));
+        assert_eq!(
+            k,
+            StmtKind::Set {
+                tunable: tunable.clone(),
+                value: *value
+            },
+            "{text}"
+        );
+        assert_eq!(k.to_string(), format!("set {text}"));
+    }
+}
+
+#[test]
+fn machine_cgroup_spawn() {
+    assert_eq!(
+        one("machine arch=arm64 base_page=16K memory=16G"),
+        StmtKind::Machine {
+            params: vec![
+                MachineParam::Arch(Arch::Arm64),
+                MachineParam::BasePage(Size(16384)),
+                MachineParam::Memory(Size(16 << 30)),
+            ]
+        }
+    );
+    assert_eq!(
+        one("cgroup cg memory.max=512M"),
+        StmtKind::Cgroup {
+            cgroup: "cg".into(),
+            memory_max: Some(Size(512 << 20))
+        }
+    );
+    assert_eq!(
+        one("cgroup cg"),
+        StmtKind::Cgroup {
+            cgroup: "cg".into(),
+            memory_max: None
+        }
+    );
+    assert_eq!(
+        one("cgroup cg memory.max=max"),
+        StmtKind::Cgroup {
+            cgroup: "cg".into(),
+            memory_max: None
+        }
+    );
+    assert_eq!(
+        one("spawn a"),
+        StmtKind::Spawn {
+            proc: "a".into(),
+            cgroup: None
+        }
+    );
+    assert_eq!(
+        one("cgroup cg\nspawn a-1_B cgroup=cg"),
+        StmtKind::Spawn {
+            proc: "a-1_B".into(),
+            cgroup: Some("cg".into())
+        }
+    );
+}
+
+#[test]
+fn mmap_options_in_any_order() {
+    let want = StmtKind::Mmap {
+        proc: "a".into(),
+        region: "buf".into(),
+        size: Size(4 << 30),
+        align: Some(Size(1 << 30)),
+        hugetlb: Some(HugetlbSize::Size1G),
+        shared: true,
+        prot: Some(Prot::Read),
+    };
+    assert_eq!(
+        one("spawn a\na mmap buf 4G align=1G hugetlb=1G shared prot=r"),
+        want
+    );
+    assert_eq!(
+        one("spawn a\na mmap buf 4g prot=r shared hugetlb=1G align=0x40000000"),
+        want
+    );
+    assert_eq!(
+        one("spawn a\na\tmmap   buf 0x1000"),
+        StmtKind::Mmap {
+            proc: "a".into(),
+            region: "buf".into(),
+            size: Size(4096),
+            align: None,
+            hugetlb: None,
+            shared: false,
+            prot: None,
+        }
+    );
+    // A process may be called like a verb.
+    assert!(matches!(
+        one("spawn mmap\nmmap mmap mmap 2M"),
+        StmtKind::Mmap { .. }
+    ));
+}
+
+#[test]
+fn range_statements() {
+    let a = || "a".to_string();
+    assert_eq!(
+        one(&format!("{PRE}a munmap buf")),
+        StmtKind::Munmap {
+            proc: a(),
+            range: range("buf", None, None)
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a mprotect buf+1M:64K none")),
+        StmtKind::Mprotect {
+            proc: a(),
+            range: range("buf", Some(1 << 20), Some(64 << 10)),
+            prot: Prot::None
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a madvise buf:2M HUGEPAGE")),
+        StmtKind::Madvise {
+            proc: a(),
+            range: range("buf", None, Some(2 << 20)),
+            advice: Advice::Hugepage
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a madvise buf+2M collapse")),
+        StmtKind::Madvise {
+            proc: a(),
+            range: range("buf", Some(2 << 20), None),
+            advice: Advice::Collapse
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a read buf step=64K")),
+        StmtKind::Read {
+            proc: a(),
+            range: range("buf", None, None),
+            step: Some(Size(65536))
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a read buf+1:3")),
+        StmtKind::Read {
+            proc: a(),
+            range: range("buf", Some(1), Some(3)),
+            step: None
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a write buf zero step=2M")),
+        StmtKind::Write {
+            proc: a(),
+            range: range("buf", None, None),
+            step: Some(Size(2 << 20)),
+            zero: true
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a write buf")),
+        StmtKind::Write {
+            proc: a(),
+            range: range("buf", None, None),
+            step: None,
+            zero: false
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a pin buf:1M")),
+        StmtKind::Pin {
+            proc: a(),
+            range: range("buf", None, Some(1 << 20))
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}a unpin buf")),
+        StmtKind::Unpin {
+            proc: a(),
+            range: range("buf", None, None)
+        }
+    );
+    assert_eq!(
+        one(&format!("{PRE}split a buf+2M:2M")),
+        StmtKind::Split {
+            proc: a(),
+            range: range("buf", Some(2 << 20), Some(2 << 20))
+        }
+    );
+}
+
+#[test]
+fn process_lifecycle_and_globals() {
+    let k = kinds(&format!(
+        "{PRE}a thp_disable on\na thp_disable off\na fork b\nb write buf\nb exit\nkhugepaged\nreclaim\nsnapshot after\n\
+         expect vmstat.thp_fault_alloc >= 2\nexpect mthp.64kB.anon_fault_alloc == 0x10\nexpect smaps.a.buf.Rss <= 4096\na exit\n"
+    ));
+    assert_eq!(
+        &k[2..],
+        &[
+            StmtKind::ThpDisable {
+                proc: "a".into(),
+                on: true
+            },
+            StmtKind::ThpDisable {
+                proc: "a".into(),
+                on: false
+            },
+            StmtKind::Fork {
+                proc: "a".into(),
+                child: "b".into()
+            },
+            StmtKind::Write {
+                proc: "b".into(),
+                range: range("buf", None, None),
+                step: None,
+                zero: false
+            },
+            StmtKind::Exit { proc: "b".into() },
+            StmtKind::Khugepaged,
+            StmtKind::Reclaim,
+            StmtKind::Snapshot {
+                label: "after".into()
+            },
+            StmtKind::Expect {
+                counter: "vmstat.thp_fault_alloc".into(),
+                op: CmpOp::Ge,
+                value: 2
+            },
+            StmtKind::Expect {
+                counter: "mthp.64kB.anon_fault_alloc".into(),
+                op: CmpOp::Eq,
+                value: 16
+            },
+            StmtKind::Expect {
+                counter: "smaps.a.buf.Rss".into(),
+                op: CmpOp::Le,
+                value: 4096
+            },
+            StmtKind::Exit { proc: "a".into() },
+        ]
+    );
+}
+
+#[test]
+fn base_page_from_machine() {
+    // 16K pages: a 16K-aligned range is fine, a 4K-aligned one is not.
+    let ok = "machine base_page=16K\nspawn a\na mmap buf 64K\na munmap buf+16K:16K\n";
+    assert_eq!(kinds(ok).len(), 4);
+    fails(
+        "machine base_page=16K\nspawn a\na mmap buf 64K\na munmap buf+4K:16K\n",
+        4,
+        10,
+        "it starts at 4096",
+    );
+    fails(
+        "machine base_page=64K\nspawn a\na mmap buf 16K\n",
+        3,
+        12,
+        "not a multiple of the base page (64K)",
+    );
+}
+
+#[test]
+fn munmap_keeps_the_region_name() {
+    assert_eq!(
+        kinds(&format!("{PRE}a munmap buf\na read buf\na munmap buf:4K\n")).len(),
+        5
+    );
+}
+
+#[test]
+fn sizes() {
+    for (text, bytes) in [
+        ("0", 0u64),
+        ("4096", 4096),
+        ("4k", 4096),
+        ("64K", 65536),
+        ("2m", 2 << 20),
+        ("1G", 1 << 30),
+        ("3T", 3 << 40),
+        ("0x1000", 4096),
+        ("0XfF", 255),
+        ("18446744073709551615", u64::MAX),
+        ("0xffffffffffffffff", u64::MAX),
+    ] {
+        assert_eq!(text.parse::<Size>(), Ok(Size(bytes)), "{text}");
+    }
+    for bad in [
+        "", "K", "+5", "-1", "1.5M", "12Q", "0x", "0x+1", "4KB", "1 K", "٣",
+    ] {
+        assert!(
+            matches!(bad.parse::<Size>(), Err(SizeError::Bad(_))),
+            "{bad}"
+        );
+    }
+    for big in ["18446744073709551616", "16777216T", "0x10000000000000000"] {
+        assert!(
+            matches!(big.parse::<Size>(), Err(SizeError::TooLarge(_))),
+            "{big}"
+        );
+    }
+    for (bytes, text) in [
+        (0u64, "0"),
+        (4095, "4095"),
+        (4096, "4K"),
+        (3 << 20, "3M"),
+        (1536 << 20, "1536M"),
+        (1 << 40, "1T"),
+    ] {
+        assert_eq!(Size(bytes).to_string(), text);
+    }
+}
+
+#[test]
+fn printing_is_canonical() {
+    let text = "set transparent_hugepage/enabled always\nmachine arch=x86_64 base_page=4K memory=16G\ncgroup cg memory.max=1G\n\
+                spawn a cgroup=cg\na mmap buf 4M align=2M hugetlb=2M shared prot=rw\na mprotect buf:2M r\n\
+                a madvise buf+2M:2M NOHUGEPAGE\na read buf step=4K\na write buf+0 step=1 zero\na pin buf\na unpin buf\n\
+                a fork b\na thp_disable on\nb exit\nsplit a buf\nkhugepaged\nreclaim\nsnapshot s\nexpect meminfo.MemFree >= 0\n\
+                a munmap buf\n";
+    let w = parse("t.hlw", text).unwrap();
+    assert_eq!(w.to_string(), text);
+    let messy = "  spawn   a\t# comment\na mmap buf 0x400000 prot=r align=0x200000\n";
+    assert_eq!(
+        parse("t.hlw", messy).unwrap().to_string(),
+        "spawn a\na mmap buf 4M align=2M prot=r\n"
+    );
+}
+
+#[test]
+fn tunable_helpers() {
+    let t: Tunable = "transparent_hugepage/hugepages-2048kB/enabled"
+        .parse()
+        .unwrap();
+    assert_eq!(t, Tunable::ThpSizeEnabled { size_kb: 2048 });
+    assert_eq!(t.path(), "transparent_hugepage/hugepages-2048kB/enabled");
+    assert_eq!(
+        t.parse_value("never"),
+        Ok(SetValue::SizeEnabled(ThpSizeEnabled::Never))
+    );
+    assert!(t.parse_value("3").is_err());
+    assert!("transparent_hugepage/hugepages-4kB/enabled"
+        .parse::<Tunable>()
+        .is_err());
+    assert!("transparent_hugepage/hugepages-48kB/enabled"
+        .parse::<Tunable>()
+        .is_err());
+}
+
+#[test]
+fn check_on_built_asts() {
+    let stmt = |line, kind| Stmt {
+        pos: Pos { line, col: 1 },
+        kind,
+    };
+    let w = Workload {
+        file: "gen".into(),
+        stmts: vec![
+            stmt(
+                1,
+                StmtKind::Spawn {
+                    proc: "a".into(),
+                    cgroup: None,
+                },
+            ),
+            stmt(
+                2,
+                StmtKind::Read {
+                    proc: "a".into(),
+                    range: range("x", None, None),
+                    step: None,
+                },
+            ),
+        ],
+    };
+    let e = check::check(&w).unwrap_err();
+    assert_eq!((e.line, e.col), (2, 1));
+    assert!(
+        e.message
+            .contains("unknown region 'x' of process 'a'; it has no regions"),
+        "{e}"
+    );
+    // Values the parser would never produce are refused too.
+    let w = Workload {
+        file: "gen".into(),
+        stmts: vec![stmt(
+            1,
+            StmtKind::Set {
+                tunable: Tunable::ThpEnabled,
+                value: SetValue::Num(3),
+            },
+        )],
+    };
+    assert!(check::check(&w).is_err());
+    let w = Workload {
+        file: "gen".into(),
+        stmts: vec![stmt(
+            1,
+            StmtKind::Machine {
+                params: vec![MachineParam::BasePage(Size(0))],
+            },
+        )],
+    };
+    assert!(check::check(&w).is_err());
+}
+
+#[test]
+fn parse_file_errors() {
+    let dir = std::env::temp_dir().join(format!("hugelab-parse-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let missing = dir.join("missing.hlw");
+    let e = parse_file(&missing).unwrap_err();
+    assert_eq!(e.line, 0);
+    assert!(
+        e.to_string()
+            .starts_with(&format!("{}: cannot read: ", missing.display())),
+        "{e}"
+    );
+    let bad = dir.join("bad.hlw");
+    std::fs::write(&bad, b"spawn a\nspawn \xc3b\xff\n").unwrap();
+    let e = parse_file(&bad).unwrap_err();
+    assert_eq!((e.line, e.col, e.message.as_str()), (2, 7, "invalid UTF-8"));
+    let good = dir.join("good.hlw");
+    std::fs::write(&good, "spawn a\n").unwrap();
+    assert_eq!(parse_file(&good).unwrap().stmts.len(), 1);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+// ---- bad input --------------------------------------------------------------
+
+#[test]
+fn unknown_statement() {
+    fails(
+        "spawn a\nfoo\n",
+        2,
+        1,
+        "unknown statement 'foo'; expected one of set, machine, cgroup, spawn",
+    );
+    fails(
+        "  spwan a\n",
+        1,
+        3,
+        "unknown statement 'spwan'; expected one of set, machine",
+    );
+    fails("9lives x\n", 1, 1, "unknown statement '9lives'");
+    fails(
+        "spawn a\na\n",
+        2,
+        2,
+        "missing statement for process 'a'; expected one of mmap, munmap",
+    );
+    fails(
+        "spawn a\na mmapp buf 4K\n",
+        2,
+        3,
+        "unknown statement 'mmapp' for process 'a'; expected one of mmap, munmap, mprotect",
+    );
+}
+
+#[test]
+fn bad_size() {
+    fails(
+        "spawn a\na mmap buf 12Q\n",
+        2,
+        12,
+        "bad size '12Q'; expected bytes like 4096, 64K, 2M, 1G or 0x1000",
+    );
+    fails("spawn a\na mmap buf 4K align=x\n", 2, 21, "bad size 'x'");
+    fails(&format!("{PRE}a read buf+1Q:4K\n"), 3, 12, "bad size '1Q'");
+    fails(&format!("{PRE}a read buf+1M:\n"), 3, 15, "bad size ''");
+    fails(
+        "spawn a\na mmap buf 99999999999T\n",
+        2,
+        12,
+        "size too large",
+    );
+    fails("machine memory=0\n", 1, 16, "memory must be nonzero");
+    fails(
+        "machine base_page=8K\n",
+        1,
+        19,
+        "bad base_page '8K'; expected one of 4K, 16K, 64K",
+    );
+}
+
+#[test]
+fn unknown_advice() {
+    fails(
+        &format!("{PRE}\n\n\n\na madvise buf HUGE\n"),
+        7,
+        15,
+        "unknown advice 'HUGE'; expected one of HUGEPAGE, NOHUGEPAGE, DONTNEED, FREE, COLLAPSE, PAGEOUT, COLD",
+    );
+}
+
+#[test]
+fn unknown_and_duplicate_options() {
+    fails(
+        "spawn a\na mmap buf 4K huge\n",
+        2,
+        15,
+        "unknown option 'huge' for mmap; expected one of align=<size>, hugetlb=2M|1G, shared, prot=rw|r|none",
+    );
+    fails(
+        "spawn a\na mmap buf 4K shared shared\n",
+        2,
+        22,
+        "duplicate option 'shared'; mmap accepts align=<size>",
+    );
+    fails(
+        "spawn a\na mmap buf 4K align\n",
+        2,
+        15,
+        "option 'align' needs a value: align=<size>",
+    );
+    fails(
+        "spawn a\na mmap buf 4K shared=1\n",
+        2,
+        15,
+        "option 'shared' takes no value",
+    );
+    fails(
+        "spawn a\na mmap buf 4K hugetlb=4M\n",
+        2,
+        23,
+        "bad hugetlb size '4M'; expected 2M or 1G",
+    );
+    fails(
+        "spawn a\na mmap buf 4K prot=wx\n",
+        2,
+        20,
+        "bad protection 'wx'; expected one of rw, r, none",
+    );
+    fails(
+        &format!("{PRE}a read buf zero\n"),
+        3,
+        12,
+        "unknown option 'zero' for read; expected one of step=<size>",
+    );
+    fails(
+        &format!("{PRE}a write buf step=4K step=8K\n"),
+        3,
+        21,
+        "duplicate option 'step'",
+    );
+    fails(
+        "spawn a cgrop=x\n",
+        1,
+        9,
+        "unknown option 'cgrop' for spawn; expected one of cgroup=<cg>",
+    );
+    fails(
+        "machine arch=x86_64 arch=arm64\n",
+        1,
+        21,
+        "duplicate machine key 'arch'",
+    );
+    fails("machine cpus=4\n", 1, 9, "unknown machine key 'cpus'");
+    fails(
+        "machine arm64\n",
+        1,
+        9,
+        "bad machine setting 'arm64'; expected arch=x86_64|arm64",
+    );
+    fails("machine arch=riscv\n", 1, 14, "unknown arch 'riscv'");
+}
+
+#[test]
+fn unknown_tunable() {
+    fails("set transparent_hugepage/enable always\n", 1, 5, "unknown tunable 'transparent_hugepage/enable'; expected one of transparent_hugepage/{enabled,");
+    fails(
+        "set vm.swappiness 10\n",
+        1,
+        5,
+        "unknown tunable 'vm.swappiness'",
+    );
+    fails(
+        "set transparent_hugepage/hugepages-48kB/enabled always\n",
+        1,
+        5,
+        "bad page size in hugepages-48kB",
+    );
+    fails(
+        "set hugepages/hugepages-2048kB/free_hugepages 1\n",
+        1,
+        5,
+        "unknown tunable",
+    );
+}
+
+#[test]
+fn bad_tunable_value() {
+    fails(
+        "set transparent_hugepage/enabled inherit\n",
+        1,
+        34,
+        "bad value 'inherit' for transparent_hugepage/enabled; expected one of always, madvise, never",
+    );
+    fails(
+        "set transparent_hugepage/defrag sometimes\n",
+        1,
+        33,
+        "expected one of always, defer, defer+madvise, madvise, never",
+    );
+    fails(
+        "set transparent_hugepage/use_zero_page 2\n",
+        1,
+        40,
+        "expected 0 or 1",
+    );
+    fails(
+        "set vm.nr_hugepages -1\n",
+        1,
+        21,
+        "expected a non-negative integer",
+    );
+    fails(
+        "set vm.overcommit_memory 3\n",
+        1,
+        26,
+        "expected an integer from 0 to 2",
+    );
+    fails(
+        "set transparent_hugepage/khugepaged/pages_to_scan 0\n",
+        1,
+        51,
+        "expected a positive integer",
+    );
+}
+
+#[test]
+fn unknown_region() {
+    fails(
+        "spawn a\na mmap buf 4K\na mmap heap 8K\na read bux:4K\n",
+        4,
+        8,
+        "unknown region 'bux' of process 'a'; it has buf, heap",
+    );
+    fails(
+        "spawn a\na fork b\nb read buf\n",
+        3,
+        8,
+        "unknown region 'buf' of process 'b'; it has no regions",
+    );
+}
+
+#[test]
+fn range_out_of_region() {
+    fails(
+        &format!("{PRE}a read buf+3M:2M\n"),
+        3,
+        8,
+        "offset+length 5M > size 4M",
+    );
+    fails(
+        &format!("{PRE}a read buf+4M\n"),
+        3,
+        8,
+        "offset 4M >= size 4M",
+    );
+    fails(
+        &format!("{PRE}a read buf+0xffffffffffffffff:4K\n"),
+        3,
+        8,
+        "overflows",
+    );
+    fails(
+        &format!("{PRE}a read buf:0\n"),
+        3,
+        12,
+        "zero-length range 'buf:0'",
+    );
+    fails(
+        &format!("{PRE}a madvise buf+1:4K HUGEPAGE\n"),
+        3,
+        11,
+        "must start and end on base-page boundaries (4K): it starts at 1",
+    );
+    fails(&format!("{PRE}split a buf:100\n"), 3, 9, "it ends at 100");
+}
+
+#[test]
+fn duplicate_names() {
+    fails(
+        "spawn a\na mmap buf 4K\n# again\na mmap buf 8K\n",
+        4,
+        8,
+        "region 'buf' of process 'a' already exists (mapped at line 2)",
+    );
+    fails(
+        "spawn a\nspawn a\n",
+        2,
+        7,
+        "process 'a' already exists (spawned at line 1)",
+    );
+    fails(
+        "spawn a\na fork b\na fork b\n",
+        3,
+        8,
+        "process 'b' already exists (forked at line 2)",
+    );
+    fails(
+        "cgroup x\ncgroup x\n",
+        2,
+        8,
+        "cgroup 'x' already exists (at line 1)",
+    );
+    fails(
+        "snapshot s\nsnapshot s\n",
+        2,
+        10,
+        "snapshot 's' already taken (at line 1)",
+    );
+    fails("snapshot end\n", 1, 10, "reserved");
+    fails("spawn split\n", 1, 7, "'split' is a statement keyword");
+}
+
+#[test]
+fn process_that_exited() {
+    fails(
+        "spawn a\na mmap buf 4K\n\n\na exit\na read buf\n",
+        6,
+        1,
+        "process 'a' has exited (at line 5)",
+    );
+    fails(
+        "spawn a\na mmap buf 4K\na exit\nsplit a buf\n",
+        4,
+        7,
+        "process 'a' has exited (at line 3)",
+    );
+}
+
+#[test]
+fn unknown_process_or_cgroup() {
+    fails(
+        "b mmap buf 4K\n",
+        1,
+        1,
+        "unknown process 'b'; no process has been spawned",
+    );
+    fails(
+        "spawn a\n  b exit\n",
+        2,
+        3,
+        "unknown process 'b'; processes so far: a",
+    );
+    fails("spawn a\nsplit b buf\n", 2, 7, "unknown process 'b'");
+    fails(
+        "spawn a cgroup=cg\n",
+        1,
+        16,
+        "unknown cgroup 'cg'; no cgroup has been declared",
+    );
+}
+
+#[test]
+fn missing_and_extra_arguments() {
+    fails(
+        "spawn a\na mmap buf\n",
+        2,
+        11,
+        "missing size; usage: <proc> mmap <region> <size>",
+    );
+    fails("spawn\n", 1, 6, "missing process name; usage: spawn <proc>");
+    fails("set transparent_hugepage/enabled\n", 1, 33, "missing value");
+    fails(&format!("{PRE}a madvise buf\n"), 3, 14, "missing advice");
+    fails("expect vmstat.x ==\n", 1, 19, "missing value");
+    fails("machine\n", 1, 8, "missing machine key");
+    fails(
+        "spawn a\na exit now\n",
+        2,
+        8,
+        "unexpected argument 'now'; usage: <proc> exit",
+    );
+    fails("reclaim all\n", 1, 9, "unexpected argument 'all'");
+    fails("snapshot a b\n", 1, 12, "unexpected argument 'b'");
+}
+
+#[test]
+fn other_bad_input() {
+    fails(
+        "spawn a\na mmap buf 0\n",
+        2,
+        12,
+        "mmap size must be nonzero",
+    );
+    fails(
+        "spawn a\na mmap buf 6K\n",
+        2,
+        12,
+        "not a multiple of the base page (4K)",
+    );
+    fails(
+        "spawn a\na mmap buf 4M hugetlb=1G\n",
+        2,
+        12,
+        "not a multiple of its hugetlb page size (1G)",
+    );
+    fails(
+        "spawn a\na mmap buf 4M align=12K\n",
+        2,
+        21,
+        "align=12K must be a power of two of at least the base page",
+    );
+    fails(
+        &format!("{PRE}a read buf step=0\n"),
+        3,
+        17,
+        "step must be nonzero",
+    );
+    fails("spawn a\na thp_disable yes\n", 2, 15, "expected on or off");
+    fails("expect .vmstat == 1\n", 1, 8, "bad counter name");
+    fails("expect a..b == 1\n", 1, 8, "bad counter name");
+    fails("expect vmstat.x != 1\n", 1, 17, "unknown comparison '!='");
+    fails("expect vmstat.x == -1\n", 1, 20, "bad value '-1'");
+    fails(
+        "spawn a\nmachine arch=arm64\n",
+        2,
+        1,
+        "machine must come before 'spawn' at line 1",
+    );
+    fails(
+        "machine arch=arm64\nmachine arch=x86_64\n",
+        2,
+        9,
+        "machine key 'arch' already given at line 1",
+    );
+    fails("spawn a\na mmap 1buf 4K\n", 2, 8, "bad region name '1buf'");
+    fails(&format!("{PRE}a read +4K\n"), 3, 8, "missing region name");
+    // Columns count characters, not bytes.
+    fails("spawn é\n", 1, 7, "bad process name 'é'");
+    fails(
+        "# ünïcödé\nspawn a\na mmap ünï 4K\n",
+        3,
+        8,
+        "bad region name 'ünï'",
+    );
+    // The first error in file order wins, syntax or not.
+    fails("a exit\nspawn 1\n", 1, 1, "unknown process 'a'");
+}

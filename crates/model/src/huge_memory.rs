@@ -75,10 +75,14 @@ impl Default for ThpSettings {
 }
 
 impl ThpSettings {
+    /// The huge_anon_orders_{always,madvise,inherit} bitmap of `mode`.
+    #[inline]
     fn orders_with(&self, mode: ThpSizeEnabled) -> u32 {
-        (2..=HPAGE_PMD_ORDER)
-            .filter(|&o| self.size_enabled[o as usize] == mode)
-            .fold(0, |mask, o| mask | (1 << o))
+        let mut mask = 0;
+        for o in 2..=HPAGE_PMD_ORDER {
+            mask |= u32::from(self.size_enabled[o as usize] == mode) << o;
+        }
+        mask
     }
 }
 

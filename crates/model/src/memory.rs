@@ -184,6 +184,9 @@ fn alloc_anon_folio(
     let below_pmd = (1 << HPAGE_PMD_ORDER) - 1;
     let mut orders = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd);
     orders = thp_vma_suitable_orders(vma, addr, orders);
+    if orders == 0 {
+        return alloc_folio(m, 0).map(|f| (f, 0)).ok_or(Fault::Oom);
+    }
     let t = table(mm, addr);
     while orders != 0 {
         let order = highest_order(orders);

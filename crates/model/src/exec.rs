@@ -63,7 +63,7 @@ fn set_tunable(
 ) -> Result<(), BackendError> {
     let thp = &mut m.thp;
     let unsupported =
-        || BackendError::unsupported(stmt, BACKEND, format!("set {}", tunable_path(tunable)));
+        || BackendError::unsupported(stmt, BACKEND, format!("set {}", tunable.path()));
     match (tunable, value) {
         (Tunable::ThpEnabled, SetValue::Enabled(v)) => thp.enabled = v,
         (Tunable::ThpDefrag, SetValue::Defrag(v)) => thp.defrag = v,
@@ -100,10 +100,6 @@ fn set_tunable(
         _ => return Err(unsupported()),
     }
     Ok(())
-}
-
-fn tunable_path(t: &Tunable) -> String {
-    t.path()
 }
 
 impl Model {

@@ -184,17 +184,17 @@ fn alloc_anon_folio(
     let below_pmd = (1 << HPAGE_PMD_ORDER) - 1;
     let mut orders = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd);
     orders = thp_vma_suitable_orders(vma, addr, orders);
-    if orders == 0 {
-        return alloc_folio(m, 0).map(|f| (f, 0)).ok_or(Fault::Oom);
-    }
-    let t = table(mm, addr);
-    while orders != 0 {
-        let order = highest_order(orders);
-        let first = pte_index(addr & !((PAGE_SIZE << order) - 1));
-        if t.range_none(first, 1 << order) {
-            break;
+    // The PTE-emptiness filter needs the table only when some order is left.
+    if orders != 0 {
+        let t = table(mm, addr);
+        while orders != 0 {
+            let order = highest_order(orders);
+            let first = pte_index(addr & !((PAGE_SIZE << order) - 1));
+            if t.range_none(first, 1 << order) {
+                break;
+            }
+            orders &= !(1 << order);
         }
-        orders &= !(1 << order);
     }
     while orders != 0 {
         let order = highest_order(orders);

@@ -8,7 +8,7 @@
 //! `_large_mapcount` or MM_ID tracking yet.
 
 use crate::huge_memory::deferred_split_folio;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER};
+use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR};
 use crate::vmstat::MthpStat;
 use crate::Machine;
 
@@ -125,9 +125,4 @@ pub fn folio_put_refs(m: &mut Machine, folio: Pfn, refs: u32) -> bool {
     debug_assert!(head.private >= refs, "refcount underflow on {folio}");
     head.private -= refs;
     head.private == 0
-}
-
-/// Whether `order` is PMD-sized (folio_test_pmd_mappable).
-pub fn is_pmd_order(order: u32) -> bool {
-    order == HPAGE_PMD_ORDER
 }

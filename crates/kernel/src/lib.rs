@@ -1,3 +1,19 @@
-//! Runs hugelab workloads on the real Linux kernel. Not built yet (issue 3):
-//! this crate exists so the workspace has the shape DESIGN.md describes, and
-//! depends on the workload crate only.
+//! The kernel backend: runs a workload on the real Linux kernel of this
+//! machine and reads the kernel's own counters, so that every claim of the
+//! model can be checked against the truth.
+//!
+//! - [`guard`]: the settings guard. Every tunable is journaled on disk before
+//!   its first write and restored on success, error, panic and signal.
+//! - [`agent`]: the process agents. Each `spawn` is a real process executing
+//!   the workload's statements on real memory.
+//! - readers: [`vmstat`] (/proc/vmstat, per-size stats, meminfo), [`smaps`],
+//!   [`pagemap`] (folio shapes from pagemap + kpageflags).
+//!
+//! Depends only on the workload crate, never on the model.
+
+pub mod error;
+pub mod guard;
+pub mod pagemap;
+pub mod sysfs;
+
+pub use error::{KernelError, Result};

@@ -4,7 +4,9 @@
 //! runs workloads through `hugelab_workload::run` and prints what comes back.
 
 mod compare;
+mod diff;
 mod run;
+mod settings;
 mod table;
 
 use clap::{Parser, Subcommand};
@@ -27,13 +29,29 @@ enum Command {
     Run(run::RunArgs),
     /// Run one workload under several settings and compare the counters.
     Compare(compare::CompareArgs),
+    /// Run workloads on the model and on this machine's kernel, side by side.
+    Diff(diff::DiffArgs),
+    /// Show or restore the kernel tunables hugelab changes.
+    #[command(subcommand)]
+    Settings(settings::SettingsCommand),
 }
 
 fn main() -> ExitCode {
+    // The kernel backend's process agents are this binary too; they must start
+    // without allocating more than they need, so they skip argument parsing.
+    let mut args = std::env::args();
+    if args.nth(1).as_deref() == Some("__agent") {
+        match args.next().and_then(|fd| fd.parse().ok()) {
+            Some(fd) => hugelab_kernel::agent::agent_main(fd),
+            None => return ExitCode::from(2),
+        }
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::main(args),
         Command::Compare(args) => compare::main(args),
+        Command::Diff(args) => diff::main(args),
+        Command::Settings(cmd) => settings::main(cmd),
     };
     match result {
         Ok(code) => code,

@@ -11,9 +11,15 @@
 //!
 //! Depends only on the workload crate, never on the model.
 
+pub mod agent;
+pub mod backend;
 pub mod error;
 pub mod guard;
 pub mod pagemap;
+pub mod process;
+pub mod smaps;
 pub mod sysfs;
+pub mod vmstat;
 
+pub use backend::KernelBackend;
 pub use error::{KernelError, Result};

@@ -94,7 +94,10 @@ mod tests {
     #[test]
     fn selected_word_of_choice_files() {
         assert_eq!(selected("always [madvise] never\n"), "madvise");
-        assert_eq!(selected("[always] defer defer+madvise madvise never"), "always");
+        assert_eq!(
+            selected("[always] defer defer+madvise madvise never"),
+            "always"
+        );
         assert_eq!(selected("511\n"), "511");
     }
 
@@ -102,7 +105,9 @@ mod tests {
     fn sysctls_live_in_proc_sys_vm() {
         let t: Tunable = "vm.nr_hugepages".parse().unwrap();
         assert_eq!(tunable_file(&t), Path::new("/proc/sys/vm/nr_hugepages"));
-        let t: Tunable = "transparent_hugepage/hugepages-64kB/enabled".parse().unwrap();
+        let t: Tunable = "transparent_hugepage/hugepages-64kB/enabled"
+            .parse()
+            .unwrap();
         assert_eq!(
             tunable_file(&t),
             Path::new("/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled")

@@ -7,6 +7,7 @@
 
 use crate::ast::{Pos, Stmt, StmtKind, Workload};
 use crate::observation::{Counters, ExpectOutcome, Observation, Snapshot};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// Why a backend could not execute a statement.
@@ -62,6 +63,12 @@ pub trait Backend {
 
     /// Every counter this backend reports, as of now.
     fn counters(&mut self) -> Result<Counters, BackendError>;
+
+    /// Counters this backend has but cannot read reliably right now, with the
+    /// reason; asked right after [`Backend::counters`]. None by default.
+    fn unknown(&mut self) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 }
 
 /// Runs a workload to its end on `backend`. Snapshots are taken at every
@@ -89,12 +96,14 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
                     label: label.clone(),
                     line: Some(stmt.pos.line),
                     counters,
+                    unknown: backend.unknown(),
                 });
             }
             StmtKind::Expect { counter, op, value } => {
                 let counters = backend.counters().map_err(wrap)?;
+                let unknown = backend.unknown();
                 obs.expects.push(ExpectOutcome::evaluate(
-                    stmt.pos, counter, *op, *value, &counters,
+                    stmt.pos, counter, *op, *value, &counters, &unknown,
                 ));
             }
             _ => backend.execute(stmt).map_err(wrap)?,
@@ -108,6 +117,7 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
         label: "end".to_string(),
         line: None,
         counters,
+        unknown: backend.unknown(),
     });
     Ok(obs)
 }

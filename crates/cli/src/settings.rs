@@ -1,0 +1,38 @@
+//! `hugelab settings show|restore`: the tunables hugelab knows, and the
+//! replay of a restore journal left by a run that was killed (SIGKILL, power).
+
+use anyhow::Result;
+use clap::Subcommand;
+use hugelab_kernel::guard;
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub enum SettingsCommand {
+    /// Print the current value of every tunable the model knows (sysfs names).
+    Show,
+    /// Put back the tunables a killed kernel-backend run left changed.
+    Restore,
+}
+
+pub fn main(cmd: SettingsCommand) -> Result<ExitCode> {
+    match cmd {
+        SettingsCommand::Show => {
+            for (tunable, value) in guard::show()? {
+                println!("{tunable} {value}");
+            }
+        }
+        SettingsCommand::Restore => {
+            let restored = guard::restore_journal()?;
+            if restored.is_empty() {
+                println!(
+                    "nothing to restore: no journal in {}",
+                    guard::state_dir().display()
+                );
+            }
+            for r in &restored {
+                println!("{r}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

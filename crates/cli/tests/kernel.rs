@@ -1,0 +1,180 @@
+//! The kernel backend on this machine: the whole scenario suite through
+//! `hugelab diff`, a run killed with SIGKILL and repaired by `hugelab settings
+//! restore`, and, around all of it, the check that every tunable and hugetlb
+//! pool is left as it was found.
+//!
+//! One test, run in order: the kernel backend changes machine-wide settings,
+//! so its runs must not overlap. Skipped, with the reason printed, where the
+//! machine does not allow it (not root, read-only sysfs).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn hugelab(args: &[&str], state: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(args)
+        .env("HUGELAB_STATE_DIR", state)
+        .output()
+        .expect("the hugelab binary runs")
+}
+
+/// Why the kernel backend cannot run here, if it cannot.
+fn cannot_run() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    let f = "/sys/kernel/mm/transparent_hugepage/enabled";
+    let c = std::ffi::CString::new(f).unwrap();
+    // SAFETY: access on a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Some(format!("{f} is not writable"));
+    }
+    None
+}
+
+/// Every tunable hugelab knows, with its value: `settings show`.
+fn machine_state(state: &Path) -> String {
+    let out = hugelab(&["settings", "show"], state);
+    assert!(out.status.success(), "settings show: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn scenario_files() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "hlw"))
+        .map(|p| p.to_str().unwrap().to_string())
+        .collect();
+    files.sort();
+    files
+}
+
+fn state_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hugelab-test-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read(path: &str) -> String {
+    let text = std::fs::read_to_string(path).unwrap();
+    match (text.find('['), text.find(']')) {
+        (Some(a), Some(b)) => text[a + 1..b].to_string(),
+        _ => text.trim().to_string(),
+    }
+}
+
+/// No agent of ours is left running.
+fn agents_left() -> Vec<String> {
+    let mut left = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains("hugelab __agent") || cmd.contains("hugelab\0__agent") {
+                left.push(cmd);
+            }
+        }
+    }
+    left
+}
+
+/// `hugelab diff` over every scenario: zero mismatches, zero failed expectations.
+fn diff_every_scenario(state: &Path) {
+    let files = scenario_files();
+    let mut args = vec!["diff"];
+    args.extend(files.iter().map(String::as_str));
+    let out = hugelab(&args, state);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout.lines().last().unwrap_or("");
+    println!("{summary}");
+    assert!(
+        out.status.success(),
+        "hugelab diff failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A run killed with SIGKILL mid-workload leaves its journal; `settings
+/// restore` puts every tunable and the pool back.
+fn sigkill_then_restore(state: &Path) {
+    let wl = state.join("slow.hlw");
+    std::fs::write(
+        &wl,
+        "set transparent_hugepage/khugepaged/max_ptes_swap 63\n\
+         set transparent_hugepage/hugepages-64kB/enabled always\n\
+         set hugepages/hugepages-2048kB/nr_hugepages 3\n\
+         spawn a\n\
+         a mmap buf 8G\n\
+         a write buf\n\
+         a read buf\n",
+    )
+    .unwrap();
+    let swap = "/sys/kernel/mm/transparent_hugepage/khugepaged/max_ptes_swap";
+    let size64 = "/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled";
+    let pool = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+    let before = (read(swap), read(size64), read(pool));
+    assert_ne!(before.0, "63", "max_ptes_swap must not already be 63");
+    let mut child: Child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(["run", "--backend", "kernel", wl.to_str().unwrap()])
+        .env("HUGELAB_STATE_DIR", state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read(pool) != "3" {
+        assert!(Instant::now() < deadline, "the run never set the pool");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended too soon"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run ended before the kill"
+    );
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(read(swap), "63", "the killed run left its setting in place");
+    assert_eq!(read(pool), "3");
+    // The agents die with the runner (PR_SET_PDEATHSIG).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !agents_left().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "agents left: {:?}",
+            agents_left()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = hugelab(&["settings", "restore"], state);
+    assert!(out.status.success(), "settings restore: {out:?}");
+    assert_eq!((read(swap), read(size64), read(pool)), before);
+    // Nothing is left to restore the second time.
+    let out = hugelab(&["settings", "restore"], state);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing to restore"));
+}
+
+#[test]
+fn kernel_backend_on_this_machine() {
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: the kernel backend cannot run here: {why}");
+        return;
+    }
+    let state = state_dir("kernel");
+    let found = machine_state(&state);
+    diff_every_scenario(&state);
+    sigkill_then_restore(&state);
+    assert_eq!(
+        machine_state(&state),
+        found,
+        "the kernel tests left a tunable or a hugetlb pool changed"
+    );
+    assert!(agents_left().is_empty());
+    let _ = std::fs::remove_dir_all(&state);
+}

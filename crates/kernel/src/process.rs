@@ -1,0 +1,274 @@
+//! The runner's side of a process agent: starting it, sending it requests,
+//! forking it and seeing it gone. See [`crate::agent`] for the other side.
+//!
+//! Every live agent's pid is kept in a registry, so that the settings guard's
+//! signal path can kill them before it restores hugetlb pools (pages still
+//! mapped by an agent would keep a pool from shrinking).
+
+use crate::agent::{op, Reply, Request, REQUEST_WORDS};
+use crate::error::{errno_name, KernelError, Result};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static LIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Kills every live agent and waits (up to 10 s) until they are gone: the
+/// guard's cleanup hook on SIGINT/SIGTERM, run before hugetlb pools shrink.
+pub fn kill_all() {
+    let pids = LIVE.lock().map(|v| v.clone()).unwrap_or_default();
+    for &pid in &pids {
+        // SAFETY: signals a process we started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for pid in pids {
+        // SAFETY: reaps our own child if it is one; kill(pid, 0) only checks.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        while unsafe { libc::kill(pid, 0) } == 0 && Instant::now() < deadline {
+            unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn register(pid: i32) {
+    if let Ok(mut v) = LIVE.lock() {
+        v.push(pid);
+    }
+}
+
+fn unregister(pid: i32) {
+    if let Ok(mut v) = LIVE.lock() {
+        v.retain(|p| *p != pid);
+    }
+}
+
+/// One agent process and the runner's end of its channel.
+pub struct AgentProc {
+    pub pid: i32,
+    chan: OwnedFd,
+    /// The runner's child (spawned), as opposed to a forked grandchild that
+    /// its parent agent reaps.
+    child: Option<Child>,
+    /// Faults the agent reported in its hello (start-up or the fork).
+    pub hello_faults: i64,
+}
+
+fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills two fds we then own.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(KernelError::Agent(format!(
+            "cannot create an agent channel: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: both fds are fresh and ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl AgentProc {
+    /// Starts `exe __agent <fd>` with THP disabled until the agent has marked
+    /// its own memory MADV_NOHUGEPAGE, and killed if the runner dies.
+    pub fn spawn(exe: &Path) -> Result<AgentProc> {
+        let (ours, theirs) = seqpacket_pair()?;
+        let fd = theirs.as_raw_fd();
+        let mut cmd = Command::new(exe);
+        cmd.arg("__agent")
+            .arg(fd.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        // SAFETY: only async-signal-safe syscalls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0
+                    || libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0
+                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| {
+            KernelError::Agent(format!("cannot start the agent {}: {e}", exe.display()))
+        })?;
+        drop(theirs);
+        let pid = child.id() as i32;
+        register(pid);
+        let mut agent = AgentProc {
+            pid,
+            chan: ours,
+            child: Some(child),
+            hello_faults: 0,
+        };
+        let hello = agent.recv()?;
+        agent.hello_faults = hello[3];
+        Ok(agent)
+    }
+
+    /// Sends one request and waits for its reply.
+    pub fn request(&mut self, req: Request) -> Result<Reply> {
+        self.send(&req, None)?;
+        self.recv()
+    }
+
+    /// Forks the agent: returns the new agent and the parent's reply.
+    pub fn fork(&mut self) -> Result<(AgentProc, Reply)> {
+        let (ours, theirs) = seqpacket_pair()?;
+        let mut req = [0u64; REQUEST_WORDS];
+        req[0] = op::FORK;
+        self.send(&req, Some(theirs.as_raw_fd()))?;
+        let reply = self.recv()?;
+        drop(theirs);
+        if reply[0] != 0 {
+            return Err(KernelError::Agent(format!(
+                "fork failed: {}",
+                errno_name(reply[0] as i32)
+            )));
+        }
+        let pid = reply[1] as i32;
+        register(pid);
+        let mut child = AgentProc {
+            pid,
+            chan: ours,
+            child: None,
+            hello_faults: 0,
+        };
+        let hello = child.recv()?;
+        child.hello_faults = hello[3];
+        Ok((child, reply))
+    }
+
+    /// Tells the agent to exit and waits until the process is gone, so that
+    /// the teardown of its own memory is over before the next measurement.
+    pub fn exit(mut self) -> Result<()> {
+        let mut req = [0u64; REQUEST_WORDS];
+        req[0] = op::EXIT;
+        let _ = self.send(&req, None);
+        self.wait_gone(Duration::from_secs(30))
+    }
+
+    fn wait_gone(&mut self, timeout: Duration) -> Result<()> {
+        let pid = self.pid;
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.wait();
+        } else {
+            let deadline = Instant::now() + timeout;
+            // A forked agent is its parent agent's child, reaped by the kernel
+            // (SIGCHLD ignored there): gone once kill(pid, 0) says ESRCH.
+            // SAFETY: signal 0 only checks existence.
+            while unsafe { libc::kill(pid, 0) } == 0 {
+                if Instant::now() > deadline {
+                    return Err(KernelError::Agent(format!(
+                        "agent pid {pid} did not exit within {timeout:?}"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        unregister(pid);
+        self.pid = -1;
+        Ok(())
+    }
+
+    fn send(&mut self, req: &Request, pass: Option<RawFd>) -> Result<()> {
+        let mut iov = libc::iovec {
+            iov_base: req.as_ptr() as *mut _,
+            iov_len: std::mem::size_of::<Request>(),
+        };
+        let mut cbuf = [0u64; 8];
+        // SAFETY: sendmsg from buffers we own; the control message carries one fd.
+        let n = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            if let Some(fd) = pass {
+                msg.msg_control = cbuf.as_mut_ptr().cast();
+                msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as _;
+                let cmsg = libc::CMSG_FIRSTHDR(&msg);
+                (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
+            }
+            libc::sendmsg(self.chan.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+        };
+        if n < 0 {
+            return Err(self.died(std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    fn recv(&mut self) -> Result<Reply> {
+        let mut reply: Reply = [0; 4];
+        loop {
+            // SAFETY: recv into a buffer we own.
+            let n = unsafe {
+                libc::recv(
+                    self.chan.as_raw_fd(),
+                    reply.as_mut_ptr().cast(),
+                    std::mem::size_of::<Reply>(),
+                    0,
+                )
+            };
+            if n == std::mem::size_of::<Reply>() as isize {
+                return Ok(reply);
+            }
+            let err = std::io::Error::last_os_error();
+            if n < 0 && err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(self.died(err));
+        }
+    }
+
+    /// The agent closed its channel: say how it died.
+    fn died(&mut self, err: std::io::Error) -> KernelError {
+        let pid = self.pid;
+        let how = match self.child.as_mut().map(|c| c.wait()) {
+            Some(Ok(status)) => {
+                use std::os::unix::process::ExitStatusExt;
+                match status.signal() {
+                    Some(libc::SIGSEGV) => {
+                        "was killed by SIGSEGV (an access the protection forbids)".to_string()
+                    }
+                    Some(libc::SIGBUS) => {
+                        "was killed by SIGBUS (no memory to back the access)".to_string()
+                    }
+                    Some(libc::SIGKILL) => "was killed by SIGKILL (out of memory?)".to_string(),
+                    Some(sig) => format!("was killed by signal {sig}"),
+                    None => format!("exited with {status}"),
+                }
+            }
+            _ => format!(
+                "stopped answering ({})",
+                err.raw_os_error().map_or(err.to_string(), errno_name)
+            ),
+        };
+        unregister(pid);
+        KernelError::Agent(format!("agent pid {pid} {how}"))
+    }
+}
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        if self.pid > 0 {
+            // SAFETY: kills a process we started.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            let _ = self.wait_gone(Duration::from_secs(10));
+        }
+    }
+}

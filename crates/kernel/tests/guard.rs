@@ -1,0 +1,562 @@
+//! The settings guard on this machine's real tunables: every test changes a
+//! harmless khugepaged knob (or a hugetlb pool by one page) and checks it comes
+//! back, through restore, Drop, SIGTERM/SIGINT, and SIGKILL + restore_journal.
+//!
+//! The signal tests re-run this binary as a child (`guard_child`, ignored
+//! unless HUGELAB_GUARD_CHILD is set), since the guard ends the process it
+//! lives in. Every test skips, saying why, when not root or the file is not
+//! writable, and a [`Setup`] puts the original values back whatever happens.
+
+use hugelab_kernel::guard::{self, Restored, SettingsGuard};
+use hugelab_kernel::{sysfs, KernelError};
+use hugelab_workload::{KhugepagedKnob, Tunable};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStderr, ChildStdout, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The tests share the settings lock, the tunables and HUGELAB_STATE_DIR.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const CHILD: &str = "HUGELAB_GUARD_CHILD";
+const READY: &str = "guard child ready";
+
+fn alloc_sleep() -> Tunable {
+    Tunable::Khugepaged(KhugepagedKnob::AllocSleepMillisecs)
+}
+
+fn max_ptes_swap() -> Tunable {
+    Tunable::Khugepaged(KhugepagedKnob::MaxPtesSwap)
+}
+
+fn read(t: &Tunable) -> String {
+    sysfs::read_tunable(t).unwrap()
+}
+
+fn plus_one(t: &Tunable) -> String {
+    (read(t).parse::<u64>().unwrap() + 1).to_string()
+}
+
+/// One test's state dir and the original values of the tunables it touches.
+struct Setup {
+    dir: PathBuf,
+    originals: Vec<(Tunable, String)>,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Setup {
+    fn new(name: &str, tunables: &[&Tunable]) -> Option<Setup> {
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: the settings guard needs root");
+            return None;
+        }
+        for t in tunables {
+            let file = sysfs::tunable_file(t);
+            // Opening for write writes nothing, and fails as writing would on a
+            // read-only sysfs.
+            if let Err(e) = std::fs::OpenOptions::new().write(true).open(&file) {
+                eprintln!("skipped: {} is not writable here: {e}", file.display());
+                return None;
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("hugelab-guard-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::env::set_var("HUGELAB_STATE_DIR", &dir);
+        let originals = tunables.iter().map(|&t| (t.clone(), read(t))).collect();
+        Some(Setup {
+            dir,
+            originals,
+            _serial: serial,
+        })
+    }
+
+    fn journal(&self) -> PathBuf {
+        self.dir.join("journal.json")
+    }
+}
+
+/// Whatever a failed assertion left: replay the journal, then put back any
+/// value that still differs, so that no test leaves the machine changed.
+impl Drop for Setup {
+    fn drop(&mut self) {
+        if self.journal().exists() {
+            if let Err(e) = guard::restore_journal() {
+                eprintln!("cleanup: {e}");
+            }
+        }
+        for (t, value) in &self.originals {
+            if sysfs::read_tunable(t).ok().as_deref() != Some(value.as_str()) {
+                eprintln!("cleanup: putting {t} back to {value}");
+                let _ = sysfs::write_value(&sysfs::tunable_file(t), value);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A re-run of this binary as `guard_child`; killed if the test ends first.
+struct ChildRun {
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl ChildRun {
+    /// `set`: the tunable and value the child sets after acquiring; without
+    /// it the child only acquires. `uid`: run as that user instead (the child
+    /// then checks that acquiring is refused).
+    fn spawn(dir: &Path, set: Option<(&Tunable, &str)>, uid: Option<u32>) -> std::io::Result<Self> {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "guard_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .env("HUGELAB_STATE_DIR", dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        if let Some((t, value)) = set {
+            cmd.env("HUGELAB_GUARD_TUNABLE", t.path())
+                .env("HUGELAB_GUARD_VALUE", value);
+        }
+        if let Some(uid) = uid {
+            cmd.uid(uid).gid(uid);
+        }
+        let mut child = cmd.spawn()?;
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Ok(ChildRun { child, stdout })
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Blocks until the child has set its tunable (it sleeps a minute at most).
+    fn wait_ready(&mut self) {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let n = self.stdout.read_line(&mut line).unwrap();
+            assert!(
+                n > 0,
+                "the child ended before it was ready: {}",
+                self.stderr()
+            );
+            if line.contains(READY) {
+                return;
+            }
+        }
+    }
+
+    fn signal(&self, signo: i32) {
+        // SAFETY: signals the child we spawned and have not reaped yet.
+        assert_eq!(unsafe { libc::kill(self.pid(), signo) }, 0);
+    }
+
+    fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().unwrap()
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut text);
+        }
+        text
+    }
+
+    fn stderr_pipe(&mut self) -> ChildStderr {
+        self.child.stderr.take().unwrap()
+    }
+}
+
+impl Drop for ChildRun {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs only as the child of the signal tests: acquires the guard, sets the
+/// tunable it was given, says it is ready and waits to be signalled.
+#[test]
+#[ignore = "the child process of the signal tests"]
+fn guard_child() {
+    if std::env::var_os(CHILD).is_none() {
+        return;
+    }
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        match SettingsGuard::acquire() {
+            Err(KernelError::Refused(msg)) => println!("refused: {msg}"),
+            other => panic!("acquire as non-root gave {:?}", other.map(|_| ())),
+        }
+        return;
+    }
+    guard::set_cleanup_hook(mark_hook_ran);
+    let mut g = SettingsGuard::acquire().unwrap();
+    if let (Ok(t), Ok(value)) = (
+        std::env::var("HUGELAB_GUARD_TUNABLE"),
+        std::env::var("HUGELAB_GUARD_VALUE"),
+    ) {
+        g.set(&t.parse().unwrap(), &value).unwrap();
+        println!("{READY}");
+        std::io::stdout().flush().unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+    } else {
+        println!("{READY}");
+    }
+    g.restore().unwrap();
+}
+
+fn mark_hook_ran() {
+    let dir = std::env::var_os("HUGELAB_STATE_DIR").unwrap();
+    std::fs::write(Path::new(&dir).join("hook-ran"), "").unwrap();
+}
+
+#[test]
+fn set_then_restore() {
+    let t = alloc_sleep();
+    let Some(s) = Setup::new("restore", &[&t]) else {
+        return;
+    };
+    let old = read(&t);
+    let new = plus_one(&t);
+    let mut g = SettingsGuard::acquire().unwrap();
+    assert!(
+        !s.journal().exists(),
+        "nothing journaled before the first set"
+    );
+    g.set(&t, &new).unwrap();
+    assert_eq!(read(&t), new);
+    assert!(s.journal().exists());
+    assert_eq!(g.journaled(), vec![(t.path(), old.clone())]);
+    let lock = std::fs::read_to_string(s.dir.join("lock")).unwrap();
+    assert_eq!(lock.trim(), std::process::id().to_string());
+    g.restore().unwrap();
+    assert_eq!(read(&t), old);
+    assert!(!s.journal().exists());
+    // Restored once: a second restore (and Drop) does nothing, set refuses.
+    g.restore().unwrap();
+    assert!(matches!(g.set(&t, &new), Err(KernelError::Refused(_))));
+    assert_eq!(read(&t), old);
+    // The lock is free again.
+    drop(SettingsGuard::acquire().unwrap());
+}
+
+#[test]
+fn drop_restores() {
+    let t = alloc_sleep();
+    let Some(s) = Setup::new("drop", &[&t]) else {
+        return;
+    };
+    let old = read(&t);
+    {
+        let mut g = SettingsGuard::acquire().unwrap();
+        g.set(&t, &plus_one(&t)).unwrap();
+        assert_ne!(read(&t), old);
+    }
+    assert_eq!(read(&t), old);
+    assert!(!s.journal().exists());
+}
+
+#[test]
+fn panic_restores_while_unwinding() {
+    let t = alloc_sleep();
+    let Some(s) = Setup::new("panic", &[&t]) else {
+        return;
+    };
+    let old = read(&t);
+    let new = plus_one(&t);
+    let result = std::panic::catch_unwind(|| {
+        let mut g = SettingsGuard::acquire().unwrap();
+        g.set(&t, &new).unwrap();
+        panic!("a run that panics");
+    });
+    assert!(result.is_err());
+    assert_eq!(read(&t), old);
+    assert!(!s.journal().exists());
+}
+
+#[test]
+fn first_old_value_is_kept_and_files_restore_in_reverse() {
+    let (a, b) = (alloc_sleep(), max_ptes_swap());
+    let Some(s) = Setup::new("order", &[&a, &b]) else {
+        return;
+    };
+    let (old_a, old_b) = (read(&a), read(&b));
+    let mut g = SettingsGuard::acquire().unwrap();
+    g.set(&a, &plus_one(&a)).unwrap();
+    g.set(&b, &(old_b.parse::<u64>().unwrap() - 1).to_string())
+        .unwrap();
+    g.set(&a, &plus_one(&a)).unwrap();
+    assert_eq!(read(&a), (old_a.parse::<u64>().unwrap() + 2).to_string());
+    assert_eq!(
+        g.journaled(),
+        vec![(a.path(), old_a.clone()), (b.path(), old_b.clone())]
+    );
+    let on_disk: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s.journal()).unwrap()).unwrap();
+    assert_eq!(on_disk["pid"], std::process::id());
+    assert_eq!(on_disk["entries"][0]["old"], old_a.as_str());
+    assert_eq!(
+        on_disk["entries"][1]["path"],
+        "/sys/kernel/mm/transparent_hugepage/khugepaged/max_ptes_swap"
+    );
+    g.restore().unwrap();
+    assert_eq!((read(&a), read(&b)), (old_a, old_b));
+    assert!(!s.journal().exists());
+}
+
+#[test]
+fn rejected_value_is_an_io_error_and_journals_nothing() {
+    let t = max_ptes_swap();
+    let Some(s) = Setup::new("einval", &[&t]) else {
+        return;
+    };
+    let old = read(&t);
+    let mut g = SettingsGuard::acquire().unwrap();
+    // khugepaged refuses more than HPAGE_PMD_NR - 1 swap PTEs.
+    match g.set(&t, "100000") {
+        Err(KernelError::Io { path, source }) => {
+            assert_eq!(path, sysfs::tunable_file(&t));
+            assert_eq!(source.raw_os_error(), Some(libc::EINVAL));
+        }
+        other => panic!("expected EINVAL, got {other:?}"),
+    }
+    assert_eq!(read(&t), old);
+    assert!(g.journaled().is_empty());
+    assert!(!s.journal().exists());
+    g.restore().unwrap();
+}
+
+#[test]
+fn hugetlb_pool_goes_back_to_its_size() {
+    let sizes = sysfs::size_dirs(Path::new("/sys/kernel/mm/hugepages"));
+    let Some(&size_kb) = sizes.iter().find(|&&s| s == 2048).or(sizes.first()) else {
+        eprintln!("skipped: no hugetlb sizes on this machine");
+        return;
+    };
+    let pool = Tunable::HugetlbNrHugepages { size_kb };
+    let over = Tunable::HugetlbNrOvercommit { size_kb };
+    let Some(_s) = Setup::new("pool", &[&pool, &over]) else {
+        return;
+    };
+    let (old_pool, old_over) = (read(&pool), read(&over));
+    let mut g = SettingsGuard::acquire().unwrap();
+    g.set(&over, &plus_one(&over)).unwrap();
+    g.set(&pool, &plus_one(&pool)).unwrap();
+    if read(&pool) == old_pool {
+        eprintln!("note: the kernel found no free {size_kb} kB page to grow the pool");
+    }
+    g.restore().unwrap();
+    assert_eq!((read(&pool), read(&over)), (old_pool, old_over));
+}
+
+#[test]
+fn sigkill_leaves_a_journal_that_restore_journal_replays() {
+    let t = alloc_sleep();
+    let Some(s) = Setup::new("sigkill", &[&t]) else {
+        return;
+    };
+    let old = read(&t);
+    let new = plus_one(&t);
+    let mut child = ChildRun::spawn(&s.dir, Some((&t, &new)), None).unwrap();
+    child.wait_ready();
+    assert_eq!(read(&t), new);
+    child.signal(libc::SIGKILL);
+    assert_eq!(child.wait().signal(), Some(libc::SIGKILL));
+    assert_eq!(read(&t), new, "SIGKILL cannot be caught");
+    assert!(s.journal().exists());
+    assert!(!s.dir.join("hook-ran").exists());
+
+    let restored = guard::restore_journal().unwrap();
+    assert_eq!(
+        restored,
+        vec![Restored {
+            path: sysfs::tunable_file(&t).display().to_string(),
+            tunable: t.path(),
+            old: old.clone(),
+            found: new,
+        }]
+    );
+    assert_eq!(read(&t), old);
+    assert!(!s.journal().exists());
+    assert!(guard::restore_journal().unwrap().is_empty(), "nothing left");
+}
+
+fn interrupted_child_restores(name: &str, signo: i32) {
+    let t = alloc_sleep();
+    let Some(s) = Setup::new(name, &[&t]) else {
+        return;
+    };
+    let old = read(&t);
+    let new = plus_one(&t);
+    let mut child = ChildRun::spawn(&s.dir, Some((&t, &new)), None).unwrap();
+    child.wait_ready();
+    assert_eq!(read(&t), new);
+    assert!(s.journal().exists());
+    child.signal(signo);
+    let status = child.wait();
+    let stderr = child.stderr();
+    assert_eq!(status.code(), Some(128 + signo), "{stderr}");
+    assert!(
+        stderr.contains("hugelab: interrupted; tunables restored"),
+        "{stderr}"
+    );
+    assert!(s.dir.join("hook-ran").exists(), "the cleanup hook ran");
+    assert_eq!(read(&t), old);
+    assert!(!s.journal().exists());
+}
+
+#[test]
+fn sigterm_restores_and_exits_143() {
+    interrupted_child_restores("sigterm", libc::SIGTERM);
+}
+
+#[test]
+fn sigint_restores_and_exits_130() {
+    interrupted_child_restores("sigint", libc::SIGINT);
+}
+
+#[test]
+fn a_second_run_waits_for_the_lock() {
+    let t = alloc_sleep();
+    let Some(s) = Setup::new("wait", &[&t]) else {
+        return;
+    };
+    let old = read(&t);
+    let mut first = ChildRun::spawn(&s.dir, Some((&t, &plus_one(&t))), None).unwrap();
+    first.wait_ready();
+    let mut second = ChildRun::spawn(&s.dir, None, None).unwrap();
+    let mut waiting = String::new();
+    BufReader::new(second.stderr_pipe())
+        .read_line(&mut waiting)
+        .unwrap();
+    assert_eq!(
+        waiting.trim_end(),
+        format!(
+            "hugelab: waiting for the settings lock held by pid {} ({})",
+            first.pid(),
+            s.dir.join("lock").display()
+        )
+    );
+    first.signal(libc::SIGTERM);
+    assert_eq!(first.wait().code(), Some(143));
+    // The second run gets the lock once the first restored and exited.
+    second.wait_ready();
+    assert!(second.wait().success());
+    assert_eq!(read(&t), old);
+}
+
+#[test]
+fn acquire_refuses_over_a_leftover_journal() {
+    let t = alloc_sleep();
+    let Some(s) = Setup::new("leftover", &[&t]) else {
+        return;
+    };
+    let current = read(&t);
+    // As a killed run leaves it; its "old" value is the current one, so the
+    // replay below changes nothing on the machine.
+    let journal = serde_json::json!({
+        "pid": 1,
+        "started": 0,
+        "entries": [{"path": sysfs::tunable_file(&t), "tunable": t.path(), "old": current}],
+    });
+    std::fs::write(s.journal(), journal.to_string()).unwrap();
+    match SettingsGuard::acquire() {
+        Err(KernelError::Refused(msg)) => assert_eq!(
+            msg,
+            format!(
+                "a restore journal left by an interrupted run exists at {}; run `hugelab settings restore` first",
+                s.journal().display()
+            )
+        ),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    assert!(s.journal().exists(), "the refusal keeps the journal");
+    let restored = guard::restore_journal().unwrap();
+    assert_eq!(restored.len(), 1);
+    assert_eq!(
+        (restored[0].found.as_str(), restored[0].old.as_str()),
+        (current.as_str(), current.as_str())
+    );
+    assert!(!s.journal().exists());
+    assert_eq!(read(&t), current);
+    drop(SettingsGuard::acquire().unwrap());
+}
+
+#[test]
+fn a_journal_from_an_earlier_boot_is_discarded_not_replayed() {
+    let t = alloc_sleep();
+    let Some(s) = Setup::new("reboot", &[&t]) else {
+        return;
+    };
+    let current = read(&t);
+    let journal = serde_json::json!({
+        "pid": 1,
+        "started": 0,
+        "boot_id": "00000000-0000-0000-0000-000000000000",
+        "entries": [{"path": sysfs::tunable_file(&t), "tunable": t.path(), "old": plus_one(&t)}],
+    });
+    std::fs::write(s.journal(), journal.to_string()).unwrap();
+    assert!(guard::restore_journal().unwrap().is_empty());
+    assert!(!s.journal().exists());
+    assert_eq!(read(&t), current);
+
+    std::fs::write(s.journal(), journal.to_string()).unwrap();
+    drop(SettingsGuard::acquire().unwrap());
+    assert!(!s.journal().exists());
+    assert_eq!(read(&t), current);
+}
+
+#[test]
+fn not_root_is_refused_with_one_sentence() {
+    let Some(s) = Setup::new("nonroot", &[]) else {
+        return;
+    };
+    let nobody = 65534;
+    let mut child = match ChildRun::spawn(&s.dir, None, Some(nobody)) {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("skipped: cannot run this test binary as uid {nobody}: {e}");
+            return;
+        }
+    };
+    let mut out = String::new();
+    child.stdout.read_to_string(&mut out).unwrap();
+    let status = child.wait();
+    if !status.success() && out.is_empty() {
+        eprintln!(
+            "skipped: the test binary did not run as uid {nobody}: {}",
+            child.stderr()
+        );
+        return;
+    }
+    assert!(status.success(), "{out}{}", child.stderr());
+    assert!(
+        out.contains(&format!(
+            "refused: the kernel backend changes kernel tunables and needs root; run it as root (this is uid {nobody})"
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn show_lists_known_tunables() {
+    let shown = guard::show().unwrap();
+    assert!(shown.iter().any(|(t, _)| *t == alloc_sleep()));
+    for (t, value) in &shown {
+        assert!(
+            !value.contains('['),
+            "{t} reads as the selected word: {value}"
+        );
+    }
+}

@@ -41,9 +41,11 @@ fn main() -> ExitCode {
     // without allocating more than they need, so they skip argument parsing.
     let mut args = std::env::args();
     if args.nth(1).as_deref() == Some("__agent") {
-        match args.next().and_then(|fd| fd.parse().ok()) {
-            Some(fd) => hugelab_kernel::agent::agent_main(fd),
-            None => return ExitCode::from(2),
+        let fd = args.next().and_then(|fd| fd.parse().ok());
+        let runner = args.next().and_then(|pid| pid.parse().ok());
+        match (fd, runner) {
+            (Some(fd), Some(runner)) => hugelab_kernel::agent::agent_main(fd, runner),
+            _ => return ExitCode::from(2),
         }
     }
     let cli = Cli::parse();

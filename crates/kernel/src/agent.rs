@@ -51,15 +51,25 @@ pub type Request = [u64; REQUEST_WORDS];
 /// new process sends (after spawn or fork) is `[0, pid, 0, faults so far]`.
 pub type Reply = [i64; 4];
 
-const PMD_SIZE: u64 = 2 << 20;
-/// Unmapped space kept on each side of a region, as the model's placement rule.
-const GAP: u64 = PMD_SIZE;
 const STACK_PRETOUCH: usize = 256 << 10;
 
-/// Entry point of `hugelab __agent <fd>`: never returns.
-pub fn agent_main(fd: RawFd) -> ! {
+/// Entry point of `hugelab __agent <fd> <runner pid>`: never returns.
+pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
     // SAFETY: plain syscalls on our own process.
     unsafe {
+        // Die with the runner, whatever kills it (SIGKILL included).
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        if libc::getppid() != runner {
+            libc::_exit(1);
+        }
+        // Start again with THP disabled, so that nothing the start-up
+        // allocates is ever a THP (the flag survives exec). The runner spawns
+        // us without fork (posix_spawn), so that it never write-protects its
+        // own memory, which would make it fault inside measurements.
+        if libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 0 {
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+            reexec();
+        }
         // Children forked for `fork` are reaped by the kernel: the runner
         // watches them by pid.
         libc::signal(libc::SIGCHLD, libc::SIG_IGN);
@@ -96,6 +106,20 @@ pub fn agent_main(fd: RawFd) -> ! {
     }
 }
 
+/// execv of this same program with the same arguments.
+fn reexec() -> ! {
+    let args: Vec<std::ffi::CString> = std::env::args()
+        .filter_map(|a| std::ffi::CString::new(a).ok())
+        .collect();
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: argv is a NULL-terminated array of C strings that outlive the call.
+    unsafe {
+        libc::execv(c"/proc/self/exe".as_ptr(), argv.as_ptr());
+        libc::_exit(127)
+    }
+}
+
 /// Runs one request other than FORK/EXIT: (errno, value, faults of the access loop).
 fn execute(req: &Request) -> (i64, i64, i64) {
     let [op, a0, a1, a2, a3, ..] = *req;
@@ -104,7 +128,7 @@ fn execute(req: &Request) -> (i64, i64, i64) {
     // process; a bad range fails with an errno or kills this agent, never the runner.
     unsafe {
         match op {
-            op::MMAP => match place_region(a0, a1, a2, a3) {
+            op::MMAP => match map_region(a0, a1, a2, a3) {
                 Ok(addr) => (0, addr as i64, 0),
                 Err(e) => (e, 0, 0),
             },
@@ -122,25 +146,9 @@ fn execute(req: &Request) -> (i64, i64, i64) {
     }
 }
 
-/// Maps a region of `len` bytes at an odd multiple of `align`, with at least
-/// GAP bytes unmapped on each side: the model's placement rule, so that both
-/// backends see the region at the same offset within its PMD.
-unsafe fn place_region(len: u64, align: u64, prot: u64, flags: u64) -> Result<u64, i64> {
-    let span = len + 2 * align + 3 * GAP;
-    let resv = libc::mmap(
-        std::ptr::null_mut(),
-        span as usize,
-        libc::PROT_NONE,
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-        -1,
-        0,
-    );
-    if resv == libc::MAP_FAILED {
-        return Err(errno());
-    }
-    let base = (resv as u64).next_multiple_of(PMD_SIZE) + GAP;
-    let start = base.next_multiple_of(2 * align) + align;
-    libc::munmap(resv, span as usize);
+/// Maps a region at the address the runner chose by the placement rule both
+/// backends share (`hugelab_workload::placement`); never over a mapping.
+unsafe fn map_region(addr: u64, len: u64, prot: u64, flags: u64) -> Result<u64, i64> {
     let mut mflags = libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
     mflags |= if flags & map::SHARED != 0 {
         libc::MAP_SHARED
@@ -153,11 +161,11 @@ unsafe fn place_region(len: u64, align: u64, prot: u64, flags: u64) -> Result<u6
     if flags & map::HUGETLB_1G != 0 {
         mflags |= libc::MAP_HUGETLB | libc::MAP_HUGE_1GB;
     }
-    let addr = libc::mmap(start as *mut _, len as usize, prot as i32, mflags, -1, 0);
-    if addr == libc::MAP_FAILED {
+    let got = libc::mmap(addr as *mut _, len as usize, prot as i32, mflags, -1, 0);
+    if got == libc::MAP_FAILED {
         return Err(errno());
     }
-    Ok(addr as u64)
+    Ok(got as u64)
 }
 
 /// One byte every `step` bytes: a load, or a store of a non-zero (or zero) byte.

@@ -35,11 +35,11 @@ use crate::agent::{map, op, touch, Request, REQUEST_WORDS};
 use crate::error::{errno_name, KernelError};
 use crate::guard::SettingsGuard;
 use crate::process::AgentProc;
-use crate::vmstat::{is_absolute, stat_refresh, SystemReader};
+use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps, sysfs};
 use hugelab_workload::{
-    Advice, Backend, BackendError, Counters, HugetlbSize, KhugepagedKnob, MachineParam, Prot,
-    Range, Stmt, StmtKind, Tunable,
+    placement, Advice, Backend, BackendError, Counters, HugetlbSize, KhugepagedKnob, MachineParam,
+    Prot, Range, Stmt, StmtKind, Tunable,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -57,6 +57,8 @@ const MADV_COLLAPSE: i32 = 25;
 struct Proc {
     agent: AgentProc,
     regions: BTreeMap<String, (u64, u64)>,
+    /// Where the next region goes (`placement::place_region`).
+    cursor: u64,
     /// Faults taken by the workload's accesses (getrusage around the loop).
     minflt: i64,
 }
@@ -117,7 +119,18 @@ impl KernelBackend {
         };
         backend.start_sentinel()?;
         crate::agent::prefault_runner();
-        // The scan_sleep write above woke khugepaged for one pass: let it end.
+        // Page tables of processes that exited just before (an earlier run's
+        // agents) must leave the counters before the first window.
+        rcu_settle();
+        // One reading through each reader, so that the first window runs
+        // warm code on warm buffers.
+        for reader in [&mut backend.before, &mut backend.after] {
+            reader.capture(true)?;
+            reader.parse()?;
+        }
+        // The scan_sleep write above woke khugepaged for one pass, and the
+        // guard's signal thread takes its first faults when it first runs:
+        // both must be over before the first window.
         std::thread::sleep(Duration::from_millis(50));
         Ok(backend)
     }
@@ -137,7 +150,16 @@ impl KernelBackend {
         let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let addr = req_ok(
             &mut agent,
-            [op::MMAP, 2 * PMD_SIZE, PMD_SIZE, rw, 0, 0, 0, 0],
+            [
+                op::MMAP,
+                placement::place_region(&mut 0, 2 * PMD_SIZE, PMD_SIZE),
+                2 * PMD_SIZE,
+                rw,
+                0,
+                0,
+                0,
+                0,
+            ],
         )? as u64;
         req_ok(
             &mut agent,
@@ -174,16 +196,17 @@ impl KernelBackend {
         f: impl FnOnce(&mut Self) -> Result<i64, BackendError>,
     ) -> Result<(), BackendError> {
         let kerr = |e: KernelError| failed(stmt, e);
-        stat_refresh().map_err(kerr)?;
-        self.before.capture(false).map_err(kerr)?;
-        // The runner's own faults between the two readings (first use of a
-        // code path, heap growth) are not another process's.
+        // The runner's own faults around the two readings (first use of a
+        // code path, heap growth) are not another process's: counted from
+        // before the first reading to after the second, an upper bound.
         let runner_before = crate::agent::own_minflt();
+        self.before.capture(false).map_err(kerr)?;
         let agent_faults = f(self)?;
-        stat_refresh().map_err(kerr)?;
-        let runner_faults = crate::agent::own_minflt() - runner_before;
+        if frees_page_tables(&stmt.kind) {
+            rcu_settle();
+        }
         self.after.capture(true).map_err(kerr)?;
-        let faults = agent_faults + runner_faults;
+        let runner_faults = crate::agent::own_minflt() - runner_before;
         let before = self.before.parse().map_err(kerr)?;
         let after = self.after.parse().map_err(kerr)?;
         if let Some(last) = &self.last {
@@ -202,9 +225,18 @@ impl KernelBackend {
             }
         }
         let sys_faults = after["vmstat.pgfault"] - before["vmstat.pgfault"];
-        let wide = sys_faults != faults && thp_always().unwrap_or(true);
+        if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
+            eprintln!(
+                "window line {}: pgfault +{sys_faults} agents +{agent_faults} runner +{runner_faults} nr_anon_pages {:+} nr_page_table_pages {:+}",
+                stmt.pos.line,
+                after["vmstat.nr_anon_pages"] - before["vmstat.nr_anon_pages"],
+                after["vmstat.nr_page_table_pages"] - before["vmstat.nr_page_table_pages"]
+            );
+        }
+        let noisy = sys_faults > agent_faults + runner_faults;
+        let wide = noisy && thp_always().unwrap_or(true);
         let narrower = self.noise.as_ref().is_some_and(|(_, w)| !w);
-        if sys_faults != faults && (self.noise.is_none() || (wide && narrower)) {
+        if noisy && (self.noise.is_none() || (wide && narrower)) {
             self.noise = Some((
                 format!(
                     "another process faulted during line {} (pgfault +{sys_faults}; the agents' own +{agent_faults}, the runner's +{runner_faults})",
@@ -356,6 +388,39 @@ impl KernelBackend {
     }
 }
 
+/// Whether a statement may free page tables. Freed page tables leave
+/// NR_PAGETABLE only in an RCU callback (MMU_GATHER_RCU_TABLE_FREE), after
+/// the statement has returned: the reading after it must wait for that.
+fn frees_page_tables(kind: &StmtKind) -> bool {
+    matches!(
+        kind,
+        StmtKind::Munmap { .. }
+            | StmtKind::Madvise { .. }
+            | StmtKind::Exit { .. }
+            | StmtKind::Khugepaged
+            | StmtKind::Reclaim
+            | StmtKind::Split { .. }
+    )
+}
+
+/// Waits for two RCU grace periods (membarrier(MEMBARRIER_CMD_GLOBAL) is
+/// synchronize_rcu), so that page tables freed by RCU callbacks queued before
+/// now have left the counters. Best effort: a kernel without membarrier
+/// gets a short sleep instead.
+pub fn rcu_settle() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    for _ in 0..2 {
+        // SAFETY: membarrier takes no pointers.
+        let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+        if rc != 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // The callbacks run right after the grace period, from softirq or an
+    // rcuo thread: give them a moment to finish.
+    std::thread::sleep(Duration::from_millis(2));
+}
+
 /// Whether anything was collapsed between two readings.
 fn collapsed(a: &Counters, b: &Counters) -> bool {
     ["vmstat.thp_collapse_alloc", "khugepaged.pages_collapsed"]
@@ -435,11 +500,16 @@ impl Backend for KernelBackend {
                     return Err(BackendError::unsupported(stmt, BACKEND, "spawn into a cgroup"));
                 }
                 let agent = AgentProc::spawn(&self.exe).map_err(|e| failed(stmt, e))?;
+                // The agent re-executed itself: the page tables of its first
+                // image are freed by RCU callbacks, which must not land in
+                // the next window.
+                rcu_settle();
                 self.procs.insert(
                     proc.clone(),
                     Proc {
                         agent,
                         regions: BTreeMap::new(),
+                        cursor: 0,
                         minflt: 0,
                     },
                 );
@@ -457,9 +527,11 @@ impl Backend for KernelBackend {
                 let align = match (align, hugetlb) {
                     (Some(a), _) => a.bytes().max(PAGE_SIZE),
                     (None, Some(HugetlbSize::Size1G)) => 1 << 30,
-                    (None, _) if len % PMD_SIZE == 0 => PMD_SIZE,
-                    (None, _) => PAGE_SIZE,
+                    (None, _) => placement::default_align(len),
                 };
+                let p = self.proc_mut(stmt, proc)?;
+                let mut cursor = p.cursor;
+                let start = placement::place_region(&mut cursor, len, align);
                 let mut flags = if *shared { map::SHARED } else { 0 };
                 flags |= match hugetlb {
                     Some(HugetlbSize::Size2M) => map::HUGETLB_2M,
@@ -470,12 +542,13 @@ impl Backend for KernelBackend {
                 let mut addr = 0;
                 self.window(stmt, false, |b| {
                     let (a, faults) =
-                        b.request(stmt, proc, request(&[op::MMAP, len, align, prot, flags]))?;
+                        b.request(stmt, proc, request(&[op::MMAP, start, len, prot, flags]))?;
                     addr = a as u64;
                     Ok(faults)
                 })?;
                 let p = self.proc_mut(stmt, proc)?;
                 p.regions.insert(region.clone(), (addr, len));
+                p.cursor = cursor;
             }
             StmtKind::Munmap { proc, range } => {
                 let (start, len) = self.range(stmt, proc, range)?;
@@ -524,6 +597,7 @@ impl Backend for KernelBackend {
                     forked = Some(Proc {
                         agent,
                         regions: p.regions.clone(),
+                        cursor: p.cursor,
                         minflt: 0,
                     });
                     Ok(faults)
@@ -552,6 +626,7 @@ impl Backend for KernelBackend {
                 })?;
                 if let Some(p) = self.procs.remove(proc) {
                     p.agent.exit().map_err(|e| failed(stmt, e))?;
+                    rcu_settle(); // its own page tables, as after spawn
                 }
             }
             StmtKind::Split { .. } => {

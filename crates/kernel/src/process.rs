@@ -8,7 +8,6 @@
 use crate::agent::{op, Reply, Request, REQUEST_WORDS};
 use crate::error::{errno_name, KernelError, Result};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -80,28 +79,28 @@ fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd)> {
 }
 
 impl AgentProc {
-    /// Starts `exe __agent <fd>` with THP disabled until the agent has marked
-    /// its own memory MADV_NOHUGEPAGE, and killed if the runner dies.
+    /// Starts `exe __agent <fd> <pid>`; the agent disables THP for its own
+    /// start-up and dies with the runner (see [`crate::agent::agent_main`]).
     pub fn spawn(exe: &Path) -> Result<AgentProc> {
         let (ours, theirs) = seqpacket_pair()?;
         let fd = theirs.as_raw_fd();
+        // The agent's end must survive exec; no pre_exec hook (that would
+        // make std fork instead of posix_spawn, write-protecting the runner's
+        // memory), so clear FD_CLOEXEC here. The CLI runs one thread, so no
+        // other spawn can inherit it meanwhile.
+        // SAFETY: fcntl on an fd we own.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+            return Err(KernelError::Agent(format!(
+                "cannot pass the agent channel: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
         let mut cmd = Command::new(exe);
         cmd.arg("__agent")
             .arg(fd.to_string())
+            .arg(std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        // SAFETY: only async-signal-safe syscalls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0
-                    || libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0
-                    || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
         let child = cmd.spawn().map_err(|e| {
             KernelError::Agent(format!("cannot start the agent {}: {e}", exe.display()))
         })?;

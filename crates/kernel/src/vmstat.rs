@@ -95,7 +95,7 @@ impl SystemReader {
                     files.push(Source {
                         path,
                         name: format!("mthp.{kb}kB.{stat}"),
-                        buf: Vec::with_capacity(64),
+                        buf: touched(64),
                     });
                 }
             }
@@ -103,7 +103,7 @@ impl SystemReader {
         files.push(Source {
             path: thp.join("khugepaged/pages_collapsed"),
             name: "khugepaged.pages_collapsed".into(),
-            buf: Vec::with_capacity(64),
+            buf: touched(64),
         });
         let pools = Path::new(SYS_MM).join("hugepages");
         for kb in size_dirs(&pools) {
@@ -111,13 +111,13 @@ impl SystemReader {
                 files.push(Source {
                     path: pools.join(format!("hugepages-{kb}kB/{f}")),
                     name: format!("hugetlb.{kb}kB.{f}"),
-                    buf: Vec::with_capacity(64),
+                    buf: touched(64),
                 });
             }
         }
         SystemReader {
-            vmstat: Vec::with_capacity(16 << 10),
-            meminfo: Vec::with_capacity(8 << 10),
+            vmstat: touched(64 << 10),
+            meminfo: touched(16 << 10),
             files,
         }
     }
@@ -125,16 +125,27 @@ impl SystemReader {
     /// Reads every file into this reader's buffers, /proc/vmstat first
     /// (`vmstat_first`) or last; [`SystemReader::parse`] turns them into
     /// counters later, outside the measured interval, since parsing allocates.
+    /// The per-cpu deltas are folded right before /proc/vmstat is read, so
+    /// that nothing between the fold and the read is left out.
     pub fn capture(&mut self, vmstat_first: bool) -> Result<()> {
+        if !vmstat_first {
+            self.read_files()?;
+        }
+        // Folded once, then both node-counter files read back to back.
+        stat_refresh()?;
         if vmstat_first {
             read_into(Path::new("/proc/vmstat"), &mut self.vmstat)?;
+            read_into(Path::new("/proc/meminfo"), &mut self.meminfo)?;
+            self.read_files()
+        } else {
+            read_into(Path::new("/proc/meminfo"), &mut self.meminfo)?;
+            read_into(Path::new("/proc/vmstat"), &mut self.vmstat)
         }
-        read_into(Path::new("/proc/meminfo"), &mut self.meminfo)?;
+    }
+
+    fn read_files(&mut self) -> Result<()> {
         for s in &mut self.files {
             read_into(&s.path, &mut s.buf)?;
-        }
-        if !vmstat_first {
-            read_into(Path::new("/proc/vmstat"), &mut self.vmstat)?;
         }
         Ok(())
     }
@@ -173,6 +184,14 @@ impl Default for SystemReader {
     fn default() -> Self {
         SystemReader::new()
     }
+}
+
+/// An empty buffer whose capacity has been written once: the first read into
+/// it must not fault, or the faults would land between two pgfault readings.
+fn touched(capacity: usize) -> Vec<u8> {
+    let mut v = vec![1u8; capacity];
+    v.clear();
+    v
 }
 
 fn number(file: &str, v: &str) -> Result<i64> {

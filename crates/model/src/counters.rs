@@ -59,6 +59,7 @@ pub fn collect(model: &Model) -> Counters {
 
     for (proc, task) in &model.tasks {
         let mm = &task.mm;
+        put(format!("stat.{proc}.minflt"), task.min_flt as i64);
         // Every VMA lies in one region, so the rollup is the sum of the regions.
         let mut rollup = MemSizeStats::default();
         for (region, r) in &mm.regions {

@@ -5,6 +5,7 @@ use crate::memory::{access_range, Access, Fault};
 use crate::mm_types::{HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
 use crate::pgtable::MAX_PFN;
+use crate::vmstat::VmEvent;
 use crate::{counters, madvise, mprotect, Machine, Model, Task};
 use hugelab_workload::{
     Advice, Arch, Backend, BackendError, Counters, KhugepagedKnob, MachineParam, Prot, Range,
@@ -166,6 +167,7 @@ impl Model {
             .get_mut(proc)
             .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
         let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+        let faults_before = machine.stat.event(VmEvent::PgFault);
         let mut addr = start;
         while addr < end {
             let vma = task.mm.find_vma(addr).ok_or_else(|| {
@@ -206,6 +208,7 @@ impl Model {
             })?;
             addr += (piece_end - addr).div_ceil(step) * step;
         }
+        task.min_flt += machine.stat.event(VmEvent::PgFault) - faults_before;
         Ok(())
     }
 }
@@ -253,6 +256,7 @@ impl Backend for Model {
                     proc.clone(),
                     Task {
                         mm: MmStruct::default(),
+                        min_flt: 0,
                     },
                 );
             }

@@ -84,6 +84,9 @@ impl Machine {
 /// A process of the workload: its address space.
 pub struct Task {
     pub mm: MmStruct,
+    /// Faults this task's accesses took (`task_struct.min_flt`, shown as
+    /// minflt in /proc/PID/stat).
+    pub min_flt: u64,
 }
 
 /// The model backend: a `Machine` and the processes running on it.

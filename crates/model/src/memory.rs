@@ -15,7 +15,9 @@ use crate::huge_memory::{
     do_huge_pmd_anonymous_page, do_huge_zero_wp_pmd, folio_unqueue_deferred_split, highest_order,
     split_huge_pmd, thp_vma_allowable_orders, thp_vma_suitable_orders, PmdFault,
 };
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
+use crate::mm_types::{
+    pg, Pfn, HPAGE_PMD_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
+};
 use crate::mmap::{MmStruct, Vma};
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap;
@@ -81,6 +83,21 @@ pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
 
 /// handle_mm_fault for one access at `addr`, which the caller found unmapped
 /// (or mapped read-only for a write). Counts PGFAULT.
+/// __pud_alloc and __pmd_alloc: the PUD and PMD tables above `addr`, if this
+/// is the first fault in their range. They are page-table pages like PTE
+/// tables (NR_PAGETABLE).
+fn pud_pmd_alloc(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Result<(), Fault> {
+    for (size, tables) in [
+        (PUD_SIZE << 9, &mut mm.pud_tables),
+        (PUD_SIZE, &mut mm.pmd_tables),
+    ] {
+        if let std::collections::btree_map::Entry::Vacant(e) = tables.entry(addr / size) {
+            e.insert(m.pte_alloc_one()?);
+        }
+    }
+    Ok(())
+}
+
 pub fn handle_mm_fault(
     m: &mut Machine,
     mm: &mut MmStruct,
@@ -92,6 +109,7 @@ pub fn handle_mm_fault(
     let index = addr / PMD_SIZE;
     match mm.pmds.get(&index) {
         None => {
+            pud_pmd_alloc(m, mm, addr)?;
             let pmd_allowed = thp_vma_allowable_orders(&m.thp, mm, vma, 1 << HPAGE_PMD_ORDER) != 0;
             if pmd_allowed {
                 if let PmdFault::Done = do_huge_pmd_anonymous_page(m, mm, vma, addr, write)? {

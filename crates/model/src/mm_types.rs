@@ -33,6 +33,8 @@ pub const PAGE_SHIFT: u32 = 12;
 pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
 pub const PMD_SHIFT: u32 = 21;
 pub const PMD_SIZE: u64 = 1 << PMD_SHIFT;
+/// The range one PMD table maps (one PUD entry): 1 GiB.
+pub const PUD_SIZE: u64 = PMD_SIZE << 9;
 /// HPAGE_PMD_ORDER on x86_64 with 4 KiB pages.
 pub const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
 pub const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;

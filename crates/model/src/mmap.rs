@@ -11,17 +11,20 @@
 //! placed by hugelab's own rule (below) rather than by the kernel's top-down
 //! search, so that both backends place them the same way.
 //!
-//! Placement rule, shared with the kernel backend: a region starts at an odd
-//! multiple of its alignment — `align=` when given, else 2 MiB when its length is
-//! a multiple of 2 MiB (as the kernel aligns such anonymous mappings, see
-//! `__get_unmapped_area`), else the base page — so it is exactly as aligned as
-//! asked and no more; at least 2 MiB of unmapped space separates regions, so no
-//! two regions share a page table or a VMA.
+//! Placement: `hugelab_workload::placement`, the rule both backends share,
+//! so a region has the same address (and page-table shape) on both.
+//!
+//! Page tables: PTE tables, and the PMD and PUD tables above them, are
+//! allocated at fault and freed by free_pgtables when no VMA is left in
+//! their range, as `free_pgd_range` does with the floor and ceiling of the
+//! neighbouring VMAs. The P4D and PGD levels are shared with the process's
+//! own mappings and never change.
 
 use crate::memory::zap_page_range;
-use crate::mm_types::{PAGE_SIZE, PMD_SIZE};
+use crate::mm_types::{Pfn, PMD_SIZE, PUD_SIZE};
 use crate::pgtable::{Pmd, PmdMap};
 use crate::Machine;
+use hugelab_workload::placement;
 use std::collections::BTreeMap;
 
 /// A virtual memory area (`struct vm_area_struct`), `[start, end)`.
@@ -63,11 +66,14 @@ pub struct MmStruct {
     pub khugepaged_registered: bool,
     /// MM_ANONPAGES, in pages.
     pub anon_rss: u64,
+    /// The PMD tables (one per 1 GiB) and PUD tables (one per 512 GiB) the
+    /// regions' faults allocated (__pmd_alloc, __pud_alloc), by index. They
+    /// count in NR_PAGETABLE like PTE tables and live until free_pgtables
+    /// finds no VMA left in their range.
+    pub pmd_tables: BTreeMap<u64, Pfn>,
+    pub pud_tables: BTreeMap<u64, Pfn>,
     mmap_cursor: u64,
 }
-
-/// Where the first region of every process goes (an arbitrary user address).
-const MMAP_BASE: u64 = 0x7e00_0000_0000;
 
 impl MmStruct {
     /// find_vma that contains `addr`.
@@ -84,14 +90,8 @@ impl MmStruct {
 
     /// do_mmap of an anonymous private region; returns its start address.
     pub fn do_mmap(&mut self, name: &str, len: u64, align: Option<u64>, prot: u32) -> u64 {
-        let align = align.unwrap_or(if len.is_multiple_of(PMD_SIZE) {
-            PMD_SIZE
-        } else {
-            PAGE_SIZE
-        });
-        let cursor = self.mmap_cursor.max(MMAP_BASE) + PMD_SIZE;
-        let start = cursor.next_multiple_of(2 * align) + align;
-        self.mmap_cursor = (start + len).next_multiple_of(PMD_SIZE);
+        let align = align.unwrap_or(placement::default_align(len));
+        let start = placement::place_region(&mut self.mmap_cursor, len, align);
         self.vmas.insert(
             start,
             Vma {
@@ -196,6 +196,26 @@ fn free_pgtables(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
             }
             Some(_) => unreachable!("huge PMD left behind by zap"),
             None => {}
+        }
+    }
+    // free_pmd_range / free_pud_range: the tables above, once their whole
+    // range holds no VMA.
+    for (size, tables) in [
+        (PUD_SIZE, &mut mm.pmd_tables),
+        (PUD_SIZE << 9, &mut mm.pud_tables),
+    ] {
+        for index in start / size..=(end - 1) / size {
+            let slot = index * size;
+            let used = mm
+                .vmas
+                .range(..slot + size)
+                .next_back()
+                .is_some_and(|(_, v)| v.end > slot);
+            if !used {
+                if let Some(pfn) = tables.remove(&index) {
+                    m.pte_free(pfn);
+                }
+            }
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Runs every `scenarios/*.hlw` on the model: each must run to its end and
+//! Runs every `scenarios/*.hlw` and `scenarios/model-only/*.hlw` on the
+//! model: each must run to its end and
 //! meet every `expect` (whose values come from the kernel's behaviour, see the
 //! comments in each file), and give the same observation twice.
 
@@ -7,12 +8,16 @@ use hugelab_workload::{parse_file, run};
 use std::path::PathBuf;
 
 fn scenarios() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "hlw"))
-        .collect();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in [root.clone(), root.join("model-only")] {
+        files.extend(
+            std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "hlw")),
+        );
+    }
     files.sort();
     files
 }

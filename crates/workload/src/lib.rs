@@ -6,6 +6,7 @@ pub mod backend;
 pub mod check;
 pub mod observation;
 pub mod parse;
+pub mod placement;
 pub mod print;
 
 pub use ast::*;

@@ -11,7 +11,11 @@ fn every_scenario_parses() {
         eprintln!("skipped: no scenarios directory at {}", dir.display());
         return;
     };
+    let model_only = std::fs::read_dir(dir.join("model-only"))
+        .into_iter()
+        .flatten();
     let mut files: Vec<_> = entries
+        .chain(model_only)
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "hlw"))

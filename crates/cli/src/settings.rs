@@ -10,7 +10,8 @@ use std::process::ExitCode;
 pub enum SettingsCommand {
     /// Print the current value of every tunable the model knows (sysfs names).
     Show,
-    /// Put back the tunables a killed kernel-backend run left changed.
+    /// Put back the tunables a killed kernel-backend run left changed (and
+    /// remove the memory cgroups it left).
     Restore,
 }
 
@@ -31,6 +32,9 @@ pub fn main(cmd: SettingsCommand) -> Result<ExitCode> {
             }
             for r in &restored {
                 println!("{r}");
+            }
+            for dir in hugelab_kernel::memcg::remove_stale() {
+                println!("removed the memory cgroup {} a killed run left", dir.display());
             }
         }
     }

@@ -34,6 +34,7 @@
 use crate::agent::{map, op, touch, Request, REQUEST_WORDS};
 use crate::error::{errno_name, KernelError};
 use crate::guard::SettingsGuard;
+use crate::memcg::Memcg;
 use crate::process::AgentProc;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps, sysfs};
@@ -85,6 +86,7 @@ pub struct KernelBackend {
     scan_sleep: String,
     /// What [`KernelBackend::observe`] found unknown, for `unknown()`.
     pending_unknown: BTreeMap<String, String>,
+    cgroups: BTreeMap<String, Memcg>,
 }
 
 fn failed(stmt: &Stmt, e: impl std::fmt::Display) -> BackendError {
@@ -116,6 +118,7 @@ impl KernelBackend {
             forked: None,
             scan_sleep: SCAN_SLEEP_HOLD.to_string(),
             pending_unknown: BTreeMap::new(),
+            cgroups: BTreeMap::new(),
         };
         backend.start_sentinel()?;
         crate::agent::prefault_runner();
@@ -139,6 +142,7 @@ impl KernelBackend {
     pub fn finish(mut self) -> Result<(), KernelError> {
         self.procs.clear();
         self.sentinel = None;
+        self.cgroups.clear();
         self.guard.restore()
     }
 
@@ -492,18 +496,24 @@ impl Backend for KernelBackend {
         match &stmt.kind {
             StmtKind::Set { tunable, value } => self.set(stmt, tunable, value.to_string())?,
             StmtKind::Machine { params } => self.check_machine(stmt, params)?,
-            StmtKind::Cgroup { .. } => {
-                return Err(BackendError::unsupported(stmt, BACKEND, "cgroup"))
+            StmtKind::Cgroup { cgroup, memory_max } => {
+                let cg = Memcg::create(cgroup, memory_max.map(|m| m.bytes()))
+                    .map_err(|e| failed(stmt, e))?;
+                self.cgroups.insert(cgroup.clone(), cg);
             }
             StmtKind::Spawn { proc, cgroup } => {
-                if cgroup.is_some() {
-                    return Err(BackendError::unsupported(stmt, BACKEND, "spawn into a cgroup"));
-                }
                 let agent = AgentProc::spawn(&self.exe).map_err(|e| failed(stmt, e))?;
                 // The agent re-executed itself: the page tables of its first
                 // image are freed by RCU callbacks, which must not land in
                 // the next window.
                 rcu_settle();
+                if let Some(cg) = cgroup {
+                    let memcg = self
+                        .cgroups
+                        .get(cg)
+                        .ok_or_else(|| failed(stmt, format!("no cgroup '{cg}'")))?;
+                    memcg.attach(agent.pid).map_err(|e| failed(stmt, e))?;
+                }
                 self.procs.insert(
                     proc.clone(),
                     Proc {
@@ -671,6 +681,9 @@ impl KernelBackend {
     fn observe(&mut self) -> Result<(Counters, BTreeMap<String, String>), BackendError> {
         let mut c = self.totals.clone();
         c.extend(self.absolute.clone());
+        for cg in self.cgroups.values() {
+            c.extend(cg.counters().map_err(|e| BackendError::failed(Default::default(), e.to_string()))?);
+        }
         let mut unknown = BTreeMap::new();
         let err = |e: KernelError| BackendError::failed(Default::default(), e.to_string());
         for (name, p) in &self.procs {
@@ -762,5 +775,6 @@ impl Drop for KernelBackend {
         // the guard restores the tunables when it drops after this.
         self.procs.clear();
         self.sentinel = None;
+        self.cgroups.clear();
     }
 }

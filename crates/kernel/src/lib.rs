@@ -15,6 +15,7 @@ pub mod agent;
 pub mod backend;
 pub mod error;
 pub mod guard;
+pub mod memcg;
 pub mod pagemap;
 pub mod process;
 pub mod smaps;

@@ -15,6 +15,8 @@ pub mod agent;
 pub mod backend;
 pub mod error;
 pub mod guard;
+mod khugepaged;
+mod measure;
 pub mod memcg;
 pub mod pagemap;
 pub mod process;

@@ -29,7 +29,8 @@ pub fn hierarchy() -> Option<(PathBuf, Version)> {
         }
         let dir = PathBuf::from(f[1]);
         if f[2] == "cgroup2" {
-            let controllers = fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+            let controllers =
+                fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
             if controllers.split_whitespace().any(|c| c == "memory") {
                 return Some((dir, Version::V2));
             }
@@ -85,7 +86,10 @@ impl Memcg {
     /// (counter name, bytes) of the group now.
     pub fn counters(&self) -> Result<Vec<(String, i64)>> {
         let files = match self.version {
-            Version::V2 => [("memory.current", "memory.current"), ("memory.peak", "memory.peak")],
+            Version::V2 => [
+                ("memory.current", "memory.current"),
+                ("memory.peak", "memory.peak"),
+            ],
             Version::V1 => [
                 ("memory.current", "memory.usage_in_bytes"),
                 ("memory.peak", "memory.max_usage_in_bytes"),
@@ -98,7 +102,11 @@ impl Memcg {
                 continue; // memory.peak is missing on kernels before 5.19
             };
             let v = text.trim().parse().map_err(|_| {
-                KernelError::Refused(format!("{}: unexpected value {:?}", path.display(), text.trim()))
+                KernelError::Refused(format!(
+                    "{}: unexpected value {:?}",
+                    path.display(),
+                    text.trim()
+                ))
             })?;
             out.push((format!("memcg.{}.{name}", self.name), v));
         }
@@ -122,7 +130,10 @@ pub fn remove_stale() -> Vec<PathBuf> {
     let mut removed = Vec::new();
     for entry in fs::read_dir(&root).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("hugelab.").and_then(|r| r.split('.').next()) else {
+        let Some(pid) = name
+            .strip_prefix("hugelab.")
+            .and_then(|r| r.split('.').next())
+        else {
             continue;
         };
         let alive = pid

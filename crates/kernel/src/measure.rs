@@ -1,0 +1,249 @@
+//! How the kernel backend measures a statement. Every statement that acts on the machine runs
+//! inside a *window*: the system-wide counters are folded (stat_refresh) and
+//! read right before it and right after it, and the workload's system-wide
+//! counters are the sum of the windows' changes. So the runner's own work
+//! between statements, process start-up and the teardown of an agent's own
+//! memory at exit are not counted; the model's machine, empty at the start,
+//! reports the same quantities as absolute values. Hugetlb pool files are the
+//! exception: they are reported as read (both sides start from the machine's
+//! pools).
+//!
+//! What is not trusted:
+//! - Another process faulting during a window (detected: the window's pgfault
+//!   differs from the faults the agents themselves took) makes the
+//!   system-wide counters after it unknown: all of them while a THP size is
+//!   `always` (the other process may have got THPs too), else the
+//!   anonymous-memory and page-table counters.
+//! - THP collapse outside a `khugepaged` statement or MADV_COLLAPSE (khugepaged
+//!   ran on its own) makes every counter after it unknown: the snapshot would
+//!   not be stable.
+//! - `fork` copies the agent's own memory and page tables, not only the
+//!   regions': after a fork the anonymous-memory and page-table gauges are
+//!   unknown.
+//! - folios.* of a region are unknown when kpageflags read 0 for its pages.
+//!
+
+use crate::backend::{failed, KernelBackend};
+use crate::error::KernelError;
+use crate::vmstat::is_absolute;
+use crate::{pagemap, smaps, sysfs};
+use hugelab_workload::{BackendError, Counters, Stmt, StmtKind, Tunable};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+impl KernelBackend {
+    /// Runs `f` inside a measurement window; `f` returns the faults the
+    /// agents took, to compare with the system's pgfault.
+    pub(crate) fn window(
+        &mut self,
+        stmt: &Stmt,
+        collapse_allowed: bool,
+        f: impl FnOnce(&mut Self) -> Result<i64, BackendError>,
+    ) -> Result<(), BackendError> {
+        let kerr = |e: KernelError| failed(stmt, e);
+        // The runner's own faults around the two readings (first use of a
+        // code path, heap growth) are not another process's: counted from
+        // before the first reading to after the second, an upper bound.
+        let runner_before = crate::agent::own_minflt();
+        self.before.capture(false).map_err(kerr)?;
+        let agent_faults = f(self)?;
+        if frees_page_tables(&stmt.kind) {
+            rcu_settle();
+        }
+        self.after.capture(true).map_err(kerr)?;
+        let runner_faults = crate::agent::own_minflt() - runner_before;
+        let before = self.before.parse().map_err(kerr)?;
+        let after = self.after.parse().map_err(kerr)?;
+        if let Some(last) = &self.last {
+            if self.unstable.is_none() && collapsed(last, &before) {
+                self.unstable = Some(format!(
+                    "khugepaged collapsed memory on its own before line {}",
+                    stmt.pos.line
+                ));
+            }
+        }
+        for (name, v) in &after {
+            if is_absolute(name) {
+                self.absolute.insert(name.clone(), *v);
+            } else {
+                *self.totals.entry(name.clone()).or_default() += v - before.get(name).unwrap_or(v);
+            }
+        }
+        let sys_faults = after["vmstat.pgfault"] - before["vmstat.pgfault"];
+        if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
+            eprintln!(
+                "window line {}: pgfault +{sys_faults} agents +{agent_faults} runner +{runner_faults} nr_anon_pages {:+} nr_page_table_pages {:+}",
+                stmt.pos.line,
+                after["vmstat.nr_anon_pages"] - before["vmstat.nr_anon_pages"],
+                after["vmstat.nr_page_table_pages"] - before["vmstat.nr_page_table_pages"]
+            );
+        }
+        let noisy = sys_faults > agent_faults + runner_faults;
+        let wide = noisy && thp_always().unwrap_or(true);
+        let narrower = self.noise.as_ref().is_some_and(|(_, w)| !w);
+        if noisy && (self.noise.is_none() || (wide && narrower)) {
+            self.noise = Some((
+                format!(
+                    "another process faulted during line {} (pgfault +{sys_faults}; the agents' own +{agent_faults}, the runner's +{runner_faults})",
+                    stmt.pos.line
+                ),
+                wide,
+            ));
+        }
+        if !collapse_allowed && self.unstable.is_none() && collapsed(&before, &after) {
+            self.unstable = Some(format!(
+                "khugepaged collapsed memory during line {}",
+                stmt.pos.line
+            ));
+        }
+        self.last = Some(after);
+        Ok(())
+    }
+}
+
+/// Whether a statement may free page tables. Freed page tables leave
+/// NR_PAGETABLE only in an RCU callback (MMU_GATHER_RCU_TABLE_FREE), after
+/// the statement has returned: the reading after it must wait for that.
+fn frees_page_tables(kind: &StmtKind) -> bool {
+    matches!(
+        kind,
+        StmtKind::Munmap { .. }
+            | StmtKind::Madvise { .. }
+            | StmtKind::Exit { .. }
+            | StmtKind::Khugepaged
+            | StmtKind::Reclaim
+            | StmtKind::Split { .. }
+    )
+}
+
+/// Waits for two RCU grace periods (membarrier(MEMBARRIER_CMD_GLOBAL) is
+/// synchronize_rcu), so that page tables freed by RCU callbacks queued before
+/// now have left the counters. Best effort: a kernel without membarrier
+/// gets a short sleep instead.
+pub fn rcu_settle() {
+    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+    for _ in 0..2 {
+        // SAFETY: membarrier takes no pointers.
+        let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
+        if rc != 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // The callbacks run right after the grace period, from softirq or an
+    // rcuo thread: give them a moment to finish.
+    std::thread::sleep(Duration::from_millis(2));
+}
+
+/// Whether anything was collapsed between two readings.
+fn collapsed(a: &Counters, b: &Counters) -> bool {
+    ["vmstat.thp_collapse_alloc", "khugepaged.pages_collapsed"]
+        .iter()
+        .any(|k| a.get(*k) != b.get(*k))
+}
+
+/// Whether some anonymous THP size is `always` (so any process faulting may get one).
+fn thp_always() -> Option<bool> {
+    let top = sysfs::read_tunable(&Tunable::ThpEnabled).ok()?;
+    let dir = std::path::Path::new(sysfs::SYS_MM).join("transparent_hugepage");
+    Some(sysfs::size_dirs(&dir).into_iter().any(|kb| {
+        let v = sysfs::read_tunable(&Tunable::ThpSizeEnabled { size_kb: kb }).unwrap_or_default();
+        v == "always" || (v == "inherit" && top == "always")
+    }))
+}
+
+impl KernelBackend {
+    /// Every counter as of now, and those of them that cannot be trusted
+    /// (removed from the first map, with the reason in the second).
+    pub(crate) fn observe(&mut self) -> Result<(Counters, BTreeMap<String, String>), BackendError> {
+        let mut c = self.totals.clone();
+        c.extend(self.absolute.clone());
+        for cg in self.cgroups.values() {
+            c.extend(
+                cg.counters()
+                    .map_err(|e| BackendError::failed(Default::default(), e.to_string()))?,
+            );
+        }
+        let mut unknown = BTreeMap::new();
+        let err = |e: KernelError| BackendError::failed(Default::default(), e.to_string());
+        for (name, p) in &self.procs {
+            let pid = p.agent.pid;
+            c.insert(format!("stat.{name}.minflt"), p.minflt);
+            let mut rollup = [0u64; 4];
+            for (region, &(start, len)) in &p.regions {
+                let s = smaps::region_smaps(pid, start, start + len).map_err(err)?;
+                for (i, (field, kb)) in s.fields().into_iter().enumerate() {
+                    c.insert(format!("smaps.{name}.{region}.{field}"), kb as i64);
+                    rollup[i] += kb;
+                }
+                let f = pagemap::scan_folios(pid, start, start + len).map_err(err)?;
+                for (order, n) in f.total.iter().enumerate() {
+                    if order == 1 {
+                        continue; // anonymous memory has no order-1 folios
+                    }
+                    let key = format!("folios.{name}.{region}.{}kB", 4 << order);
+                    let pmd = if order == 9 { f.pmd_mapped } else { 0 };
+                    c.insert(key.clone(), *n as i64);
+                    c.insert(format!("{key}.pte"), (*n - pmd) as i64);
+                    if order == 9 {
+                        c.insert(format!("{key}.pmd"), pmd as i64);
+                    }
+                }
+                if f.unknown_pages > 0 {
+                    let why = format!(
+                        "/proc/kpageflags read 0 for {} pages of {name}'s region {region}, so their folios are not known",
+                        f.unknown_pages
+                    );
+                    let prefix = format!("folios.{name}.{region}.");
+                    for k in c.keys().filter(|k| k.starts_with(&prefix)) {
+                        unknown.insert(k.clone(), why.clone());
+                    }
+                }
+            }
+            // The rollup of the workload's own mappings: smaps_rollup also
+            // holds the agent's memory, which is not the workload's.
+            for (i, field) in ["Rss", "Pss", "Anonymous", "AnonHugePages"]
+                .iter()
+                .enumerate()
+            {
+                c.insert(format!("smaps.{name}.{field}"), rollup[i] as i64);
+            }
+        }
+        for name in c.keys() {
+            if let Some(why) = self.distrust(name) {
+                unknown.entry(name.clone()).or_insert(why);
+            }
+        }
+        c.retain(|k, _| !unknown.contains_key(k));
+        Ok((c, unknown))
+    }
+
+    /// Why a system-wide counter cannot be trusted now, if it cannot.
+    fn distrust(&self, name: &str) -> Option<String> {
+        if let Some(why) = &self.unstable {
+            return Some(why.clone());
+        }
+        let system = name.starts_with("vmstat.")
+            || name.starts_with("mthp.")
+            || (name.starts_with("meminfo.") && !is_absolute(name))
+            || name.starts_with("khugepaged.");
+        let anon_gauge = matches!(
+            name,
+            "vmstat.pgfault"
+                | "vmstat.nr_anon_pages"
+                | "vmstat.nr_page_table_pages"
+                | "meminfo.AnonPages"
+                | "meminfo.PageTables"
+        );
+        if let Some((why, wide)) = &self.noise {
+            if system && (*wide || anon_gauge) {
+                return Some(why.clone());
+            }
+        }
+        let line = self
+            .forked
+            .filter(|_| anon_gauge && name != "vmstat.pgfault")?;
+        Some(format!(
+            "fork (line {line}) copied the agent's own memory and page tables too"
+        ))
+    }
+}

@@ -60,17 +60,24 @@ pub fn collect(model: &Model) -> Counters {
     for (proc, task) in &model.tasks {
         let mm = &task.mm;
         put(format!("stat.{proc}.minflt"), task.min_flt as i64);
-        // Every VMA lies in one region, so the rollup is the sum of the regions.
-        let mut rollup = MemSizeStats::default();
+        // /proc/PID/smaps prints each VMA in whole kB: a region's fields
+        // are the sum of its VMAs' printed values, and the process's the sum
+        // of its regions' (every VMA lies in one region; the agent's own
+        // mappings, which smaps_rollup would add, are not the workload's).
+        let mut rollup = [0u64; 4];
         for (region, r) in &mm.regions {
-            let mut mss = MemSizeStats::default();
+            let mut fields = [0u64; 4];
             let mut folios = FolioCounts::default();
             for vma in mm.vmas_in(r.start, r.start + r.len) {
+                let mut mss = MemSizeStats::default();
                 walk_range(m, mm, vma.start, vma.end, &mut mss, &mut folios);
+                for (i, (_, kb)) in mss.fields().into_iter().enumerate() {
+                    fields[i] += kb;
+                    rollup[i] += kb;
+                }
             }
-            rollup.add(&mss);
-            for (field, v) in mss.fields() {
-                put(format!("smaps.{proc}.{region}.{field}"), v as i64);
+            for (i, (field, _)) in MemSizeStats::default().fields().into_iter().enumerate() {
+                put(format!("smaps.{proc}.{region}.{field}"), fields[i] as i64);
             }
             for order in anon_orders() {
                 let (total, pmd) = (
@@ -85,8 +92,8 @@ pub fn collect(model: &Model) -> Counters {
                 }
             }
         }
-        for (field, v) in rollup.fields() {
-            put(format!("smaps.{proc}.{field}"), v as i64);
+        for (i, (field, _)) in MemSizeStats::default().fields().into_iter().enumerate() {
+            put(format!("smaps.{proc}.{field}"), rollup[i] as i64);
         }
     }
     c

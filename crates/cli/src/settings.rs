@@ -34,7 +34,10 @@ pub fn main(cmd: SettingsCommand) -> Result<ExitCode> {
                 println!("{r}");
             }
             for dir in hugelab_kernel::memcg::remove_stale() {
-                println!("removed the memory cgroup {} a killed run left", dir.display());
+                println!(
+                    "removed the memory cgroup {} a killed run left",
+                    dir.display()
+                );
             }
         }
     }

@@ -319,6 +319,17 @@ impl Backend for KernelBackend {
                 let p = self.proc_mut(stmt, proc)?;
                 p.regions.insert(region.clone(), (addr, len));
                 p.cursor = cursor;
+                // THP eligibility depends on VMA bounds: the region must be
+                // one VMA of its own, merged with nothing.
+                let vmas = crate::smaps::region_smaps(p.agent.pid, addr, addr + len)
+                    .map_err(|e| failed(stmt, e))?
+                    .vmas;
+                if vmas != 1 {
+                    return Err(failed(
+                        stmt,
+                        format!("region '{region}' is {vmas} VMAs in the kernel, not one"),
+                    ));
+                }
             }
             StmtKind::Munmap { proc, range } => {
                 let (start, len) = self.range(stmt, proc, range)?;

@@ -97,6 +97,33 @@ fn diff_every_scenario(state: &Path) {
     );
 }
 
+/// With another process faulting all the time, the kernel backend must not
+/// report a mismatch: the disturbed system-wide counters become unknown.
+fn diff_with_a_noisy_neighbour(state: &Path) {
+    let mut noisy = Command::new("python3")
+        .args([
+            "-c",
+            "import mmap\nwhile True:\n m = mmap.mmap(-1, 1 << 20)\n m[::4096] = b'x' * 256\n m.close()",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 runs");
+    std::thread::sleep(Duration::from_millis(200));
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let file = dir.join("thp-pmd-madvise-hugepage.hlw");
+    let out = hugelab(&["diff", file.to_str().unwrap()], state);
+    noisy.kill().unwrap();
+    noisy.wait().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "diff under noise:\n{stdout}");
+    assert!(
+        stdout.contains("another process faulted"),
+        "a neighbour faulting {} times a second went unnoticed:\n{stdout}",
+        "thousands of"
+    );
+}
+
 /// A run killed with SIGKILL mid-workload leaves its journal; `settings
 /// restore` puts every tunable and the pool back.
 fn sigkill_then_restore(state: &Path) {
@@ -169,6 +196,7 @@ fn kernel_backend_on_this_machine() {
     let state = state_dir("kernel");
     let found = machine_state(&state);
     diff_every_scenario(&state);
+    diff_with_a_noisy_neighbour(&state);
     sigkill_then_restore(&state);
     assert_eq!(
         machine_state(&state),

@@ -238,39 +238,61 @@ fn pretouch_stack() {
 /// start-up before any region exists.
 static mut OWN_READONLY: [(u64, u64); 64] = [(0, 0); 64];
 
+/// A mapping of this process, from /proc/self/maps.
+struct OwnMapping {
+    start: u64,
+    end: u64,
+    /// `r-` (code, constants): populated so that first use does not fault.
+    read_only: bool,
+    /// `rw.p` (heap, stack, data, anonymous): kept out of THP.
+    private_writable: bool,
+}
+
+/// The process's own mappings (allocates: only before the request loop).
+fn own_mappings() -> Vec<OwnMapping> {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    maps.lines()
+        .filter_map(|line| {
+            let mut it = line.split_whitespace();
+            let (range, perms) = (it.next()?, it.next()?.as_bytes());
+            let (a, b) = range.split_once('-')?;
+            Some(OwnMapping {
+                start: u64::from_str_radix(a, 16).ok()?,
+                end: u64::from_str_radix(b, 16).ok()?,
+                read_only: perms.starts_with(b"r-"),
+                private_writable: perms.starts_with(b"rw") && perms.get(3) == Some(&b'p'),
+            })
+        })
+        .collect()
+}
+
 /// MADV_NOHUGEPAGE on every private writable mapping of the agent itself
 /// (heap, stack, anonymous and data), and a note of its read-only ones: runs
 /// once, before the loop, while allocating is still harmless
 /// (PR_SET_THP_DISABLE is in force).
 fn tame_own_mappings() {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for line in maps.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(range), Some(perms)) = (it.next(), it.next()) else {
-            continue;
-        };
-        let Some((a, b)) = range.split_once('-') else {
-            continue;
-        };
-        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else {
-            continue;
-        };
-        if perms.starts_with('r') && perms.as_bytes().get(1) == Some(&b'-') {
+    for m in own_mappings() {
+        if m.read_only {
             // SAFETY: written only here, before the loop, single-threaded.
             unsafe {
                 let own = &mut *std::ptr::addr_of_mut!(OWN_READONLY);
                 if let Some(slot) = own.iter_mut().find(|s| s.1 == 0) {
-                    *slot = (a, b);
+                    *slot = (m.start, m.end);
                 }
             }
         }
-        if !perms.starts_with("rw") || perms.as_bytes().get(3) != Some(&b'p') {
-            continue;
+        if m.private_writable {
+            // SAFETY: advice on our own mapping.
+            unsafe {
+                libc::madvise(
+                    m.start as *mut _,
+                    (m.end - m.start) as usize,
+                    libc::MADV_NOHUGEPAGE,
+                )
+            };
         }
-        // SAFETY: advice on our own mapping.
-        unsafe { libc::madvise(a as *mut _, (b - a) as usize, libc::MADV_NOHUGEPAGE) };
     }
 }
 
@@ -293,23 +315,15 @@ fn populate_own_mappings() {
 /// that executing a statement's code for the first time does not fault inside
 /// the measured interval (those faults would look like another process's).
 pub fn prefault_runner() {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for line in maps.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(range), Some(perms)) = (it.next(), it.next()) else {
-            continue;
+    for m in own_mappings().iter().filter(|m| m.read_only) {
+        // SAFETY: advice on our own mapping.
+        unsafe {
+            libc::madvise(
+                m.start as *mut _,
+                (m.end - m.start) as usize,
+                libc::MADV_POPULATE_READ,
+            )
         };
-        if !perms.starts_with('r') || perms.as_bytes().get(1) != Some(&b'-') {
-            continue;
-        }
-        if let Some((a, b)) = range.split_once('-') {
-            if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
-                // SAFETY: advice on our own mapping.
-                unsafe { libc::madvise(a as *mut _, (b - a) as usize, libc::MADV_POPULATE_READ) };
-            }
-        }
     }
     pretouch_stack();
 }

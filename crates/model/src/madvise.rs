@@ -4,13 +4,18 @@
 //! `mm/khugepaged.c`: MADV_HUGEPAGE sets VM_HUGEPAGE (clearing VM_NOHUGEPAGE) and
 //! registers the mm with khugepaged; MADV_NOHUGEPAGE does the reverse; both split
 //! and merge VMAs like mprotect. MADV_DONTNEED zaps the range's pages (splitting
-//! a PMD THP it only partly covers) and keeps the page tables.
+//! a PMD THP it only partly covers); with CONFIG_PT_RECLAIM (x86_64 default, as
+//! on the development machines) it also frees every PTE table whose whole
+//! 2 MiB range it covered and left empty (`zap_details.reclaim_pt`,
+//! mm/pt_reclaim.c), so a later fault there can take a PMD THP again.
 //!
 //! Not modelled yet: FREE, COLLAPSE, PAGEOUT, COLD (the model refuses them).
 
 use crate::khugepaged::khugepaged_enter_vma;
 use crate::memory::zap_page_range;
+use crate::mm_types::PMD_SIZE;
 use crate::mmap::{update_vma_flags, MmStruct, Vma};
+use crate::pgtable::Pmd;
 use crate::Machine;
 
 /// MADV_HUGEPAGE / MADV_NOHUGEPAGE over `[start, end)`; false if part is unmapped.
@@ -44,7 +49,26 @@ pub fn madvise_dontneed(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64
         } else {
             covered
         };
-        zap_page_range(m, mm, vma.start.max(start), vma.end.min(end));
+        let (lo, hi) = (vma.start.max(start), vma.end.min(end));
+        zap_page_range(m, mm, lo, hi);
+        reclaim_pt(m, mm, lo, hi);
     }
     covered >= end
+}
+
+/// The PT_RECLAIM step of zap_pte_range: a PTE table whose 2 MiB range lies
+/// wholly inside the zapped range, and which holds no entry any more, is
+/// cleared from its PMD and freed.
+fn reclaim_pt(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
+    let first = start.div_ceil(PMD_SIZE);
+    let last = end / PMD_SIZE;
+    for index in first..last {
+        if let Some(Pmd::Table(t)) = mm.pmds.get(&index) {
+            if t.is_empty() {
+                if let Some(Pmd::Table(t)) = mm.pmds.remove(&index) {
+                    m.pte_free(t.page);
+                }
+            }
+        }
+    }
 }

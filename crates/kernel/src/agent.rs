@@ -29,6 +29,9 @@ pub mod op {
     pub const FORK: u64 = 6;
     pub const THP_DISABLE: u64 = 7;
     pub const EXIT: u64 = 8;
+    /// Long-term pin of a range: an io_uring fixed buffer.
+    pub const PIN: u64 = 9;
+    pub const UNPIN: u64 = 10;
 }
 
 /// mmap flags carried in a request (a3 of MMAP).
@@ -141,6 +144,12 @@ fn execute(req: &Request) -> (i64, i64, i64) {
                 (0, 0, minflt() - before)
             }
             op::THP_DISABLE => ok(libc::prctl(libc::PR_SET_THP_DISABLE, a0, 0, 0, 0)),
+            op::PIN => {
+                let before = minflt();
+                let errno = pin(a0, a1);
+                (errno, 0, minflt() - before)
+            }
+            op::UNPIN => (unpin(a0, a1), 0, 0),
             _ => (libc::ENOSYS as i64, 0, 0),
         }
     }
@@ -166,6 +175,66 @@ unsafe fn map_region(addr: u64, len: u64, prot: u64, flags: u64) -> Result<u64, 
         return Err(errno());
     }
     Ok(got as u64)
+}
+
+/// The ranges pinned so far, each by an io_uring of its own: (start, len, ring fd).
+static mut PINS: [(u64, u64, i32); 64] = [(0, 0, -1); 64];
+
+/// Pins `[start, start+len)` the way io_uring fixed buffers do
+/// (IORING_REGISTER_BUFFERS: pin_user_pages with FOLL_LONGTERM | FOLL_WRITE),
+/// faulting in what is not mapped yet. Returns 0 or an errno.
+unsafe fn pin(start: u64, len: u64) -> i64 {
+    const IORING_REGISTER_BUFFERS: libc::c_long = 0;
+    let Some(slot) = (*std::ptr::addr_of_mut!(PINS)).iter_mut().find(|p| p.2 < 0) else {
+        return i64::from(libc::ENOSPC);
+    };
+    let mut params = [0u8; 120]; // struct io_uring_params
+    let fd = libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr()) as i32;
+    if fd < 0 {
+        return errno();
+    }
+    let iov = libc::iovec {
+        iov_base: start as *mut _,
+        iov_len: len as usize,
+    };
+    let rc = libc::syscall(
+        libc::SYS_io_uring_register,
+        fd,
+        IORING_REGISTER_BUFFERS,
+        &iov as *const libc::iovec,
+        1,
+    );
+    if rc < 0 {
+        let e = errno();
+        libc::close(fd);
+        return e;
+    }
+    *slot = (start, len, fd);
+    0
+}
+
+/// Unpins a range pinned by [`pin`] (the same start and length): the buffers
+/// are unregistered first, which unpins at once, then the ring is closed.
+unsafe fn unpin(start: u64, len: u64) -> i64 {
+    const IORING_UNREGISTER_BUFFERS: libc::c_long = 1;
+    let pins = &mut *std::ptr::addr_of_mut!(PINS);
+    let Some(slot) = pins
+        .iter_mut()
+        .find(|p| p.2 >= 0 && p.0 == start && p.1 == len)
+    else {
+        return i64::from(libc::ENOENT);
+    };
+    let rc = libc::syscall(
+        libc::SYS_io_uring_register,
+        slot.2,
+        IORING_UNREGISTER_BUFFERS,
+        std::ptr::null::<u8>(),
+        0,
+    );
+    let e = if rc < 0 { errno() } else { 0 };
+    libc::close(slot.2);
+    *slot = (0, 0, -1);
+    e
 }
 
 /// One byte every `step` bytes: a load, or a store of a non-zero (or zero) byte.

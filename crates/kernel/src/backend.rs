@@ -209,6 +209,21 @@ impl KernelBackend {
     }
 }
 
+/// Writes `<pid>,0x<start>,0x<end>` to debugfs split_huge_pages, which splits
+/// every THP mapped in the range. Kernels in lockdown (these VMs) refuse
+/// debugfs writes even to root: then one sentence says so.
+fn split_huge_pages(pid: i32, start: u64, end: u64) -> Result<(), KernelError> {
+    const FILE: &str = "/sys/kernel/debug/split_huge_pages";
+    let line = format!("{pid},{start:#x},{end:#x}");
+    std::fs::write(FILE, line).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOENT) => KernelError::Refused(format!(
+            "split needs {FILE}, which this kernel refuses ({}: debugfs locked down or not mounted); split by a partial munmap and `reclaim` instead",
+            errno_name(e.raw_os_error().unwrap_or(0))
+        )),
+        _ => KernelError::io(FILE, e),
+    })
+}
+
 pub(crate) fn req_ok(agent: &mut AgentProc, req: Request) -> Result<i64, KernelError> {
     let reply = agent.request(req)?;
     if reply[0] != 0 {
@@ -341,7 +356,10 @@ impl Backend for KernelBackend {
                 let (start, len) = self.range(stmt, proc, range)?;
                 let prot = prot_bits(*prot);
                 self.window(stmt, false, |b| {
-                    Ok(b.request(stmt, proc, request(&[op::MPROTECT, start, len, prot]))?.1)
+                    Ok(
+                        b.request(stmt, proc, request(&[op::MPROTECT, start, len, prot]))?
+                            .1,
+                    )
                 })?;
             }
             StmtKind::Madvise {
@@ -353,10 +371,16 @@ impl Backend for KernelBackend {
                 let bits = advice_bits(*advice) as u64;
                 let collapse = *advice == Advice::Collapse;
                 self.window(stmt, collapse, |b| {
-                    Ok(b.request(stmt, proc, request(&[op::MADVISE, start, len, bits]))?.1)
+                    Ok(
+                        b.request(stmt, proc, request(&[op::MADVISE, start, len, bits]))?
+                            .1,
+                    )
                 })?;
             }
-            StmtKind::Read { proc, range, step } | StmtKind::Write { proc, range, step, .. } => {
+            StmtKind::Read { proc, range, step }
+            | StmtKind::Write {
+                proc, range, step, ..
+            } => {
                 let (start, len) = self.range(stmt, proc, range)?;
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 let flags = match &stmt.kind {
@@ -365,7 +389,10 @@ impl Backend for KernelBackend {
                     _ => 0,
                 };
                 self.window(stmt, false, |b| {
-                    Ok(b.request(stmt, proc, request(&[op::TOUCH, start, len, step, flags]))?.1)
+                    Ok(
+                        b.request(stmt, proc, request(&[op::TOUCH, start, len, step, flags]))?
+                            .1,
+                    )
                 })?;
             }
             StmtKind::Fork { proc, child } => {
@@ -396,8 +423,12 @@ impl Backend for KernelBackend {
             StmtKind::Exit { proc } => {
                 // The regions go inside the window, as exit_mmap would take
                 // them; the agent's own memory goes outside it.
-                let regions: Vec<(u64, u64)> =
-                    self.proc_mut(stmt, proc)?.regions.values().copied().collect();
+                let regions: Vec<(u64, u64)> = self
+                    .proc_mut(stmt, proc)?
+                    .regions
+                    .values()
+                    .copied()
+                    .collect();
                 self.window(stmt, false, |b| {
                     let mut faults = 0;
                     for (start, len) in regions {
@@ -410,15 +441,23 @@ impl Backend for KernelBackend {
                     rcu_settle(); // its own page tables, as after spawn
                 }
             }
-            StmtKind::Split { .. } => {
-                return Err(BackendError::unsupported(
-                    stmt,
-                    BACKEND,
-                    "split (it needs debugfs split_huge_pages, which this kernel refuses under lockdown; split by a partial munmap and `reclaim` instead)",
-                ))
+            StmtKind::Split { proc, range } => {
+                let (start, len) = self.range(stmt, proc, range)?;
+                let pid = self.proc_mut(stmt, proc)?.agent.pid;
+                self.window(stmt, false, |_| {
+                    split_huge_pages(pid, start, start + len).map_err(|e| failed(stmt, e))?;
+                    Ok(0)
+                })?;
             }
-            StmtKind::Pin { .. } | StmtKind::Unpin { .. } => {
-                return Err(BackendError::unsupported(stmt, BACKEND, "pin/unpin"))
+            StmtKind::Pin { proc, range } | StmtKind::Unpin { proc, range } => {
+                let (start, len) = self.range(stmt, proc, range)?;
+                let code = match stmt.kind {
+                    StmtKind::Pin { .. } => op::PIN,
+                    _ => op::UNPIN,
+                };
+                self.window(stmt, false, |b| {
+                    Ok(b.request(stmt, proc, request(&[code, start, len]))?.1)
+                })?;
             }
             StmtKind::Khugepaged => self.khugepaged(stmt)?,
             StmtKind::Reclaim => {

@@ -151,15 +151,8 @@ impl KernelBackend {
                 format!("unknown region '{}' of process '{proc}'", r.region),
             )
         })?;
-        let offset = r.offset.map_or(0, |s| s.bytes());
-        let n = r.len.map_or(len.saturating_sub(offset), |s| s.bytes());
-        if offset.checked_add(n).is_none_or(|e| e > len) {
-            return Err(failed(
-                stmt,
-                format!("range is outside region '{}'", r.region),
-            ));
-        }
-        Ok((start + offset, n))
+        let (lo, hi) = r.resolve(start, len).map_err(|e| failed(stmt, e))?;
+        Ok((lo, hi - lo))
     }
 
     fn set(&mut self, stmt: &Stmt, tunable: &Tunable, value: String) -> Result<(), BackendError> {

@@ -39,21 +39,9 @@ fn resolve(
             format!("unknown region '{}' of process '{proc}'", range.region),
         )
     })?;
-    let offset = range.offset.map_or(0, |s| s.bytes());
-    let len = range
-        .len
-        .map_or(region.len.saturating_sub(offset), |s| s.bytes());
-    if offset.checked_add(len).is_none_or(|e| e > region.len) {
-        return Err(failed(
-            stmt,
-            format!(
-                "range {} is outside region '{}'",
-                offset + len,
-                range.region
-            ),
-        ));
-    }
-    Ok((region.start + offset, region.start + offset + len))
+    range
+        .resolve(region.start, region.len)
+        .map_err(|e| failed(stmt, e))
 }
 
 fn set_tunable(

@@ -57,6 +57,22 @@ pub struct Range {
     pub len: Option<Size>,
 }
 
+impl Range {
+    /// The absolute `[start, end)` of this range in a region at `start` of
+    /// `len` bytes; an error sentence when it leaves the region.
+    pub fn resolve(&self, start: u64, len: u64) -> Result<(u64, u64), String> {
+        let offset = self.offset.map_or(0, |s| s.bytes());
+        let n = self.len.map_or(len.saturating_sub(offset), |s| s.bytes());
+        match offset.checked_add(n) {
+            Some(end) if end <= len => Ok((start + offset, start + end)),
+            _ => Err(format!(
+                "range {offset:#x}+{n:#x} is outside region '{}' ({len:#x} bytes)",
+                self.region
+            )),
+        }
+    }
+}
+
 /// Page protection for `mmap prot=` and `mprotect`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Prot {

@@ -1,16 +1,19 @@
-//! How the kernel backend measures a statement. Every statement that acts on the machine runs
-//! inside a *window*: the system-wide counters are folded (stat_refresh) and
-//! read right before it and right after it, and the workload's system-wide
-//! counters are the sum of the windows' changes. So the runner's own work
-//! between statements, process start-up and the teardown of an agent's own
-//! memory at exit are not counted; the model's machine, empty at the start,
-//! reports the same quantities as absolute values. Hugetlb pool files are the
-//! exception: they are reported as read (both sides start from the machine's
-//! pools).
+//! How the kernel backend measures a statement, and which readings it trusts.
+//!
+//! Every statement that acts on the machine runs inside a *window*: the
+//! system-wide counters are folded (stat_refresh) and read right before it and
+//! right after it, and the workload's system-wide counters are the sum of the
+//! windows' changes. So the runner's own work between statements, process
+//! start-up and the teardown of an agent's own memory at exit are not counted;
+//! the model's machine, empty at the start, reports the same quantities as
+//! absolute values. Hugetlb pool files are the exception: they are reported as
+//! read (both sides start from the machine's pools). Page tables freed by RCU
+//! callbacks (MMU_GATHER_RCU_TABLE_FREE) leave NR_PAGETABLE after the
+//! statement returns, so windows that may free them wait for RCU first.
 //!
 //! What is not trusted:
 //! - Another process faulting during a window (detected: the window's pgfault
-//!   differs from the faults the agents themselves took) makes the
+//!   exceeds the faults the agents and the runner themselves took) makes the
 //!   system-wide counters after it unknown: all of them while a THP size is
 //!   `always` (the other process may have got THPs too), else the
 //!   anonymous-memory and page-table counters.
@@ -21,7 +24,6 @@
 //!   regions': after a fork the anonymous-memory and page-table gauges are
 //!   unknown.
 //! - folios.* of a region are unknown when kpageflags read 0 for its pages.
-//!
 
 use crate::backend::{failed, KernelBackend};
 use crate::error::KernelError;

@@ -118,11 +118,16 @@ fn frees_page_tables(kind: &StmtKind) -> bool {
     )
 }
 
-/// Waits for two RCU grace periods (membarrier(MEMBARRIER_CMD_GLOBAL) is
-/// synchronize_rcu), so that page tables freed by RCU callbacks queued before
-/// now have left the counters. Best effort: a kernel without membarrier
-/// gets a short sleep instead.
+/// Waits until the RCU callbacks queued so far have run, so that page tables
+/// they free have left the counters: rcu_barrier() through the rcutree
+/// module's `do_rcu_barrier` parameter (it reads back 0; nothing is changed),
+/// else two grace periods (membarrier(MEMBARRIER_CMD_GLOBAL) is
+/// synchronize_rcu) and a moment for the callbacks, which is usually enough.
 pub fn rcu_settle() {
+    const DO_RCU_BARRIER: &str = "/sys/module/rcutree/parameters/do_rcu_barrier";
+    if std::fs::write(DO_RCU_BARRIER, "1\n").is_ok() {
+        return;
+    }
     const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
     for _ in 0..2 {
         // SAFETY: membarrier takes no pointers.
@@ -131,8 +136,6 @@ pub fn rcu_settle() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    // The callbacks run right after the grace period, from softirq or an
-    // rcuo thread: give them a moment to finish.
     std::thread::sleep(Duration::from_millis(2));
 }
 

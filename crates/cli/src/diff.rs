@@ -62,6 +62,16 @@ const BOUNDS: &[Bound] = &[
         why: "counts split attempts, and drop_caches retries the deferred-split shrinker a varying number of times",
     },
     Bound {
+        pattern: "vmstat.thp_scan_exceed_none_pte",
+        kind: BoundKind::KernelAtLeastModel,
+        why: "khugepaged counts a range that fails its checks once per pass, and the kernel backend lets it make at least two full passes where the model makes one",
+    },
+    Bound {
+        pattern: "vmstat.thp_scan_exceed_share_pte",
+        kind: BoundKind::KernelAtLeastModel,
+        why: "khugepaged counts a range that fails its checks once per pass, and the kernel backend lets it make at least two full passes where the model makes one",
+    },
+    Bound {
         pattern: "vmstat.thp_zero_page_alloc",
         kind: BoundKind::KernelAtMostModel,
         why: "the huge zero folio may already exist on the machine (it lives until a shrinker frees it), so the kernel allocates it at most as often as the model",

@@ -41,6 +41,10 @@ pub fn collect(model: &Model) -> Counters {
         m.stat.nr_anon_thps / HPAGE_PMD_NR as i64,
     );
     put("vmstat.nr_page_table_pages".into(), m.stat.nr_pagetable);
+    put(
+        "khugepaged.pages_collapsed".into(),
+        m.stat.khugepaged_pages_collapsed as i64,
+    );
     put("vmstat.nr_free_pages".into(), m.zone.nr_free_pages() as i64);
     for order in 2..=HPAGE_PMD_ORDER {
         for item in MthpStat::ALL {

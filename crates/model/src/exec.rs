@@ -356,7 +356,12 @@ impl Backend for Model {
                 exit_mmap(&mut self.machine, &mut task.mm);
             }
             StmtKind::Split { .. } => return unsupported("split"),
-            StmtKind::Khugepaged => return unsupported("khugepaged"),
+            StmtKind::Khugepaged => {
+                crate::khugepaged::khugepaged_do_scan(
+                    &mut self.machine,
+                    self.tasks.values_mut().map(|t| &mut t.mm),
+                );
+            }
             StmtKind::Reclaim => return unsupported("reclaim"),
             StmtKind::Snapshot { .. } | StmtKind::Expect { .. } => {
                 unreachable!("run() handles snapshot and expect")

@@ -1,15 +1,36 @@
-//! khugepaged registration.
+//! khugepaged: registration, and the scan that collapses PTE-mapped ranges
+//! of anonymous memory into PMD THPs.
 //!
-//! Follows Linux 6.18 `mm/khugepaged.c`: `khugepaged_enter_vma` registers an mm
-//! with khugepaged (`__khugepaged_enter`) when a VMA becomes eligible for the PMD
-//! order under khugepaged's rules (TVA_KHUGEPAGED, which also needs the VMA to
-//! be large enough for an aligned 2 MiB block). Only registration is modelled so
-//! far: scanning and collapse come with the `khugepaged` statement.
+//! Follows Linux 6.18 `mm/khugepaged.c`:
+//! - `khugepaged_enter_vma` registers an mm (`__khugepaged_enter`) when a VMA
+//!   becomes eligible for the PMD order under khugepaged's rules
+//!   (TVA_KHUGEPAGED, which also needs the VMA to hold an aligned 2 MiB block).
+//! - The `khugepaged` statement is `khugepaged_do_scan` run until every
+//!   registered mm has been scanned to its end (`khugepaged_scan_mm_slot`):
+//!   each aligned 2 MiB range of each eligible VMA goes through
+//!   `hpage_collapse_scan_pmd` and, when it qualifies, `collapse_huge_page`.
+//!   Nothing happens while the PMD size is disabled (the thread is stopped).
+//!
+//! Deliberate simplifications:
+//! - The kernel backend lets khugepaged make at least two full passes; a range
+//!   that fails its checks is counted (`thp_scan_exceed_*`) once per pass
+//!   there and once here, which `hugelab diff` treats as a bound.
+//! - The anon_vma condition of registration (a VMA that never faulted is not
+//!   eligible) is not modelled: such a VMA has no PTE table, so the scan
+//!   finds nothing to collapse either way.
+//! - No swap (max_ptes_swap never applies), no pins (the refcount check never
+//!   fails), every mapped page counts as young (referenced), no NUMA node
+//!   choice, synchronous allocation with no alloc_sleep back-off.
 
-use crate::huge_memory::{thp_vma_allowable_orders, thp_vma_suitable_order};
-use crate::mm_types::{HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
+use crate::memory::{alloc_folio, page_folio, zap_pte_range};
+use crate::mm_types::{pg, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE};
 use crate::mmap::{MmStruct, Vma};
+use crate::pgtable::Pmd;
+use crate::rmap;
+use crate::vmstat::VmEvent;
 use crate::Machine;
+use hugelab_workload::{ThpEnabled, ThpSizeEnabled};
 
 /// khugepaged_enter_vma: register `mm` if `vma` could hold a PMD THP.
 pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
@@ -25,5 +46,166 @@ pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
     };
     if fits && thp_vma_allowable_orders(&m.thp, mm, vma, pmd) != 0 {
         mm.khugepaged_registered = true;
+    }
+}
+
+/// hugepage_pmd_enabled: whether the khugepaged thread runs at all.
+pub fn hugepage_pmd_enabled(m: &Machine) -> bool {
+    match m.thp.size_enabled[HPAGE_PMD_ORDER as usize] {
+        ThpSizeEnabled::Always | ThpSizeEnabled::Madvise => true,
+        ThpSizeEnabled::Inherit => m.thp.enabled != ThpEnabled::Never,
+        ThpSizeEnabled::Never => false,
+    }
+}
+
+/// khugepaged_do_scan until every registered mm was scanned to its end.
+pub fn khugepaged_do_scan<'a>(m: &mut Machine, mms: impl Iterator<Item = &'a mut MmStruct>) {
+    if !hugepage_pmd_enabled(m) {
+        return;
+    }
+    for mm in mms.filter(|mm| mm.khugepaged_registered) {
+        khugepaged_scan_mm_slot(m, mm);
+    }
+}
+
+/// khugepaged_scan_mm_slot: every aligned 2 MiB range of every VMA that is
+/// still eligible (hugepage_vma_revalidate).
+fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
+    let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
+    for vma in vmas {
+        if thp_vma_allowable_orders(&m.thp, mm, &vma, 1 << HPAGE_PMD_ORDER) == 0 {
+            continue;
+        }
+        let mut haddr = vma.start.next_multiple_of(PMD_SIZE);
+        while haddr + PMD_SIZE <= vma.end {
+            if hpage_collapse_scan_pmd(m, mm, haddr) {
+                collapse_huge_page(m, mm, &vma, haddr);
+            }
+            haddr += PMD_SIZE;
+        }
+    }
+}
+
+/// hpage_collapse_scan_pmd for khugepaged: whether the PTE table at `haddr`
+/// qualifies. A range without a table (SCAN_PMD_NULL) or mapped by a PMD
+/// (SCAN_PMD_MAPPED) is left alone; too many none or zero-page PTEs
+/// (max_ptes_none) or shared pages (max_ptes_shared) fail with their event
+/// counted; a range with no writable PTE fails (SCAN_PAGE_RO).
+fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64) -> bool {
+    let Some(Pmd::Table(t)) = mm.pmds.get(&(haddr / PMD_SIZE)) else {
+        return false;
+    };
+    let k = &m.thp.khugepaged;
+    let (mut none_or_zero, mut shared, mut writable) = (0u64, 0u64, false);
+    for pte in t.ptes.iter().take(PTRS_PER_PTE) {
+        let Some(pfn) = pte.pfn() else {
+            none_or_zero += 1;
+            if none_or_zero > k.max_ptes_none {
+                m.stat.count_vm_event(VmEvent::ThpScanExceedNonePte);
+                return false;
+            }
+            continue;
+        };
+        writable |= pte.is_writable();
+        // folio_maybe_mapped_shared: any page of the folio mapped twice.
+        let folio = page_folio(m, pfn);
+        let order = m.zone.memmap.page(folio).order();
+        let mapped_twice = m
+            .zone
+            .memmap
+            .pages(folio, 1 << order)
+            .iter()
+            .any(|p| p.mapcount > 1)
+            || (order > 0 && rmap::folio_entire_mapcount(m, folio) > 0);
+        if mapped_twice {
+            shared += 1;
+            if shared > k.max_ptes_shared {
+                m.stat.count_vm_event(VmEvent::ThpScanExceedSharePte);
+                return false;
+            }
+        }
+    }
+    writable
+}
+
+/// collapse_huge_page: a new PMD THP with the contents of the range (zero
+/// where nothing or the zero page was mapped), the old pages unmapped and
+/// freed, and the range's PTE table kept as the THP's deposited table.
+fn collapse_huge_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, haddr: u64) {
+    let Some(folio) = alloc_folio(m, HPAGE_PMD_ORDER) else {
+        m.stat.count_vm_event(VmEvent::ThpCollapseAllocFailed);
+        return;
+    };
+    m.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
+    let index = haddr / PMD_SIZE;
+    // __collapse_huge_page_copy: which subpages receive non-zero data.
+    let dirty: Vec<bool> = match mm.pmds.get(&index) {
+        Some(Pmd::Table(t)) => t
+            .ptes
+            .iter()
+            .map(|pte| {
+                pte.pfn()
+                    .is_some_and(|p| !m.zone.memmap.page(p).test(pg::ZEROED))
+            })
+            .collect(),
+        _ => unreachable!("collapse of a range without a PTE table"),
+    };
+    zap_pte_range(m, mm, index, haddr, haddr + PMD_SIZE);
+    let Some(Pmd::Table(table)) = mm.pmds.remove(&index) else {
+        unreachable!("the PTE table went away during collapse");
+    };
+    for (i, d) in dirty.iter().enumerate() {
+        if *d {
+            m.zone
+                .memmap
+                .page_mut(crate::mm_types::Pfn(folio.0 + i as u64))
+                .clear(pg::ZEROED);
+        }
+    }
+    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true);
+    mm.anon_rss += HPAGE_PMD_NR;
+    mm.pmds.insert(
+        index,
+        Pmd::Huge {
+            pfn: folio,
+            writable: vma.flags & Vma::VM_WRITE != 0,
+            deposit: table.page,
+        },
+    );
+    deferred_split_folio(m, folio, false);
+    m.stat.khugepaged_pages_collapsed += 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Model;
+    use hugelab_workload::{parse, run};
+
+    /// Collapses after writing `pages` pages of one PMD range, with
+    /// max_ptes_none set to `max_none`.
+    fn collapses(pages: u64, max_none: u64) -> i64 {
+        let text = format!(
+            "set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/khugepaged/max_ptes_none {max_none}\n\
+             spawn a\n\
+             a mmap buf 2M align=2M\n\
+             a write buf:{}K\n\
+             a madvise buf HUGEPAGE\n\
+             khugepaged\n",
+            pages * 4
+        );
+        let w = parse("boundary.hlw", &text).unwrap();
+        let obs = run(&mut Model::default(), &w).unwrap();
+        obs.snapshot("end").unwrap().counters["vmstat.thp_collapse_alloc"]
+    }
+
+    #[test]
+    fn max_ptes_none_is_the_largest_number_of_empty_ptes_that_collapse() {
+        // 512 - pages none PTEs: collapse iff that is <= max_ptes_none.
+        assert_eq!(collapses(256, 256), 1);
+        assert_eq!(collapses(255, 256), 0);
+        assert_eq!(collapses(1, 511), 1);
+        assert_eq!(collapses(511, 0), 0);
+        assert_eq!(collapses(512, 0), 1);
     }
 }

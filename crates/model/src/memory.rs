@@ -369,7 +369,7 @@ fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
 /// zap_pte_range: clears the PTEs of `[lo, hi)` in one table, removing the
 /// rmap of each folio in one batch (folio_remove_rmap_ptes), so that a folio
 /// unmapped whole is never seen as partially mapped.
-fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: u64, hi: u64) {
+pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: u64, hi: u64) {
     let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
         unreachable!("zap_pte_range without a table");
     };

@@ -18,10 +18,14 @@ pub enum VmEvent {
     ThpDeferredSplitPage,
     ThpZeroPageAlloc,
     ThpZeroPageAllocFailed,
+    ThpCollapseAlloc,
+    ThpCollapseAllocFailed,
+    ThpScanExceedNonePte,
+    ThpScanExceedSharePte,
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 8] = [
+    pub const ALL: [VmEvent; 12] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
@@ -30,6 +34,10 @@ impl VmEvent {
         VmEvent::ThpDeferredSplitPage,
         VmEvent::ThpZeroPageAlloc,
         VmEvent::ThpZeroPageAllocFailed,
+        VmEvent::ThpCollapseAlloc,
+        VmEvent::ThpCollapseAllocFailed,
+        VmEvent::ThpScanExceedNonePte,
+        VmEvent::ThpScanExceedSharePte,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +50,10 @@ impl VmEvent {
             VmEvent::ThpDeferredSplitPage => "thp_deferred_split_page",
             VmEvent::ThpZeroPageAlloc => "thp_zero_page_alloc",
             VmEvent::ThpZeroPageAllocFailed => "thp_zero_page_alloc_failed",
+            VmEvent::ThpCollapseAlloc => "thp_collapse_alloc",
+            VmEvent::ThpCollapseAllocFailed => "thp_collapse_alloc_failed",
+            VmEvent::ThpScanExceedNonePte => "thp_scan_exceed_none_pte",
+            VmEvent::ThpScanExceedSharePte => "thp_scan_exceed_share_pte",
         }
     }
 }
@@ -93,6 +105,8 @@ pub struct VmStat {
     pub nr_anon_thps: i64,
     /// NR_PAGETABLE: page-table pages (PTE tables, including deposited ones).
     pub nr_pagetable: i64,
+    /// khugepaged_pages_collapsed (transparent_hugepage/khugepaged/pages_collapsed).
+    pub khugepaged_pages_collapsed: u64,
 }
 
 impl VmStat {

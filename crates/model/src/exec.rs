@@ -320,7 +320,18 @@ impl Backend for Model {
                         madvise::madvise_dontneed(machine, &mut task.mm, start, end)
                     }
                     Advice::Free => return unsupported("madvise FREE"),
-                    Advice::Collapse => return unsupported("madvise COLLAPSE"),
+                    Advice::Collapse => {
+                        use crate::khugepaged::{madvise_collapse, CollapseError};
+                        match madvise_collapse(machine, &mut task.mm, start, end) {
+                            Ok(()) => true,
+                            Err(CollapseError::Inval) => {
+                                return Err(failed(stmt, "madvise failed: EINVAL"))
+                            }
+                            Err(CollapseError::NoMem) => {
+                                return Err(failed(stmt, "madvise failed: ENOMEM"))
+                            }
+                        }
+                    }
                     Advice::Pageout => return unsupported("madvise PAGEOUT"),
                     Advice::Cold => return unsupported("madvise COLD"),
                 };

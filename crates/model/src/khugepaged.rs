@@ -10,6 +10,8 @@
 //!   each aligned 2 MiB range of each eligible VMA goes through
 //!   `hpage_collapse_scan_pmd` and, when it qualifies, `collapse_huge_page`.
 //!   Nothing happens while the PMD size is disabled (the thread is stopped).
+//! - MADV_COLLAPSE (`madvise_collapse`) runs the same scan and collapse at
+//!   once over the advised range, without khugepaged's limits.
 //!
 //! Deliberate simplifications:
 //! - The kernel backend lets khugepaged make at least two full passes; a range
@@ -78,31 +80,46 @@ fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
         }
         let mut haddr = vma.start.next_multiple_of(PMD_SIZE);
         while haddr + PMD_SIZE <= vma.end {
-            if hpage_collapse_scan_pmd(m, mm, haddr) {
-                collapse_huge_page(m, mm, &vma, haddr);
+            if hpage_collapse_scan_pmd(m, mm, haddr, true) == Scan::Succeed {
+                collapse_huge_page(m, mm, &vma, haddr, true);
             }
             haddr += PMD_SIZE;
         }
     }
 }
 
-/// hpage_collapse_scan_pmd for khugepaged: whether the PTE table at `haddr`
-/// qualifies. A range without a table (SCAN_PMD_NULL) or mapped by a PMD
-/// (SCAN_PMD_MAPPED) is left alone; too many none or zero-page PTEs
-/// (max_ptes_none) or shared pages (max_ptes_shared) fail with their event
-/// counted; a range with no writable PTE fails (SCAN_PAGE_RO).
-fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64) -> bool {
-    let Some(Pmd::Table(t)) = mm.pmds.get(&(haddr / PMD_SIZE)) else {
-        return false;
+/// The outcome of a scan (`enum scan_result`, the cases the model meets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scan {
+    Succeed,
+    /// No PTE table: nothing mapped here (SCAN_PMD_NULL).
+    PmdNull,
+    /// Already a PMD mapping (SCAN_PMD_MAPPED).
+    PmdMapped,
+    ExceedNonePte,
+    ExceedSharedPte,
+    /// No writable PTE (SCAN_PAGE_RO).
+    PageRo,
+}
+
+/// hpage_collapse_scan_pmd: whether the PTE table at `haddr` qualifies.
+/// For khugepaged, too many none or zero-page PTEs (max_ptes_none) or
+/// shared pages (max_ptes_shared) fail with their event counted; MADV_COLLAPSE
+/// (`khugepaged == false`) applies neither limit. Both need a writable PTE.
+fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64, khugepaged: bool) -> Scan {
+    let t = match mm.pmds.get(&(haddr / PMD_SIZE)) {
+        Some(Pmd::Table(t)) => t,
+        Some(_) => return Scan::PmdMapped,
+        None => return Scan::PmdNull,
     };
     let k = &m.thp.khugepaged;
     let (mut none_or_zero, mut shared, mut writable) = (0u64, 0u64, false);
     for pte in t.ptes.iter().take(PTRS_PER_PTE) {
         let Some(pfn) = pte.pfn() else {
             none_or_zero += 1;
-            if none_or_zero > k.max_ptes_none {
+            if khugepaged && none_or_zero > k.max_ptes_none {
                 m.stat.count_vm_event(VmEvent::ThpScanExceedNonePte);
-                return false;
+                return Scan::ExceedNonePte;
             }
             continue;
         };
@@ -119,22 +136,81 @@ fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64) -> bool {
             || (order > 0 && rmap::folio_entire_mapcount(m, folio) > 0);
         if mapped_twice {
             shared += 1;
-            if shared > k.max_ptes_shared {
+            if khugepaged && shared > k.max_ptes_shared {
                 m.stat.count_vm_event(VmEvent::ThpScanExceedSharePte);
-                return false;
+                return Scan::ExceedSharedPte;
             }
         }
     }
-    writable
+    if writable {
+        Scan::Succeed
+    } else {
+        Scan::PageRo
+    }
+}
+
+/// Why MADV_COLLAPSE failed, as madvise(2) reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollapseError {
+    /// EINVAL: the VMA may not hold a THP, or a range could not be collapsed.
+    Inval,
+    /// ENOMEM: no memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
+    NoMem,
+}
+
+/// madvise_collapse over `[start, end)`: every aligned 2 MiB range of every
+/// VMA there is collapsed now, whatever the sysfs THP settings say
+/// (TVA_FORCED_COLLAPSE) but never in a VM_NOHUGEPAGE VMA or a process with
+/// THP disabled; a range already mapped by a PMD counts as done, an empty one
+/// (no PTE table) as failed. khugepaged's pages_collapsed is not counted.
+pub fn madvise_collapse(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    start: u64,
+    end: u64,
+) -> Result<(), CollapseError> {
+    let vmas = mm.vmas_in(start, end);
+    let mut result = Ok(());
+    for vma in vmas {
+        if crate::huge_memory::vma_thp_disabled(mm, &vma) {
+            return Err(CollapseError::Inval);
+        }
+        let hstart = vma.start.max(start).next_multiple_of(PMD_SIZE);
+        let hend = vma.end.min(end) & !(PMD_SIZE - 1);
+        let mut haddr = hstart;
+        while haddr < hend {
+            match hpage_collapse_scan_pmd(m, mm, haddr, false) {
+                Scan::Succeed => {
+                    if !collapse_huge_page(m, mm, &vma, haddr, false) {
+                        return Err(CollapseError::NoMem);
+                    }
+                }
+                Scan::PmdMapped => {}
+                // Whitelisted: go on, but the call fails in the end.
+                Scan::PmdNull => result = Err(CollapseError::Inval),
+                Scan::PageRo | Scan::ExceedNonePte | Scan::ExceedSharedPte => {
+                    return Err(CollapseError::Inval)
+                }
+            }
+            haddr += PMD_SIZE;
+        }
+    }
+    result
 }
 
 /// collapse_huge_page: a new PMD THP with the contents of the range (zero
 /// where nothing or the zero page was mapped), the old pages unmapped and
 /// freed, and the range's PTE table kept as the THP's deposited table.
-fn collapse_huge_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, haddr: u64) {
+fn collapse_huge_page(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    haddr: u64,
+    khugepaged: bool,
+) -> bool {
     let Some(folio) = alloc_folio(m, HPAGE_PMD_ORDER) else {
         m.stat.count_vm_event(VmEvent::ThpCollapseAllocFailed);
-        return;
+        return false;
     };
     m.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
     let index = haddr / PMD_SIZE;
@@ -173,7 +249,10 @@ fn collapse_huge_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, haddr: u64)
         },
     );
     deferred_split_folio(m, folio, false);
-    m.stat.khugepaged_pages_collapsed += 1;
+    if khugepaged {
+        m.stat.khugepaged_pages_collapsed += 1;
+    }
+    true
 }
 
 #[cfg(test)]

@@ -373,7 +373,11 @@ impl Backend for Model {
                     self.tasks.values_mut().map(|t| &mut t.mm),
                 );
             }
-            StmtKind::Reclaim => return unsupported("reclaim"),
+            StmtKind::Reclaim => {
+                let mut mms: Vec<&mut crate::mmap::MmStruct> =
+                    self.tasks.values_mut().map(|t| &mut t.mm).collect();
+                crate::vmscan::drop_slab(&mut self.machine, &mut mms);
+            }
             StmtKind::Snapshot { .. } | StmtKind::Expect { .. } => {
                 unreachable!("run() handles snapshot and expect")
             }

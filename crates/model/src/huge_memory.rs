@@ -344,6 +344,105 @@ impl DeferredSplitQueue {
             self.list.remove(&seq);
         }
     }
+
+    /// Takes every queued folio off the queue, oldest first.
+    pub fn drain(&mut self) -> Vec<Pfn> {
+        self.position.clear();
+        std::mem::take(&mut self.list).into_values().collect()
+    }
+}
+
+/// thp_underused: more zero-filled subpages than max_ptes_none allows
+/// (max_ptes_none = 511 turns the check off).
+pub fn thp_underused(m: &Machine, folio: Pfn) -> bool {
+    let max_none = m.thp.khugepaged.max_ptes_none;
+    if max_none >= HPAGE_PMD_NR - 1 {
+        return false;
+    }
+    let nr = 1u64 << m.zone.memmap.page(folio).order();
+    let zero = m
+        .zone
+        .memmap
+        .pages(folio, nr)
+        .iter()
+        .filter(|p| p.test(pg::ZEROED))
+        .count() as u64;
+    zero > max_none
+}
+
+/// split_folio (split_huge_page_to_list_to_order to order 0) of an anonymous
+/// folio: its PMD mappings are split first (thp_split_pmd), then every page
+/// becomes a folio of its own, keeping its PTE mappings; pages no longer
+/// mapped are freed. For an under-used folio, zero-filled pages are mapped
+/// to the shared zero page instead and freed (remap_page with
+/// RMP_USE_SHARED_ZEROPAGE). The model has no pins, so the split never fails.
+pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn, underused: bool) {
+    let order = m.zone.memmap.page(folio).order();
+    let nr = 1u64 << order;
+    if rmap::folio_entire_mapcount(m, folio) > 0 {
+        for mm in mms.iter_mut() {
+            let pmds: Vec<u64> = mm
+                .pmds
+                .range(0..=u64::MAX)
+                .filter(|(_, p)| matches!(p, Pmd::Huge { pfn, .. } if *pfn == folio))
+                .map(|(i, _)| i)
+                .collect();
+            for index in pmds {
+                split_huge_pmd(m, mm, index * PMD_SIZE);
+            }
+        }
+    }
+    if underused {
+        let (lo, hi) = (folio.0, folio.0 + nr);
+        for mm in mms.iter_mut() {
+            let mut dropped = 0u64;
+            for (_, pmd) in mm.pmds.range_mut(0..=u64::MAX) {
+                let Pmd::Table(t) = pmd else { continue };
+                for pte in t.ptes.iter_mut() {
+                    let Some(pfn) = pte.pfn().filter(|p| (lo..hi).contains(&p.0)) else {
+                        continue;
+                    };
+                    let page = m.zone.memmap.page_mut(pfn);
+                    if page.test(pg::ZEROED) {
+                        *pte = Pte::ZERO;
+                        page.mapcount -= 1;
+                        m.stat.nr_anon_mapped -= i64::from(page.mapcount == 0);
+                        dropped += 1;
+                    }
+                }
+            }
+            mm.anon_rss -= dropped;
+        }
+    }
+    if order == HPAGE_PMD_ORDER {
+        m.stat.count_vm_event(VmEvent::ThpSplitPage);
+    }
+    m.stat.count_mthp_stat(order, MthpStat::Split);
+    m.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
+    folio_unqueue_deferred_split(m, folio, order);
+    // Off the queue already when the shrinker splits it, but still flagged.
+    let head = m.zone.memmap.page_mut(folio);
+    if head.test(pg::PARTIALLY_MAPPED) {
+        head.clear(pg::PARTIALLY_MAPPED);
+        m.stat
+            .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
+    }
+    for i in 0..nr {
+        let pfn = Pfn(folio.0 + i);
+        let page = m.zone.memmap.page_mut(pfn);
+        let keep = [pg::ANON, pg::ANON_EXCLUSIVE, pg::ZEROED]
+            .into_iter()
+            .filter(|f| page.test(*f))
+            .fold(0, |a, f| a | f);
+        let mapcount = page.mapcount;
+        page.init(pg::HEAD | keep, 0);
+        page.mapcount = mapcount;
+        // Each PTE mapping holds a reference on the page's new folio.
+        page.private = u32::from(mapcount);
+        if mapcount == 0 {
+            m.zone.free_pages(pfn, 0);
+        }
+    }
 }
 
 /// deferred_split_folio: queue a large anon folio, either because it became

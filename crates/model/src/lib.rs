@@ -28,6 +28,7 @@ pub mod pgtable;
 pub mod rmap;
 pub mod sparse;
 pub mod task_mmu;
+pub mod vmscan;
 pub mod vmstat;
 
 use crate::huge_memory::{DeferredSplitQueue, ThpSettings};

@@ -22,10 +22,13 @@ pub enum VmEvent {
     ThpCollapseAllocFailed,
     ThpScanExceedNonePte,
     ThpScanExceedSharePte,
+    ThpSplitPage,
+    ThpSplitPageFailed,
+    ThpUnderusedSplitPage,
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 12] = [
+    pub const ALL: [VmEvent; 15] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
@@ -38,6 +41,9 @@ impl VmEvent {
         VmEvent::ThpCollapseAllocFailed,
         VmEvent::ThpScanExceedNonePte,
         VmEvent::ThpScanExceedSharePte,
+        VmEvent::ThpSplitPage,
+        VmEvent::ThpSplitPageFailed,
+        VmEvent::ThpUnderusedSplitPage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +60,9 @@ impl VmEvent {
             VmEvent::ThpCollapseAllocFailed => "thp_collapse_alloc_failed",
             VmEvent::ThpScanExceedNonePte => "thp_scan_exceed_none_pte",
             VmEvent::ThpScanExceedSharePte => "thp_scan_exceed_share_pte",
+            VmEvent::ThpSplitPage => "thp_split_page",
+            VmEvent::ThpSplitPageFailed => "thp_split_page_failed",
+            VmEvent::ThpUnderusedSplitPage => "thp_underused_split_page",
         }
     }
 }
@@ -65,6 +74,8 @@ pub enum MthpStat {
     AnonFaultFallback,
     AnonFaultFallbackCharge,
     SplitDeferred,
+    Split,
+    SplitFailed,
     /// Gauge.
     NrAnon,
     /// Gauge.
@@ -72,11 +83,13 @@ pub enum MthpStat {
 }
 
 impl MthpStat {
-    pub const ALL: [MthpStat; 6] = [
+    pub const ALL: [MthpStat; 8] = [
         MthpStat::AnonFaultAlloc,
         MthpStat::AnonFaultFallback,
         MthpStat::AnonFaultFallbackCharge,
         MthpStat::SplitDeferred,
+        MthpStat::Split,
+        MthpStat::SplitFailed,
         MthpStat::NrAnon,
         MthpStat::NrAnonPartiallyMapped,
     ];
@@ -87,6 +100,8 @@ impl MthpStat {
             MthpStat::AnonFaultFallback => "anon_fault_fallback",
             MthpStat::AnonFaultFallbackCharge => "anon_fault_fallback_charge",
             MthpStat::SplitDeferred => "split_deferred",
+            MthpStat::Split => "split",
+            MthpStat::SplitFailed => "split_failed",
             MthpStat::NrAnon => "nr_anon",
             MthpStat::NrAnonPartiallyMapped => "nr_anon_partially_mapped",
         }

@@ -1,0 +1,55 @@
+//! `reclaim`: memory pressure as `echo 2 > /proc/sys/vm/drop_caches` applies
+//! it, which is what the kernel backend does: every slab shrinker runs
+//! until it frees little more (drop_slab). Two matter to anonymous THPs:
+//! the deferred split shrinker and the huge zero folio's.
+//!
+//! Follows Linux 6.18 `mm/vmscan.c` (drop_slab, shrink_slab) and
+//! `mm/huge_memory.c` (deferred_split_scan, thp_underused,
+//! shrink_huge_zero_folio_scan). Simplifications: one node and no memcg
+//! (one queue); the queue is walked to its end in one pass, which is what
+//! drop_slab's repeated batches amount to when no split fails (the model has
+//! no pins yet, so none does); page reclaim itself (LRU, swap) is not run:
+//! drop_caches does not run it either.
+
+use crate::huge_memory::{split_folio, thp_underused};
+use crate::mm_types::{pg, HPAGE_PMD_ORDER};
+use crate::mmap::MmStruct;
+use crate::vmstat::VmEvent;
+use crate::Machine;
+
+/// drop_slab: the shrinkers that concern anonymous memory, in turn.
+pub fn drop_slab(m: &mut Machine, mms: &mut [&mut MmStruct]) {
+    deferred_split_scan(m, mms);
+    shrink_huge_zero_folio_scan(m);
+}
+
+/// deferred_split_scan: every queued folio leaves the queue. A partially
+/// mapped one is split; one that is not is split only if thp_underused
+/// (then thp_underused_split_page), else it is simply dropped from the
+/// queue: the under-used check is made once.
+pub fn deferred_split_scan(m: &mut Machine, mms: &mut [&mut MmStruct]) {
+    for folio in m.deferred_split_queue.drain() {
+        m.zone.memmap.page_mut(folio).clear(pg::DEFERRED);
+        let partially_mapped = m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED);
+        let underused = !partially_mapped && thp_underused(m, folio);
+        if !partially_mapped && !underused {
+            continue;
+        }
+        split_folio(m, mms, folio, underused);
+        if underused {
+            m.stat.count_vm_event(VmEvent::ThpUnderusedSplitPage);
+        }
+    }
+}
+
+/// shrink_huge_zero_folio_scan: frees the huge zero folio when no mm maps
+/// it any more (only the shrinker's own reference is left); the next huge
+/// zero fault allocates it again (thp_zero_page_alloc).
+fn shrink_huge_zero_folio_scan(m: &mut Machine) {
+    if m.huge_zero_refcount == 1 {
+        if let Some(folio) = m.huge_zero_folio.take() {
+            m.huge_zero_refcount = 0;
+            m.zone.free_pages(folio, HPAGE_PMD_ORDER);
+        }
+    }
+}

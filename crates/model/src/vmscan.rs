@@ -53,3 +53,35 @@ fn shrink_huge_zero_folio_scan(m: &mut Machine) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Model;
+    use hugelab_workload::{parse, run};
+
+    /// Under-used splits at reclaim after writing `pages` pages of one THP,
+    /// with max_ptes_none 409.
+    fn underused_splits(pages: u64) -> i64 {
+        let text = format!(
+            "set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
+             spawn a\n\
+             a mmap buf 2M align=2M\n\
+             a madvise buf HUGEPAGE\n\
+             a write buf:{}K\n\
+             reclaim\n",
+            pages * 4
+        );
+        let w = parse("underused.hlw", &text).unwrap();
+        let obs = run(&mut Model::default(), &w).unwrap();
+        obs.snapshot("end").unwrap().counters["vmstat.thp_underused_split_page"]
+    }
+
+    #[test]
+    fn underused_means_more_zero_pages_than_max_ptes_none() {
+        // 512 - pages zero-filled pages: split iff that is > 409.
+        assert_eq!(underused_splits(102), 1); // 410 zero pages
+        assert_eq!(underused_splits(103), 0); // 409 zero pages
+        assert_eq!(underused_splits(512), 0);
+    }
+}

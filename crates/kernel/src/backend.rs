@@ -13,7 +13,7 @@ use crate::sysfs;
 use crate::vmstat::SystemReader;
 use hugelab_workload::{
     placement, Advice, Backend, BackendError, Counters, HugetlbSize, KhugepagedKnob, MachineParam,
-    Prot, Range, Stmt, StmtKind, Tunable,
+    Prot, Range, Stmt, StmtKind, Tunable, Workload,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -217,6 +217,13 @@ fn split_huge_pages(pid: i32, start: u64, end: u64) -> Result<(), KernelError> {
     })
 }
 
+/// `echo 2 > /proc/sys/vm/drop_caches`: the slab shrinkers, the deferred
+/// split and under-used THP shrinkers among them.
+fn drop_slab() -> Result<(), KernelError> {
+    let path = std::path::Path::new(sysfs::PROC_VM).join("drop_caches");
+    sysfs::write_value(&path, "2")
+}
+
 pub(crate) fn req_ok(agent: &mut AgentProc, req: Request) -> Result<i64, KernelError> {
     let reply = agent.request(req)?;
     if reply[0] != 0 {
@@ -258,6 +265,17 @@ pub(crate) fn request(words: &[u64]) -> Request {
 impl Backend for KernelBackend {
     fn name(&self) -> &str {
         BACKEND
+    }
+
+    /// A workload that reclaims would also split the folios other processes
+    /// left on the deferred split queue (counted system-wide as if they were
+    /// its own): empty the queue once before the first statement.
+    fn prepare(&mut self, workload: &Workload) -> Result<(), BackendError> {
+        if workload.stmts.iter().any(|s| s.kind == StmtKind::Reclaim) {
+            drop_slab().map_err(|e| BackendError::failed(Default::default(), e.to_string()))?;
+            rcu_settle();
+        }
+        Ok(())
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
@@ -457,8 +475,7 @@ impl Backend for KernelBackend {
                 // drop_caches=2 runs the slab shrinkers: the deferred split
                 // queue and the under-used THP shrinker among them.
                 self.window(stmt, false, |_| {
-                    let path = std::path::Path::new(sysfs::PROC_VM).join("drop_caches");
-                    sysfs::write_value(&path, "2").map_err(|e| failed(stmt, e))?;
+                    drop_slab().map_err(|e| failed(stmt, e))?;
                     Ok(0)
                 })?;
             }

@@ -64,6 +64,11 @@ pub trait Backend {
     /// Every counter this backend reports, as of now.
     fn counters(&mut self) -> Result<Counters, BackendError>;
 
+    /// Called once before the first statement, with the whole workload.
+    fn prepare(&mut self, _workload: &Workload) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Counters this backend has but cannot read reliably right now, with the
     /// reason; asked right after [`Backend::counters`]. None by default.
     fn unknown(&mut self) -> BTreeMap<String, String> {
@@ -86,6 +91,7 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
         file: workload.file.clone(),
         error,
     };
+    backend.prepare(workload).map_err(wrap)?;
     let mut end = Pos::default();
     for stmt in &workload.stmts {
         end = stmt.pos;

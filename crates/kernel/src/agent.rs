@@ -278,6 +278,7 @@ fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
         // fork copies no PTEs of file mappings: map the agent's code again
         // now, or its first request would fault on it.
         populate_own_mappings();
+        unshare_own_writable();
         pretouch_stack();
         send(
             child_fd,
@@ -285,6 +286,7 @@ fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
         );
         return Forked::Child(child_fd);
     }
+    unshare_own_writable();
     pretouch_stack();
     unsafe { libc::close(child_fd) };
     Forked::Parent(pid)
@@ -302,6 +304,10 @@ fn pretouch_stack() {
     }
     black_box(&mut buf);
 }
+
+/// The agent's own private writable mappings (heap, data, stack), recorded
+/// at start-up before any region exists.
+static mut OWN_WRITABLE: [(u64, u64); 64] = [(0, 0); 64];
 
 /// The agent's own read-only mappings (its code and constants), recorded at
 /// start-up before any region exists.
@@ -353,6 +359,13 @@ fn tame_own_mappings() {
             }
         }
         if m.private_writable {
+            // SAFETY: written only here, before the loop, single-threaded.
+            unsafe {
+                let own = &mut *std::ptr::addr_of_mut!(OWN_WRITABLE);
+                if let Some(slot) = own.iter_mut().find(|s| s.1 == 0) {
+                    *slot = (m.start, m.end);
+                }
+            }
             // SAFETY: advice on our own mapping.
             unsafe {
                 libc::madvise(
@@ -375,6 +388,22 @@ fn populate_own_mappings() {
         for &(a, b) in (*std::ptr::addr_of!(OWN_READONLY)).iter() {
             if b > a {
                 libc::madvise(a as *mut _, (b - a) as usize, libc::MADV_POPULATE_READ);
+            }
+        }
+    }
+}
+
+/// Breaks copy-on-write on all of the agent's own writable memory at once
+/// (MADV_POPULATE_WRITE), right after fork: otherwise parent and child
+/// would each take COW faults on their heap and data later, inside some
+/// request, and those would be counted as the workload's.
+fn unshare_own_writable() {
+    // SAFETY: read-only use of the table filled at start-up; advice on our
+    // own mappings.
+    unsafe {
+        for &(a, b) in (*std::ptr::addr_of!(OWN_WRITABLE)).iter() {
+            if b > a {
+                libc::madvise(a as *mut _, (b - a) as usize, libc::MADV_POPULATE_WRITE);
             }
         }
     }

@@ -22,7 +22,8 @@
 //!   not be stable.
 //! - `fork` copies the agent's own memory and page tables, not only the
 //!   regions': after a fork the anonymous-memory and page-table gauges are
-//!   unknown.
+//!   unknown, and the faults the agents take inside it (unsharing their own
+//!   memory) are left out of pgfault.
 //! - folios.* of a region are unknown when kpageflags read 0 for its pages.
 
 use crate::backend::{failed, KernelBackend};
@@ -47,12 +48,14 @@ impl KernelBackend {
         // code path, heap growth) are not another process's: counted from
         // before the first reading to after the second, an upper bound.
         let runner_before = crate::agent::own_minflt();
+        let anon_before = self.agents_anon_kb();
         self.before.capture(false).map_err(kerr)?;
         let agent_faults = f(self)?;
         if frees_page_tables(&stmt.kind) {
             rcu_settle();
         }
         self.after.capture(true).map_err(kerr)?;
+        let anon_after = self.agents_anon_kb();
         let runner_faults = crate::agent::own_minflt() - runner_before;
         let before = self.before.parse().map_err(kerr)?;
         let after = self.after.parse().map_err(kerr)?;
@@ -72,6 +75,11 @@ impl KernelBackend {
             }
         }
         let sys_faults = after["vmstat.pgfault"] - before["vmstat.pgfault"];
+        if matches!(stmt.kind, StmtKind::Fork { .. }) {
+            // The agents' faults inside fork are their own housekeeping
+            // (breaking COW on their own memory), not the workload's.
+            *self.totals.entry("vmstat.pgfault".into()).or_default() -= agent_faults;
+        }
         if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
             eprintln!(
                 "window line {}: pgfault +{sys_faults} agents +{agent_faults} runner +{runner_faults} nr_anon_pages {:+} nr_page_table_pages {:+}",
@@ -80,7 +88,26 @@ impl KernelBackend {
                 after["vmstat.nr_page_table_pages"] - before["vmstat.nr_page_table_pages"]
             );
         }
-        let noisy = sys_faults > agent_faults + runner_faults;
+        let mut noisy = sys_faults > agent_faults + runner_faults;
+        // Without shared pages (no fork yet), the workload's processes'
+        // Anonymous memory moves exactly as NR_ANON_MAPPED does; when it does
+        // not, another process mapped or freed anonymous memory meanwhile.
+        if let (None, Some((pids_b, kb_b)), Some((pids_a, kb_a))) =
+            (self.forked, &anon_before, &anon_after)
+        {
+            let system = after["vmstat.nr_anon_pages"] - before["vmstat.nr_anon_pages"];
+            if pids_b == pids_a && (kb_a - kb_b) / 4 != system && !noisy {
+                noisy = true;
+                self.noise.get_or_insert((
+                    format!(
+                        "another process changed anonymous memory during line {} (nr_anon_pages {system:+}, the workload's own {:+})",
+                        stmt.pos.line,
+                        (kb_a - kb_b) / 4
+                    ),
+                    false,
+                ));
+            }
+        }
         let wide = noisy && thp_always().unwrap_or(true);
         let narrower = self.noise.as_ref().is_some_and(|(_, w)| !w);
         if noisy && (self.noise.is_none() || (wide && narrower)) {
@@ -100,6 +127,20 @@ impl KernelBackend {
         }
         self.last = Some(after);
         Ok(())
+    }
+}
+
+impl KernelBackend {
+    /// The live agents (sorted pids) and the sum of their smaps_rollup
+    /// Anonymous, in kB; None when one cannot be read.
+    fn agents_anon_kb(&self) -> Option<(Vec<i32>, i64)> {
+        let mut pids: Vec<i32> = self.procs.values().map(|p| p.agent.pid).collect();
+        pids.sort_unstable();
+        let mut kb = 0;
+        for pid in &pids {
+            kb += smaps::rollup_anonymous_kb(*pid).ok()?;
+        }
+        Some((pids, kb))
     }
 }
 

@@ -61,6 +61,22 @@ fn vma_header(line: &str) -> Option<(u64, u64)> {
     Some((a, b))
 }
 
+/// The Anonymous line of /proc/PID/smaps_rollup, in kB.
+pub fn rollup_anonymous_kb(pid: i32) -> Result<i64> {
+    let path = format!("/proc/{pid}/smaps_rollup");
+    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
+    text.lines()
+        .filter_map(field)
+        .find(|(name, _)| *name == "Anonymous")
+        .and_then(|(_, v)| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| {
+            KernelError::io(
+                &path,
+                io::Error::new(io::ErrorKind::InvalidData, "no Anonymous line"),
+            )
+        })
+}
+
 /// `Rss:                 256 kB` → ("Rss", 256).
 fn field(line: &str) -> Option<(&str, &str)> {
     let (name, rest) = line.split_once(':')?;

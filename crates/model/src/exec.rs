@@ -1,6 +1,8 @@
 //! The model as a `Backend`: each workload statement runs as the system call
 //! (or kernel event) it stands for.
 
+use crate::fork::dup_mmap;
+use crate::gup::{pin_user_pages, unpin_user_pages, Pin, PinError};
 use crate::memory::{access_range, Access, Fault};
 use crate::mm_types::{HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
@@ -92,6 +94,91 @@ fn set_tunable(
 }
 
 impl Model {
+    /// fork: a child with a copy of `parent`'s address space.
+    fn fork(&mut self, stmt: &Stmt, parent: &str, child: &str) -> Result<(), BackendError> {
+        if self.tasks.contains_key(child) {
+            return Err(failed(stmt, format!("process '{child}' already exists")));
+        }
+        let mut mm = MmStruct::new(self.alloc_mm_id());
+        let machine = &mut self.machine;
+        let src = &mut self
+            .tasks
+            .get_mut(parent)
+            .ok_or_else(|| failed(stmt, format!("no process '{parent}'")))?
+            .mm;
+        if dup_mmap(machine, src, &mut mm).is_err() {
+            // The kernel undoes a half-made child; the model refuses to go on.
+            return Err(failed(stmt, "fork failed: ENOMEM"));
+        }
+        self.tasks
+            .insert(child.to_string(), Task { mm, min_flt: 0 });
+        for pin in self.pins.iter_mut() {
+            if pin.holders.iter().any(|h| h == parent) {
+                pin.holders.push(child.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// pin: an io_uring fixed buffer over the range.
+    fn pin(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
+        let machine = &mut self.machine;
+        let task = self
+            .tasks
+            .get_mut(proc)
+            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+        let faults_before = machine.stat.event(VmEvent::PgFault);
+        let pages = pin_user_pages(machine, &mut task.mm, start, end).map_err(|e| match e {
+            PinError::Efault => failed(
+                stmt,
+                "pin failed: EFAULT, part of the range is unmapped or not writable",
+            ),
+            PinError::Oom => failed(stmt, "pin failed: ENOMEM"),
+        })?;
+        task.min_flt += machine.stat.event(VmEvent::PgFault) - faults_before;
+        self.pins.push(Pin {
+            start,
+            len: end - start,
+            pages,
+            holders: vec![proc.to_string()],
+        });
+        Ok(())
+    }
+
+    /// unpin: unregisters the buffer `pin` registered for exactly this range.
+    fn unpin(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
+        let task = self.task(stmt, proc)?;
+        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+        let found = self.pins.iter().position(|p| {
+            p.start == start && p.len == end - start && p.holders.iter().any(|h| h == proc)
+        });
+        let Some(i) = found else {
+            return Err(failed(
+                stmt,
+                format!("unpin: {proc} has no pin of exactly this range"),
+            ));
+        };
+        let pin = self.pins.remove(i);
+        unpin_user_pages(&mut self.machine, &pin.pages);
+        Ok(())
+    }
+
+    /// At exit the process's ring references go; a ring nobody holds any
+    /// more releases its pins.
+    fn release_pins(&mut self, proc: &str) {
+        let mut i = 0;
+        while i < self.pins.len() {
+            self.pins[i].holders.retain(|h| h != proc);
+            if self.pins[i].holders.is_empty() {
+                let pin = self.pins.remove(i);
+                unpin_user_pages(&mut self.machine, &pin.pages);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     fn task(&mut self, stmt: &Stmt, proc: &str) -> Result<&mut Task, BackendError> {
         self.tasks.get_mut(proc).ok_or_else(|| {
             failed(
@@ -240,13 +327,8 @@ impl Backend for Model {
                     return Err(failed(stmt, format!("process '{proc}' already exists")));
                 }
                 self.started = true;
-                self.tasks.insert(
-                    proc.clone(),
-                    Task {
-                        mm: MmStruct::default(),
-                        min_flt: 0,
-                    },
-                );
+                let mm = MmStruct::new(self.alloc_mm_id());
+                self.tasks.insert(proc.clone(), Task { mm, min_flt: 0 });
             }
             StmtKind::Mmap {
                 proc,
@@ -355,9 +437,9 @@ impl Backend for Model {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access(stmt, proc, range, step, true, *zero)?;
             }
-            StmtKind::Pin { .. } => return unsupported("pin"),
-            StmtKind::Unpin { .. } => return unsupported("unpin"),
-            StmtKind::Fork { .. } => return unsupported("fork"),
+            StmtKind::Pin { proc, range } => self.pin(stmt, proc, range)?,
+            StmtKind::Unpin { proc, range } => self.unpin(stmt, proc, range)?,
+            StmtKind::Fork { proc, child } => self.fork(stmt, proc, child)?,
             StmtKind::ThpDisable { proc, on } => self.task(stmt, proc)?.mm.thp_disabled = *on,
             StmtKind::Exit { proc } => {
                 let mut task = self
@@ -365,6 +447,7 @@ impl Backend for Model {
                     .remove(proc)
                     .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
                 exit_mmap(&mut self.machine, &mut task.mm);
+                self.release_pins(proc);
             }
             StmtKind::Split { .. } => return unsupported("split"),
             StmtKind::Khugepaged => {

@@ -155,6 +155,7 @@ pub fn do_huge_pmd_anonymous_page(
     if !thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER) {
         return Ok(PmdFault::Fallback);
     }
+    mm.anon_vma_prepare(addr);
     crate::khugepaged::khugepaged_enter_vma(m, mm, vma);
     if !write && m.thp.use_zero_page {
         let deposit = m.pte_alloc_one()?;
@@ -249,6 +250,75 @@ pub fn do_huge_zero_wp_pmd(
     }
 }
 
+/// do_huge_pmd_wp_page: a write to a write-protected PMD-mapped THP (after
+/// fork). Reused in place when exclusive (PageAnonExclusive on the head, or
+/// only the PMD's own reference left); otherwise the PMD is split and the
+/// write retried at the PTE level, where do_wp_page copies the one page.
+pub fn do_huge_pmd_wp_page(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> PmdFault {
+    let index = addr / PMD_SIZE;
+    let Some(Pmd::Huge { pfn, .. }) = mm.pmds.get(&index) else {
+        unreachable!("do_huge_pmd_wp_page on a PMD that is not a THP");
+    };
+    let folio = *pfn;
+    let exclusive = m.zone.memmap.page(folio).test(pg::ANON_EXCLUSIVE);
+    if exclusive || rmap::folio_ref_count(m, folio) == 1 {
+        m.zone.memmap.page_mut(folio).set(pg::ANON_EXCLUSIVE);
+        if let Some(Pmd::Huge { writable, .. }) = mm.pmds.get_mut(&index) {
+            *writable = true;
+        }
+        return PmdFault::Done;
+    }
+    split_huge_pmd(m, mm, index * PMD_SIZE);
+    PmdFault::Fallback
+}
+
+/// copy_huge_pmd: fork shares a PMD mapping with the child, write-protected
+/// on both sides, with a page table deposited for the child. A THP that
+/// the parent may have pinned is not shared: the parent's PMD is split and
+/// the caller copies the range PTE by PTE (-EAGAIN), which copies the
+/// exclusive pages.
+pub fn copy_huge_pmd(
+    m: &mut Machine,
+    dst: &mut MmStruct,
+    src: &mut MmStruct,
+    index: u64,
+) -> Result<PmdFault, crate::memory::Fault> {
+    let pgtable = m.pte_alloc_one()?;
+    match src.pmds.get(&index) {
+        Some(Pmd::HugeZero { .. }) => {
+            // Never allocates: the parent holds the folio.
+            mm_get_huge_zero_folio(m, dst);
+            dst.pmds.insert(index, Pmd::HugeZero { deposit: pgtable });
+            Ok(PmdFault::Done)
+        }
+        Some(Pmd::Huge { pfn, .. }) => {
+            let folio = *pfn;
+            let maybe_pinned = src.has_pinned && rmap::folio_maybe_dma_pinned(m, folio);
+            if rmap::folio_try_dup_anon_rmap_pmd(m, folio, dst.mm_id, src.mm_id, maybe_pinned)
+                .is_err()
+            {
+                m.pte_free(pgtable);
+                split_huge_pmd(m, src, index * PMD_SIZE);
+                return Ok(PmdFault::Fallback);
+            }
+            if let Some(Pmd::Huge { writable, .. }) = src.pmds.get_mut(&index) {
+                *writable = false;
+            }
+            dst.anon_rss += HPAGE_PMD_NR;
+            dst.pmds.insert(
+                index,
+                Pmd::Huge {
+                    pfn: folio,
+                    writable: false,
+                    deposit: pgtable,
+                },
+            );
+            Ok(PmdFault::Done)
+        }
+        _ => unreachable!("copy_huge_pmd on a PMD that is not huge"),
+    }
+}
+
 /// mm_get_huge_zero_folio: the shared huge zero folio, allocated on first use;
 /// each mm that maps it holds one reference (MMF_HUGE_ZERO_FOLIO).
 fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Option<Pfn> {
@@ -306,8 +376,12 @@ pub fn split_huge_pmd(m: &mut Machine, mm: &mut MmStruct, haddr: u64) {
             for (i, pte) in table.ptes.iter_mut().enumerate() {
                 *pte = Pte::new(Pfn(pfn.0 + i as u64), writable);
             }
-            rmap::folio_add_anon_rmap_ptes(m, pfn, pfn, HPAGE_PMD_NR);
-            rmap::folio_remove_rmap_pmd(m, pfn);
+            // The head's PageAnonExclusive speaks for the PMD mapping; the
+            // PTEs inherit it page by page.
+            let exclusive = m.zone.memmap.page(pfn).test(pg::ANON_EXCLUSIVE);
+            rmap::folio_add_anon_rmap_ptes(m, pfn, pfn, HPAGE_PMD_NR, mm.mm_id, exclusive);
+            // Not the last reference: the PTEs just took theirs.
+            rmap::folio_remove_rmap_pmd(m, pfn, mm.mm_id);
             m.stat.count_vm_event(VmEvent::ThpSplitPmd);
             table
         }
@@ -333,7 +407,7 @@ impl DeferredSplitQueue {
         self.list.is_empty()
     }
 
-    fn add_tail(&mut self, folio: Pfn) {
+    pub(crate) fn add_tail(&mut self, folio: Pfn) {
         self.list.insert(self.next, folio);
         self.position.insert(folio, self.next);
         self.next += 1;
@@ -375,10 +449,24 @@ pub fn thp_underused(m: &Machine, folio: Pfn) -> bool {
 /// becomes a folio of its own, keeping its PTE mappings; pages no longer
 /// mapped are freed. For an under-used folio, zero-filled pages are mapped
 /// to the shared zero page instead and freed (remap_page with
-/// RMP_USE_SHARED_ZEROPAGE). The model has no pins, so the split never fails.
-pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn, underused: bool) {
+/// RMP_USE_SHARED_ZEROPAGE). Fails, counting thp_split_page_failed and the
+/// size's split_failed, when someone holds a reference that no mapping
+/// explains (can_split_folio: a pin); returns whether it split.
+pub fn split_folio(
+    m: &mut Machine,
+    mms: &mut [&mut MmStruct],
+    folio: Pfn,
+    underused: bool,
+) -> bool {
     let order = m.zone.memmap.page(folio).order();
     let nr = 1u64 << order;
+    if u64::from(rmap::folio_ref_count(m, folio)) != rmap::folio_mapcount(m, folio) {
+        if order == HPAGE_PMD_ORDER {
+            m.stat.count_vm_event(VmEvent::ThpSplitPageFailed);
+        }
+        m.stat.count_mthp_stat(order, MthpStat::SplitFailed);
+        return false;
+    }
     if rmap::folio_entire_mapcount(m, folio) > 0 {
         for mm in mms.iter_mut() {
             let pmds: Vec<u64> = mm
@@ -391,6 +479,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn, under
                 split_huge_pmd(m, mm, index * PMD_SIZE);
             }
         }
+        m.folio_mm_ids.remove(&folio);
     }
     if underused {
         let (lo, hi) = (folio.0, folio.0 + nr);
@@ -443,6 +532,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn, under
             m.zone.free_pages(pfn, 0);
         }
     }
+    true
 }
 
 /// deferred_split_folio: queue a large anon folio, either because it became

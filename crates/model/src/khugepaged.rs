@@ -20,8 +20,7 @@
 //! - The anon_vma condition of registration (a VMA that never faulted is not
 //!   eligible) is not modelled: such a VMA has no PTE table, so the scan
 //!   finds nothing to collapse either way.
-//! - No swap (max_ptes_swap never applies), no pins (the refcount check never
-//!   fails), every mapped page counts as young (referenced), no NUMA node
+//! - No swap (max_ptes_swap never applies), every mapped page counts as young (referenced), no NUMA node
 //!   choice, synchronous allocation with no alloc_sleep back-off.
 
 use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
@@ -100,6 +99,8 @@ enum Scan {
     ExceedSharedPte,
     /// No writable PTE (SCAN_PAGE_RO).
     PageRo,
+    /// A folio with references beyond its mappings (SCAN_PAGE_COUNT).
+    PageCount,
 }
 
 /// hpage_collapse_scan_pmd: whether the PTE table at `haddr` qualifies.
@@ -124,22 +125,18 @@ fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64, khugepage
             continue;
         };
         writable |= pte.is_writable();
-        // folio_maybe_mapped_shared: any page of the folio mapped twice.
+        // A page counts as shared when any part of its folio is.
         let folio = page_folio(m, pfn);
-        let order = m.zone.memmap.page(folio).order();
-        let mapped_twice = m
-            .zone
-            .memmap
-            .pages(folio, 1 << order)
-            .iter()
-            .any(|p| p.mapcount > 1)
-            || (order > 0 && rmap::folio_entire_mapcount(m, folio) > 0);
-        if mapped_twice {
+        if rmap::folio_maybe_mapped_shared(m, folio) {
             shared += 1;
             if khugepaged && shared > k.max_ptes_shared {
                 m.stat.count_vm_event(VmEvent::ThpScanExceedSharePte);
                 return Scan::ExceedSharedPte;
             }
+        }
+        // A reference no mapping explains: a GUP pin.
+        if u64::from(rmap::folio_ref_count(m, folio)) != rmap::folio_mapcount(m, folio) {
+            return Scan::PageCount;
         }
     }
     if writable {
@@ -188,7 +185,7 @@ pub fn madvise_collapse(
                 Scan::PmdMapped => {}
                 // Whitelisted: go on, but the call fails in the end.
                 Scan::PmdNull => result = Err(CollapseError::Inval),
-                Scan::PageRo | Scan::ExceedNonePte | Scan::ExceedSharedPte => {
+                Scan::PageRo | Scan::ExceedNonePte | Scan::ExceedSharedPte | Scan::PageCount => {
                     return Err(CollapseError::Inval)
                 }
             }

@@ -1,7 +1,8 @@
 //! An executable model of Linux 6.18 anonymous memory management with
 //! multi-size THP, deterministic and much faster than real time.
 //!
-//! The modules are a map of the kernel's `mm/`: `memory` (faults, zap),
+//! The modules are a map of the kernel's `mm/`: `memory` (faults, zap,
+//! copy-on-write), `fork` (dup_mmap, copy_page_range), `gup` (long-term pins),
 //! `huge_memory` (THP orders, PMD faults, split_huge_pmd, deferred split queue),
 //! `khugepaged`, `rmap`, `mmap`, `mprotect`, `madvise`, `page_alloc` (buddy
 //! allocator), `sparse` (memmap), `vmstat`, `task_mmu` (smaps). Each module's
@@ -16,6 +17,8 @@
 
 pub mod counters;
 mod exec;
+pub mod fork;
+pub mod gup;
 pub mod huge_memory;
 pub mod khugepaged;
 pub mod madvise;
@@ -37,7 +40,7 @@ use crate::mm_types::{pg, Pfn, PAGE_SIZE};
 use crate::mmap::MmStruct;
 use crate::page_alloc::Zone;
 use crate::vmstat::VmStat;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The default simulated memory size (`machine memory=`).
 pub const DEFAULT_MEMORY_BYTES: u64 = 16 << 30;
@@ -52,6 +55,8 @@ pub struct Machine {
     /// huge_zero_refcount: one for the shrinker plus one per mm mapping it.
     pub huge_zero_refcount: u64,
     pub deferred_split_queue: DeferredSplitQueue,
+    /// The MM-ID slots of large folios mapped by more than one MM (see rmap).
+    pub folio_mm_ids: HashMap<Pfn, rmap::FolioMmIds>,
 }
 
 impl Machine {
@@ -63,6 +68,7 @@ impl Machine {
             huge_zero_folio: None,
             huge_zero_refcount: 0,
             deferred_split_queue: DeferredSplitQueue::default(),
+            folio_mm_ids: HashMap::new(),
         }
     }
 
@@ -98,6 +104,10 @@ pub struct Model {
     pub tasks: BTreeMap<String, Task>,
     /// Whether any process has run (after which `machine` may not change).
     started: bool,
+    /// The last mm_id handed out (0 is MM_ID_DUMMY).
+    last_mm_id: rmap::MmId,
+    /// Long-term pins in force (io_uring fixed buffers), oldest first.
+    pub pins: Vec<gup::Pin>,
 }
 
 impl Default for Model {
@@ -113,6 +123,8 @@ impl Model {
             memory_bytes,
             tasks: BTreeMap::new(),
             started: false,
+            last_mm_id: rmap::MM_ID_DUMMY,
+            pins: Vec::new(),
         }
     }
 
@@ -121,6 +133,12 @@ impl Model {
     pub fn with_thp_settings(mut self, thp: ThpSettings) -> Self {
         self.machine.thp = thp;
         self
+    }
+
+    /// A fresh mm_id for a new address space.
+    pub fn alloc_mm_id(&mut self) -> rmap::MmId {
+        self.last_mm_id += 1;
+        self.last_mm_id
     }
 
     pub fn memory_bytes(&self) -> u64 {

@@ -2,18 +2,23 @@
 //!
 //! Follows Linux 6.18 `mm/memory.c`: `handle_mm_fault` / `__handle_mm_fault`
 //! dispatch on the PMD entry, `do_anonymous_page` with `alloc_anon_folio` for
-//! multi-size THP, `do_wp_page` for writes to the shared zero page, and the
-//! `zap_pte_range` / `zap_huge_pmd` family for munmap, MADV_DONTNEED and exit.
+//! multi-size THP, `do_wp_page` for write faults on read-only anon PTEs
+//! (the shared zero page, or a page fork shared: reused when exclusive,
+//! `wp_can_reuse_anon_folio`, else copied by `wp_page_copy` into a new
+//! order-0 folio), and the `zap_pte_range` / `zap_huge_pmd` family for
+//! munmap, MADV_DONTNEED and exit.
 //!
 //! Simplifications: no userfaultfd, no memcg charge, no swap; no fault-around
 //! or retries (the model has no concurrency, so the rechecks under the PTE lock
 //! always pass); a write to memory the VMA does not allow, or to no VMA, is a
-//! SIGSEGV reported as an error rather than a signal. Copy-on-write of anon
-//! pages shared by fork is not modelled yet.
+//! SIGSEGV reported as an error rather than a signal; no LRU batches (the
+//! extra reference they hold is what `lru_add_drain` in the reuse check
+//! drops, so the model starts where the kernel ends up).
 
 use crate::huge_memory::{
-    do_huge_pmd_anonymous_page, do_huge_zero_wp_pmd, folio_unqueue_deferred_split, highest_order,
-    split_huge_pmd, thp_vma_allowable_orders, thp_vma_suitable_orders, PmdFault,
+    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd,
+    folio_unqueue_deferred_split, highest_order, split_huge_pmd, thp_vma_allowable_orders,
+    thp_vma_suitable_orders, PmdFault,
 };
 use crate::mm_types::{
     pg, Pfn, HPAGE_PMD_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
@@ -57,6 +62,7 @@ pub fn free_folio(m: &mut Machine, folio: Pfn) {
     let order = head.order();
     if order > 0 {
         folio_unqueue_deferred_split(m, folio, order);
+        m.folio_mm_ids.remove(&folio);
         if head.test(pg::ANON) {
             m.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
         }
@@ -129,7 +135,10 @@ pub fn handle_mm_fault(
             }
         }
         Some(Pmd::Huge { .. }) => {
-            unreachable!("write-protected PMD THPs need fork, which the model does not do yet");
+            debug_assert!(write, "read fault on a mapped PMD");
+            if let PmdFault::Done = do_huge_pmd_wp_page(m, mm, addr) {
+                return Ok(());
+            }
         }
         Some(Pmd::Table(_)) => {}
     }
@@ -147,10 +156,8 @@ fn handle_pte_fault(
     if pte.is_none() {
         return do_anonymous_page(m, mm, vma, addr, write);
     }
-    if write && pte.is_zero_page() {
-        return do_wp_page(m, mm, vma, addr);
-    }
-    unreachable!("fault on a present PTE that needs copy-on-write (fork is not modelled yet)");
+    debug_assert!(write && !pte.is_writable(), "fault on a usable PTE");
+    do_wp_page(m, mm, vma, addr)
 }
 
 fn table(mm: &mut MmStruct, addr: u64) -> &mut PteTable {
@@ -225,14 +232,69 @@ fn alloc_anon_folio(
     alloc_folio(m, 0).map(|f| (f, 0)).ok_or(Fault::Oom)
 }
 
-/// do_wp_page on the shared zero page: wp_page_copy into a new zeroed order-0
-/// folio (never a large one).
+/// do_wp_page: a write to a read-only PTE of a writable VMA. The shared zero
+/// page is always copied; an anon page is reused in place when it is
+/// PageAnonExclusive or wp_can_reuse_anon_folio says nobody else can see it,
+/// and copied otherwise.
 fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Result<(), Fault> {
-    let folio = alloc_folio(m, 0).ok_or(Fault::Oom)?;
-    rmap::folio_add_new_anon_rmap(m, folio, 0, false);
-    mm.anon_rss += 1;
+    let pte = table(mm, addr).ptes[pte_index(addr)];
+    let Some(page) = pte.pfn() else {
+        return wp_page_copy(m, mm, vma, addr, None);
+    };
+    let folio = page_folio(m, page);
+    if m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio) {
+        // wp_page_reuse: only the faulting PTE becomes writable.
+        m.zone.memmap.page_mut(page).set(pg::ANON_EXCLUSIVE);
+        let t = table(mm, addr);
+        t.ptes[pte_index(addr)] = pte.mkwrite();
+        return Ok(());
+    }
+    wp_page_copy(m, mm, vma, addr, Some((folio, page)))
+}
+
+/// wp_can_reuse_anon_folio: a small folio is reusable when its only
+/// reference is this mapping; a large one (__wp_can_reuse_large_anon_folio)
+/// when more than one of its pages is mapped, no other MM maps it, and every
+/// reference is a mapping (no pin).
+fn wp_can_reuse_anon_folio(m: &Machine, folio: Pfn) -> bool {
+    if m.zone.memmap.page(folio).order() == 0 {
+        return rmap::folio_ref_count(m, folio) == 1;
+    }
+    let mapcount = rmap::folio_mapcount(m, folio);
+    // With a single page mapped, copying it frees the large folio.
+    if mapcount <= 1 || m.folio_mm_ids.get(&folio).is_some_and(|ids| ids.shared) {
+        return false;
+    }
+    mapcount == u64::from(rmap::folio_ref_count(m, folio))
+}
+
+/// wp_page_copy: the faulting page (or the zero page, for `None`) is copied
+/// into a new order-0 folio mapped writable in its place; the old page loses
+/// this mapping and its reference.
+fn wp_page_copy(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+    old: Option<(Pfn, Pfn)>,
+) -> Result<(), Fault> {
+    let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
+    if let Some((_, page)) = old {
+        if !m.zone.memmap.page(page).test(pg::ZEROED) {
+            m.zone.memmap.page_mut(new).clear(pg::ZEROED);
+        }
+    }
+    rmap::folio_add_new_anon_rmap(m, new, 0, false);
     let writable = vma.flags & Vma::VM_WRITE != 0;
-    table(mm, addr).ptes[pte_index(addr)] = Pte::new(folio, writable);
+    table(mm, addr).ptes[pte_index(addr)] = Pte::new(new, writable);
+    match old {
+        Some((folio, page)) => {
+            if rmap::folio_remove_rmap_ptes(m, folio, page, 1, mm.mm_id) {
+                free_folio(m, folio);
+            }
+        }
+        None => mm.anon_rss += 1,
+    }
     Ok(())
 }
 
@@ -265,6 +327,11 @@ pub fn access_range(
     };
     if !allowed {
         return Err(Fault::Sigsegv { addr: start, write });
+    }
+    if write && !vma.anon_vma {
+        // Every write fault needs one (vmf_anon_prepare); a write that
+        // faults nowhere finds it there already.
+        mm.anon_vma_prepare(start);
     }
     let dirty = write && !zero;
     let mut addr = start;
@@ -354,7 +421,7 @@ fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
         Some(Pmd::Huge { pfn, deposit, .. }) => {
             m.pte_free(deposit);
             mm.anon_rss -= crate::mm_types::HPAGE_PMD_NR;
-            if rmap::folio_remove_rmap_pmd(m, pfn) {
+            if rmap::folio_remove_rmap_pmd(m, pfn, mm.mm_id) {
                 free_folio(m, pfn);
             }
         }
@@ -394,7 +461,7 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
             nr += 1;
         }
         mm.anon_rss -= nr as u64;
-        if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64) {
+        if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64, mm.mm_id) {
             free_folio(m, folio);
         }
         i += nr;

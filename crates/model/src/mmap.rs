@@ -33,6 +33,10 @@ pub struct Vma {
     pub start: u64,
     pub end: u64,
     pub flags: u32,
+    /// The VMA has an anon_vma (anon_vma_prepare ran: a write fault, a PMD
+    /// fault, or fork from a VMA that had one). fork copies the page tables
+    /// of such VMAs only.
+    pub anon_vma: bool,
 }
 
 impl Vma {
@@ -66,16 +70,38 @@ pub struct MmStruct {
     pub khugepaged_registered: bool,
     /// MM_ANONPAGES, in pages.
     pub anon_rss: u64,
+    /// `mm_struct.mm_id`, which the MM-ID slots of large folios record.
+    pub mm_id: crate::rmap::MmId,
+    /// MMF_HAS_PINNED: this mm has ever pinned pages (fork then copies
+    /// pinned exclusive pages instead of sharing them).
+    pub has_pinned: bool,
     /// The PMD tables (one per 1 GiB) and PUD tables (one per 512 GiB) the
     /// regions' faults allocated (__pmd_alloc, __pud_alloc), by index. They
     /// count in NR_PAGETABLE like PTE tables and live until free_pgtables
     /// finds no VMA left in their range.
     pub pmd_tables: BTreeMap<u64, Pfn>,
     pub pud_tables: BTreeMap<u64, Pfn>,
-    mmap_cursor: u64,
+    pub(crate) mmap_cursor: u64,
 }
 
 impl MmStruct {
+    /// A new, empty address space with this id.
+    pub fn new(mm_id: crate::rmap::MmId) -> Self {
+        MmStruct {
+            mm_id,
+            ..MmStruct::default()
+        }
+    }
+
+    /// anon_vma_prepare for the VMA at `addr`.
+    pub fn anon_vma_prepare(&mut self, addr: u64) {
+        if let Some((_, vma)) = self.vmas.range_mut(..=addr).next_back() {
+            if vma.end > addr {
+                vma.anon_vma = true;
+            }
+        }
+    }
+
     /// find_vma that contains `addr`.
     pub fn find_vma(&self, addr: u64) -> Option<Vma> {
         let (_, vma) = self.vmas.range(..=addr).next_back()?;
@@ -98,6 +124,7 @@ impl MmStruct {
                 start,
                 end: start + len,
                 flags: prot,
+                anon_vma: false,
             },
         );
         self.regions.insert(name.to_string(), Region { start, len });
@@ -133,7 +160,11 @@ pub fn vma_merge_range(mm: &mut MmStruct, start: u64, end: u64) {
         match prev {
             Some(p) if p.end == vma.start && p.flags == vma.flags => {
                 mm.vmas.remove(&key);
-                let merged = Vma { end: vma.end, ..p };
+                let merged = Vma {
+                    end: vma.end,
+                    anon_vma: p.anon_vma || vma.anon_vma,
+                    ..p
+                };
                 mm.vmas.insert(p.start, merged);
                 prev = Some(merged);
             }

@@ -1,16 +1,45 @@
-//! Reverse-map accounting: mapcounts of folios and pages, and the anon
-//! statistics that follow them (NR_ANON_MAPPED, NR_ANON_THPS, per-size nr_anon).
+//! Reverse-map accounting: mapcounts of folios and pages, the per-MM
+//! mapcounts that tell whether a large folio is mapped by more than one
+//! process, and the anon statistics that follow them (NR_ANON_MAPPED,
+//! NR_ANON_THPS, per-size nr_anon).
 //!
-//! Follows Linux 6.18 `mm/rmap.c` with CONFIG_PAGE_MAPCOUNT=y: `_entire_mapcount`
-//! counts PMD mappings, each page's `_mapcount` its PTE mappings, and
-//! `_nr_pages_mapped` the pages mapped by at least one PTE. Simplifications: no
-//! anon_vma chains (the model finds mappings by walking page tables), no
-//! `_large_mapcount` or MM_ID tracking yet.
+//! Follows Linux 6.18 `mm/rmap.c` and `include/linux/rmap.h` with
+//! CONFIG_PAGE_MAPCOUNT=y and CONFIG_MM_ID=y: `_entire_mapcount` counts PMD
+//! mappings, each page's `_mapcount` its PTE mappings, `_nr_pages_mapped` the
+//! pages mapped by at least one PTE, and `_large_mapcount` with the two
+//! `_mm_id` slots and FOLIO_MM_IDS_SHARED_BIT tracks which MMs map a large
+//! folio (`folio_add_return_large_mapcount`, `folio_sub_return_large_mapcount`).
+//!
+//! Simplifications: no anon_vma chains (the model finds mappings by walking
+//! page tables). `_large_mapcount` is not stored: it is the sum of the page
+//! mapcounts and the entire mapcount, computed when asked. The MM-ID slots of
+//! a large folio live in a side table (`Machine::folio_mm_ids`) and only while
+//! the folio is mapped by more than one MM or still marked shared: a folio
+//! without an entry is mapped exclusively by the one MM that maps it, which
+//! is the state the kernel's slots return to (slot order aside, which only
+//! decides which free slot a third MM takes).
 
 use crate::huge_memory::deferred_split_folio;
 use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR};
 use crate::vmstat::MthpStat;
 use crate::Machine;
+
+/// An MM's id (`mm_struct.mm_id`); MM_ID_DUMMY (0) is a free slot.
+pub type MmId = u32;
+pub const MM_ID_DUMMY: MmId = 0;
+
+/// GUP_PIN_COUNTING_BIAS: what one pin adds to a small folio's refcount.
+pub const GUP_PIN_COUNTING_BIAS: u32 = 1024;
+
+/// The `_mm_id[2]`, `_mm_id_mapcount[2]` and FOLIO_MM_IDS_SHARED_BIT of a
+/// large folio mapped by more than one MM. Mapcounts are plain counts here
+/// (the kernel stores them minus one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FolioMmIds {
+    pub mm_id: [MmId; 2],
+    pub mapcount: [u64; 2],
+    pub shared: bool,
+}
 
 /// Folio-level fields overlaid on the first tail pages (see mm_types).
 #[inline]
@@ -28,6 +57,114 @@ pub fn folio_ref_count(m: &Machine, folio: Pfn) -> u32 {
     m.zone.memmap.page(folio).private
 }
 
+/// `_pincount` of a large folio; small folios count pins in the refcount.
+#[inline]
+pub fn folio_pincount(m: &Machine, folio: Pfn) -> u32 {
+    m.zone.memmap.page(Pfn(folio.0 + 3)).private
+}
+
+/// folio_mapcount: every page-table mapping of the folio (a PMD counts
+/// once), i.e. `_large_mapcount` for a large folio.
+pub fn folio_mapcount(m: &Machine, folio: Pfn) -> u64 {
+    let order = m.zone.memmap.page(folio).order();
+    let ptes: u64 = m
+        .zone
+        .memmap
+        .pages(folio, 1 << order)
+        .iter()
+        .map(|p| u64::from(p.mapcount))
+        .sum();
+    if order == 0 {
+        ptes
+    } else {
+        ptes + u64::from(folio_entire_mapcount(m, folio))
+    }
+}
+
+/// folio_maybe_dma_pinned.
+pub fn folio_maybe_dma_pinned(m: &Machine, folio: Pfn) -> bool {
+    if m.zone.memmap.page(folio).order() > 0 {
+        folio_pincount(m, folio) > 0
+    } else {
+        folio_ref_count(m, folio) >= GUP_PIN_COUNTING_BIAS
+    }
+}
+
+/// folio_maybe_mapped_shared: a small folio mapped more than once, or a large
+/// one whose MM-ID slots say more than one MM maps it.
+pub fn folio_maybe_mapped_shared(m: &Machine, folio: Pfn) -> bool {
+    if m.zone.memmap.page(folio).order() == 0 {
+        return m.zone.memmap.page(folio).mapcount > 1;
+    }
+    m.folio_mm_ids.get(&folio).is_some_and(|ids| ids.shared) && folio_mapcount(m, folio) > 1
+}
+
+/// folio_add_return_large_mapcount for `diff` mappings by `mm`. `owner` is
+/// the MM that maps the folio now, for a folio with no slots entry yet (the
+/// fork path: the parent).
+fn folio_add_large_mapcount(m: &mut Machine, folio: Pfn, diff: u64, mm: MmId, owner: MmId) {
+    if m.folio_mm_ids.is_empty() && mm == owner {
+        return;
+    }
+    let before = folio_mapcount(m, folio) - diff;
+    let ids = m.folio_mm_ids.entry(folio).or_insert(FolioMmIds {
+        mm_id: [owner, MM_ID_DUMMY],
+        mapcount: [before, 0],
+        shared: false,
+    });
+    let total = before + diff;
+    if ids.mm_id[0] == mm {
+        ids.mapcount[0] += diff;
+    } else if ids.mm_id[1] == mm {
+        ids.mapcount[1] += diff;
+    } else if ids.mm_id[0] == MM_ID_DUMMY {
+        ids.mm_id[0] = mm;
+        ids.mapcount[0] = diff;
+        // Other MMs may map it already.
+        ids.shared |= total != diff;
+    } else if ids.mm_id[1] == MM_ID_DUMMY {
+        ids.mm_id[1] = mm;
+        ids.mapcount[1] = diff;
+        ids.shared = true;
+    }
+    let exclusive = !ids.shared && ids.mapcount.contains(&total);
+    if exclusive && ids.mm_id.contains(&MM_ID_DUMMY) {
+        m.folio_mm_ids.remove(&folio);
+    }
+}
+
+/// folio_sub_return_large_mapcount for `diff` mappings by `mm`, called once
+/// the page mapcounts have dropped.
+fn folio_sub_large_mapcount(m: &mut Machine, folio: Pfn, diff: u64, mm: MmId) {
+    if m.folio_mm_ids.is_empty() {
+        return;
+    }
+    let total = folio_mapcount(m, folio);
+    let Some(ids) = m.folio_mm_ids.get_mut(&folio) else {
+        return;
+    };
+    let mut recheck = true;
+    for slot in 0..2 {
+        if ids.mm_id[slot] == mm {
+            ids.mapcount[slot] = ids.mapcount[slot].saturating_sub(diff);
+            if ids.mapcount[slot] > 0 {
+                recheck = false;
+            } else {
+                ids.mm_id[slot] = MM_ID_DUMMY;
+            }
+            break;
+        }
+    }
+    // One slot owning every mapping means mapped exclusively again.
+    if recheck && ids.mapcount.contains(&total) {
+        ids.shared = false;
+    }
+    let free_slot = ids.mm_id.contains(&MM_ID_DUMMY);
+    if total == 0 || (!ids.shared && free_slot) {
+        m.folio_mm_ids.remove(&folio);
+    }
+}
+
 /// folio_add_new_anon_rmap(RMAP_EXCLUSIVE): a freshly allocated folio gets its
 /// first mapping — by one PMD when `pmd`, else by one PTE per page.
 pub fn folio_add_new_anon_rmap(m: &mut Machine, folio: Pfn, order: u32, pmd: bool) {
@@ -42,6 +179,7 @@ pub fn folio_add_new_anon_rmap(m: &mut Machine, folio: Pfn, order: u32, pmd: boo
     if order > 0 {
         pages[1].private = u32::from(pmd);
         pages[2].private = if pmd { 0 } else { nr as u32 };
+        pages[3].private = 0;
         m.stat.mod_mthp_stat(order, MthpStat::NrAnon, 1);
     }
     pages[0].private = if pmd { 1 } else { nr as u32 };
@@ -52,25 +190,93 @@ pub fn folio_add_new_anon_rmap(m: &mut Machine, folio: Pfn, order: u32, pmd: boo
 }
 
 /// folio_add_anon_rmap_ptes on an already mapped folio (the PMD split path):
-/// `nr` pages from `page` gain a PTE mapping and a reference each.
-pub fn folio_add_anon_rmap_ptes(m: &mut Machine, folio: Pfn, page: Pfn, nr: u64) {
+/// `nr` pages from `page` gain a PTE mapping by `mm` and a reference each.
+/// With `exclusive` (RMAP_EXCLUSIVE) they are marked PageAnonExclusive, else
+/// the mark is cleared.
+pub fn folio_add_anon_rmap_ptes(
+    m: &mut Machine,
+    folio: Pfn,
+    page: Pfn,
+    nr: u64,
+    mm: MmId,
+    exclusive: bool,
+) {
     let memmap = &mut m.zone.memmap;
     let mut newly = 0;
     for p in memmap.pages_mut(page, nr) {
         p.mapcount += 1;
         newly += u32::from(p.mapcount == 1);
+        if exclusive {
+            p.set(pg::ANON_EXCLUSIVE);
+        } else {
+            p.clear(pg::ANON_EXCLUSIVE);
+        }
     }
     memmap.page_mut(Pfn(folio.0 + 2)).private += newly;
     memmap.page_mut(folio).private += nr as u32;
+    folio_add_large_mapcount(m, folio, nr, mm, mm);
     // Pages already mapped by a PMD were counted in NR_ANON_MAPPED then.
     if folio_entire_mapcount(m, folio) == 0 {
         m.stat.nr_anon_mapped += i64::from(newly);
     }
 }
 
+/// The folio may be pinned and a page to be shared is exclusive: fork must
+/// copy instead (-EBUSY from folio_try_dup_anon_rmap_*).
+#[derive(Debug)]
+pub struct MaybePinned;
+
+/// folio_try_dup_anon_rmap_ptes: fork shares `nr` PTE-mapped pages from
+/// `page` with the child `dst`, clearing PageAnonExclusive; refused when the
+/// folio may be pinned by `src` and one of the pages is exclusive.
+pub fn folio_try_dup_anon_rmap_ptes(
+    m: &mut Machine,
+    folio: Pfn,
+    page: Pfn,
+    nr: u64,
+    dst: MmId,
+    src: MmId,
+    maybe_pinned: bool,
+) -> Result<(), MaybePinned> {
+    let pages = m.zone.memmap.pages_mut(page, nr);
+    if maybe_pinned && pages.iter().any(|p| p.test(pg::ANON_EXCLUSIVE)) {
+        return Err(MaybePinned);
+    }
+    for p in pages.iter_mut() {
+        p.clear(pg::ANON_EXCLUSIVE);
+        p.mapcount += 1;
+    }
+    m.zone.memmap.page_mut(folio).private += nr as u32;
+    if m.zone.memmap.page(folio).order() > 0 {
+        folio_add_large_mapcount(m, folio, nr, dst, src);
+    }
+    Ok(())
+}
+
+/// folio_try_dup_anon_rmap_pmd: fork shares a PMD-mapped THP with `dst`.
+pub fn folio_try_dup_anon_rmap_pmd(
+    m: &mut Machine,
+    folio: Pfn,
+    dst: MmId,
+    src: MmId,
+    maybe_pinned: bool,
+) -> Result<(), MaybePinned> {
+    let head = m.zone.memmap.page_mut(folio);
+    if head.test(pg::ANON_EXCLUSIVE) {
+        if maybe_pinned {
+            return Err(MaybePinned);
+        }
+        head.clear(pg::ANON_EXCLUSIVE);
+    }
+    head.private += 1;
+    m.zone.memmap.page_mut(Pfn(folio.0 + 1)).private += 1;
+    folio_add_large_mapcount(m, folio, 1, dst, src);
+    Ok(())
+}
+
 /// folio_remove_rmap_pmd + the reference the PMD held. Returns true when the
 /// folio's last reference went and it must be freed.
-pub fn folio_remove_rmap_pmd(m: &mut Machine, folio: Pfn) -> bool {
+pub fn folio_remove_rmap_pmd(m: &mut Machine, folio: Pfn, mm: MmId) -> bool {
     let memmap = &mut m.zone.memmap;
     let entire = &mut memmap.page_mut(Pfn(folio.0 + 1)).private;
     debug_assert!(*entire > 0, "PMD unmap of a folio with no PMD mapping");
@@ -84,13 +290,15 @@ pub fn folio_remove_rmap_pmd(m: &mut Machine, folio: Pfn) -> bool {
             deferred_split_folio(m, folio, true);
         }
     }
+    folio_sub_large_mapcount(m, folio, 1, mm);
     folio_put_refs(m, folio, 1)
 }
 
 /// folio_remove_rmap_ptes + the references the PTEs held: `nr` consecutive
-/// pages from `page` lose one PTE mapping each. Queues the folio for deferred
-/// split when it is left partially mapped. Returns true when the folio must be freed.
-pub fn folio_remove_rmap_ptes(m: &mut Machine, folio: Pfn, page: Pfn, nr: u64) -> bool {
+/// pages from `page` lose one PTE mapping by `mm` each. Queues the folio for
+/// deferred split when it is left partially mapped. Returns true when the
+/// folio must be freed.
+pub fn folio_remove_rmap_ptes(m: &mut Machine, folio: Pfn, page: Pfn, nr: u64, mm: MmId) -> bool {
     let memmap = &mut m.zone.memmap;
     let order = memmap.page(folio).order();
     let mut last = 0u32;
@@ -112,6 +320,7 @@ pub fn folio_remove_rmap_ptes(m: &mut Machine, folio: Pfn, page: Pfn, nr: u64) -
             0
         };
         m.stat.nr_anon_mapped -= i64::from(newly_unmapped);
+        folio_sub_large_mapcount(m, folio, nr, mm);
         if newly_unmapped > 0 && still_mapped > 0 {
             deferred_split_folio(m, folio, true);
         }

@@ -7,8 +7,11 @@
 //! `mm/huge_memory.c` (deferred_split_scan, thp_underused,
 //! shrink_huge_zero_folio_scan). Simplifications: one node and no memcg
 //! (one queue); the queue is walked to its end in one pass, which is what
-//! drop_slab's repeated batches amount to when no split fails (the model has
-//! no pins yet, so none does); page reclaim itself (LRU, swap) is not run:
+//! drop_slab's repeated batches amount to when no split fails; a split that
+//! fails (a pinned folio) is tried once per `reclaim` here, while drop_slab
+//! retries it as long as other shrinkers free enough, which is why
+//! thp_split_page_failed is an attempt count that `diff` treats as a bound;
+//! page reclaim itself (LRU, swap) is not run:
 //! drop_caches does not run it either.
 
 use crate::huge_memory::{split_folio, thp_underused};
@@ -26,7 +29,8 @@ pub fn drop_slab(m: &mut Machine, mms: &mut [&mut MmStruct]) {
 /// deferred_split_scan: every queued folio leaves the queue. A partially
 /// mapped one is split; one that is not is split only if thp_underused
 /// (then thp_underused_split_page), else it is simply dropped from the
-/// queue: the under-used check is made once.
+/// queue: the under-used check is made once. A partially mapped folio whose
+/// split fails (pinned) goes back to the tail of the queue.
 pub fn deferred_split_scan(m: &mut Machine, mms: &mut [&mut MmStruct]) {
     for folio in m.deferred_split_queue.drain() {
         m.zone.memmap.page_mut(folio).clear(pg::DEFERRED);
@@ -35,9 +39,13 @@ pub fn deferred_split_scan(m: &mut Machine, mms: &mut [&mut MmStruct]) {
         if !partially_mapped && !underused {
             continue;
         }
-        split_folio(m, mms, folio, underused);
-        if underused {
-            m.stat.count_vm_event(VmEvent::ThpUnderusedSplitPage);
+        if split_folio(m, mms, folio, underused) {
+            if underused {
+                m.stat.count_vm_event(VmEvent::ThpUnderusedSplitPage);
+            }
+        } else if partially_mapped {
+            m.zone.memmap.page_mut(folio).set(pg::DEFERRED);
+            m.deferred_split_queue.add_tail(folio);
         }
     }
 }

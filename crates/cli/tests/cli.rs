@@ -93,12 +93,12 @@ fn passing_run_prints_table_and_json() {
 
 #[test]
 fn unsupported_statement_is_refused_not_ignored() {
-    let w = workload("spawn a\na mmap buf 2M\na fork b\n");
+    let w = workload("spawn a\na mmap buf 2M\na madvise buf FREE\n");
     let o = hugelab(&["run", w.path()]);
     assert_eq!(o.status.code(), Some(2));
     let err = stderr(&o);
     assert!(
-        err.contains(":3:") && err.contains("fork is not supported by the model backend"),
+        err.contains(":3:") && err.contains("madvise FREE is not supported by the model backend"),
         "{err}"
     );
 }

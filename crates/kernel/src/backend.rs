@@ -51,6 +51,8 @@ pub struct KernelBackend {
     pub(crate) noise: Option<(String, bool)>,
     pub(crate) unstable: Option<String>,
     pub(crate) forked: Option<u32>,
+    /// mTHP sizes enabled at some point of the workload (see `window`).
+    pub(crate) mthp_sizes_used: std::collections::BTreeSet<u64>,
     /// The scan_sleep_millisecs khugepaged returns to after a `khugepaged`.
     pub(crate) scan_sleep: String,
     /// What [`KernelBackend::observe`] found unknown, for `unknown()`.
@@ -85,6 +87,7 @@ impl KernelBackend {
             noise: None,
             unstable: None,
             forked: None,
+            mthp_sizes_used: Default::default(),
             scan_sleep: SCAN_SLEEP_HOLD.to_string(),
             pending_unknown: BTreeMap::new(),
             cgroups: BTreeMap::new(),

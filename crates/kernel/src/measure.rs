@@ -49,6 +49,7 @@ impl KernelBackend {
         // before the first reading to after the second, an upper bound.
         let runner_before = crate::agent::own_minflt();
         let anon_before = self.agents_anon_kb();
+        self.mthp_sizes_used.extend(mthp_sizes_enabled());
         self.before.capture(false).map_err(kerr)?;
         let agent_faults = f(self)?;
         if frees_page_tables(&stmt.kind) {
@@ -89,6 +90,26 @@ impl KernelBackend {
             );
         }
         let mut noisy = sys_faults > agent_faults + runner_faults;
+        // mTHPs below the PMD size come only from faults while their size is
+        // enabled: a size never enabled in this workload that changes is
+        // another process's folio (freed, say, when MADV_COLLAPSE drains
+        // the LRU caches).
+        let foreign = after.iter().find(|(name, v)| {
+            mthp_size_kb(name).is_some_and(|kb| {
+                kb < 2048
+                    && !self.mthp_sizes_used.contains(&kb)
+                    && before.get(*name).is_some_and(|b| b != *v)
+            })
+        });
+        if let (Some((name, _)), None) = (foreign, &self.noise) {
+            self.noise = Some((
+                format!(
+                    "another process's folios changed {name} during line {}, a size this workload never enabled",
+                    stmt.pos.line
+                ),
+                true,
+            ));
+        }
         // Without shared pages (no fork yet), the workload's processes'
         // Anonymous memory moves exactly as NR_ANON_MAPPED does; when it does
         // not, another process mapped or freed anonymous memory meanwhile.
@@ -188,6 +209,29 @@ fn collapsed(a: &Counters, b: &Counters) -> bool {
 }
 
 /// Whether some anonymous THP size is `always` (so any process faulting may get one).
+/// The size of a per-size counter `mthp.<size>kB.<item>`.
+fn mthp_size_kb(name: &str) -> Option<u64> {
+    name.strip_prefix("mthp.")?
+        .split_once("kB.")?
+        .0
+        .parse()
+        .ok()
+}
+
+/// The mTHP sizes the page-fault path may allocate now.
+fn mthp_sizes_enabled() -> Vec<u64> {
+    let top = sysfs::read_tunable(&Tunable::ThpEnabled).unwrap_or_default();
+    let dir = std::path::Path::new(sysfs::SYS_MM).join("transparent_hugepage");
+    sysfs::size_dirs(&dir)
+        .into_iter()
+        .filter(|kb| {
+            let v =
+                sysfs::read_tunable(&Tunable::ThpSizeEnabled { size_kb: *kb }).unwrap_or_default();
+            v == "always" || v == "madvise" || (v == "inherit" && top != "never")
+        })
+        .collect()
+}
+
 fn thp_always() -> Option<bool> {
     let top = sysfs::read_tunable(&Tunable::ThpEnabled).ok()?;
     let dir = std::path::Path::new(sysfs::SYS_MM).join("transparent_hugepage");

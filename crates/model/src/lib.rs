@@ -16,6 +16,7 @@
 //! same workload gives the same counters, bit for bit.
 
 pub mod counters;
+pub mod debug_vm;
 mod exec;
 pub mod fork;
 pub mod gup;

@@ -79,3 +79,44 @@ fn scenarios_are_deterministic() {
 fn serde_json_string(obs: &hugelab_workload::Observation) -> String {
     format!("{obs:?}")
 }
+
+/// After every statement of every scenario, the model's invariants hold
+/// (hugelab_model::debug_vm), and after the last process exits nothing is
+/// left but the huge zero folio.
+#[test]
+fn invariants_hold_after_every_statement() {
+    use hugelab_workload::{Backend, StmtKind};
+    let mut failures = Vec::new();
+    for file in &scenarios() {
+        let workload = parse_file(file).expect("scenario parses");
+        let mut model = Model::default();
+        for stmt in &workload.stmts {
+            if matches!(
+                stmt.kind,
+                StmtKind::Snapshot { .. } | StmtKind::Expect { .. }
+            ) {
+                continue;
+            }
+            model.execute(stmt).expect("scenario runs on the model");
+            for broken in hugelab_model::debug_vm::check(&model) {
+                failures.push(format!("{}:{}: {broken}", file.display(), stmt.pos.line));
+            }
+        }
+        let names: Vec<String> = model.tasks.keys().cloned().collect();
+        for name in names {
+            let text = format!("spawn {name}\n{name} exit\n");
+            let exit = hugelab_workload::parse("exit.hlw", &text).expect("exit parses");
+            model.execute(&exit.stmts[1]).expect("exit runs");
+        }
+        let m = &model.machine;
+        let zero = m.huge_zero_folio.map_or(0, |_| 512);
+        if m.zone.nr_free_pages() + zero != m.zone.spanned_pages() {
+            failures.push(format!(
+                "{}: {} frames still allocated after every process exited",
+                file.display(),
+                m.zone.spanned_pages() - m.zone.nr_free_pages() - zero
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -122,12 +122,7 @@ impl Model {
 
     /// pin: an io_uring fixed buffer over the range.
     fn pin(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
-        let machine = &mut self.machine;
-        let task = self
-            .tasks
-            .get_mut(proc)
-            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+        let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
         let faults_before = machine.stat.event(VmEvent::PgFault);
         let pages = pin_user_pages(machine, &mut task.mm, start, end).map_err(|e| match e {
             PinError::Efault => failed(
@@ -177,6 +172,21 @@ impl Model {
                 i += 1;
             }
         }
+    }
+
+    /// The machine, process `proc` and the `[start, end)` of `range` in it.
+    fn resolve_range(
+        &mut self,
+        stmt: &Stmt,
+        proc: &str,
+        range: &Range,
+    ) -> Result<(&mut Machine, &mut Task, u64, u64), BackendError> {
+        let task = self
+            .tasks
+            .get_mut(proc)
+            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+        Ok((&mut self.machine, task, start, end))
     }
 
     fn task(&mut self, stmt: &Stmt, proc: &str) -> Result<&mut Task, BackendError> {
@@ -236,12 +246,8 @@ impl Model {
         write: bool,
         zero: bool,
     ) -> Result<(), BackendError> {
-        let machine = &mut self.machine;
-        let task = self
-            .tasks
-            .get_mut(proc)
-            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+        let memory_mib = self.memory_bytes >> 20;
+        let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
         let faults_before = machine.stat.event(VmEvent::PgFault);
         let mut addr = start;
         while addr < end {
@@ -277,7 +283,7 @@ impl Model {
                     stmt,
                     format!(
                         "out of memory: no free page for {proc}'s fault (machine memory is {} MiB)",
-                        self.memory_bytes >> 20
+                        memory_mib
                     ),
                 ),
             })?;
@@ -358,21 +364,11 @@ impl Backend for Model {
                     .do_mmap(region, len, align.map(|a| a.bytes().max(PAGE_SIZE)), prot);
             }
             StmtKind::Munmap { proc, range } => {
-                let machine = &mut self.machine;
-                let task = self
-                    .tasks
-                    .get_mut(proc)
-                    .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-                let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+                let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 do_munmap(machine, &mut task.mm, start, end);
             }
             StmtKind::Mprotect { proc, range, prot } => {
-                let machine = &mut self.machine;
-                let task = self
-                    .tasks
-                    .get_mut(proc)
-                    .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-                let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+                let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 if !mprotect::do_mprotect(machine, &mut task.mm, start, end, vm_prot(*prot)) {
                     return Err(failed(
                         stmt,
@@ -385,12 +381,7 @@ impl Backend for Model {
                 range,
                 advice,
             } => {
-                let machine = &mut self.machine;
-                let task = self
-                    .tasks
-                    .get_mut(proc)
-                    .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-                let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+                let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 let covered = match advice {
                     Advice::Hugepage => {
                         madvise::hugepage_madvise(machine, &mut task.mm, start, end, true)

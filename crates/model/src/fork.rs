@@ -20,8 +20,8 @@
 //! without the dirty/soft-dirty bits the model does not keep.
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
-use crate::memory::{alloc_folio, page_folio, Fault};
-use crate::mm_types::{pg, Pfn, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE};
+use crate::memory::{alloc_folio, page_folio, pte_index, Fault};
+use crate::mm_types::{pg, Pfn, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap;
@@ -82,11 +82,6 @@ fn copy_page_range(
         copy_pte_range(m, dst, src, vma, index, lo, hi)?;
     }
     Ok(())
-}
-
-#[inline]
-fn pte_index(addr: u64) -> usize {
-    ((addr / PAGE_SIZE) as usize) & (PTRS_PER_PTE - 1)
 }
 
 /// copy_pte_range: `[lo, hi)` of the PTE table at `index`.

@@ -13,8 +13,8 @@
 //! The pins belong to the ring, which a forked child shares: they go when
 //! the range is unpinned or the last process holding the ring exits.
 
-use crate::memory::{access_range, free_folio, page_folio, Access, Fault};
-use crate::mm_types::{Pfn, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
+use crate::memory::{access_range, free_folio, page_folio, pte_index, Access, Fault};
+use crate::mm_types::{Pfn, PAGE_SIZE, PMD_SIZE};
 use crate::mmap::MmStruct;
 use crate::pgtable::Pmd;
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
@@ -40,11 +40,9 @@ pub enum PinError {
 /// The page mapped at `addr`, if any (follow_page_mask).
 fn follow_page(mm: &MmStruct, addr: u64) -> Option<Pfn> {
     match mm.pmds.get(&(addr / PMD_SIZE))? {
-        Pmd::Huge { pfn, .. } => Some(Pfn(
-            pfn.0 + ((addr / PAGE_SIZE) as usize & (PTRS_PER_PTE - 1)) as u64
-        )),
+        Pmd::Huge { pfn, .. } => Some(Pfn(pfn.0 + pte_index(addr) as u64)),
         Pmd::HugeZero { .. } => None,
-        Pmd::Table(t) => t.ptes[(addr / PAGE_SIZE) as usize & (PTRS_PER_PTE - 1)].pfn(),
+        Pmd::Table(t) => t.ptes[pte_index(addr)].pfn(),
     }
 }
 

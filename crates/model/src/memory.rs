@@ -39,7 +39,7 @@ pub enum Fault {
 }
 
 #[inline]
-fn pte_index(addr: u64) -> usize {
+pub(crate) fn pte_index(addr: u64) -> usize {
     ((addr >> PAGE_SHIFT) as usize) & (PTRS_PER_PTE - 1)
 }
 

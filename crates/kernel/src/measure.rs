@@ -258,12 +258,12 @@ impl KernelBackend {
         for (name, p) in &self.procs {
             let pid = p.agent.pid;
             c.insert(format!("stat.{name}.minflt"), p.minflt);
-            let mut rollup = [0u64; 4];
+            let mut rollup = smaps::SmapsSum::default().fields();
             for (region, &(start, len)) in &p.regions {
                 let s = smaps::region_smaps(pid, start, start + len).map_err(err)?;
                 for (i, (field, kb)) in s.fields().into_iter().enumerate() {
                     c.insert(format!("smaps.{name}.{region}.{field}"), kb as i64);
-                    rollup[i] += kb;
+                    rollup[i].1 += kb;
                 }
                 let f = pagemap::scan_folios(pid, start, start + len).map_err(err)?;
                 for (order, n) in f.total.iter().enumerate() {
@@ -291,11 +291,8 @@ impl KernelBackend {
             }
             // The rollup of the workload's own mappings: smaps_rollup also
             // holds the agent's memory, which is not the workload's.
-            for (i, field) in ["Rss", "Pss", "Anonymous", "AnonHugePages"]
-                .iter()
-                .enumerate()
-            {
-                c.insert(format!("smaps.{name}.{field}"), rollup[i] as i64);
+            for (field, kb) in rollup {
+                c.insert(format!("smaps.{name}.{field}"), kb as i64);
             }
         }
         for name in c.keys() {

@@ -6,8 +6,8 @@
 //! `mprotect` or `madvise` of part of it, so the fields are summed over every
 //! VMA inside the region. The kernel prints each VMA's fields already rounded
 //! down to kB (Pss from its PSS_SHIFT fixed point), so a sum over n VMAs can be
-//! up to n-1 kB below a Pss truncated once over the whole region; Rss,
-//! Anonymous and AnonHugePages are whole pages and sum exactly.
+//! up to n-1 kB below a Pss truncated once over the whole region; the other
+//! fields are whole pages and sum exactly.
 
 use crate::error::{KernelError, Result};
 use std::io;
@@ -19,6 +19,10 @@ pub struct SmapsSum {
     pub vmas: u32,
     pub rss_kb: u64,
     pub pss_kb: u64,
+    pub shared_clean_kb: u64,
+    pub shared_dirty_kb: u64,
+    pub private_clean_kb: u64,
+    pub private_dirty_kb: u64,
     pub anonymous_kb: u64,
     pub anon_huge_kb: u64,
 }
@@ -26,17 +30,21 @@ pub struct SmapsSum {
 impl SmapsSum {
     /// (field, kB) pairs with the spelling and order of the model's
     /// `MemSizeStats::fields`, so both backends produce the same counter names.
-    pub fn fields(&self) -> [(&'static str, u64); 4] {
+    pub fn fields(&self) -> [(&'static str, u64); 8] {
         [
             ("Rss", self.rss_kb),
             ("Pss", self.pss_kb),
+            ("Shared_Clean", self.shared_clean_kb),
+            ("Shared_Dirty", self.shared_dirty_kb),
+            ("Private_Clean", self.private_clean_kb),
+            ("Private_Dirty", self.private_dirty_kb),
             ("Anonymous", self.anonymous_kb),
             ("AnonHugePages", self.anon_huge_kb),
         ]
     }
 }
 
-/// Sums Rss, Pss, Anonymous and AnonHugePages over the VMAs of process `pid`
+/// Sums Rss, Pss, Shared_/Private_Clean/Dirty, Anonymous and AnonHugePages over the VMAs of process `pid`
 /// that lie inside `[start, end)`.
 ///
 /// A VMA that straddles a bound is an error rather than clipped: its fields
@@ -113,6 +121,10 @@ pub fn parse_smaps(text: &str, start: u64, end: u64) -> std::result::Result<Smap
         let slot = match name {
             "Rss" => &mut sum.rss_kb,
             "Pss" => &mut sum.pss_kb,
+            "Shared_Clean" => &mut sum.shared_clean_kb,
+            "Shared_Dirty" => &mut sum.shared_dirty_kb,
+            "Private_Clean" => &mut sum.private_clean_kb,
+            "Private_Dirty" => &mut sum.private_dirty_kb,
             "Anonymous" => &mut sum.anonymous_kb,
             "AnonHugePages" => &mut sum.anon_huge_kb,
             _ => continue,
@@ -135,12 +147,18 @@ KernelPageSize:        4 kB
 Rss:                2048 kB
 Pss:                1024 kB
 Pss_Dirty:          1024 kB
+Shared_Clean:          0 kB
+Shared_Dirty:       2048 kB
+Private_Clean:         0 kB
+Private_Dirty:         0 kB
 Anonymous:          2048 kB
 AnonHugePages:      2048 kB
 VmFlags: rd wr mr mw me ac hg
 7f0000200000-7f0000400000 r--p 00000000 00:00 0 
 Rss:                   8 kB
 Pss:                   3 kB
+Shared_Dirty:          4 kB
+Private_Dirty:         4 kB
 Anonymous:             8 kB
 AnonHugePages:         0 kB
 VmFlags: rd mr mw me ac
@@ -161,8 +179,11 @@ VmFlags: mr mw me
                 vmas: 2,
                 rss_kb: 2056,
                 pss_kb: 1027,
+                shared_dirty_kb: 2052,
+                private_dirty_kb: 4,
                 anonymous_kb: 2056,
-                anon_huge_kb: 2048
+                anon_huge_kb: 2048,
+                ..SmapsSum::default()
             }
         );
         assert_eq!(
@@ -170,6 +191,10 @@ VmFlags: mr mw me
             [
                 ("Rss", 2056),
                 ("Pss", 1027),
+                ("Shared_Clean", 0),
+                ("Shared_Dirty", 2052),
+                ("Private_Clean", 0),
+                ("Private_Dirty", 4),
                 ("Anonymous", 2056),
                 ("AnonHugePages", 2048)
             ]

@@ -68,20 +68,20 @@ pub fn collect(model: &Model) -> Counters {
         // are the sum of its VMAs' printed values, and the process's the sum
         // of its regions' (every VMA lies in one region; the agent's own
         // mappings, which smaps_rollup would add, are not the workload's).
-        let mut rollup = [0u64; 4];
+        let mut rollup = MemSizeStats::default().fields();
         for (region, r) in &mm.regions {
-            let mut fields = [0u64; 4];
+            let mut fields = MemSizeStats::default().fields();
             let mut folios = FolioCounts::default();
             for vma in mm.vmas_in(r.start, r.start + r.len) {
                 let mut mss = MemSizeStats::default();
                 walk_range(m, mm, vma.start, vma.end, &mut mss, &mut folios);
                 for (i, (_, kb)) in mss.fields().into_iter().enumerate() {
-                    fields[i] += kb;
-                    rollup[i] += kb;
+                    fields[i].1 += kb;
+                    rollup[i].1 += kb;
                 }
             }
-            for (i, (field, _)) in MemSizeStats::default().fields().into_iter().enumerate() {
-                put(format!("smaps.{proc}.{region}.{field}"), fields[i] as i64);
+            for (field, kb) in fields {
+                put(format!("smaps.{proc}.{region}.{field}"), kb as i64);
             }
             for order in anon_orders() {
                 let (total, pmd) = (
@@ -96,8 +96,8 @@ pub fn collect(model: &Model) -> Counters {
                 }
             }
         }
-        for (i, (field, _)) in MemSizeStats::default().fields().into_iter().enumerate() {
-            put(format!("smaps.{proc}.{field}"), rollup[i] as i64);
+        for (field, kb) in rollup {
+            put(format!("smaps.{proc}.{field}"), kb as i64);
         }
     }
     c

@@ -3,6 +3,7 @@
 
 use crate::fork::dup_mmap;
 use crate::gup::{pin_user_pages, unpin_user_pages, Pin, PinError};
+use crate::huge_memory::split_huge_pages_pid;
 use crate::memory::{access_range, Access, Fault};
 use crate::mm_types::{HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
@@ -156,6 +157,16 @@ impl Model {
         };
         let pin = self.pins.remove(i);
         unpin_user_pages(&mut self.machine, &pin.pages);
+        Ok(())
+    }
+
+    /// split: debugfs split_huge_pages over the range, to order 0.
+    fn split(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
+        let (start, end) = resolve(stmt, proc, &self.task(stmt, proc)?.mm, range)?;
+        let target = self.tasks.keys().position(|name| name == proc);
+        let target = target.expect("task() found it");
+        let mut mms: Vec<&mut MmStruct> = self.tasks.values_mut().map(|t| &mut t.mm).collect();
+        split_huge_pages_pid(&mut self.machine, &mut mms, target, start, end);
         Ok(())
     }
 
@@ -440,7 +451,7 @@ impl Backend for Model {
                 exit_mmap(&mut self.machine, &mut task.mm);
                 self.release_pins(proc);
             }
-            StmtKind::Split { .. } => return unsupported("split"),
+            StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
             StmtKind::Khugepaged => {
                 crate::khugepaged::khugepaged_do_scan(
                     &mut self.machine,

@@ -37,8 +37,8 @@ pub enum PinError {
     Oom,
 }
 
-/// The page mapped at `addr`, if any (follow_page_mask).
-fn follow_page(mm: &MmStruct, addr: u64) -> Option<Pfn> {
+/// The page mapped at `addr`, if any (follow_page_mask; not the zero pages).
+pub(crate) fn follow_page(mm: &MmStruct, addr: u64) -> Option<Pfn> {
     match mm.pmds.get(&(addr / PMD_SIZE))? {
         Pmd::Huge { pfn, .. } => Some(Pfn(pfn.0 + pte_index(addr) as u64)),
         Pmd::HugeZero { .. } => None,

@@ -12,7 +12,8 @@
 //! under memory pressure, which the model does not have yet); the vendor knob
 //! `anon_beside_full` is stored and must be 0 (the model refuses 1).
 
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::memory::page_folio;
+use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
 use crate::mmap::{MmStruct, Vma};
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap;
@@ -447,17 +448,14 @@ pub fn thp_underused(m: &Machine, folio: Pfn) -> bool {
 /// split_folio (split_huge_page_to_list_to_order to order 0) of an anonymous
 /// folio: its PMD mappings are split first (thp_split_pmd), then every page
 /// becomes a folio of its own, keeping its PTE mappings; pages no longer
-/// mapped are freed. For an under-used folio, zero-filled pages are mapped
-/// to the shared zero page instead and freed (remap_page with
-/// RMP_USE_SHARED_ZEROPAGE). Fails, counting thp_split_page_failed and the
+/// mapped are freed. Zero-filled pages are mapped to the shared zero page
+/// instead and freed: `__folio_split` passes RMP_USE_SHARED_ZEROPAGE to
+/// remap_page after every successful anon split, so
+/// try_to_map_unused_to_zeropage runs for each mapped subpage, whichever
+/// path asked for the split. Fails, counting thp_split_page_failed and the
 /// size's split_failed, when someone holds a reference that no mapping
 /// explains (can_split_folio: a pin); returns whether it split.
-pub fn split_folio(
-    m: &mut Machine,
-    mms: &mut [&mut MmStruct],
-    folio: Pfn,
-    underused: bool,
-) -> bool {
+pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bool {
     let order = m.zone.memmap.page(folio).order();
     let nr = 1u64 << order;
     if u64::from(rmap::folio_ref_count(m, folio)) != rmap::folio_mapcount(m, folio) {
@@ -481,7 +479,7 @@ pub fn split_folio(
         }
         m.folio_mm_ids.remove(&folio);
     }
-    if underused {
+    {
         let (lo, hi) = (folio.0, folio.0 + nr);
         for mm in mms.iter_mut() {
             let mut dropped = 0u64;
@@ -533,6 +531,43 @@ pub fn split_folio(
         }
     }
     true
+}
+
+/// split_huge_pages_pid: what writing `pid,start,end` to debugfs
+/// `split_huge_pages` does to the process `mms[target]`. Walks the range a page
+/// at a time (a THP is met again at each of its pages, and skipped once split);
+/// the walk ends at the first address no VMA covers. A large folio that
+/// can_split_folio refuses (a pin) is skipped without a split attempt, so
+/// nothing is counted for it. Returns (large folios met, folios split), the
+/// "split of total" the kernel logs.
+pub fn split_huge_pages_pid(
+    m: &mut Machine,
+    mms: &mut [&mut MmStruct],
+    target: usize,
+    start: u64,
+    end: u64,
+) -> (u64, u64) {
+    let (mut total, mut split) = (0, 0);
+    let mut addr = start & !(PAGE_SIZE - 1);
+    while addr < end {
+        let mm = &*mms[target];
+        if mm.find_vma(addr).is_none() {
+            break;
+        }
+        let page = crate::gup::follow_page(mm, addr);
+        addr += PAGE_SIZE;
+        let Some(page) = page else { continue };
+        let folio = page_folio(m, page);
+        if m.zone.memmap.page(folio).order() == 0 {
+            continue;
+        }
+        total += 1;
+        if u64::from(rmap::folio_ref_count(m, folio)) != rmap::folio_mapcount(m, folio) {
+            continue;
+        }
+        split += u64::from(split_folio(m, mms, folio));
+    }
+    (total, split)
 }
 
 /// deferred_split_folio: queue a large anon folio, either because it became

@@ -4,7 +4,8 @@
 //! `smaps_account`) with CONFIG_PAGE_MAPCOUNT: the zero pages are not counted;
 //! a page of a folio with refcount 1 counts whole to Pss, otherwise its share is
 //! 1/mapcount (its PTE mappings plus the folio's PMD mappings); AnonHugePages
-//! counts PMD-mapped anon folios only. Pss is kept in the kernel's fixed point
+//! counts PMD-mapped anon folios only; a page is Shared_* when mapped twice or
+//! more, else Private_* (always *_Dirty for anon memory, see `accumulate`). Pss is kept in the kernel's fixed point
 //! (PSS_SHIFT = 12) and truncated to kB at the end, as `SEQ_PUT_DEC` does.
 //! `folios` is hugelab's own summary of what pagemap + kpageflags reveal: how
 //! many folios of each size map into the range, and whether by PMD or by PTEs.
@@ -23,6 +24,10 @@ const PSS_SHIFT: u32 = 12;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemSizeStats {
     pub resident: u64,
+    pub shared_clean: u64,
+    pub shared_dirty: u64,
+    pub private_clean: u64,
+    pub private_dirty: u64,
     pub pss: u64,
     pub anonymous: u64,
     pub anonymous_thp: u64,
@@ -30,10 +35,14 @@ pub struct MemSizeStats {
 
 impl MemSizeStats {
     /// (field, kB) pairs, in smaps order and spelling.
-    pub fn fields(&self) -> [(&'static str, u64); 4] {
+    pub fn fields(&self) -> [(&'static str, u64); 8] {
         [
             ("Rss", self.resident >> 10),
             ("Pss", self.pss >> (10 + PSS_SHIFT)),
+            ("Shared_Clean", self.shared_clean >> 10),
+            ("Shared_Dirty", self.shared_dirty >> 10),
+            ("Private_Clean", self.private_clean >> 10),
+            ("Private_Dirty", self.private_dirty >> 10),
             ("Anonymous", self.anonymous >> 10),
             ("AnonHugePages", self.anonymous_thp >> 10),
         ]
@@ -41,19 +50,39 @@ impl MemSizeStats {
 
     pub fn add(&mut self, other: &MemSizeStats) {
         self.resident += other.resident;
+        self.shared_clean += other.shared_clean;
+        self.shared_dirty += other.shared_dirty;
+        self.private_clean += other.private_clean;
+        self.private_dirty += other.private_dirty;
         self.pss += other.pss;
         self.anonymous += other.anonymous;
         self.anonymous_thp += other.anonymous_thp;
     }
+
+    /// smaps_page_accumulate for anon memory: every anon page the model maps
+    /// is dirty (its PTE or PMD was made dirty when it was mapped writable, and
+    /// fork, mprotect and split keep the bit), so *_Clean stay 0.
+    fn accumulate(&mut self, size: u64, pss: u64, private: bool) {
+        self.pss += pss;
+        if private {
+            self.private_dirty += size;
+        } else {
+            self.shared_dirty += size;
+        }
+    }
 }
 
-/// smaps_account for `nr` pages from `page` of `folio`.
+/// smaps_account for `nr` pages from `page` of `folio`: a folio with refcount
+/// 1 is private and counts whole; otherwise each page is shared when mapped
+/// twice or more (folio_precise_page_mapcount: its PTE mappings plus the
+/// folio's PMD mappings) and its Pss is 1/mapcount. A pinned page mapped once
+/// is private, with all of its Pss.
 fn smaps_account(m: &Machine, mss: &mut MemSizeStats, folio: Pfn, page: Pfn, nr: u64) {
     let size = nr * PAGE_SIZE;
     mss.resident += size;
     mss.anonymous += size;
     if folio_ref_count(m, folio) == 1 {
-        mss.pss += size << PSS_SHIFT;
+        mss.accumulate(size, size << PSS_SHIFT, true);
         return;
     }
     let entire = if m.zone.memmap.page(folio).order() > 0 {
@@ -63,7 +92,7 @@ fn smaps_account(m: &Machine, mss: &mut MemSizeStats, folio: Pfn, page: Pfn, nr:
     };
     for p in m.zone.memmap.pages(page, nr) {
         let mapcount = (u64::from(p.mapcount) + entire).max(1);
-        mss.pss += (PAGE_SIZE << PSS_SHIFT) / mapcount;
+        mss.accumulate(PAGE_SIZE, (PAGE_SIZE << PSS_SHIFT) / mapcount, mapcount < 2);
     }
 }
 

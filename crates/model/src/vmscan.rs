@@ -39,7 +39,7 @@ pub fn deferred_split_scan(m: &mut Machine, mms: &mut [&mut MmStruct]) {
         if !partially_mapped && !underused {
             continue;
         }
-        if split_folio(m, mms, folio, underused) {
+        if split_folio(m, mms, folio) {
             if underused {
                 m.stat.count_vm_event(VmEvent::ThpUnderusedSplitPage);
             }

@@ -231,6 +231,10 @@ fn base_pages() {
         [
             ("Rss", 256),
             ("Pss", 256),
+            ("Shared_Clean", 0),
+            ("Shared_Dirty", 0),
+            ("Private_Clean", 0),
+            ("Private_Dirty", 256),
             ("Anonymous", 256),
             ("AnonHugePages", 0)
         ]

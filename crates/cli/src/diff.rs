@@ -29,6 +29,9 @@ pub struct DiffArgs {
     /// Show every compared counter, zeros included.
     #[arg(long)]
     all: bool,
+    /// Check the model's invariants after every statement (slower).
+    #[arg(long)]
+    check: bool,
     /// Workload files (.hlw).
     #[arg(required = true)]
     files: Vec<PathBuf>,
@@ -136,6 +139,9 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
     for file in &args.files {
         let workload = parse_file(file)?;
         let mut model = model_from_machine()?;
+        if args.check {
+            model = model.with_invariant_checks();
+        }
         let model_obs = run(&mut model, &workload)?;
         let kernel_obs =
             run_kernel(&workload).with_context(|| format!("{}: kernel backend", workload.file))?;

@@ -29,14 +29,23 @@ pub struct RunArgs {
     /// Show every counter, not only those that are non-zero somewhere.
     #[arg(long)]
     all: bool,
+    /// Check the model's invariants after every statement (slower): mapcounts
+    /// against page tables, refcounts against mappings and pins, the anon and
+    /// page-table counters, and that every frame is free or accounted for.
+    #[arg(long)]
+    check: bool,
     /// Workload files (.hlw).
     #[arg(required = true)]
     files: Vec<PathBuf>,
 }
 
-/// Runs one workload on the model (default tunables) or on the kernel.
-pub fn observe(backend: BackendName, workload: &Workload) -> Result<Observation> {
+/// Runs one workload on the model (default tunables; with `check`, the
+/// invariants checked after every statement) or on the kernel.
+fn observe(backend: BackendName, workload: &Workload, check: bool) -> Result<Observation> {
     Ok(match backend {
+        BackendName::Model if check => {
+            run(&mut Model::default().with_invariant_checks(), workload)?
+        }
         BackendName::Model => run(&mut Model::default(), workload)?,
         BackendName::Kernel => run_kernel(workload)?,
     })
@@ -52,10 +61,15 @@ pub fn run_kernel(workload: &Workload) -> Result<Observation> {
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode> {
+    if args.check && matches!(args.backend, BackendName::Kernel) {
+        anyhow::bail!(
+            "--check checks the model's own invariants; it works with --backend model only"
+        );
+    }
     let mut failed = false;
     for file in &args.files {
         let workload = parse_file(file)?;
-        let obs = observe(args.backend, &workload)?;
+        let obs = observe(args.backend, &workload, args.check)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&obs)?);
         } else {

@@ -8,12 +8,21 @@
 //! mm's MM_ANONPAGES equal what is mapped; page-table pages counted in
 //! NR_PAGETABLE equal the tables found; allocated frames (folios, tables,
 //! the huge zero folio) plus free frames equal the zone's frames.
-//! Slow (a full walk): for tests, not for benchmarks.
+//! Per large folio, also: the MM-ID slots (`_mm_id`, `_mm_id_mapcount`)
+//! agree with the mappings each MM holds, and a folio mapped by two MMs is
+//! marked shared (folio_maybe_mapped_shared has no false negatives); a page
+//! marked PageAnonExclusive is mapped once; the deferred split queue holds
+//! exactly the folios flagged as queued, a partially mapped folio is queued
+//! and really partially mapped; the per-size nr_anon and
+//! nr_anon_partially_mapped equal the folios found.
+//! With no process left, every frame but the huge zero folio is free.
+//! Slow (a full walk): for tests and `--check`, not for benchmarks.
 
 use crate::memory::page_folio;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, PMD_SIZE};
+use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::pgtable::Pmd;
-use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
+use crate::rmap::{self, MmId, GUP_PIN_COUNTING_BIAS, MM_ID_DUMMY};
+use crate::vmstat::MthpStat;
 use crate::Model;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -24,8 +33,12 @@ pub fn check(model: &Model) -> Vec<String> {
     let mut pte_maps: BTreeMap<Pfn, u32> = BTreeMap::new();
     let mut pmd_maps: BTreeMap<Pfn, u32> = BTreeMap::new();
     let mut tables = 0i64;
+    // Mappings (PTEs plus PMDs) of each folio by each MM.
+    let mut by_mm: BTreeMap<Pfn, BTreeMap<MmId, u64>> = BTreeMap::new();
     for (name, task) in &model.tasks {
         let mm = &task.mm;
+        let mut count =
+            |folio: Pfn| *by_mm.entry(folio).or_default().entry(mm.mm_id).or_default() += 1;
         let mut rss = 0u64;
         tables += (mm.pmd_tables.len() + mm.pud_tables.len()) as i64;
         for (index, pmd) in mm.pmds.range(0..=u64::MAX) {
@@ -33,6 +46,7 @@ pub fn check(model: &Model) -> Vec<String> {
             match pmd {
                 Pmd::Huge { pfn, .. } => {
                     *pmd_maps.entry(*pfn).or_default() += 1;
+                    count(*pfn);
                     rss += HPAGE_PMD_NR;
                 }
                 Pmd::HugeZero { .. } => {}
@@ -40,6 +54,7 @@ pub fn check(model: &Model) -> Vec<String> {
                     for pte in t.ptes.iter() {
                         if let Some(pfn) = pte.pfn() {
                             *pte_maps.entry(pfn).or_default() += 1;
+                            count(page_folio(m, pfn));
                             rss += 1;
                         }
                     }
@@ -72,6 +87,8 @@ pub fn check(model: &Model) -> Vec<String> {
     folios.extend(pmd_maps.keys().copied());
     folios.extend(pte_maps.keys().map(|p| page_folio(m, *p)));
     let (mut anon_mapped, mut anon_thps, mut frames) = (0i64, 0i64, 0u64);
+    let mut per_size = [(0i64, 0i64); HPAGE_PMD_ORDER as usize + 1];
+    let queue: BTreeSet<Pfn> = m.deferred_split_queue.iter().collect();
     for &folio in &folios {
         let head = m.zone.memmap.page(folio);
         if !head.test(pg::HEAD) || head.test(pg::BUDDY) {
@@ -125,6 +142,44 @@ pub fn check(model: &Model) -> Vec<String> {
                 "{folio}: refcount {refs} but {expected} mappings and pins"
             ));
         }
+        for i in 0..nr {
+            let page = Pfn(folio.0 + i);
+            let maps = pte_maps.get(&page).copied().unwrap_or(0) + if i == 0 { entire } else { 0 };
+            // A PMD-mappable folio keeps the flag on its head while PMD-mapped.
+            let meaningful = order != HPAGE_PMD_ORDER || entire == 0 || i == 0;
+            if meaningful && maps > 1 && m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) {
+                bad.push(format!("{page}: PageAnonExclusive but mapped {maps} times"));
+            }
+        }
+        if order > 0 {
+            let mms = by_mm.remove(&folio).unwrap_or_default();
+            check_large_folio(model, folio, &mms, &queue, &mut bad);
+            per_size[order as usize].0 += 1;
+            per_size[order as usize].1 += i64::from(head.test(pg::PARTIALLY_MAPPED));
+        }
+    }
+    for folio in m.deferred_split_queue.iter() {
+        if !folios.contains(&folio) {
+            bad.push(format!(
+                "{folio} is on the deferred split queue but neither mapped nor pinned"
+            ));
+        }
+    }
+    for order in 2..=HPAGE_PMD_ORDER {
+        let (anon, partial) = per_size[order as usize];
+        for (stat, found) in [
+            (MthpStat::NrAnon, anon),
+            (MthpStat::NrAnonPartiallyMapped, partial),
+        ] {
+            let stored = m.stat.mthp_stat(order, stat);
+            if stored != found {
+                bad.push(format!(
+                    "{}kB {}: {stored} but {found} folios found",
+                    4u64 << order,
+                    stat.name()
+                ));
+            }
+        }
     }
     if anon_mapped != m.stat.nr_anon_mapped {
         bad.push(format!(
@@ -155,6 +210,62 @@ pub fn check(model: &Model) -> Vec<String> {
         ));
     }
     bad
+}
+
+/// The invariants of one large folio's MM-ID slots and deferred-split state;
+/// `mms` are its mappings by each MM.
+fn check_large_folio(
+    model: &Model,
+    folio: Pfn,
+    mms: &BTreeMap<MmId, u64>,
+    queue: &BTreeSet<Pfn>,
+    bad: &mut Vec<String>,
+) {
+    let m = &model.machine;
+    match m.folio_mm_ids.get(&folio) {
+        Some(ids) => {
+            for slot in 0..2 {
+                let id = ids.mm_id[slot];
+                let found = mms.get(&id).copied().unwrap_or(0);
+                if id != MM_ID_DUMMY && ids.mapcount[slot] != found {
+                    bad.push(format!(
+                        "{folio}: MM-ID slot {slot} says mm {id} maps it {} times, but it does {found} times",
+                        ids.mapcount[slot]
+                    ));
+                }
+            }
+            if mms.len() > 1 && !ids.shared {
+                bad.push(format!(
+                    "{folio}: mapped by {} MMs but not marked shared",
+                    mms.len()
+                ));
+            }
+        }
+        None if mms.len() > 1 => bad.push(format!(
+            "{folio}: mapped by {} MMs but has no MM-ID slots",
+            mms.len()
+        )),
+        None => {}
+    }
+    let head = m.zone.memmap.page(folio);
+    let queued = queue.contains(&folio);
+    if queued != head.test(pg::DEFERRED) {
+        bad.push(format!(
+            "{folio}: deferred-split flag {} but {} the queue",
+            head.test(pg::DEFERRED),
+            if queued { "on" } else { "not on" }
+        ));
+    }
+    if head.test(pg::PARTIALLY_MAPPED) {
+        let nr = 1u32 << head.order();
+        let entire = rmap::folio_entire_mapcount(m, folio);
+        if !queued || entire > 0 || rmap::folio_nr_pages_mapped(m, folio) >= nr {
+            bad.push(format!(
+                "{folio}: flagged partially mapped, but queued {queued}, {entire} PMD mappings, {} of {nr} pages mapped",
+                rmap::folio_nr_pages_mapped(m, folio)
+            ));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +306,40 @@ mod tests {
                 .iter()
                 .any(|b| b.contains("mapcount 3 but 2 PTEs map it")),
             "{broken:?}"
+        );
+    }
+
+    #[test]
+    fn a_folio_mapped_by_two_mms_but_not_marked_shared_is_caught() {
+        let mut model = forked_64k();
+        let ids = model.machine.folio_mm_ids.values_mut().next();
+        ids.expect("the 64K folio is mapped by a and b").shared = false;
+        let broken = check(&model);
+        assert!(
+            broken
+                .iter()
+                .any(|b| b.contains("mapped by 2 MMs but not marked shared")),
+            "{broken:?}"
+        );
+    }
+
+    #[test]
+    fn with_checks_a_broken_invariant_fails_the_next_statement() {
+        let mut model = forked_64k().with_invariant_checks();
+        let w = parse("t.hlw", "spawn a\na mmap buf 64K\na read buf:4K\n").unwrap();
+        model.execute(&w.stmts[2]).unwrap();
+        let queued = crate::mm_types::Pfn(1);
+        model.machine.deferred_split_queue.add_tail(queued);
+        let err = model.execute(&w.stmts[2]).unwrap_err();
+        assert!(
+            err.message.contains("model invariant broken"),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.contains("deferred split queue"),
+            "{}",
+            err.message
         );
     }
 }

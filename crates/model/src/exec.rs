@@ -240,7 +240,9 @@ impl Model {
                         ));
                     }
                     let thp = self.machine.thp.clone();
+                    let check = self.check_invariants;
                     *self = Model::new(bytes).with_thp_settings(thp);
+                    self.check_invariants = check;
                 }
             }
         }
@@ -329,6 +331,29 @@ impl Backend for Model {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        self.execute_stmt(stmt)?;
+        if self.check_invariants {
+            let broken = crate::debug_vm::check(self);
+            if !broken.is_empty() {
+                return Err(failed(
+                    stmt,
+                    format!(
+                        "model invariant broken after this statement (a bug in the model): {}",
+                        broken.join("; ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn counters(&mut self) -> Result<Counters, BackendError> {
+        Ok(counters::collect(self))
+    }
+}
+
+impl Model {
+    fn execute_stmt(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
         let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
@@ -468,9 +493,5 @@ impl Backend for Model {
             }
         }
         Ok(())
-    }
-
-    fn counters(&mut self) -> Result<Counters, BackendError> {
-        Ok(counters::collect(self))
     }
 }

@@ -408,6 +408,11 @@ impl DeferredSplitQueue {
         self.list.is_empty()
     }
 
+    /// The queued folios, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = Pfn> + '_ {
+        self.list.values().copied()
+    }
+
     pub(crate) fn add_tail(&mut self, folio: Pfn) {
         self.list.insert(self.next, folio);
         self.position.insert(folio, self.next);

@@ -109,6 +109,8 @@ pub struct Model {
     last_mm_id: rmap::MmId,
     /// Long-term pins in force (io_uring fixed buffers), oldest first.
     pub pins: Vec<gup::Pin>,
+    /// Run `debug_vm::check` after every statement (`--check`).
+    check_invariants: bool,
 }
 
 impl Default for Model {
@@ -126,7 +128,15 @@ impl Model {
             started: false,
             last_mm_id: rmap::MM_ID_DUMMY,
             pins: Vec::new(),
+            check_invariants: false,
         }
+    }
+
+    /// Checks every invariant of `debug_vm` after each statement; a broken
+    /// one fails the statement (a model bug, not the workload's).
+    pub fn with_invariant_checks(mut self) -> Self {
+        self.check_invariants = true;
+        self
     }
 
     /// Starts from these THP settings instead of the defaults (`diff` starts the

@@ -8,8 +8,8 @@
 //! mm's MM_ANONPAGES equal what is mapped; page-table pages counted in
 //! NR_PAGETABLE equal the tables found; allocated frames (folios, tables,
 //! the huge zero folio) plus free frames equal the zone's frames.
-//! Per large folio, also: the MM-ID slots (`_mm_id`, `_mm_id_mapcount`)
-//! agree with the mappings each MM holds, and a folio mapped by two MMs is
+//! Per large folio, also: no MM-ID slot (`_mm_id`, `_mm_id_mapcount`)
+//! counts more mappings than its MM holds, and a folio mapped by two MMs is
 //! marked shared (folio_maybe_mapped_shared has no false negatives); a page
 //! marked PageAnonExclusive is mapped once; the deferred split queue holds
 //! exactly the folios flagged as queued, a partially mapped folio is queued
@@ -227,7 +227,10 @@ fn check_large_folio(
             for slot in 0..2 {
                 let id = ids.mm_id[slot];
                 let found = mms.get(&id).copied().unwrap_or(0);
-                if id != MM_ID_DUMMY && ids.mapcount[slot] != found {
+                // It may count fewer: mappings an MM added while no slot
+                // was free are never counted (the kernel's "valid corner
+                // cases" in folio_sub_return_large_mapcount); never more.
+                if id != MM_ID_DUMMY && ids.mapcount[slot] > found {
                     bad.push(format!(
                         "{folio}: MM-ID slot {slot} says mm {id} maps it {} times, but it does {found} times",
                         ids.mapcount[slot]

@@ -240,9 +240,10 @@ impl Model {
                         ));
                     }
                     let thp = self.machine.thp.clone();
-                    let check = self.check_invariants;
+                    let (check, bug) = (self.check_invariants, self.machine.injected_bug);
                     *self = Model::new(bytes).with_thp_settings(thp);
                     self.check_invariants = check;
+                    self.machine.injected_bug = bug;
                 }
             }
         }

@@ -482,8 +482,10 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bo
                 split_huge_pmd(m, mm, index * PMD_SIZE);
             }
         }
-        m.folio_mm_ids.remove(&folio);
     }
+    // The new order-0 folios have no MM-ID slots: a stale entry would make a
+    // large folio later allocated here look shared.
+    m.folio_mm_ids.remove(&folio);
     {
         let (lo, hi) = (folio.0, folio.0 + nr);
         for mm in mms.iter_mut() {

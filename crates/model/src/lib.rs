@@ -58,6 +58,18 @@ pub struct Machine {
     pub deferred_split_queue: DeferredSplitQueue,
     /// The MM-ID slots of large folios mapped by more than one MM (see rmap).
     pub folio_mm_ids: HashMap<Pfn, rmap::FolioMmIds>,
+    /// A bug put in on purpose, to show the invariant checker catches it.
+    #[doc(hidden)]
+    pub injected_bug: Option<InjectedBug>,
+}
+
+/// Deliberate bugs for tests of the invariant checker; never set otherwise.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InjectedBug {
+    /// folio_try_dup_anon_rmap_ptes forgets the first page's `_mapcount`
+    /// increment when fork shares a PTE-mapped large folio.
+    DupRmapPtesSkipsMapcount,
 }
 
 impl Machine {
@@ -70,6 +82,7 @@ impl Machine {
             huge_zero_refcount: 0,
             deferred_split_queue: DeferredSplitQueue::default(),
             folio_mm_ids: HashMap::new(),
+            injected_bug: None,
         }
     }
 

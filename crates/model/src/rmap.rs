@@ -246,6 +246,11 @@ pub fn folio_try_dup_anon_rmap_ptes(
         p.clear(pg::ANON_EXCLUSIVE);
         p.mapcount += 1;
     }
+    if m.injected_bug == Some(crate::InjectedBug::DupRmapPtesSkipsMapcount)
+        && m.zone.memmap.page(folio).order() > 0
+    {
+        m.zone.memmap.page_mut(page).mapcount -= 1;
+    }
     m.zone.memmap.page_mut(folio).private += nr as u32;
     if m.zone.memmap.page(folio).order() > 0 {
         folio_add_large_mapcount(m, folio, nr, dst, src);

@@ -1,0 +1,430 @@
+//! Random workloads through the model with every invariant of `debug_vm`
+//! checked after every statement, and once more after every process exited.
+//!
+//! A workload is a list of operations (spawn, mmap, read, write, fork,
+//! munmap, mprotect, madvise, pin, unpin, split, exit, khugepaged, reclaim,
+//! tunables) rendered to `.hlw` text against a shadow of which processes and
+//! regions exist, so that nearly every statement is one the parser accepts;
+//! statements the model refuses as the kernel would (a write to unmapped
+//! memory, a pin of a hole) are part of the test: the model must stay
+//! consistent after a failure too. proptest shrinks a failing workload to a
+//! short one and prints it.
+//!
+//! `HUGELAB_RANDOM_WORKLOADS` sets how many workloads run (default 10,000),
+//! `HUGELAB_RANDOM_SEED` the seed (default fixed, so CI is deterministic).
+
+use hugelab_model::vmstat::{MthpStat, VmEvent};
+use hugelab_model::{debug_vm, InjectedBug, Model};
+use std::cell::RefCell;
+use hugelab_workload::{parse, Backend, StmtKind};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+
+/// Region sizes, in 4K pages: below, at and above the mTHP and PMD sizes.
+const SIZES: [u64; 9] = [1, 4, 16, 48, 256, 512, 512, 514, 1024];
+const ALIGNS: [&str; 3] = ["", " align=64K", " align=2M"];
+const PROTS: [&str; 3] = ["rw", "r", "none"];
+const ADVICE: [&str; 4] = ["HUGEPAGE", "NOHUGEPAGE", "DONTNEED", "COLLAPSE"];
+const MAX_PROCS: usize = 4;
+const MAX_REGIONS: usize = 3;
+
+/// Tunables a workload may set, at the start or in the middle.
+const SETTINGS: [&str; 16] = [
+    "transparent_hugepage/enabled always",
+    "transparent_hugepage/enabled madvise",
+    "transparent_hugepage/enabled never",
+    "transparent_hugepage/hugepages-16kB/enabled always",
+    "transparent_hugepage/hugepages-64kB/enabled always",
+    "transparent_hugepage/hugepages-64kB/enabled inherit",
+    "transparent_hugepage/hugepages-64kB/enabled never",
+    "transparent_hugepage/hugepages-128kB/enabled madvise",
+    "transparent_hugepage/hugepages-2048kB/enabled never",
+    "transparent_hugepage/hugepages-2048kB/enabled inherit",
+    "transparent_hugepage/use_zero_page 0",
+    "transparent_hugepage/shrink_underused 1",
+    "transparent_hugepage/shrink_underused 0",
+    "transparent_hugepage/khugepaged/max_ptes_none 0",
+    "transparent_hugepage/khugepaged/max_ptes_none 409",
+    "transparent_hugepage/khugepaged/max_ptes_shared 0",
+];
+
+/// A range inside a region: `off` and `len` are reduced modulo its size.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    region: u8,
+    off: u16,
+    len: u16,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Spawn,
+    Mmap { proc: u8, size: u8, align: u8, prot: u8, hugepage: bool },
+    Read { proc: u8, span: Span },
+    Write { proc: u8, span: Span, zero: bool },
+    Fork { proc: u8 },
+    Munmap { proc: u8, span: Span },
+    Mprotect { proc: u8, span: Span, prot: u8 },
+    Madvise { proc: u8, span: Span, advice: u8 },
+    Pin { proc: u8, span: Span },
+    Unpin { pin: u8 },
+    Split { proc: u8, span: Span },
+    ThpDisable { proc: u8, on: bool },
+    Exit { proc: u8 },
+    Khugepaged,
+    Reclaim,
+    Set { setting: u8 },
+}
+
+fn span() -> impl Strategy<Value = Span> {
+    (any::<u8>(), any::<u16>(), any::<u16>()).prop_map(|(region, off, len)| Span { region, off, len })
+}
+
+/// An mmap, mostly PMD-aligned, mostly writable, often MADV_HUGEPAGE.
+fn mmap() -> impl Strategy<Value = Op> {
+    (
+        any::<u8>(),
+        0..SIZES.len() as u8,
+        prop::sample::select(vec![0u8, 1, 2, 2]),
+        prop::sample::select(vec![0u8, 0, 0, 0, 1, 2]),
+        any::<bool>(),
+    )
+        .prop_map(|(proc, size, align, prot, hugepage)| Op::Mmap {
+            proc,
+            size,
+            align,
+            prot,
+            hugepage,
+        })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let p = any::<u8>;
+    prop_oneof![
+        1 => Just(Op::Spawn),
+        3 => mmap(),
+        2 => (p(), span()).prop_map(|(proc, span)| Op::Read { proc, span }),
+        6 => (p(), span(), prop::bool::weighted(0.2)).prop_map(|(proc, span, zero)| Op::Write { proc, span, zero }),
+        2 => p().prop_map(|proc| Op::Fork { proc }),
+        2 => (p(), span()).prop_map(|(proc, span)| Op::Munmap { proc, span }),
+        2 => (p(), span(), 0..PROTS.len() as u8).prop_map(|(proc, span, prot)| Op::Mprotect { proc, span, prot }),
+        3 => (p(), span(), 0..ADVICE.len() as u8).prop_map(|(proc, span, advice)| Op::Madvise { proc, span, advice }),
+        2 => (p(), span()).prop_map(|(proc, span)| Op::Pin { proc, span }),
+        1 => p().prop_map(|pin| Op::Unpin { pin }),
+        1 => (p(), span()).prop_map(|(proc, span)| Op::Split { proc, span }),
+        1 => (p(), any::<bool>()).prop_map(|(proc, on)| Op::ThpDisable { proc, on }),
+        1 => p().prop_map(|proc| Op::Exit { proc }),
+        2 => Just(Op::Khugepaged),
+        2 => Just(Op::Reclaim),
+        1 => (0..SETTINGS.len() as u8).prop_map(|setting| Op::Set { setting }),
+    ]
+}
+
+/// A workload: the tunables it starts with (a THP mode first) and its
+/// operations, the first of which map memory.
+fn workload() -> impl Strategy<Value = (Vec<u8>, Vec<Op>)> {
+    (
+        prop::sample::select(vec![0u8, 0, 1, 1, 2]),
+        prop::collection::vec(0..SETTINGS.len() as u8, 0..5),
+        prop::collection::vec(mmap(), 1..3),
+        prop::collection::vec(op(), 1..40),
+    )
+        .prop_map(|(mode, mut settings, mut ops, more)| {
+            settings.insert(0, mode);
+            ops.extend(more);
+            (settings, ops)
+        })
+}
+
+/// What the parser knows: live processes and their regions (name, pages).
+#[derive(Default)]
+struct Shadow {
+    procs: Vec<(String, Vec<(String, u64)>)>,
+    spawned: usize,
+    pins: Vec<(String, String)>,
+    text: String,
+}
+
+impl Shadow {
+    fn new_name(&mut self) -> String {
+        self.spawned += 1;
+        format!("p{}", self.spawned - 1)
+    }
+
+    fn proc(&self, i: u8) -> Option<usize> {
+        (!self.procs.is_empty()).then(|| usize::from(i) % self.procs.len())
+    }
+
+    /// `<region>+<off>K:<len>K` of process `p`, if it has regions.
+    fn range(&self, p: usize, s: Span) -> Option<String> {
+        let regions = &self.procs[p].1;
+        if regions.is_empty() {
+            return None;
+        }
+        let (name, pages) = &regions[usize::from(s.region) % regions.len()];
+        let off = u64::from(s.off) % pages;
+        let len = 1 + u64::from(s.len) % (pages - off);
+        Some(format!("{name}+{}K:{}K", off * 4, len * 4))
+    }
+
+    fn line(&mut self, line: String) {
+        self.text.push_str(&line);
+        self.text.push('\n');
+    }
+
+    /// Appends the statement for `op`, or nothing when it cannot apply.
+    fn render(&mut self, op: &Op) {
+        match *op {
+            Op::Spawn if self.procs.len() < MAX_PROCS => {
+                let name = self.new_name();
+                self.line(format!("spawn {name}"));
+                self.procs.push((name, Vec::new()));
+            }
+            Op::Mmap {
+                proc,
+                size,
+                align,
+                prot,
+                hugepage,
+            } => {
+                let Some(p) = self.proc(proc) else { return };
+                let n = self.procs[p].1.len();
+                if n == MAX_REGIONS {
+                    return;
+                }
+                let pages = SIZES[usize::from(size)];
+                let name = format!("r{n}");
+                let prot = match prot {
+                    0 => String::new(),
+                    p => format!(" prot={}", PROTS[usize::from(p)]),
+                };
+                let owner = self.procs[p].0.clone();
+                let align = ALIGNS[usize::from(align)];
+                self.line(format!("{owner} mmap {name} {}K{align}{prot}", pages * 4));
+                if hugepage {
+                    self.line(format!("{owner} madvise {name} HUGEPAGE"));
+                }
+                self.procs[p].1.push((name, pages));
+            }
+            Op::Read { proc, span } => self.on_range(proc, span, "read", ""),
+            Op::Write { proc, span, zero } => {
+                self.on_range(proc, span, "write", if zero { " zero" } else { "" })
+            }
+            Op::Fork { proc } if self.procs.len() < MAX_PROCS => {
+                let Some(p) = self.proc(proc) else { return };
+                let child = self.new_name();
+                let (parent, regions) = self.procs[p].clone();
+                self.line(format!("{parent} fork {child}"));
+                self.procs.push((child, regions));
+            }
+            Op::Munmap { proc, span } => self.on_range(proc, span, "munmap", ""),
+            Op::Mprotect { proc, span, prot } => {
+                self.on_range(proc, span, "mprotect", &format!(" {}", PROTS[usize::from(prot)]))
+            }
+            Op::Madvise { proc, span, advice } => {
+                self.on_range(proc, span, "madvise", &format!(" {}", ADVICE[usize::from(advice)]))
+            }
+            Op::Pin { proc, span } => {
+                let Some(p) = self.proc(proc) else { return };
+                let Some(range) = self.range(p, span) else { return };
+                let owner = self.procs[p].0.clone();
+                self.line(format!("{owner} pin {range}"));
+                self.pins.push((owner, range));
+            }
+            Op::Unpin { pin } if !self.pins.is_empty() => {
+                let (owner, range) = self.pins.remove(usize::from(pin) % self.pins.len());
+                if self.procs.iter().any(|(name, _)| *name == owner) {
+                    self.line(format!("{owner} unpin {range}"));
+                }
+            }
+            Op::Split { proc, span } => {
+                let Some(p) = self.proc(proc) else { return };
+                let Some(range) = self.range(p, span) else { return };
+                let owner = self.procs[p].0.clone();
+                self.line(format!("split {owner} {range}"));
+            }
+            Op::ThpDisable { proc, on } => {
+                let Some(p) = self.proc(proc) else { return };
+                let owner = self.procs[p].0.clone();
+                self.line(format!("{owner} thp_disable {}", if on { "on" } else { "off" }));
+            }
+            Op::Exit { proc } => {
+                let Some(p) = self.proc(proc) else { return };
+                let (owner, _) = self.procs.remove(p);
+                self.line(format!("{owner} exit"));
+            }
+            Op::Khugepaged => self.line("khugepaged".into()),
+            Op::Reclaim => self.line("reclaim".into()),
+            Op::Set { setting } => self.line(format!("set {}", SETTINGS[usize::from(setting)])),
+            _ => {}
+        }
+    }
+
+    fn on_range(&mut self, proc: u8, span: Span, verb: &str, tail: &str) {
+        let Some(p) = self.proc(proc) else { return };
+        let Some(range) = self.range(p, span) else { return };
+        let owner = self.procs[p].0.clone();
+        self.line(format!("{owner} {verb} {range}{tail}"));
+    }
+}
+
+/// The `.hlw` text of a generated workload; every process exits at the end.
+fn render(settings: &[u8], ops: &[Op]) -> String {
+    let mut s = Shadow::default();
+    s.line("machine memory=256M".into());
+    for &i in settings {
+        s.line(format!("set {}", SETTINGS[usize::from(i)]));
+    }
+    s.render(&Op::Spawn);
+    for op in ops {
+        s.render(op);
+    }
+    for (name, _) in std::mem::take(&mut s.procs) {
+        s.line(format!("{name} exit"));
+    }
+    s.text
+}
+
+/// What the random workloads exercised, summed over all of them.
+#[derive(Default)]
+struct Coverage {
+    statements: u64,
+    refused: u64,
+    /// Per event: how many workloads counted it at least once.
+    workloads_with: Vec<(&'static str, u64)>,
+}
+
+impl Coverage {
+    fn saw(&mut self, name: &'static str, yes: bool) {
+        match self.workloads_with.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, n)) => *n += u64::from(yes),
+            None => self.workloads_with.push((name, u64::from(yes))),
+        }
+    }
+
+    fn workloads_with(&self, name: &str) -> u64 {
+        self.workloads_with.iter().find(|(n, _)| *n == name).map_or(0, |(_, n)| *n)
+    }
+}
+
+/// Runs one workload, checking the invariants after each statement.
+fn run_checked(
+    text: &str,
+    bug: Option<InjectedBug>,
+    coverage: &RefCell<Coverage>,
+) -> Result<(), TestCaseError> {
+    let w = parse("random.hlw", text)
+        .map_err(|e| TestCaseError::fail(format!("generated workload does not parse: {e}\n{text}")))?;
+    let mut model = Model::default();
+    model.machine.injected_bug = bug;
+    let mut cov = coverage.borrow_mut();
+    for stmt in &w.stmts {
+        if matches!(stmt.kind, StmtKind::Snapshot { .. } | StmtKind::Expect { .. }) {
+            continue;
+        }
+        // A statement the model refuses (as the kernel would) is fine; a
+        // broken invariant after it is not.
+        cov.statements += 1;
+        cov.refused += u64::from(model.execute(stmt).is_err());
+        let broken = debug_vm::check(&model);
+        if !broken.is_empty() {
+            return Err(TestCaseError::fail(format!(
+                "after line {} `{stmt}`:\n  {}\nworkload:\n{text}",
+                stmt.pos.line,
+                broken.join("\n  ")
+            )));
+        }
+    }
+    let stat = &model.machine.stat;
+    for event in VmEvent::ALL {
+        cov.saw(event.name(), stat.event(event) > 0);
+    }
+    for order in [2, 4] {
+        cov.saw(
+            if order == 2 { "16kB split" } else { "64kB split" },
+            stat.mthp_stat(order, MthpStat::Split) > 0,
+        );
+    }
+    Ok(())
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
+        rng_seed: RngSeed::Fixed(env_u64("HUGELAB_RANDOM_SEED", 0x6875_6765_6c61_62)),
+        failure_persistence: None,
+        max_shrink_iters: 2048,
+        ..Config::default()
+    })
+}
+
+#[test]
+fn invariants_hold_in_random_workloads() {
+    let cases = env_u64("HUGELAB_RANDOM_WORKLOADS", 10_000) as u32;
+    let started = std::time::Instant::now();
+    let coverage = RefCell::new(Coverage::default());
+    let result = runner(cases).run(&workload(), |(settings, ops)| {
+        run_checked(&render(&settings, &ops), None, &coverage)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let cov = coverage.into_inner();
+    eprintln!(
+        "{cases} random workloads, {} statements ({} refused as the kernel would), \
+         invariants checked after each: {:.1} s",
+        cov.statements,
+        cov.refused,
+        started.elapsed().as_secs_f64()
+    );
+    for (name, n) in &cov.workloads_with {
+        eprintln!("  {name}: in {n} workloads");
+    }
+    // The generator must reach the paths the invariants are about.
+    for path in [
+        "thp_fault_alloc",
+        "thp_split_pmd",
+        "thp_deferred_split_page",
+        "thp_split_page",
+        "thp_split_page_failed",
+        "thp_collapse_alloc",
+        "thp_underused_split_page",
+        "64kB split",
+    ] {
+        assert!(
+            cov.workloads_with(path) * 200 >= u64::from(cases),
+            "only {} of {cases} workloads reached {path}",
+            cov.workloads_with(path)
+        );
+    }
+}
+
+/// The same test with a mapcount update left out on purpose (fork forgets
+/// one page's `_mapcount` when it shares a PTE-mapped large folio) must fail,
+/// naming that page, and shrink to a short workload.
+#[test]
+fn a_skipped_mapcount_update_is_caught() {
+    let result = runner(10_000).run(&workload(), |(settings, ops)| {
+        run_checked(
+            &render(&settings, &ops),
+            Some(InjectedBug::DupRmapPtesSkipsMapcount),
+            &RefCell::default(),
+        )
+    });
+    match result {
+        Err(TestError::Fail(why, (settings, ops))) => {
+            let why = why.to_string();
+            assert!(why.contains("PTEs map it"), "caught, but not as a mapcount: {why}");
+            assert!(why.contains(" fork "), "{why}");
+            let text = render(&settings, &ops);
+            eprintln!("the injected bug, shrunk to:\n{text}\n{why}");
+            assert!(text.lines().count() < 20, "not shrunk: {text}");
+        }
+        Err(e) => panic!("unexpected: {e}"),
+        Ok(()) => panic!("10,000 random workloads missed the injected mapcount bug"),
+    }
+}

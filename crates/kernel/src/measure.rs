@@ -101,7 +101,10 @@ impl KernelBackend {
                     && before.get(*name).is_some_and(|b| b != *v)
             })
         });
-        if let (Some((name, _)), None) = (foreign, &self.noise) {
+        // Wide: it replaces a narrow noise recorded earlier, which would
+        // leave the per-size counters trusted.
+        let narrow_or_none = self.noise.as_ref().is_none_or(|(_, wide)| !wide);
+        if let (Some((name, _)), true) = (foreign, narrow_or_none) {
             self.noise = Some((
                 format!(
                     "another process's folios changed {name} during line {}, a size this workload never enabled",

@@ -303,13 +303,12 @@ mod tests {
             _ => panic!("a has a PTE table"),
         };
         model.machine.zone.memmap.page_mut(Pfn(pfn.0 + 1)).mapcount += 1;
-        let broken = check(&model);
-        assert!(
-            broken
-                .iter()
-                .any(|b| b.contains("mapcount 3 but 2 PTEs map it")),
-            "{broken:?}"
-        );
+        assert_caught(&model, "mapcount 3 but 2 PTEs map it");
+    }
+
+    fn assert_caught(model: &Model, needle: &str) {
+        let broken = check(model);
+        assert!(broken.iter().any(|b| b.contains(needle)), "{broken:?}");
     }
 
     #[test]
@@ -317,13 +316,7 @@ mod tests {
         let mut model = forked_64k();
         let ids = model.machine.folio_mm_ids.values_mut().next();
         ids.expect("the 64K folio is mapped by a and b").shared = false;
-        let broken = check(&model);
-        assert!(
-            broken
-                .iter()
-                .any(|b| b.contains("mapped by 2 MMs but not marked shared")),
-            "{broken:?}"
-        );
+        assert_caught(&model, "mapped by 2 MMs but not marked shared");
     }
 
     #[test]

@@ -276,11 +276,9 @@ impl Shadow {
                 &format!(" {}", ADVICE[usize::from(advice)]),
             ),
             Op::Pin { proc, span } => {
-                let Some(p) = self.proc(proc) else { return };
-                let Some(range) = self.range(p, span) else {
+                let Some((owner, range)) = self.owner_range(proc, span) else {
                     return;
                 };
-                let owner = self.procs[p].0.clone();
                 self.line(format!("{owner} pin {range}"));
                 self.pins.push((owner, range));
             }
@@ -291,12 +289,9 @@ impl Shadow {
                 }
             }
             Op::Split { proc, span } => {
-                let Some(p) = self.proc(proc) else { return };
-                let Some(range) = self.range(p, span) else {
-                    return;
-                };
-                let owner = self.procs[p].0.clone();
-                self.line(format!("split {owner} {range}"));
+                if let Some((owner, range)) = self.owner_range(proc, span) {
+                    self.line(format!("split {owner} {range}"));
+                }
             }
             Op::ThpDisable { proc, on } => {
                 let Some(p) = self.proc(proc) else { return };
@@ -318,13 +313,17 @@ impl Shadow {
         }
     }
 
+    /// The process `proc` picks and a range of one of its regions.
+    fn owner_range(&self, proc: u8, span: Span) -> Option<(String, String)> {
+        let p = self.proc(proc)?;
+        let range = self.range(p, span)?;
+        Some((self.procs[p].0.clone(), range))
+    }
+
     fn on_range(&mut self, proc: u8, span: Span, verb: &str, tail: &str) {
-        let Some(p) = self.proc(proc) else { return };
-        let Some(range) = self.range(p, span) else {
-            return;
-        };
-        let owner = self.procs[p].0.clone();
-        self.line(format!("{owner} {verb} {range}{tail}"));
+        if let Some((owner, range)) = self.owner_range(proc, span) {
+            self.line(format!("{owner} {verb} {range}{tail}"));
+        }
     }
 }
 

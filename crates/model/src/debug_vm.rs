@@ -11,7 +11,9 @@
 //! Per large folio, also: no MM-ID slot (`_mm_id`, `_mm_id_mapcount`)
 //! counts more mappings than its MM holds, and a folio mapped by two MMs is
 //! marked shared (folio_maybe_mapped_shared has no false negatives); a page
-//! marked PageAnonExclusive is mapped once; the deferred split queue holds
+//! marked PageAnonExclusive is mapped once (for a PMD-mapped folio, its head:
+//! the model marks every page of a new PMD folio, the kernel only the head);
+//! no MM-ID entry outlives its large folio; the deferred split queue holds
 //! exactly the folios flagged as queued, a partially mapped folio is queued
 //! and really partially mapped; the per-size nr_anon and
 //! nr_anon_partially_mapped equal the folios found.
@@ -159,9 +161,17 @@ pub fn check(model: &Model) -> Vec<String> {
         }
     }
     for folio in m.deferred_split_queue.iter() {
-        if !folios.contains(&folio) {
+        let head = m.zone.memmap.page(folio);
+        if !folios.contains(&folio) || head.order() < 2 || !head.test(pg::DEFERRED) {
             bad.push(format!(
-                "{folio} is on the deferred split queue but neither mapped nor pinned"
+                "{folio} is on the deferred split queue but is no mapped or pinned folio of order 2 or more flagged as queued"
+            ));
+        }
+    }
+    for &folio in m.folio_mm_ids.keys() {
+        if !folios.contains(&folio) || m.zone.memmap.page(folio).order() == 0 {
+            bad.push(format!(
+                "{folio} has MM-ID slots but is no mapped large folio"
             ));
         }
     }

@@ -556,6 +556,7 @@ pub fn split_huge_pages_pid(
 ) -> (u64, u64) {
     let (mut total, mut split) = (0, 0);
     let mut addr = start & !(PAGE_SIZE - 1);
+    let end = end & !(PAGE_SIZE - 1);
     while addr < end {
         let mm = &*mms[target];
         if mm.find_vma(addr).is_none() {

@@ -15,7 +15,7 @@
 
 use hugelab_model::vmstat::{MthpStat, VmEvent};
 use hugelab_model::{debug_vm, InjectedBug, Model};
-use hugelab_workload::{parse, Backend, StmtKind};
+use hugelab_workload::{parse, Backend, BackendErrorKind, StmtKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use std::cell::RefCell;
@@ -369,6 +369,13 @@ impl Coverage {
     }
 }
 
+/// Folios split so far, every size.
+fn all_splits(model: &Model) -> i64 {
+    (2..=9)
+        .map(|order| model.machine.stat.mthp_stat(order, MthpStat::Split))
+        .sum()
+}
+
 /// Runs one workload, checking the invariants after each statement.
 fn run_checked(
     text: &str,
@@ -381,6 +388,7 @@ fn run_checked(
     let mut model = Model::default();
     model.machine.injected_bug = bug;
     let mut cov = coverage.borrow_mut();
+    let mut debugfs_splits = 0;
     for stmt in &w.stmts {
         if matches!(
             stmt.kind,
@@ -391,7 +399,20 @@ fn run_checked(
         // A statement the model refuses (as the kernel would) is fine; a
         // broken invariant after it is not.
         cov.statements += 1;
-        cov.refused += u64::from(model.execute(stmt).is_err());
+        let splits_before = all_splits(&model);
+        match model.execute(stmt) {
+            Ok(()) => {}
+            Err(e) if e.kind == BackendErrorKind::Unsupported => {
+                return Err(TestCaseError::fail(format!(
+                    "the generator wrote a statement the model does not support: {}",
+                    e.message
+                )))
+            }
+            Err(_) => cov.refused += 1,
+        }
+        if matches!(stmt.kind, StmtKind::Split { .. }) {
+            debugfs_splits += all_splits(&model) - splits_before;
+        }
         let broken = debug_vm::check(&model);
         if !broken.is_empty() {
             return Err(TestCaseError::fail(format!(
@@ -405,6 +426,7 @@ fn run_checked(
     for event in VmEvent::ALL {
         cov.saw(event.name(), stat.event(event) > 0);
     }
+    cov.saw("split statement splitting", debugfs_splits > 0);
     for order in [2, 4] {
         cov.saw(
             if order == 2 {
@@ -467,6 +489,7 @@ fn invariants_hold_in_random_workloads() {
         "thp_collapse_alloc",
         "thp_underused_split_page",
         "64kB split",
+        "split statement splitting",
     ] {
         assert!(
             cov.workloads_with(path) * 200 >= u64::from(cases),

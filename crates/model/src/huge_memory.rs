@@ -486,7 +486,15 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bo
     // The new order-0 folios have no MM-ID slots: a stale entry would make a
     // large folio later allocated here look shared.
     m.folio_mm_ids.remove(&folio);
-    {
+    // The model keeps no reverse map: finding the PTEs of zero-filled pages
+    // walks every page table, so only when there is one.
+    let any_zeroed = m
+        .zone
+        .memmap
+        .pages(folio, nr)
+        .iter()
+        .any(|p| p.test(pg::ZEROED));
+    if any_zeroed {
         let (lo, hi) = (folio.0, folio.0 + nr);
         for mm in mms.iter_mut() {
             let mut dropped = 0u64;

@@ -463,7 +463,7 @@ pub fn thp_underused(m: &Machine, folio: Pfn) -> bool {
 pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bool {
     let order = m.zone.memmap.page(folio).order();
     let nr = 1u64 << order;
-    if u64::from(rmap::folio_ref_count(m, folio)) != rmap::folio_mapcount(m, folio) {
+    if !rmap::folio_refs_all_mappings(m, folio) {
         if order == HPAGE_PMD_ORDER {
             m.stat.count_vm_event(VmEvent::ThpSplitPageFailed);
         }
@@ -578,7 +578,7 @@ pub fn split_huge_pages_pid(
             continue;
         }
         total += 1;
-        if u64::from(rmap::folio_ref_count(m, folio)) != rmap::folio_mapcount(m, folio) {
+        if !rmap::folio_refs_all_mappings(m, folio) {
             continue;
         }
         split += u64::from(split_folio(m, mms, folio));

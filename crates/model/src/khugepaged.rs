@@ -135,7 +135,7 @@ fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64, khugepage
             }
         }
         // A reference no mapping explains: a GUP pin.
-        if u64::from(rmap::folio_ref_count(m, folio)) != rmap::folio_mapcount(m, folio) {
+        if !rmap::folio_refs_all_mappings(m, folio) {
             return Scan::PageCount;
         }
     }

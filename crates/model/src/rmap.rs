@@ -81,6 +81,13 @@ pub fn folio_mapcount(m: &Machine, folio: Pfn) -> u64 {
     }
 }
 
+/// folio_expected_ref_count == folio_ref_count for an anon folio: every
+/// reference is explained by a mapping (no pin, no GUP in flight). Both
+/// can_split_folio and khugepaged's is_refcount_suitable ask this.
+pub fn folio_refs_all_mappings(m: &Machine, folio: Pfn) -> bool {
+    u64::from(folio_ref_count(m, folio)) == folio_mapcount(m, folio)
+}
+
 /// folio_maybe_dma_pinned.
 pub fn folio_maybe_dma_pinned(m: &Machine, folio: Pfn) -> bool {
     if m.zone.memmap.page(folio).order() > 0 {

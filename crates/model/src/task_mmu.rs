@@ -5,8 +5,9 @@
 //! a page of a folio with refcount 1 counts whole to Pss, otherwise its share is
 //! 1/mapcount (its PTE mappings plus the folio's PMD mappings); AnonHugePages
 //! counts PMD-mapped anon folios only; a page is Shared_* when mapped twice or
-//! more, else Private_* (always *_Dirty for anon memory, see `accumulate`). Pss is kept in the kernel's fixed point
-//! (PSS_SHIFT = 12) and truncated to kB at the end, as `SEQ_PUT_DEC` does.
+//! more, else Private_* (always *_Dirty for anon memory, see `accumulate`).
+//! Pss is kept in the kernel's fixed point (PSS_SHIFT = 12) and truncated to
+//! kB at the end, as `SEQ_PUT_DEC` does.
 //! `folios` is hugelab's own summary of what pagemap + kpageflags reveal: how
 //! many folios of each size map into the range, and whether by PMD or by PTEs.
 
@@ -24,9 +25,7 @@ const PSS_SHIFT: u32 = 12;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemSizeStats {
     pub resident: u64,
-    pub shared_clean: u64,
     pub shared_dirty: u64,
-    pub private_clean: u64,
     pub private_dirty: u64,
     pub pss: u64,
     pub anonymous: u64,
@@ -39,24 +38,13 @@ impl MemSizeStats {
         [
             ("Rss", self.resident >> 10),
             ("Pss", self.pss >> (10 + PSS_SHIFT)),
-            ("Shared_Clean", self.shared_clean >> 10),
+            ("Shared_Clean", 0),
             ("Shared_Dirty", self.shared_dirty >> 10),
-            ("Private_Clean", self.private_clean >> 10),
+            ("Private_Clean", 0),
             ("Private_Dirty", self.private_dirty >> 10),
             ("Anonymous", self.anonymous >> 10),
             ("AnonHugePages", self.anonymous_thp >> 10),
         ]
-    }
-
-    pub fn add(&mut self, other: &MemSizeStats) {
-        self.resident += other.resident;
-        self.shared_clean += other.shared_clean;
-        self.shared_dirty += other.shared_dirty;
-        self.private_clean += other.private_clean;
-        self.private_dirty += other.private_dirty;
-        self.pss += other.pss;
-        self.anonymous += other.anonymous;
-        self.anonymous_thp += other.anonymous_thp;
     }
 
     /// smaps_page_accumulate for anon memory: every anon page the model maps

@@ -5,8 +5,9 @@
 //! that sets only some of them means the same on both sides. A counter the
 //! kernel backend could not read reliably is `unknown`, never a number. A few
 //! kernel counters count attempts rather than outcomes, or depend on state the
-//! workload does not control; they are compared as bounds, declared below with
-//! the reason.
+//! workload does not control; they are compared as bounds, which the counter
+//! registry (`hugelab_workload::counters`) declares with the reason. A
+//! statement whose system call failed on either side is compared by errno.
 
 use crate::run::run_kernel;
 use crate::table;
@@ -14,8 +15,10 @@ use anyhow::{Context, Result};
 use clap::Args;
 use hugelab_kernel::sysfs;
 use hugelab_model::Model;
+use hugelab_workload::counters::{self, BoundKind};
 use hugelab_workload::{
-    parse_file, run, Backend, BackendErrorKind, ExpectOutcome, Observation, Pos, Stmt, StmtKind,
+    parse_file, run, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Stmt,
+    StmtKind,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -35,58 +38,6 @@ pub struct DiffArgs {
     /// Workload files (.hlw).
     #[arg(required = true)]
     files: Vec<PathBuf>,
-}
-
-#[derive(Clone, Copy, Serialize)]
-#[serde(rename_all = "snake_case")]
-enum BoundKind {
-    /// The kernel may count more than the model.
-    KernelAtLeastModel,
-    /// The kernel may count less than the model.
-    KernelAtMostModel,
-}
-
-struct Bound {
-    /// The counter's name, `*` standing for one dot-separated part.
-    pattern: &'static str,
-    kind: BoundKind,
-    why: &'static str,
-}
-
-const BOUNDS: &[Bound] = &[
-    Bound {
-        pattern: "vmstat.thp_split_page_failed",
-        kind: BoundKind::KernelAtLeastModel,
-        why: "counts split attempts, and drop_caches retries the deferred-split shrinker a varying number of times",
-    },
-    Bound {
-        pattern: "mthp.*.split_failed",
-        kind: BoundKind::KernelAtLeastModel,
-        why: "counts split attempts, and drop_caches retries the deferred-split shrinker a varying number of times",
-    },
-    Bound {
-        pattern: "vmstat.thp_scan_exceed_none_pte",
-        kind: BoundKind::KernelAtLeastModel,
-        why: "khugepaged counts a range that fails its checks once per pass, and the kernel backend lets it make at least two full passes where the model makes one",
-    },
-    Bound {
-        pattern: "vmstat.thp_scan_exceed_share_pte",
-        kind: BoundKind::KernelAtLeastModel,
-        why: "khugepaged counts a range that fails its checks once per pass, and the kernel backend lets it make at least two full passes where the model makes one",
-    },
-    Bound {
-        pattern: "vmstat.thp_zero_page_alloc",
-        kind: BoundKind::KernelAtMostModel,
-        why: "the huge zero folio may already exist on the machine (it lives until a shrinker frees it), so the kernel allocates it at most as often as the model",
-    },
-];
-
-fn bound_for(counter: &str) -> Option<&'static Bound> {
-    BOUNDS.iter().find(|b| {
-        let parts: Vec<&str> = counter.split('.').collect();
-        let pat: Vec<&str> = b.pattern.split('.').collect();
-        parts.len() == pat.len() && parts.iter().zip(&pat).all(|(c, p)| *p == "*" || c == p)
-    })
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Serialize)]
@@ -116,10 +67,21 @@ struct FailedExpect {
     outcome: ExpectOutcome,
 }
 
+/// A statement whose system call failed on at least one side.
+#[derive(Serialize)]
+struct CallRow {
+    line: u32,
+    statement: String,
+    model: Errno,
+    kernel: Errno,
+    verdict: Verdict,
+}
+
 #[derive(Serialize)]
 struct WorkloadDiff {
     workload: String,
     rows: Vec<Row>,
+    calls: Vec<CallRow>,
     failed_expects: Vec<FailedExpect>,
 }
 
@@ -154,6 +116,12 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
                 Verdict::WithinBound => totals.within_bound += 1,
                 Verdict::Unknown => totals.unknown += 1,
                 Verdict::Match => {}
+            }
+        }
+        for c in &d.calls {
+            totals.compared += 1;
+            if c.verdict == Verdict::Mismatch {
+                totals.mismatches += 1;
             }
         }
         totals.failed_expects += d.failed_expects.len();
@@ -217,7 +185,7 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
         for (name, &m) in &ms.counters {
             let (kernel, verdict, note) = match (ks.counters.get(name), ks.unknown.get(name)) {
                 (Some(&k), _) if k == m => (Some(k), Verdict::Match, None),
-                (Some(&k), _) => match bound_for(name) {
+                (Some(&k), _) => match counters::bound(name) {
                     Some(b) if within(b.kind, m, k) => {
                         (Some(k), Verdict::WithinBound, Some(b.why.to_string()))
                     }
@@ -248,8 +216,45 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
     WorkloadDiff {
         workload: model.workload.clone(),
         rows,
+        calls: compare_calls(model, kernel),
         failed_expects,
     }
+}
+
+/// Every statement that failed on either side, by line: the errnos must be
+/// the same.
+fn compare_calls(model: &Observation, kernel: &Observation) -> Vec<CallRow> {
+    let mut lines: Vec<(u32, &str)> = model
+        .failed_calls
+        .iter()
+        .chain(&kernel.failed_calls)
+        .map(|c| (c.line, c.statement.as_str()))
+        .collect();
+    lines.sort();
+    lines.dedup_by_key(|(line, _)| *line);
+    let errno = |o: &Observation, line| {
+        o.failed_calls
+            .iter()
+            .find(|c| c.line == line)
+            .map_or(Errno::OK, |c| c.errno)
+    };
+    lines
+        .into_iter()
+        .map(|(line, statement)| {
+            let (m, k) = (errno(model, line), errno(kernel, line));
+            CallRow {
+                line,
+                statement: statement.to_string(),
+                model: m,
+                kernel: k,
+                verdict: if m == k {
+                    Verdict::Match
+                } else {
+                    Verdict::Mismatch
+                },
+            }
+        })
+        .collect()
 }
 
 fn within(kind: BoundKind, model: i64, kernel: i64) -> bool {
@@ -286,9 +291,21 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
     let mismatches = d
         .rows
         .iter()
-        .filter(|r| r.verdict == Verdict::Mismatch)
+        .map(|r| r.verdict)
+        .chain(d.calls.iter().map(|c| c.verdict))
+        .filter(|v| *v == Verdict::Mismatch)
         .count();
     let mut out = format!("# {}\n{}", d.workload, table::render(&header, &rows));
+    for c in &d.calls {
+        let verdict = match c.verdict {
+            Verdict::Mismatch => "  MISMATCH",
+            _ => "",
+        };
+        out.push_str(&format!(
+            "line {}: {}: model {}, kernel {}{verdict}\n",
+            c.line, c.statement, c.model, c.kernel
+        ));
+    }
     let mut notes: Vec<&String> = d.rows.iter().filter_map(|r| r.note.as_ref()).collect();
     notes.sort();
     notes.dedup();
@@ -304,15 +321,14 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
             e.col,
             e.counter,
             e.op,
-            e.expected,
+            e.show(e.expected),
             f.backend,
-            e.actual
-                .map_or("not reported".to_string(), |a| a.to_string())
+            e.actual.map_or("not reported".to_string(), |a| e.show(a))
         ));
     }
     out.push_str(&format!(
         "{} counters compared, {mismatches} mismatches\n\n",
-        d.rows.len()
+        d.rows.len() + d.calls.len()
     ));
     out
 }

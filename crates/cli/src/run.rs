@@ -79,12 +79,15 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
             failed = true;
             let actual = e
                 .actual
-                .map_or("not reported by this backend".to_string(), |a| {
-                    a.to_string()
-                });
+                .map_or("not reported by this backend".to_string(), |a| e.show(a));
             eprintln!(
                 "{}:{}:{}: expect {} {} {} failed: actual {actual}",
-                obs.workload, e.line, e.col, e.counter, e.op, e.expected
+                obs.workload,
+                e.line,
+                e.col,
+                e.counter,
+                e.op,
+                e.show(e.expected)
             );
         }
     }
@@ -133,6 +136,12 @@ fn render(obs: &Observation, all: bool) -> String {
         .flat_map(|s| s.unknown.values())
         .collect();
     let mut notes = String::new();
+    for c in &obs.failed_calls {
+        notes.push_str(&format!(
+            "line {}: {}: {}; the workload went on\n",
+            c.line, c.statement, c.message
+        ));
+    }
     for r in reasons {
         notes.push_str(&format!("unknown: {r}\n"));
     }

@@ -12,8 +12,8 @@ use crate::process::AgentProc;
 use crate::sysfs;
 use crate::vmstat::SystemReader;
 use hugelab_workload::{
-    placement, Advice, Backend, BackendError, Counters, HugetlbSize, KhugepagedKnob, MachineParam,
-    Prot, Range, Stmt, StmtKind, Tunable, Workload,
+    placement, Advice, Backend, BackendError, Counters, Errno, HugetlbSize, KhugepagedKnob,
+    MachineParam, Prot, Range, Reading, Stmt, StmtKind, Tunable, Workload,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -55,9 +55,23 @@ pub struct KernelBackend {
     pub(crate) mthp_sizes_used: std::collections::BTreeSet<u64>,
     /// The scan_sleep_millisecs khugepaged returns to after a `khugepaged`.
     pub(crate) scan_sleep: String,
-    /// What [`KernelBackend::observe`] found unknown, for `unknown()`.
-    pub(crate) pending_unknown: BTreeMap<String, String>,
     pub(crate) cgroups: BTreeMap<String, Memcg>,
+}
+
+/// What one statement's system call did inside a window: the faults the
+/// agents took, and its errno (0: it succeeded).
+pub(crate) struct Call {
+    pub(crate) faults: i64,
+    pub(crate) errno: Errno,
+}
+
+impl Call {
+    pub(crate) fn ok(faults: i64) -> Call {
+        Call {
+            faults,
+            errno: Errno::OK,
+        }
+    }
 }
 
 pub(crate) fn failed(stmt: &Stmt, e: impl std::fmt::Display) -> BackendError {
@@ -89,7 +103,6 @@ impl KernelBackend {
             forked: None,
             mthp_sizes_used: Default::default(),
             scan_sleep: SCAN_SLEEP_HOLD.to_string(),
-            pending_unknown: BTreeMap::new(),
             cgroups: BTreeMap::new(),
         };
         backend.start_sentinel()?;
@@ -129,21 +142,15 @@ impl KernelBackend {
         stmt: &Stmt,
         proc: &str,
         req: Request,
-    ) -> Result<(i64, i64), BackendError> {
-        let what = stmt.kind.keyword();
+    ) -> Result<(i64, Call), BackendError> {
         let p = self.proc_mut(stmt, proc)?;
         let reply = p.agent.request(req).map_err(|e| failed(stmt, e))?;
-        if reply[0] != 0 {
-            return Err(failed(
-                stmt,
-                format!(
-                    "{what} failed in the kernel: {}",
-                    errno_name(reply[0] as i32)
-                ),
-            ));
-        }
         p.minflt += reply[2];
-        Ok((reply[1], reply[3]))
+        let call = Call {
+            faults: reply[3],
+            errno: Errno(reply[0] as i32),
+        };
+        Ok((reply[1], call))
     }
 
     fn range(&mut self, stmt: &Stmt, proc: &str, r: &Range) -> Result<(u64, u64), BackendError> {
@@ -168,7 +175,7 @@ impl KernelBackend {
         self.guard.journal(tunable).map_err(|e| failed(stmt, e))?;
         self.window(stmt, false, |b| {
             b.guard.set(tunable, &value).map_err(|e| failed(stmt, e))?;
-            Ok(0)
+            Ok(Call::ok(0))
         })?;
         if !pmd_before && pmd_enabled() {
             // khugepaged just started and scans at once: let that pass end.
@@ -422,7 +429,7 @@ impl Backend for KernelBackend {
                         cursor: p.cursor,
                         minflt: 0,
                     });
-                    Ok(faults)
+                    Ok(Call::ok(faults))
                 })?;
                 if let Some(p) = forked {
                     self.procs.insert(child.clone(), p);
@@ -444,11 +451,18 @@ impl Backend for KernelBackend {
                     .copied()
                     .collect();
                 self.window(stmt, false, |b| {
-                    let mut faults = 0;
+                    let mut all = Call::ok(0);
                     for (start, len) in regions {
-                        faults += b.request(stmt, proc, request(&[op::MUNMAP, start, len]))?.1;
+                        let call = b.request(stmt, proc, request(&[op::MUNMAP, start, len]))?.1;
+                        all.faults += call.faults;
+                        if call.errno != Errno::OK {
+                            return Err(failed(
+                                stmt,
+                                format!("munmap at exit failed: {}", call.errno),
+                            ));
+                        }
                     }
-                    Ok(faults)
+                    Ok(all)
                 })?;
                 if let Some(p) = self.procs.remove(proc) {
                     p.agent.exit().map_err(|e| failed(stmt, e))?;
@@ -460,7 +474,7 @@ impl Backend for KernelBackend {
                 let pid = self.proc_mut(stmt, proc)?.agent.pid;
                 self.window(stmt, false, |_| {
                     split_huge_pages(pid, start, start + len).map_err(|e| failed(stmt, e))?;
-                    Ok(0)
+                    Ok(Call::ok(0))
                 })?;
             }
             StmtKind::Pin { proc, range } | StmtKind::Unpin { proc, range } => {
@@ -479,22 +493,16 @@ impl Backend for KernelBackend {
                 // queue and the under-used THP shrinker among them.
                 self.window(stmt, false, |_| {
                     drop_slab().map_err(|e| failed(stmt, e))?;
-                    Ok(0)
+                    Ok(Call::ok(0))
                 })?;
             }
-            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } => {}
+            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {}
         }
         Ok(())
     }
 
-    fn counters(&mut self) -> Result<Counters, BackendError> {
-        let (counters, unknown) = self.observe()?;
-        self.pending_unknown = unknown;
-        Ok(counters)
-    }
-
-    fn unknown(&mut self) -> BTreeMap<String, String> {
-        std::mem::take(&mut self.pending_unknown)
+    fn read(&mut self) -> Result<Reading, BackendError> {
+        self.observe()
     }
 }
 

@@ -6,7 +6,7 @@
 //! the thread is not running.
 
 use crate::agent::{op, touch};
-use crate::backend::{failed, req_ok, KernelBackend, PAGE_SIZE, PMD_SIZE};
+use crate::backend::{failed, req_ok, Call, KernelBackend, PAGE_SIZE, PMD_SIZE};
 use crate::error::KernelError;
 use crate::process::AgentProc;
 use crate::sysfs;
@@ -99,7 +99,7 @@ impl KernelBackend {
             // collapsible is collapsed already, so it finds nothing, but let
             // it end inside this window.
             std::thread::sleep(Duration::from_millis(20));
-            Ok(0)
+            Ok(Call::ok(0))
         })
     }
 }

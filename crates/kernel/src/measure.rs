@@ -26,11 +26,11 @@
 //!   memory) are left out of pgfault.
 //! - folios.* of a region are unknown when kpageflags read 0 for its pages.
 
-use crate::backend::{failed, KernelBackend};
+use crate::backend::{failed, Call, KernelBackend};
 use crate::error::KernelError;
 use crate::vmstat::is_absolute;
 use crate::{pagemap, smaps, sysfs};
-use hugelab_workload::{BackendError, Counters, Stmt, StmtKind, Tunable};
+use hugelab_workload::{BackendError, Counters, Errno, Reading, Stmt, StmtKind, Tunable};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ impl KernelBackend {
         &mut self,
         stmt: &Stmt,
         collapse_allowed: bool,
-        f: impl FnOnce(&mut Self) -> Result<i64, BackendError>,
+        f: impl FnOnce(&mut Self) -> Result<Call, BackendError>,
     ) -> Result<(), BackendError> {
         let kerr = |e: KernelError| failed(stmt, e);
         // The runner's own faults around the two readings (first use of a
@@ -51,7 +51,8 @@ impl KernelBackend {
         let anon_before = self.agents_anon_kb();
         self.mthp_sizes_used.extend(mthp_sizes_enabled());
         self.before.capture(false).map_err(kerr)?;
-        let agent_faults = f(self)?;
+        let call = f(self)?;
+        let agent_faults = call.faults;
         if frees_page_tables(&stmt.kind) {
             rcu_settle();
         }
@@ -150,6 +151,15 @@ impl KernelBackend {
             ));
         }
         self.last = Some(after);
+        if call.errno != Errno::OK {
+            // A program sees the errno and goes on; so does the workload,
+            // with what the call did before failing measured above.
+            return Err(BackendError::errno(
+                stmt,
+                call.errno,
+                format!("{} failed in the kernel", stmt.kind.keyword()),
+            ));
+        }
         Ok(())
     }
 }
@@ -247,7 +257,7 @@ fn thp_always() -> Option<bool> {
 impl KernelBackend {
     /// Every counter as of now, and those of them that cannot be trusted
     /// (removed from the first map, with the reason in the second).
-    pub(crate) fn observe(&mut self) -> Result<(Counters, BTreeMap<String, String>), BackendError> {
+    pub(crate) fn observe(&mut self) -> Result<Reading, BackendError> {
         let mut c = self.totals.clone();
         c.extend(self.absolute.clone());
         for cg in self.cgroups.values() {
@@ -304,7 +314,10 @@ impl KernelBackend {
             }
         }
         c.retain(|k, _| !unknown.contains_key(k));
-        Ok((c, unknown))
+        Ok(Reading {
+            counters: c,
+            unknown,
+        })
     }
 
     /// Why a system-wide counter cannot be trusted now, if it cannot.

@@ -83,7 +83,8 @@ impl Memcg {
         self.write("cgroup.procs", &pid.to_string())
     }
 
-    /// (counter name, bytes) of the group now.
+    /// (counter name, kB) of the group now: the registry's unit, whatever
+    /// the file's own (bytes).
     pub fn counters(&self) -> Result<Vec<(String, i64)>> {
         let files = match self.version {
             Version::V2 => [
@@ -101,14 +102,14 @@ impl Memcg {
             let Ok(text) = fs::read_to_string(&path) else {
                 continue; // memory.peak is missing on kernels before 5.19
             };
-            let v = text.trim().parse().map_err(|_| {
+            let bytes: i64 = text.trim().parse().map_err(|_| {
                 KernelError::Refused(format!(
                     "{}: unexpected value {:?}",
                     path.display(),
                     text.trim()
                 ))
             })?;
-            out.push((format!("memcg.{}.{name}", self.name), v));
+            out.push((format!("memcg.{}.{name}", self.name), bytes / 1024));
         }
         Ok(out)
     }

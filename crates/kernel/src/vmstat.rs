@@ -1,6 +1,7 @@
 //! System-wide counters: /proc/vmstat, the per-size mTHP stats under
 //! /sys/kernel/mm/transparent_hugepage/hugepages-<size>/stats/, /proc/meminfo,
-//! khugepaged's pages_collapsed and the hugetlb pool files.
+//! khugepaged's counters and the hugetlb pool files: the fields the counter
+//! registry (`hugelab_workload::counters`) lists, those that exist here.
 //!
 //! Node counters (nr_anon_pages, ...) are per-cpu batched: [`stat_refresh`]
 //! folds them first. Reading must not fault in the runner itself between two
@@ -10,64 +11,29 @@
 
 use crate::error::{KernelError, Result};
 use crate::sysfs::{size_dirs, SYS_MM};
+use hugelab_workload::counters::{self, Reported};
 use hugelab_workload::Counters;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// The /proc/vmstat fields hugelab reports: the THP events and the node
-/// counters of anonymous memory and page tables.
-fn vmstat_wanted(name: &str) -> bool {
-    name.starts_with("thp_")
-        || matches!(
-            name,
-            "pgfault" | "nr_anon_pages" | "nr_anon_transparent_hugepages" | "nr_page_table_pages"
-        )
+/// Registry fields the kernel backend leaves out: total and free memory on
+/// these VMs follow vendor semantics (lazy init, free page reporting to the
+/// host) and free memory moves with everything else on the machine
+/// (reference: this-machine-live-capabilities §5), so neither is the
+/// workload's.
+const NOT_READ: [&str; 3] = ["nr_free_pages", "MemFree", "MemTotal"];
+
+/// The registry's fields of `family`, less those in [`NOT_READ`].
+fn fields(family: &'static str) -> impl Iterator<Item = &'static str> {
+    counters::field_names(family).filter(|f| !NOT_READ.contains(f))
 }
 
-/// The /proc/meminfo fields hugelab reports (kB). MemFree and MemTotal are
-/// left out: on these VMs they follow vendor semantics (lazy init, page
-/// reporting) and do not add up (reference: this-machine-live-capabilities §5).
-const MEMINFO: [&str; 7] = [
-    "AnonPages",
-    "AnonHugePages",
-    "PageTables",
-    "HugePages_Total",
-    "HugePages_Free",
-    "HugePages_Rsvd",
-    "HugePages_Surp",
-];
-
-/// Counters whose value is the pool's absolute size, not a change: hugetlb
-/// pools are set by the workload, so both sides start from the same value.
+/// Counters whose value is reported as read, not as a change: pools the
+/// workload sets itself, so both sides start from the same value.
 pub fn is_absolute(name: &str) -> bool {
-    name.starts_with("hugetlb.") || name.starts_with("meminfo.HugePages_")
+    counters::lookup(name).is_some_and(|c| c.field.reported == Reported::Absolute)
 }
-
-/// The mTHP stats of anonymous memory (the shmem ones are left out).
-const MTHP_STATS: [&str; 13] = [
-    "anon_fault_alloc",
-    "anon_fault_fallback",
-    "anon_fault_fallback_charge",
-    "anon_fault_declined",
-    "split",
-    "split_failed",
-    "split_deferred",
-    "nr_anon",
-    "nr_anon_partially_mapped",
-    "swpout",
-    "swpout_fallback",
-    "swpin",
-    "swpin_fallback",
-];
-
-const HUGETLB_FILES: [&str; 5] = [
-    "nr_hugepages",
-    "free_hugepages",
-    "resv_hugepages",
-    "surplus_hugepages",
-    "nr_overcommit_hugepages",
-];
 
 struct Source {
     path: PathBuf,
@@ -77,6 +43,8 @@ struct Source {
 
 /// Reads the system-wide counters again and again without allocating.
 pub struct SystemReader {
+    vmstat_fields: Vec<&'static str>,
+    meminfo_fields: Vec<&'static str>,
     vmstat: Vec<u8>,
     meminfo: Vec<u8>,
     /// One file, one counter: mthp stats, pages_collapsed, hugetlb pools.
@@ -89,7 +57,7 @@ impl SystemReader {
         let mut files = Vec::new();
         for kb in size_dirs(&thp) {
             let stats = thp.join(format!("hugepages-{kb}kB/stats"));
-            for stat in MTHP_STATS {
+            for stat in fields("mthp") {
                 let path = stats.join(stat);
                 if path.exists() && thp.join(format!("hugepages-{kb}kB/enabled")).exists() {
                     files.push(Source {
@@ -100,14 +68,16 @@ impl SystemReader {
                 }
             }
         }
-        files.push(Source {
-            path: thp.join("khugepaged/pages_collapsed"),
-            name: "khugepaged.pages_collapsed".into(),
-            buf: touched(64),
-        });
+        for f in fields("khugepaged") {
+            files.push(Source {
+                path: thp.join("khugepaged").join(f),
+                name: format!("khugepaged.{f}"),
+                buf: touched(64),
+            });
+        }
         let pools = Path::new(SYS_MM).join("hugepages");
         for kb in size_dirs(&pools) {
-            for f in HUGETLB_FILES {
+            for f in fields("hugetlb") {
                 files.push(Source {
                     path: pools.join(format!("hugepages-{kb}kB/{f}")),
                     name: format!("hugetlb.{kb}kB.{f}"),
@@ -116,6 +86,8 @@ impl SystemReader {
             }
         }
         SystemReader {
+            vmstat_fields: fields("vmstat").collect(),
+            meminfo_fields: fields("meminfo").collect(),
             vmstat: touched(64 << 10),
             meminfo: touched(16 << 10),
             files,
@@ -155,7 +127,7 @@ impl SystemReader {
         let mut c = Counters::new();
         for line in String::from_utf8_lossy(&self.vmstat).lines() {
             if let Some((name, v)) = line.split_once(' ') {
-                if vmstat_wanted(name) {
+                if self.vmstat_fields.contains(&name) {
                     c.insert(format!("vmstat.{name}"), number("/proc/vmstat", v)?);
                 }
             }
@@ -164,7 +136,7 @@ impl SystemReader {
             let Some((name, rest)) = line.split_once(':') else {
                 continue;
             };
-            if MEMINFO.contains(&name) {
+            if self.meminfo_fields.contains(&name) {
                 let v = rest.trim().trim_end_matches(" kB");
                 c.insert(format!("meminfo.{name}"), number("/proc/meminfo", v)?);
             }

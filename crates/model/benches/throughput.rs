@@ -64,7 +64,7 @@ fn touch_case(label: &str, settings: &str, rewrites: u32) {
     }
     let mapped_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
-    let counters = Backend::counters(&mut model).expect("counters");
+    let counters = Backend::read(&mut model).expect("counters").counters;
     let snapshot_ms = t.elapsed().as_secs_f64() * 1e3;
     assert!(counters.len() > 10);
     let footprint = model.footprint_bytes();

@@ -11,7 +11,7 @@ use crate::pgtable::MAX_PFN;
 use crate::vmstat::VmEvent;
 use crate::{counters, madvise, mprotect, Machine, Model, Task};
 use hugelab_workload::{
-    Advice, Arch, Backend, BackendError, Counters, KhugepagedKnob, MachineParam, Prot, Range,
+    Advice, Arch, Backend, BackendError, Errno, KhugepagedKnob, MachineParam, Prot, Range, Reading,
     SetValue, Stmt, StmtKind, Tunable,
 };
 
@@ -22,6 +22,15 @@ fn vm_prot(prot: Prot) -> u32 {
         Prot::ReadWrite => Vma::VM_READ | Vma::VM_WRITE,
         Prot::Read => Vma::VM_READ,
         Prot::None => 0,
+    }
+}
+
+/// The errno madvise(MADV_COLLAPSE) returns for a failed collapse.
+fn collapse_errno(e: crate::khugepaged::CollapseError) -> Errno {
+    use crate::khugepaged::CollapseError;
+    match e {
+        CollapseError::Inval => Errno::EINVAL,
+        CollapseError::NoMem => Errno::ENOMEM,
     }
 }
 
@@ -126,11 +135,12 @@ impl Model {
         let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
         let faults_before = machine.stat.event(VmEvent::PgFault);
         let pages = pin_user_pages(machine, &mut task.mm, start, end).map_err(|e| match e {
-            PinError::Efault => failed(
+            PinError::Efault => BackendError::errno(
                 stmt,
-                "pin failed: EFAULT, part of the range is unmapped or not writable",
+                Errno::EFAULT,
+                "pin: part of the range is unmapped or not writable",
             ),
-            PinError::Oom => failed(stmt, "pin failed: ENOMEM"),
+            PinError::Oom => BackendError::errno(stmt, Errno::ENOMEM, "pin"),
         })?;
         task.min_flt += machine.stat.event(VmEvent::PgFault) - faults_before;
         self.pins.push(Pin {
@@ -348,8 +358,11 @@ impl Backend for Model {
         Ok(())
     }
 
-    fn counters(&mut self) -> Result<Counters, BackendError> {
-        Ok(counters::collect(self))
+    fn read(&mut self) -> Result<Reading, BackendError> {
+        Ok(Reading {
+            counters: counters::collect(self),
+            unknown: Default::default(),
+        })
     }
 }
 
@@ -407,9 +420,10 @@ impl Model {
             StmtKind::Mprotect { proc, range, prot } => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 if !mprotect::do_mprotect(machine, &mut task.mm, start, end, vm_prot(*prot)) {
-                    return Err(failed(
+                    return Err(BackendError::errno(
                         stmt,
-                        "mprotect: ENOMEM, part of the range is not mapped",
+                        Errno::ENOMEM,
+                        "mprotect: part of the range is not mapped",
                     ));
                 }
             }
@@ -431,14 +445,15 @@ impl Model {
                     }
                     Advice::Free => return unsupported("madvise FREE"),
                     Advice::Collapse => {
-                        use crate::khugepaged::{madvise_collapse, CollapseError};
+                        use crate::khugepaged::madvise_collapse;
                         match madvise_collapse(machine, &mut task.mm, start, end) {
                             Ok(()) => true,
-                            Err(CollapseError::Inval) => {
-                                return Err(failed(stmt, "madvise failed: EINVAL"))
-                            }
-                            Err(CollapseError::NoMem) => {
-                                return Err(failed(stmt, "madvise failed: ENOMEM"))
+                            Err(e) => {
+                                return Err(BackendError::errno(
+                                    stmt,
+                                    collapse_errno(e),
+                                    "madvise(MADV_COLLAPSE) failed",
+                                ))
                             }
                         }
                     }
@@ -446,9 +461,10 @@ impl Model {
                     Advice::Cold => return unsupported("madvise COLD"),
                 };
                 if !covered {
-                    return Err(failed(
+                    return Err(BackendError::errno(
                         stmt,
-                        "madvise: ENOMEM, part of the range is not mapped",
+                        Errno::ENOMEM,
+                        "madvise: part of the range is not mapped",
                     ));
                 }
             }
@@ -489,7 +505,7 @@ impl Model {
                     self.tasks.values_mut().map(|t| &mut t.mm).collect();
                 crate::vmscan::drop_slab(&mut self.machine, &mut mms);
             }
-            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } => {
+            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {
                 unreachable!("run() handles snapshot and expect")
             }
         }

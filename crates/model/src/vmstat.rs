@@ -3,7 +3,9 @@
 //! Follows Linux 6.18 `include/linux/vm_event_item.h` (events), `mm/vmstat.c`
 //! (node stats shown in /proc/vmstat) and `mm/huge_memory.c` (per-size mTHP stats
 //! under hugepages-<size>kB/stats/). Only what the model drives is here: a
-//! counter the model does not maintain is not reported at all.
+//! counter the model does not maintain is not reported at all (no memcg yet,
+//! so no `*_fallback_charge`). The names are the registry's
+//! (`hugelab_workload::counters`); a test checks every one is there.
 
 use crate::mm_types::HPAGE_PMD_ORDER;
 
@@ -13,7 +15,6 @@ pub enum VmEvent {
     PgFault,
     ThpFaultAlloc,
     ThpFaultFallback,
-    ThpFaultFallbackCharge,
     ThpSplitPmd,
     ThpDeferredSplitPage,
     ThpZeroPageAlloc,
@@ -28,11 +29,10 @@ pub enum VmEvent {
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 15] = [
+    pub const ALL: [VmEvent; 14] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
-        VmEvent::ThpFaultFallbackCharge,
         VmEvent::ThpSplitPmd,
         VmEvent::ThpDeferredSplitPage,
         VmEvent::ThpZeroPageAlloc,
@@ -51,7 +51,6 @@ impl VmEvent {
             VmEvent::PgFault => "pgfault",
             VmEvent::ThpFaultAlloc => "thp_fault_alloc",
             VmEvent::ThpFaultFallback => "thp_fault_fallback",
-            VmEvent::ThpFaultFallbackCharge => "thp_fault_fallback_charge",
             VmEvent::ThpSplitPmd => "thp_split_pmd",
             VmEvent::ThpDeferredSplitPage => "thp_deferred_split_page",
             VmEvent::ThpZeroPageAlloc => "thp_zero_page_alloc",
@@ -72,7 +71,6 @@ impl VmEvent {
 pub enum MthpStat {
     AnonFaultAlloc,
     AnonFaultFallback,
-    AnonFaultFallbackCharge,
     SplitDeferred,
     Split,
     SplitFailed,
@@ -83,10 +81,9 @@ pub enum MthpStat {
 }
 
 impl MthpStat {
-    pub const ALL: [MthpStat; 8] = [
+    pub const ALL: [MthpStat; 7] = [
         MthpStat::AnonFaultAlloc,
         MthpStat::AnonFaultFallback,
-        MthpStat::AnonFaultFallbackCharge,
         MthpStat::SplitDeferred,
         MthpStat::Split,
         MthpStat::SplitFailed,
@@ -98,7 +95,6 @@ impl MthpStat {
         match self {
             MthpStat::AnonFaultAlloc => "anon_fault_alloc",
             MthpStat::AnonFaultFallback => "anon_fault_fallback",
-            MthpStat::AnonFaultFallbackCharge => "anon_fault_fallback_charge",
             MthpStat::SplitDeferred => "split_deferred",
             MthpStat::Split => "split",
             MthpStat::SplitFailed => "split_failed",
@@ -150,5 +146,23 @@ impl VmStat {
 
     pub fn mthp_stat(&self, order: u32, item: MthpStat) -> i64 {
         self.mthp[order as usize][item as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::size_name;
+    use hugelab_workload::counters::lookup;
+
+    #[test]
+    fn every_name_is_in_the_registry() {
+        for e in VmEvent::ALL {
+            assert!(lookup(&format!("vmstat.{}", e.name())).is_some(), "{e:?}");
+        }
+        for s in MthpStat::ALL {
+            let name = format!("mthp.{}.{}", size_name(4), s.name());
+            assert!(lookup(&name).is_some(), "{name}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! Every statement keeps the line and column it came from, so a backend that
 //! refuses or fails a statement can point at it (`buf.hlw:7:12: ...`).
 
+pub use crate::errno::Errno;
 use std::fmt;
 
 /// A whole workload: its statements in file order.
@@ -294,6 +295,10 @@ pub enum StmtKind {
         op: CmpOp,
         value: u64,
     },
+    /// `expect errno == <ERRNO>|0`: the outcome of the statement before it.
+    ExpectErrno {
+        errno: Errno,
+    },
 }
 
 impl StmtKind {
@@ -319,7 +324,7 @@ impl StmtKind {
             StmtKind::Khugepaged => "khugepaged",
             StmtKind::Reclaim => "reclaim",
             StmtKind::Snapshot { .. } => "snapshot",
-            StmtKind::Expect { .. } => "expect",
+            StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => "expect",
         }
     }
 }

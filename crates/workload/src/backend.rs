@@ -5,18 +5,23 @@
 //! and checking `expect` lines. `run`, `diff`, `compare` and the tests are all
 //! consumers of the same [`Observation`], so a backend never formats output.
 
-use crate::ast::{Pos, Stmt, StmtKind, Workload};
-use crate::observation::{Counters, ExpectOutcome, Observation, Snapshot};
-use std::collections::BTreeMap;
+use crate::ast::{Errno, Pos, Stmt, StmtKind, Workload};
+use crate::observation::{ExpectOutcome, FailedCall, Observation, Reading, Snapshot};
 use std::fmt;
 
 /// Why a backend could not execute a statement.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum BackendErrorKind {
-    /// The statement is valid but this backend does not (yet) execute it.
+    /// The statement is valid but this backend does not (yet) execute it:
+    /// the run stops.
     Unsupported,
-    /// The statement failed on this machine (ENOMEM, EINVAL, out of memory...).
+    /// The machine could not run the statement at all (an agent died, a
+    /// kernel file could not be read, a process touched memory it has not
+    /// mapped): the run stops.
     Failed,
+    /// The system call the statement stands for returned this errno, as a
+    /// program would see it: the run goes on, and `expect errno` can check it.
+    Errno(Errno),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +47,16 @@ impl BackendError {
             message: message.into(),
         }
     }
+
+    /// The statement's system call failed with `errno`; `message` says which
+    /// call, for people (`madvise(MADV_COLLAPSE) failed: EAGAIN`).
+    pub fn errno(stmt: &Stmt, errno: Errno, message: impl fmt::Display) -> Self {
+        BackendError {
+            pos: stmt.pos,
+            kind: BackendErrorKind::Errno(errno),
+            message: format!("{message}: {errno}"),
+        }
+    }
 }
 
 /// An error of a whole run, carrying the workload's file name for `file:line:col`.
@@ -53,39 +68,67 @@ pub struct RunError {
 }
 
 /// A machine that executes workload statements: the model or the real kernel.
+///
+/// [`run`] pushes statements in through [`Backend::execute`] and pulls one
+/// [`Reading`] after a statement when a `snapshot` or `expect` needs it; the
+/// reading is reused until the next statement executes, so a backend is read
+/// at most once per statement however many lines check it.
 pub trait Backend {
     /// Short name used in output and errors (`model`, `kernel`).
     fn name(&self) -> &str;
 
-    /// Executes one statement. Never called with `snapshot` or `expect`, which
-    /// [`run`] handles through [`Backend::counters`].
+    /// Executes one statement. Never called with `snapshot` or `expect`.
+    /// A failed system call is `Err` with [`BackendErrorKind::Errno`], after
+    /// the backend has accounted for whatever the call did before failing.
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError>;
 
-    /// Every counter this backend reports, as of now.
-    fn counters(&mut self) -> Result<Counters, BackendError>;
+    /// Every counter this backend reports as of now, and those it has but
+    /// cannot read reliably. Names are the registry's ([`crate::counters`]).
+    fn read(&mut self) -> Result<Reading, BackendError>;
 
     /// Called once before the first statement, with the whole workload.
     fn prepare(&mut self, _workload: &Workload) -> Result<(), BackendError> {
         Ok(())
     }
+}
 
-    /// Counters this backend has but cannot read reliably right now, with the
-    /// reason; asked right after [`Backend::counters`]. None by default.
-    fn unknown(&mut self) -> BTreeMap<String, String> {
-        BTreeMap::new()
+/// The reading of now: the one taken since the last statement, or a new one.
+fn current<'r>(
+    backend: &mut dyn Backend,
+    reading: &'r mut Option<Reading>,
+) -> Result<&'r Reading, BackendError> {
+    if reading.is_none() {
+        let r = backend.read()?;
+        debug_assert!(
+            r.counters
+                .keys()
+                .chain(r.unknown.keys())
+                .all(|name| crate::counters::lookup(name).is_some()),
+            "{} reports a counter the registry does not describe: {:?}",
+            backend.name(),
+            r.counters
+                .keys()
+                .chain(r.unknown.keys())
+                .find(|name| crate::counters::lookup(name).is_none())
+        );
+        *reading = Some(r);
     }
+    Ok(reading.as_ref().expect("just set"))
 }
 
 /// Runs a workload to its end on `backend`. Snapshots are taken at every
 /// `snapshot` statement and at the end (label `end`); `expect` lines are
-/// evaluated against the counters at their place. A failed expectation does
-/// not stop the run; a statement the backend cannot execute does.
+/// evaluated against the counters at their place, `expect errno` against the
+/// outcome of the statement before it. A failed expectation or a failed
+/// system call does not stop the run; a statement the backend cannot execute
+/// does.
 pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation, RunError> {
     let mut obs = Observation {
         backend: backend.name().to_string(),
         workload: workload.file.clone(),
         snapshots: Vec::new(),
         expects: Vec::new(),
+        failed_calls: Vec::new(),
     };
     let wrap = |error| RunError {
         file: workload.file.clone(),
@@ -93,37 +136,61 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
     };
     backend.prepare(workload).map_err(wrap)?;
     let mut end = Pos::default();
+    let mut reading: Option<Reading> = None;
+    let mut errno = Errno::OK;
     for stmt in &workload.stmts {
         end = stmt.pos;
         match &stmt.kind {
             StmtKind::Snapshot { label } => {
-                let counters = backend.counters().map_err(wrap)?;
+                let r = current(backend, &mut reading).map_err(wrap)?;
                 obs.snapshots.push(Snapshot {
                     label: label.clone(),
                     line: Some(stmt.pos.line),
-                    counters,
-                    unknown: backend.unknown(),
+                    counters: r.counters.clone(),
+                    unknown: r.unknown.clone(),
                 });
             }
             StmtKind::Expect { counter, op, value } => {
-                let counters = backend.counters().map_err(wrap)?;
-                let unknown = backend.unknown();
-                obs.expects.push(ExpectOutcome::evaluate(
-                    stmt.pos, counter, *op, *value, &counters, &unknown,
-                ));
+                let r = current(backend, &mut reading).map_err(wrap)?;
+                obs.expects
+                    .push(ExpectOutcome::evaluate(stmt.pos, counter, *op, *value, r));
             }
-            _ => backend.execute(stmt).map_err(wrap)?,
+            StmtKind::ExpectErrno { errno: expected } => {
+                obs.expects
+                    .push(ExpectOutcome::evaluate_errno(stmt.pos, *expected, errno));
+            }
+            _ => {
+                reading = None;
+                errno = match backend.execute(stmt) {
+                    Ok(()) => Errno::OK,
+                    Err(BackendError {
+                        kind: BackendErrorKind::Errno(e),
+                        message,
+                        ..
+                    }) => {
+                        obs.failed_calls.push(FailedCall {
+                            line: stmt.pos.line,
+                            col: stmt.pos.col,
+                            statement: stmt.kind.to_string(),
+                            errno: e,
+                            message,
+                        });
+                        e
+                    }
+                    Err(e) => return Err(wrap(e)),
+                };
+            }
         }
     }
-    let counters = backend.counters().map_err(|mut e| {
+    let r = current(backend, &mut reading).map_err(|mut e| {
         e.pos = end;
         wrap(e)
     })?;
     obs.snapshots.push(Snapshot {
         label: "end".to_string(),
         line: None,
-        counters,
-        unknown: backend.unknown(),
+        counters: r.counters.clone(),
+        unknown: r.unknown.clone(),
     });
     Ok(obs)
 }

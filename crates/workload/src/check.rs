@@ -56,6 +56,7 @@ pub(crate) enum Part {
     Align,
     Step,
     Label,
+    Counter,
     MachineKey(&'static str),
 }
 
@@ -106,6 +107,9 @@ pub(crate) struct Checker {
     cgroups: BTreeMap<Name, u32>,
     procs: BTreeMap<Name, Process>,
     snapshots: BTreeMap<Name, u32>,
+    /// The line of the last statement that runs something, which
+    /// `expect errno` checks.
+    last_call: Option<u32>,
 }
 
 /// Up to a few names, for "it has buf, heap" style hints.
@@ -130,6 +134,7 @@ impl Checker {
             cgroups: BTreeMap::new(),
             procs: BTreeMap::new(),
             snapshots: BTreeMap::new(),
+            last_call: None,
         }
     }
 
@@ -263,6 +268,48 @@ impl Checker {
         Ok((off, end))
     }
 
+    /// A counter name the registry describes, whose process, region and
+    /// cgroup parts name ones the workload has.
+    fn counter(&self, name: &str) -> Result<(), Issue> {
+        let Some(c) = crate::counters::lookup(name) else {
+            return Err(issue(
+                Part::Counter,
+                crate::counters::unknown_counter_message(name),
+            ));
+        };
+        if let Some(proc) = c.proc {
+            let Some(p) = self.procs.get(proc) else {
+                return Err(issue(
+                    Part::Counter,
+                    format!(
+                        "counter '{name}' names process {}, which no statement before it spawns or forks",
+                        quote(proc)
+                    ),
+                ));
+            };
+            if let Some(region) = c.region.filter(|r| !p.regions.contains_key(*r)) {
+                return Err(issue(
+                    Part::Counter,
+                    format!(
+                        "counter '{name}' names region {} of {}, which has no such region here",
+                        quote(region),
+                        quote(proc)
+                    ),
+                ));
+            }
+        }
+        if let Some(cg) = c.cgroup.filter(|cg| !self.cgroups.contains_key(*cg)) {
+            return Err(issue(
+                Part::Counter,
+                format!(
+                    "counter '{name}' names cgroup {}, which no statement before it creates",
+                    quote(cg)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks one statement against everything before it, then records its effect.
     pub(crate) fn stmt(&mut self, stmt: &Stmt) -> Result<(), Issue> {
         let line = stmt.pos.line;
@@ -273,6 +320,13 @@ impl Checker {
                     self.started = Some((line, other.keyword()));
                 }
             }
+        }
+        let checks = matches!(
+            stmt.kind,
+            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. }
+        );
+        if !checks {
+            self.last_call = Some(line);
         }
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
@@ -492,6 +546,14 @@ impl Checker {
             StmtKind::Expect { counter, .. } => {
                 if !valid_counter(counter) {
                     return Err(stmt_issue(format!("bad counter name {}", quote(counter))));
+                }
+                self.counter(counter)?;
+            }
+            StmtKind::ExpectErrno { .. } => {
+                if self.last_call.is_none() {
+                    return Err(stmt_issue(
+                        "expect errno checks the statement before it, and there is none",
+                    ));
                 }
             }
         }

@@ -4,6 +4,8 @@
 pub mod ast;
 pub mod backend;
 pub mod check;
+pub mod counters;
+pub mod errno;
 pub mod observation;
 pub mod parse;
 pub mod placement;
@@ -11,5 +13,6 @@ pub mod print;
 
 pub use ast::*;
 pub use backend::{run, Backend, BackendError, BackendErrorKind, RunError};
-pub use observation::{counter_kind, CounterKind, Counters, ExpectOutcome, Observation, Snapshot};
+pub use counters::{counter_kind, CounterKind};
+pub use observation::{Counters, ExpectOutcome, FailedCall, Observation, Reading, Snapshot, ERRNO};
 pub use parse::{parse, parse_file, ParseError, SizeError};

@@ -1,48 +1,16 @@
 //! The observation schema: what a backend reports and where.
 //!
-//! Counter names mirror the kernel files they are read from (DESIGN.md, table
-//! "Counter names"): `vmstat.<name>`, `mthp.<size>.<stat>`, `meminfo.<field>`,
-//! `smaps.<proc>.<field>`, `smaps.<proc>.<region>.<field>`,
-//! `folios.<proc>.<region>.<size>[.pmd|.pte]`, `hugetlb.<size>.<file>`,
-//! `memcg.<cg>.<file>`, `stat.<proc>.minflt` (the faults the process's
-//! accesses took, /proc/PID/stat) and `khugepaged.pages_collapsed`. Event counters are deltas since the workload started;
-//! gauges are absolute. A backend reports every counter it models; a counter it
-//! does not model is absent, never zero.
+//! Counter names, kinds and units are those of the registry
+//! ([`crate::counters`]). A backend reports every counter it models; a counter
+//! it does not model is absent, never zero. A statement whose system call
+//! failed is listed with its errno in [`Observation::failed_calls`].
 
-use crate::ast::{CmpOp, Pos};
+use crate::ast::{CmpOp, Errno, Pos};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// Counter name → value, sorted by name so that output is deterministic.
 pub type Counters = BTreeMap<String, i64>;
-
-/// Whether a counter counts events (reported as a delta over the workload) or
-/// is a gauge (reported as its current value).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CounterKind {
-    Event,
-    Gauge,
-}
-
-/// The kind of a counter, from its name. Events are the kernel's event counters
-/// (`thp_*`, `pgfault`, per-size `anon_fault_*`, `split*`, `swp*`); everything
-/// else (nr_*, meminfo, smaps, folios, pools) is a gauge.
-pub fn counter_kind(name: &str) -> CounterKind {
-    let leaf = name.rsplit('.').next().unwrap_or(name);
-    let event = match name.split('.').next() {
-        Some("vmstat") => !leaf.starts_with("nr_"),
-        Some("mthp") => !leaf.starts_with("nr_"),
-        // /proc/PID/stat minflt and khugepaged's pages_collapsed.
-        Some("stat") | Some("khugepaged") => true,
-        _ => false,
-    };
-    if event {
-        CounterKind::Event
-    } else {
-        CounterKind::Gauge
-    }
-}
 
 /// The counters at one point of the workload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -56,6 +24,28 @@ pub struct Snapshot {
     /// They are absent from `counters`: unknown is not a number.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub unknown: BTreeMap<String, String>,
+}
+
+/// The counters of a backend at one point, with those it has but could not
+/// read reliably there. Taken once after a statement and used for every
+/// `snapshot` and `expect` until the next statement runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reading {
+    pub counters: Counters,
+    /// Counter → why it is unknown. Never also in `counters`.
+    pub unknown: BTreeMap<String, String>,
+}
+
+/// A statement whose system call failed: the workload went on after it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailedCall {
+    pub line: u32,
+    pub col: u32,
+    /// The statement as written (canonical form).
+    pub statement: String,
+    pub errno: Errno,
+    /// What the backend said about it.
+    pub message: String,
 }
 
 /// The outcome of one `expect` statement.
@@ -76,16 +66,9 @@ pub struct ExpectOutcome {
 }
 
 impl ExpectOutcome {
-    pub fn evaluate(
-        pos: Pos,
-        counter: &str,
-        op: CmpOp,
-        expected: u64,
-        counters: &Counters,
-        unknown: &BTreeMap<String, String>,
-    ) -> Self {
+    pub fn evaluate(pos: Pos, counter: &str, op: CmpOp, expected: u64, reading: &Reading) -> Self {
         let expected = i64::try_from(expected).unwrap_or(i64::MAX);
-        let actual = counters.get(counter).copied();
+        let actual = reading.counters.get(counter).copied();
         let passed = actual.is_some_and(|a| match op {
             CmpOp::Eq => a == expected,
             CmpOp::Le => a <= expected,
@@ -99,10 +82,36 @@ impl ExpectOutcome {
             expected,
             actual,
             passed,
-            unknown: unknown.get(counter).cloned(),
+            unknown: reading.unknown.get(counter).cloned(),
+        }
+    }
+
+    /// `expect errno == E` against the errno of the statement before it.
+    pub fn evaluate_errno(pos: Pos, expected: Errno, actual: Errno) -> Self {
+        ExpectOutcome {
+            line: pos.line,
+            col: pos.col,
+            counter: ERRNO.to_string(),
+            op: CmpOp::Eq.symbol(),
+            expected: expected.0.into(),
+            actual: Some(actual.0.into()),
+            passed: expected == actual,
+            unknown: None,
+        }
+    }
+
+    /// A value of this expectation as people read it: errnos by name.
+    pub fn show(&self, v: i64) -> String {
+        if self.counter == ERRNO {
+            Errno(v as i32).name()
+        } else {
+            v.to_string()
         }
     }
 }
+
+/// The pseudo-counter of `expect errno`.
+pub const ERRNO: &str = "errno";
 
 impl CmpOp {
     pub fn symbol(self) -> &'static str {
@@ -121,6 +130,8 @@ pub struct Observation {
     pub workload: String,
     pub snapshots: Vec<Snapshot>,
     pub expects: Vec<ExpectOutcome>,
+    /// Statements whose system call failed, in order.
+    pub failed_calls: Vec<FailedCall>,
 }
 
 impl Observation {

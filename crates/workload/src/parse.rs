@@ -128,7 +128,7 @@ const USAGE_CGROUP: &str = "cgroup <cg> [memory.max=<size>]";
 const USAGE_SPAWN: &str = "spawn <proc> [cgroup=<cg>]";
 const USAGE_SPLIT: &str = "split <proc> <range>";
 const USAGE_SNAPSHOT: &str = "snapshot <label>";
-const USAGE_EXPECT: &str = "expect <counter> ==|<=|>= <value>";
+const USAGE_EXPECT: &str = "expect <counter> ==|<=|>= <value>, or expect errno == <ERRNO>|0";
 const USAGE_MMAP: &str =
     "<proc> mmap <region> <size> [align=<size>] [hugetlb=2M|1G] [shared] [prot=rw|r|none]";
 const USAGE_MUNMAP: &str = "<proc> munmap <range>";
@@ -629,6 +629,7 @@ fn parse_expect(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
             ),
         ));
     }
+    l.mark(Part::Counter, c.col);
     let o = l.arg(2, "comparison", USAGE_EXPECT)?;
     let op = match o.text {
         "==" => CmpOp::Eq,
@@ -645,6 +646,24 @@ fn parse_expect(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
         }
     };
     let v = l.arg(3, "value", USAGE_EXPECT)?;
+    if c.text == "errno" {
+        if op != CmpOp::Eq {
+            return Err(l.err(o.col, "an errno is compared with == only"));
+        }
+        let errno = Errno::from_name(v.text).ok_or_else(|| {
+            let names: Vec<&str> = Errno::known_names().collect();
+            l.err(
+                v.col,
+                format!(
+                    "unknown errno {}; expected 0 (success) or one of {}",
+                    quote(v.text),
+                    names.join(", ")
+                ),
+            )
+        })?;
+        l.no_more(4, USAGE_EXPECT)?;
+        return Ok(StmtKind::ExpectErrno { errno });
+    }
     let value = parse_uint(v.text).map_err(|m| l.err(v.col, m))?;
     l.no_more(4, USAGE_EXPECT)?;
     Ok(StmtKind::Expect {

@@ -274,6 +274,7 @@ impl fmt::Display for StmtKind {
             StmtKind::Reclaim => f.write_str("reclaim"),
             StmtKind::Snapshot { label } => write!(f, "snapshot {label}"),
             StmtKind::Expect { counter, op, value } => write!(f, "expect {counter} {op} {value}"),
+            StmtKind::ExpectErrno { errno } => write!(f, "expect errno == {errno}"),
         }
     }
 }

@@ -980,3 +980,81 @@ fn other_bad_input() {
     // The first error in file order wins, syntax or not.
     fails("a exit\nspawn 1\n", 1, 1, "unknown process 'a'");
 }
+
+#[test]
+fn unknown_counter_gets_the_nearest_name() {
+    fails(
+        "spawn a\nexpect vmstat.thp_faul_alloc == 0\n",
+        2,
+        8,
+        "unknown counter 'vmstat.thp_faul_alloc'; did you mean vmstat.thp_fault_alloc?",
+    );
+    fails(
+        &format!("{PRE}expect smaps.a.buf.anonhugepages == 0\n"),
+        3,
+        8,
+        "did you mean smaps.a.buf.AnonHugePages?",
+    );
+    fails(
+        "expect nothing.like.this == 0\n",
+        1,
+        8,
+        "unknown counter 'nothing.like.this'; counters are named vmstat.<field>, mthp.<size>.<stat>",
+    );
+}
+
+#[test]
+fn counter_naming_a_missing_process_region_or_cgroup() {
+    fails(
+        &format!("{PRE}expect smaps.b.Rss == 0\n"),
+        3,
+        8,
+        "counter 'smaps.b.Rss' names process 'b', which no statement before it spawns or forks",
+    );
+    fails(
+        &format!("{PRE}expect folios.a.heap.64kB == 0\n"),
+        3,
+        8,
+        "names region 'heap' of 'a', which has no such region here",
+    );
+    fails(
+        "expect memcg.g.memory.peak == 0\n",
+        1,
+        8,
+        "names cgroup 'g', which no statement before it creates",
+    );
+}
+
+#[test]
+fn expect_errno() {
+    let k = kinds(&format!(
+        "{PRE}a madvise buf COLLAPSE\nexpect errno == EAGAIN\nexpect errno == 0\n"
+    ));
+    assert_eq!(
+        k[k.len() - 2..],
+        [
+            StmtKind::ExpectErrno {
+                errno: Errno::EAGAIN
+            },
+            StmtKind::ExpectErrno { errno: Errno::OK }
+        ]
+    );
+    fails(
+        &format!("{PRE}expect errno == EWHAT\n"),
+        3,
+        17,
+        "unknown errno 'EWHAT'; expected 0 (success) or one of EPERM",
+    );
+    fails(
+        &format!("{PRE}expect errno >= EAGAIN\n"),
+        3,
+        14,
+        "an errno is compared with == only",
+    );
+    fails(
+        "expect errno == 0\n",
+        1,
+        1,
+        "expect errno checks the statement before it, and there is none",
+    );
+}

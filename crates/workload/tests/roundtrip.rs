@@ -300,16 +300,30 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
             16 => StmtKind::Snapshot {
                 label: format!("s{counter}"),
             },
+            _ if r.b % 5 == 0 && kinds.last().is_some_and(|k| !is_check(k)) => {
+                let names = ["0", "EAGAIN", "EINVAL", "ENOMEM", "EFAULT"];
+                StmtKind::ExpectErrno {
+                    errno: Errno::from_name(names[(r.a % names.len() as u64) as usize]).unwrap(),
+                }
+            }
             _ => {
-                let counters = [
-                    "vmstat.thp_fault_alloc",
-                    "mthp.64kB.anon_fault_alloc",
-                    "smaps.a.buf.Rss",
-                    "meminfo.MemFree",
-                    "x-y_z.9",
+                let mut counters = vec![
+                    "vmstat.thp_fault_alloc".to_string(),
+                    "mthp.64kB.anon_fault_alloc".to_string(),
+                    "meminfo.MemFree".to_string(),
                 ];
+                if let Some(&i) = pick(&with_regions, r.c) {
+                    let p = &procs[i];
+                    let region = &p.regions[(r.c % p.regions.len() as u64) as usize].0;
+                    counters.push(format!("smaps.{}.{region}.Rss", p.name));
+                    counters.push(format!("folios.{}.{region}.64kB.pte", p.name));
+                    counters.push(format!("stat.{}.minflt", p.name));
+                }
+                if let Some(cg) = pick(&cgroups, r.c) {
+                    counters.push(format!("memcg.{cg}.memory.peak"));
+                }
                 StmtKind::Expect {
-                    counter: counters[(r.a % counters.len() as u64) as usize].to_string(),
+                    counter: counters[(r.a % counters.len() as u64) as usize].clone(),
                     op: [CmpOp::Eq, CmpOp::Le, CmpOp::Ge][(r.b % 3) as usize],
                     value: r.c >> (r.a % 64),
                 }
@@ -548,4 +562,13 @@ proptest! {
         let text = mutate(&w.to_string(), &muts);
         reparse_is_stable(&text)?;
     }
+}
+
+/// `snapshot` and `expect` lines: `expect errno` checks the statement before
+/// the first of them.
+fn is_check(k: &StmtKind) -> bool {
+    matches!(
+        k,
+        StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. }
+    )
 }

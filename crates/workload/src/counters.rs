@@ -1,0 +1,634 @@
+//! The counter registry: every counter hugelab knows, in one place.
+//!
+//! A counter name is `<family>.<parts>`, with the family named after the
+//! kernel file it is read from and the last part the kernel's own spelling of
+//! the field, byte for byte (`vmstat.thp_fault_alloc`,
+//! `mthp.64kB.anon_fault_alloc`, `smaps.a.buf.AnonHugePages`). For each family
+//! the registry says which names exist, whether each counts events or is a
+//! gauge, its unit, how a backend reports it (the change since the workload
+//! started, or the absolute value) and where the kernel keeps it; for the
+//! counters that count attempts rather than outcomes, the bound `hugelab diff`
+//! compares them with and why.
+//!
+//! Everything that names a counter goes through here: the parser refuses an
+//! `expect` on a name no family describes (with the nearest known name), the
+//! kernel backend reads the fields listed here, the model reports only the
+//! counters it models (a subset), `diff` takes its bounds from here and
+//! `compare` its rows.
+
+use crate::check::valid_name;
+use serde::Serialize;
+
+/// Whether a counter counts events or measures a quantity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CounterKind {
+    /// Counts events (`thp_fault_alloc`, `pgfault`): always reported as the
+    /// number of events since the workload started.
+    Event,
+    /// A quantity (`nr_anon_pages`, `Rss`, `nr_hugepages`).
+    Gauge,
+}
+
+/// How a backend reports a counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reported {
+    /// The change since the workload started: every event counter, and the
+    /// system-wide gauges of memory the workload itself maps
+    /// (`nr_anon_pages`, `AnonPages`), since the rest of the machine is not
+    /// the workload's. The model's machine starts empty, so there it is the
+    /// absolute value.
+    SinceStart,
+    /// The value as read: per-process and per-cgroup gauges, and pools the
+    /// workload sets itself (hugetlb).
+    Absolute,
+}
+
+/// The unit of a counter's value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    /// Base pages (4 KiB on x86_64).
+    Pages,
+    /// Kibibytes, as /proc prints them.
+    Kb,
+    /// Events.
+    Count,
+    /// Folios (any size).
+    Folios,
+    /// Huge pages of the family's size (hugetlb pools, HugePages_*).
+    HugePages,
+}
+
+/// Which way the kernel may differ from the model on a counter that counts
+/// attempts or depends on state the workload does not control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BoundKind {
+    /// The kernel may count more than the model.
+    KernelAtLeastModel,
+    /// The kernel may count less than the model.
+    KernelAtMostModel,
+}
+
+/// The bound `hugelab diff` compares a counter with, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Bound {
+    pub kind: BoundKind,
+    pub why: &'static str,
+}
+
+/// One field of a family: the last part of a counter name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Field {
+    pub name: &'static str,
+    pub kind: CounterKind,
+    pub unit: Unit,
+    pub reported: Reported,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound: Option<Bound>,
+}
+
+/// A part of a counter name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Part {
+    /// The family name or another fixed word.
+    Lit(&'static str),
+    /// A process of the workload (`spawn`ed or `fork`ed).
+    Proc,
+    /// A region of that process.
+    Region,
+    /// A cgroup of the workload.
+    Cgroup,
+    /// A size as the kernel names its directories: `<n>kB`, n a power of two.
+    Size,
+    /// One of the family's fields.
+    Field,
+    /// One of a few fixed words.
+    Choice(&'static [&'static str]),
+}
+
+/// Which part of the machine a family describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// The whole machine: other processes move these counters too.
+    System,
+    /// One process of the workload.
+    Process,
+    /// One memory cgroup of the workload.
+    Cgroup,
+}
+
+/// A family of counters.
+#[derive(Debug, Serialize)]
+pub struct Family {
+    /// The first part of every name of the family.
+    pub name: &'static str,
+    /// The names' shape, for people (`mthp.<size>.<stat>`).
+    pub pattern: &'static str,
+    pub scope: Scope,
+    /// Where the kernel keeps the counters.
+    pub source: &'static str,
+    #[serde(skip)]
+    shapes: &'static [&'static [Part]],
+    pub fields: &'static [Field],
+}
+
+const fn event(name: &'static str) -> Field {
+    Field {
+        name,
+        kind: CounterKind::Event,
+        unit: Unit::Count,
+        reported: Reported::SinceStart,
+        bound: None,
+    }
+}
+
+const fn bounded(name: &'static str, kind: BoundKind, why: &'static str) -> Field {
+    Field {
+        bound: Some(Bound { kind, why }),
+        ..event(name)
+    }
+}
+
+/// A gauge of the whole machine: reported as its change since the start.
+const fn system_gauge(name: &'static str, unit: Unit) -> Field {
+    Field {
+        name,
+        kind: CounterKind::Gauge,
+        unit,
+        reported: Reported::SinceStart,
+        bound: None,
+    }
+}
+
+const fn absolute(name: &'static str, unit: Unit) -> Field {
+    Field {
+        name,
+        kind: CounterKind::Gauge,
+        unit,
+        reported: Reported::Absolute,
+        bound: None,
+    }
+}
+
+const SPLIT_ATTEMPTS: &str = "counts split attempts, and drop_caches retries the deferred-split shrinker a varying number of times";
+const KHUGEPAGED_PASSES: &str = "khugepaged counts a range that fails its checks once per pass, and the kernel backend lets it make at least two full passes where the model makes one";
+const HUGE_ZERO_FOLIO: &str = "the huge zero folio may already exist on the machine (it lives until a shrinker frees it), so the kernel allocates it at most as often as the model";
+
+use BoundKind::{KernelAtLeastModel, KernelAtMostModel};
+
+/// /proc/vmstat: `include/linux/vm_event_item.h` (events) and the node and
+/// zone stats of `mm/vmstat.c` that concern anonymous memory, page tables,
+/// memmap and free memory.
+const VMSTAT: &[Field] = &[
+    event("pgfault"),
+    event("pgdeactivate"),
+    event("pglazyfree"),
+    event("pglazyfreed"),
+    event("oom_kill"),
+    event("thp_migration_success"),
+    event("thp_migration_fail"),
+    event("thp_migration_split"),
+    event("thp_fault_alloc"),
+    event("thp_fault_fallback"),
+    event("thp_fault_fallback_charge"),
+    event("thp_collapse_alloc"),
+    event("thp_collapse_alloc_failed"),
+    event("thp_file_alloc"),
+    event("thp_file_fallback"),
+    event("thp_file_fallback_charge"),
+    event("thp_file_mapped"),
+    event("thp_split_page"),
+    bounded("thp_split_page_failed", KernelAtLeastModel, SPLIT_ATTEMPTS),
+    event("thp_deferred_split_page"),
+    event("thp_underused_split_page"),
+    event("thp_split_pmd"),
+    bounded(
+        "thp_scan_exceed_none_pte",
+        KernelAtLeastModel,
+        KHUGEPAGED_PASSES,
+    ),
+    event("thp_scan_exceed_swap_pte"),
+    bounded(
+        "thp_scan_exceed_share_pte",
+        KernelAtLeastModel,
+        KHUGEPAGED_PASSES,
+    ),
+    event("thp_split_pud"),
+    bounded("thp_zero_page_alloc", KernelAtMostModel, HUGE_ZERO_FOLIO),
+    event("thp_zero_page_alloc_failed"),
+    event("thp_swpout"),
+    event("thp_swpout_fallback"),
+    system_gauge("nr_free_pages", Unit::Pages),
+    system_gauge("nr_anon_pages", Unit::Pages),
+    // NR_ANON_THPS / HPAGE_PMD_NR: PMD-sized THPs, not pages.
+    system_gauge("nr_anon_transparent_hugepages", Unit::Folios),
+    system_gauge("nr_page_table_pages", Unit::Pages),
+    system_gauge("nr_memmap_pages", Unit::Pages),
+    system_gauge("nr_memmap_boot_pages", Unit::Pages),
+];
+
+/// hugepages-<size>/stats/: `enum mthp_stat_item` in include/linux/huge_mm.h.
+const MTHP: &[Field] = &[
+    event("anon_fault_alloc"),
+    event("anon_fault_fallback"),
+    event("anon_fault_fallback_charge"),
+    // A vendor counter of some builds of these VMs (anon_beside_full).
+    event("anon_fault_declined"),
+    event("zswpout"),
+    event("swpin"),
+    event("swpin_fallback"),
+    event("swpin_fallback_charge"),
+    event("swpout"),
+    event("swpout_fallback"),
+    event("shmem_alloc"),
+    event("shmem_fallback"),
+    event("shmem_fallback_charge"),
+    event("split"),
+    bounded("split_failed", KernelAtLeastModel, SPLIT_ATTEMPTS),
+    event("split_deferred"),
+    system_gauge("nr_anon", Unit::Folios),
+    system_gauge("nr_anon_partially_mapped", Unit::Folios),
+];
+
+/// /proc/meminfo (`fs/proc/meminfo.c`, `hugetlb_report_meminfo`).
+const MEMINFO: &[Field] = &[
+    absolute("MemTotal", Unit::Kb),
+    system_gauge("MemFree", Unit::Kb),
+    system_gauge("AnonPages", Unit::Kb),
+    system_gauge("AnonHugePages", Unit::Kb),
+    system_gauge("PageTables", Unit::Kb),
+    absolute("HugePages_Total", Unit::HugePages),
+    absolute("HugePages_Free", Unit::HugePages),
+    absolute("HugePages_Rsvd", Unit::HugePages),
+    absolute("HugePages_Surp", Unit::HugePages),
+    absolute("Hugepagesize", Unit::Kb),
+    absolute("Hugetlb", Unit::Kb),
+];
+
+/// /proc/PID/smaps fields (`fs/proc/task_mmu.c` `__show_smap`), in kB.
+const SMAPS: &[Field] = &[
+    absolute("Rss", Unit::Kb),
+    absolute("Pss", Unit::Kb),
+    absolute("Shared_Clean", Unit::Kb),
+    absolute("Shared_Dirty", Unit::Kb),
+    absolute("Private_Clean", Unit::Kb),
+    absolute("Private_Dirty", Unit::Kb),
+    absolute("Anonymous", Unit::Kb),
+    absolute("LazyFree", Unit::Kb),
+    absolute("AnonHugePages", Unit::Kb),
+    absolute("Shared_Hugetlb", Unit::Kb),
+    absolute("Private_Hugetlb", Unit::Kb),
+];
+
+/// The folios of a region, counted from pagemap and kpageflags.
+const FOLIOS: &[Field] = &[absolute("folios", Unit::Folios)];
+
+/// /proc/PID/stat field 10, counted over the workload's own accesses.
+const STAT: &[Field] = &[event("minflt")];
+
+const KHUGEPAGED: &[Field] = &[event("pages_collapsed"), event("full_scans")];
+
+/// hugepages/hugepages-<size>/ (`mm/hugetlb_sysfs.c`).
+const HUGETLB: &[Field] = &[
+    absolute("nr_hugepages", Unit::HugePages),
+    absolute("free_hugepages", Unit::HugePages),
+    absolute("resv_hugepages", Unit::HugePages),
+    absolute("surplus_hugepages", Unit::HugePages),
+    absolute("nr_overcommit_hugepages", Unit::HugePages),
+];
+
+/// memory.<file> of the cgroup (v2 names; v1's usage_in_bytes and
+/// max_usage_in_bytes are read as current and peak), in kB.
+const MEMCG: &[Field] = &[
+    absolute("current", Unit::Kb),
+    absolute("peak", Unit::Kb),
+    absolute("max", Unit::Kb),
+];
+
+use Part::{Choice, Field as F, Lit, Proc, Region, Size};
+
+/// Every family, in the order documentation lists them.
+pub static FAMILIES: &[Family] = &[
+    Family {
+        name: "vmstat",
+        pattern: "vmstat.<field>",
+        scope: Scope::System,
+        source: "/proc/vmstat",
+        shapes: &[&[Lit("vmstat"), F]],
+        fields: VMSTAT,
+    },
+    Family {
+        name: "mthp",
+        pattern: "mthp.<size>.<stat>",
+        scope: Scope::System,
+        source: "/sys/kernel/mm/transparent_hugepage/hugepages-<size>/stats/<stat>",
+        shapes: &[&[Lit("mthp"), Size, F]],
+        fields: MTHP,
+    },
+    Family {
+        name: "meminfo",
+        pattern: "meminfo.<field>",
+        scope: Scope::System,
+        source: "/proc/meminfo",
+        shapes: &[&[Lit("meminfo"), F]],
+        fields: MEMINFO,
+    },
+    Family {
+        name: "smaps",
+        pattern: "smaps.<proc>[.<region>].<field>",
+        scope: Scope::Process,
+        source: "/proc/PID/smaps, summed over the process's regions or one region's VMAs",
+        shapes: &[&[Lit("smaps"), Proc, F], &[Lit("smaps"), Proc, Region, F]],
+        fields: SMAPS,
+    },
+    Family {
+        name: "folios",
+        pattern: "folios.<proc>.<region>.<size>[.pte|.pmd]",
+        scope: Scope::Process,
+        source: "/proc/PID/pagemap (PAGEMAP_SCAN) and /proc/kpageflags: folios of <size> mapped in the region, all of them or those mapped by PTEs or by a PMD",
+        shapes: &[
+            &[Lit("folios"), Proc, Region, Size],
+            &[Lit("folios"), Proc, Region, Size, Choice(&["pte", "pmd"])],
+        ],
+        fields: FOLIOS,
+    },
+    Family {
+        name: "stat",
+        pattern: "stat.<proc>.minflt",
+        scope: Scope::Process,
+        source: "/proc/PID/stat field 10 (minflt), over the workload's accesses",
+        shapes: &[&[Lit("stat"), Proc, F]],
+        fields: STAT,
+    },
+    Family {
+        name: "khugepaged",
+        pattern: "khugepaged.<field>",
+        scope: Scope::System,
+        source: "/sys/kernel/mm/transparent_hugepage/khugepaged/<field>",
+        shapes: &[&[Lit("khugepaged"), F]],
+        fields: KHUGEPAGED,
+    },
+    Family {
+        name: "hugetlb",
+        pattern: "hugetlb.<size>.<file>",
+        scope: Scope::System,
+        source: "/sys/kernel/mm/hugepages/hugepages-<size>/<file>",
+        shapes: &[&[Lit("hugetlb"), Size, F]],
+        fields: HUGETLB,
+    },
+    Family {
+        name: "memcg",
+        pattern: "memcg.<cg>.memory.<file>",
+        scope: Scope::Cgroup,
+        source: "memory.<file> of the cgroup (v2), or its v1 equivalent",
+        shapes: &[&[Lit("memcg"), Part::Cgroup, Lit("memory"), F]],
+        fields: MEMCG,
+    },
+];
+
+/// A counter name resolved against the registry.
+#[derive(Clone, Copy, Debug)]
+pub struct Counter<'a> {
+    pub family: &'static Family,
+    pub field: &'static Field,
+    pub proc: Option<&'a str>,
+    pub region: Option<&'a str>,
+    pub cgroup: Option<&'a str>,
+    pub size_kb: Option<u64>,
+}
+
+/// `<n>kB` with n a power of two.
+fn size_kb(s: &str) -> Option<u64> {
+    let n: u64 = s.strip_suffix("kB")?.parse().ok()?;
+    (n.is_power_of_two() && !s.starts_with('0')).then_some(n)
+}
+
+/// The registry entry of `name`, if a family describes it.
+pub fn lookup(name: &str) -> Option<Counter<'_>> {
+    let parts: Vec<&str> = name.split('.').collect();
+    FAMILIES.iter().find_map(|family| {
+        family
+            .shapes
+            .iter()
+            .find_map(|shape| match_shape(family, shape, &parts))
+    })
+}
+
+fn match_shape<'a>(
+    family: &'static Family,
+    shape: &[Part],
+    parts: &[&'a str],
+) -> Option<Counter<'a>> {
+    if parts.len() != shape.len() {
+        return None;
+    }
+    let mut c = Counter {
+        family,
+        field: &family.fields[0],
+        proc: None,
+        region: None,
+        cgroup: None,
+        size_kb: None,
+    };
+    for (part, text) in shape.iter().zip(parts) {
+        match part {
+            Lit(l) if l == text => {}
+            Proc if valid_name(text) => c.proc = Some(text),
+            Region if valid_name(text) => c.region = Some(text),
+            Part::Cgroup if valid_name(text) => c.cgroup = Some(text),
+            Size => c.size_kb = Some(size_kb(text)?),
+            Choice(words) if words.contains(text) => {}
+            F => c.field = family.fields.iter().find(|f| f.name == *text)?,
+            _ => return None,
+        }
+    }
+    Some(c)
+}
+
+/// Why a name is not a counter, with the nearest known name when there is
+/// one close enough to be the one meant.
+pub fn unknown_counter_message(name: &str) -> String {
+    match suggest(name) {
+        Some(s) => format!("unknown counter '{name}'; did you mean {s}?"),
+        None => {
+            let families: Vec<&str> = FAMILIES.iter().map(|f| f.pattern).collect();
+            format!(
+                "unknown counter '{name}'; counters are named {}",
+                families.join(", ")
+            )
+        }
+    }
+}
+
+/// Edit distance, case differences counting half (rounded up).
+fn distance(a: &str, b: &str) -> usize {
+    let exact = strsim::levenshtein(a, b);
+    let folded = strsim::levenshtein(&a.to_lowercase(), &b.to_lowercase());
+    exact.min(folded + (exact - folded).div_ceil(2).min(1))
+}
+
+/// The nearest name a family describes: every fixed part and field replaced
+/// by the nearest allowed word, the process, region, cgroup and size parts
+/// kept as written.
+pub fn suggest(name: &str) -> Option<String> {
+    let parts: Vec<&str> = name.split('.').collect();
+    let mut best: Option<(usize, String)> = None;
+    for family in FAMILIES {
+        for shape in family.shapes {
+            let Some((cost, text)) = nearest_in_shape(family, shape, &parts) else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                best = Some((cost, text));
+            }
+        }
+    }
+    // A typo, not another name: at most a third of the name changed.
+    best.filter(|(cost, _)| *cost > 0 && *cost <= (name.len() / 3).max(2))
+        .map(|(_, text)| text)
+}
+
+fn nearest_word<'w>(text: &str, words: impl Iterator<Item = &'w str>) -> (usize, &'w str) {
+    words
+        .map(|w| (distance(text, w), w))
+        .min_by_key(|(d, _)| *d)
+        .unwrap_or((usize::MAX / 4, ""))
+}
+
+fn nearest_in_shape(family: &Family, shape: &[Part], parts: &[&str]) -> Option<(usize, String)> {
+    if parts.len() != shape.len() {
+        return None;
+    }
+    let mut cost = 0;
+    let mut out = Vec::new();
+    for (part, &text) in shape.iter().zip(parts) {
+        let (c, word) = match part {
+            Lit(l) => (distance(text, l), *l),
+            Choice(words) => nearest_word(text, words.iter().copied()),
+            F => nearest_word(text, family.fields.iter().map(|f| f.name)),
+            Size if size_kb(text).is_some() => (0, text),
+            Size => return None,
+            Proc | Region | Part::Cgroup if valid_name(text) => (0, text),
+            Proc | Region | Part::Cgroup => return None,
+        };
+        cost += c;
+        out.push(word.to_string());
+    }
+    Some((cost, out.join(".")))
+}
+
+/// The bound `diff` applies to `name`, if it counts attempts.
+pub fn bound(name: &str) -> Option<Bound> {
+    lookup(name)?.field.bound
+}
+
+/// The kind of a counter; `None` for a name no family describes.
+pub fn counter_kind(name: &str) -> Option<CounterKind> {
+    lookup(name).map(|c| c.field.kind)
+}
+
+/// The names of a family's fields, for readers that list what to read.
+pub fn field_names(family: &'static str) -> impl Iterator<Item = &'static str> {
+    FAMILIES
+        .iter()
+        .filter(move |f| f.name == family)
+        .flat_map(|f| f.fields.iter().map(|field| field.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shape_of_every_family_resolves() {
+        for name in [
+            "vmstat.thp_fault_alloc",
+            "vmstat.nr_anon_pages",
+            "mthp.64kB.anon_fault_alloc",
+            "mthp.2048kB.nr_anon",
+            "meminfo.AnonHugePages",
+            "smaps.a.Rss",
+            "smaps.a.buf.AnonHugePages",
+            "folios.a.buf.64kB",
+            "folios.a.buf.2048kB.pmd",
+            "folios.a.buf-2.4kB.pte",
+            "stat.child_1.minflt",
+            "khugepaged.pages_collapsed",
+            "hugetlb.2048kB.nr_hugepages",
+            "memcg.cg1.memory.peak",
+        ] {
+            assert!(lookup(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn names_no_family_describes_are_refused() {
+        for name in [
+            "vmstat.thp_faul_alloc",
+            "vmstat",
+            "mthp.60kB.anon_fault_alloc",
+            "mthp.64K.anon_fault_alloc",
+            "smaps.a.b.c.Rss",
+            "folios.a.buf.64kB.pud",
+            "memcg.cg1.peak",
+            "errno",
+        ] {
+            assert!(lookup(name).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn kinds_units_and_bounds() {
+        let c = lookup("vmstat.pgfault").unwrap();
+        assert_eq!(
+            (c.field.kind, c.field.unit),
+            (CounterKind::Event, Unit::Count)
+        );
+        let c = lookup("smaps.p.r.Pss").unwrap();
+        assert_eq!((c.proc, c.region), (Some("p"), Some("r")));
+        assert_eq!(c.field.reported, Reported::Absolute);
+        let c = lookup("mthp.16kB.split_failed").unwrap();
+        assert_eq!(c.size_kb, Some(16));
+        assert_eq!(c.field.bound.unwrap().kind, KernelAtLeastModel);
+        assert_eq!(c.family.scope, Scope::System);
+        assert_eq!(lookup("memcg.g.memory.current").unwrap().cgroup, Some("g"));
+    }
+
+    #[test]
+    fn typos_get_the_nearest_name() {
+        assert_eq!(
+            suggest("vmstat.thp_faul_alloc").as_deref(),
+            Some("vmstat.thp_fault_alloc")
+        );
+        assert_eq!(
+            suggest("smaps.a.buf.anonhugepages").as_deref(),
+            Some("smaps.a.buf.AnonHugePages")
+        );
+        assert_eq!(
+            suggest("mthp.64kB.anon_fault_aloc").as_deref(),
+            Some("mthp.64kB.anon_fault_alloc")
+        );
+        assert_eq!(suggest("vmsat.pgfault").as_deref(), Some("vmstat.pgfault"));
+        assert_eq!(
+            suggest("memcg.g.memory.peek").as_deref(),
+            Some("memcg.g.memory.peak")
+        );
+        assert_eq!(suggest("something.else.entirely"), None);
+        let m = unknown_counter_message("bogus");
+        assert!(m.contains("vmstat.<field>"), "{m}");
+    }
+
+    #[test]
+    fn field_names_are_unique_per_family() {
+        for f in FAMILIES {
+            let mut names: Vec<_> = f.fields.iter().map(|f| f.name).collect();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), f.fields.len(), "{}", f.name);
+        }
+    }
+}

@@ -125,3 +125,61 @@ fn compare_rejects_a_bad_setting_with_its_position() {
     let err = stderr(&o);
     assert!(err.contains("--setting x:1:"), "{err}");
 }
+
+#[test]
+fn counter_typo_fails_at_parse_time_with_a_suggestion() {
+    let w = workload("spawn a\na mmap buf 2M\nexpect vmstat.thp_faul_alloc == 0\n");
+    let o = hugelab(&["run", w.path()]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "{}:3:8: unknown counter 'vmstat.thp_faul_alloc'; did you mean vmstat.thp_fault_alloc?",
+            w.path()
+        )),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty(), "nothing ran");
+}
+
+#[test]
+fn run_json_shows_no_counter_the_model_does_not_model() {
+    let w = workload("spawn a\na mmap buf 2M\na write buf\n");
+    let o = hugelab(&["run", "--json", w.path()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let counters = doc["snapshots"][0]["counters"]
+        .as_object()
+        .expect("counters");
+    assert!(counters.contains_key("vmstat.thp_fault_alloc"));
+    for name in counters.keys() {
+        assert!(
+            hugelab_workload::counters::lookup(name).is_some(),
+            "{name} is not in the registry"
+        );
+        // No memcg in the model: no charge fallbacks reported as 0.
+        assert!(!name.ends_with("fallback_charge"), "{name}");
+    }
+}
+
+#[test]
+fn a_refused_call_is_an_outcome_the_workload_goes_on() {
+    let text = "spawn a\na mmap buf 2M align=2M\na mmap ro 64K prot=r\n\
+                a pin ro\nexpect errno == EFAULT\na write buf\nexpect vmstat.pgfault >= 1\n";
+    let w = workload(text);
+    let o = hugelab(&["run", w.path()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("line 4: a pin ro: "), "{out}");
+    assert!(out.contains("EFAULT; the workload went on"), "{out}");
+    assert!(out.contains("2 passed, 0 failed"), "{out}");
+
+    let w = workload(&text.replace("EFAULT", "EAGAIN"));
+    let o = hugelab(&["run", w.path()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains(":5:1: expect errno == EAGAIN failed: actual EFAULT"),
+        "{err}"
+    );
+}

@@ -17,6 +17,9 @@ use hugelab_workload::{
 
 const BACKEND: &str = "model";
 
+/// The largest io_uring fixed buffer (SZ_1G in io_uring/rsrc.c).
+const IO_URING_MAX_BUFFER: u64 = 1 << 30;
+
 fn vm_prot(prot: Prot) -> u32 {
     match prot {
         Prot::ReadWrite => Vma::VM_READ | Vma::VM_WRITE,
@@ -133,6 +136,15 @@ impl Model {
     /// pin: an io_uring fixed buffer over the range.
     fn pin(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
         let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
+        // io_buffer_validate (io_uring/rsrc.c): "arbitrary limit, but we
+        // need something".
+        if end - start > IO_URING_MAX_BUFFER {
+            return Err(BackendError::errno(
+                stmt,
+                Errno::EFAULT,
+                "pin: io_uring refuses a fixed buffer over 1 GiB",
+            ));
+        }
         let faults_before = machine.stat.event(VmEvent::PgFault);
         let pages = pin_user_pages(machine, &mut task.mm, start, end).map_err(|e| match e {
             PinError::Efault => BackendError::errno(
@@ -160,8 +172,10 @@ impl Model {
             p.start == start && p.len == end - start && p.holders.iter().any(|h| h == proc)
         });
         let Some(i) = found else {
-            return Err(failed(
+            // As the kernel backend's agent answers: no ring holds this range.
+            return Err(BackendError::errno(
                 stmt,
+                Errno::ENOENT,
                 format!("unpin: {proc} has no pin of exactly this range"),
             ));
         };

@@ -43,6 +43,7 @@ const NAMES: &[(&str, i32)] = &[
 impl Errno {
     pub const OK: Errno = Errno(0);
     pub const EPERM: Errno = Errno(1);
+    pub const ENOENT: Errno = Errno(2);
     pub const ENXIO: Errno = Errno(6);
     pub const EAGAIN: Errno = Errno(11);
     pub const ENOMEM: Errno = Errno(12);

@@ -4,6 +4,7 @@
 //! runs workloads through `hugelab_workload::run` and prints what comes back.
 
 mod compare;
+mod counters;
 mod diff;
 mod run;
 mod settings;
@@ -31,6 +32,8 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Run workloads on the model and on this machine's kernel, side by side.
     Diff(diff::DiffArgs),
+    /// List the counters hugelab knows: families, fields, kinds and units.
+    Counters(counters::CountersArgs),
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
@@ -53,6 +56,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Compare(args) => compare::main(args),
         Command::Diff(args) => diff::main(args),
+        Command::Counters(args) => counters::main(args),
         Command::Settings(cmd) => settings::main(cmd),
     };
     match result {

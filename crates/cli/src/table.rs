@@ -3,6 +3,16 @@
 /// Renders rows as a table with `|` separators, the first column left-aligned
 /// and the others right-aligned (they hold numbers).
 pub fn render(header: &[String], rows: &[Vec<String>]) -> String {
+    render_aligned(header, rows, 1)
+}
+
+/// The same, every column left-aligned (they hold words).
+pub fn render_text(header: &[String], rows: &[Vec<String>]) -> String {
+    render_aligned(header, rows, header.len())
+}
+
+/// Columns before `left` are left-aligned, the others right-aligned.
+fn render_aligned(header: &[String], rows: &[Vec<String>], left: usize) -> String {
     let ncols = header.len();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
@@ -14,7 +24,7 @@ pub fn render(header: &[String], rows: &[Vec<String>]) -> String {
         let mut out = String::from("|");
         for (i, w) in widths.iter().enumerate() {
             let cell = cells.get(i).map_or("", String::as_str);
-            if i == 0 {
+            if i < left {
                 out.push_str(&format!(" {cell:<w$} |"));
             } else {
                 out.push_str(&format!(" {cell:>w$} |"));
@@ -26,7 +36,7 @@ pub fn render(header: &[String], rows: &[Vec<String>]) -> String {
     let mut out = line(header);
     out.push('|');
     for (i, w) in widths.iter().enumerate() {
-        out.push_str(&if i == 0 {
+        out.push_str(&if i < left {
             format!(":{}|", "-".repeat(w + 1))
         } else {
             format!("{}:|", "-".repeat(w + 1))

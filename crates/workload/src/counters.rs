@@ -349,7 +349,9 @@ pub static FAMILIES: &[Family] = &[
         name: "folios",
         pattern: "folios.<proc>.<region>.<size>[.pte|.pmd]",
         scope: Scope::Process,
-        source: "/proc/PID/pagemap (PAGEMAP_SCAN) and /proc/kpageflags: folios of <size> mapped in the region, all of them or those mapped by PTEs or by a PMD",
+        // Folios of <size> mapped in the region: all of them, or those mapped
+        // by PTEs, or by a PMD.
+        source: "/proc/PID/pagemap (PAGEMAP_SCAN) and /proc/kpageflags",
         shapes: &[
             &[Lit("folios"), Proc, Region, Size],
             &[Lit("folios"), Proc, Region, Size, Choice(&["pte", "pmd"])],

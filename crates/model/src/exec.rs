@@ -440,6 +440,12 @@ impl Model {
                             Err(CollapseError::NoMem) => {
                                 return Err(failed(stmt, "madvise failed: ENOMEM"))
                             }
+                            Err(CollapseError::Again) => {
+                                return Err(failed(stmt, "madvise failed: EAGAIN"))
+                            }
+                            Err(CollapseError::Busy) => {
+                                return Err(failed(stmt, "madvise failed: EBUSY"))
+                            }
                         }
                     }
                     Advice::Pageout => return unsupported("madvise PAGEOUT"),

@@ -469,6 +469,12 @@ impl Model {
                                     "madvise(MADV_COLLAPSE) failed",
                                 ))
                             }
+                            Err(CollapseError::Again) => {
+                                return Err(failed(stmt, "madvise failed: EAGAIN"))
+                            }
+                            Err(CollapseError::Busy) => {
+                                return Err(failed(stmt, "madvise failed: EBUSY"))
+                            }
                         }
                     }
                     Advice::Pageout => return unsupported("madvise PAGEOUT"),

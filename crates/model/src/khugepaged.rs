@@ -11,21 +11,37 @@
 //!   `hpage_collapse_scan_pmd` and, when it qualifies, `collapse_huge_page`.
 //!   Nothing happens while the PMD size is disabled (the thread is stopped).
 //! - MADV_COLLAPSE (`madvise_collapse`) runs the same scan and collapse at
-//!   once over the advised range, without khugepaged's limits.
+//!   once over the advised range, without khugepaged's limits, and reports
+//!   the last failing scan result as an errno (`madvise_collapse_errno`).
+//! - The scan counts, per PTE, the pages whose folio is maybe mapped shared
+//!   (`folio_maybe_mapped_shared`: a small folio mapped more than once, a
+//!   large one mapped by more than one MM), so every PTE of a shared large
+//!   folio counts; khugepaged fails once that count exceeds max_ptes_shared.
+//!   Since 6.18 (Dev Jain, "mm: Drop all references of writable and
+//!   SCAN_PAGE_RO") no writable PTE is needed: a range that fork left
+//!   write-protected in the parent is collapsed too.
+//! - `__collapse_huge_page_isolate` repeats the none/zero, shared and
+//!   refcount checks under the mmap write lock with the same counts; nothing
+//!   can change in between here, so the scan's verdict stands for both.
 //!
 //! Deliberate simplifications:
 //! - The kernel backend lets khugepaged make at least two full passes; a range
 //!   that fails its checks is counted (`thp_scan_exceed_*`) once per pass
 //!   there and once here, which `hugelab diff` treats as a bound.
-//! - The anon_vma condition of registration (a VMA that never faulted is not
-//!   eligible) is not modelled: such a VMA has no PTE table, so the scan
-//!   finds nothing to collapse either way.
+//! - The anon_vma condition of registration (a VMA with no anon_vma is not
+//!   eligible under TVA_KHUGEPAGED) is not modelled: MADV_HUGEPAGE registers
+//!   the mm even before the first write. The scan and MADV_COLLAPSE do skip
+//!   or refuse such a VMA (only read faults, mapping the zero page).
+//! - One pass: a range that only becomes collapsible after a later mm in the
+//!   list was collapsed (it stopped sharing pages with it) waits for the next
+//!   `khugepaged` statement, where the kernel backend's second pass may
+//!   already take it.
 //! - No swap (max_ptes_swap never applies), every mapped page counts as young (referenced), no NUMA node
 //!   choice, synchronous allocation with no alloc_sleep back-off.
 
 use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
 use crate::memory::{alloc_folio, page_folio, zap_pte_range};
-use crate::mm_types::{pg, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE};
+use crate::mm_types::{pg, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
 use crate::pgtable::Pmd;
 use crate::rmap;
@@ -39,15 +55,16 @@ pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
         return;
     }
     let pmd = 1 << HPAGE_PMD_ORDER;
-    let fits = {
-        // __thp_vma_allowable_orders outside the fault path: some aligned PMD
-        // block must fit between vm_start and vm_end.
-        let first = vma.start.next_multiple_of(PMD_SIZE);
-        first + PMD_SIZE <= vma.end && thp_vma_suitable_order(vma, first, HPAGE_PMD_ORDER)
-    };
-    if fits && thp_vma_allowable_orders(&m.thp, mm, vma, pmd) != 0 {
+    if vma_holds_pmd(vma) && thp_vma_allowable_orders(&m.thp, mm, vma, pmd) != 0 {
         mm.khugepaged_registered = true;
     }
+}
+
+/// __thp_vma_allowable_orders outside the fault path: some aligned PMD block
+/// must fit between vm_start and vm_end.
+fn vma_holds_pmd(vma: &Vma) -> bool {
+    let first = vma.start.next_multiple_of(PMD_SIZE);
+    first + PMD_SIZE <= vma.end && thp_vma_suitable_order(vma, first, HPAGE_PMD_ORDER)
 }
 
 /// hugepage_pmd_enabled: whether the khugepaged thread runs at all.
@@ -74,47 +91,60 @@ pub fn khugepaged_do_scan<'a>(m: &mut Machine, mms: impl Iterator<Item = &'a mut
 fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
     let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
     for vma in vmas {
-        if thp_vma_allowable_orders(&m.thp, mm, &vma, 1 << HPAGE_PMD_ORDER) == 0 {
+        // TVA_KHUGEPAGED: a VMA without an anon_vma (only read faults, which
+        // map the zero page) is not eligible.
+        if !vma.anon_vma || thp_vma_allowable_orders(&m.thp, mm, &vma, 1 << HPAGE_PMD_ORDER) == 0 {
             continue;
         }
         let mut haddr = vma.start.next_multiple_of(PMD_SIZE);
         while haddr + PMD_SIZE <= vma.end {
             if hpage_collapse_scan_pmd(m, mm, haddr, true) == Scan::Succeed {
-                collapse_huge_page(m, mm, &vma, haddr, true);
+                // SCAN_ALLOC_HUGE_PAGE_FAIL only makes khugepaged back off.
+                let _ = collapse_huge_page(m, mm, &vma, haddr, true);
             }
             haddr += PMD_SIZE;
         }
     }
 }
 
-/// The outcome of a scan (`enum scan_result`, the cases the model meets).
+/// The outcome of a scan or a collapse (`enum scan_result`, the cases the
+/// model meets).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scan {
     Succeed,
-    /// No PTE table: nothing mapped here (SCAN_PMD_NULL).
+    /// No PMD table above the range (mm_find_pmd found no PUD entry:
+    /// SCAN_PMD_NULL).
     PmdNull,
+    /// A PMD table, but no PTE table in this entry (pmd_none: SCAN_PMD_NONE).
+    PmdNone,
     /// Already a PMD mapping (SCAN_PMD_MAPPED).
     PmdMapped,
     ExceedNonePte,
     ExceedSharedPte,
-    /// No writable PTE (SCAN_PAGE_RO).
-    PageRo,
-    /// A folio with references beyond its mappings (SCAN_PAGE_COUNT).
+    /// A folio with references beyond its mappings, e.g. a GUP pin
+    /// (SCAN_PAGE_COUNT).
     PageCount,
+    /// No memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
+    AllocHugePageFail,
 }
 
 /// hpage_collapse_scan_pmd: whether the PTE table at `haddr` qualifies.
-/// For khugepaged, too many none or zero-page PTEs (max_ptes_none) or
-/// shared pages (max_ptes_shared) fail with their event counted; MADV_COLLAPSE
-/// (`khugepaged == false`) applies neither limit. Both need a writable PTE.
+/// For khugepaged, too many none or zero-page PTEs (max_ptes_none) or PTEs of
+/// maybe-shared folios (max_ptes_shared) fail with their event counted:
+/// `count > max` fails, so max is the largest count that collapses.
+/// MADV_COLLAPSE (`khugepaged == false`) applies neither limit. Neither needs
+/// a writable PTE (6.18 has no SCAN_PAGE_RO).
 fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64, khugepaged: bool) -> Scan {
     let t = match mm.pmds.get(&(haddr / PMD_SIZE)) {
         Some(Pmd::Table(t)) => t,
         Some(_) => return Scan::PmdMapped,
+        // find_pmd_or_thp_or_none: mm_find_pmd needs the PUD entry (a PMD
+        // table for this GiB); below it, check_pmd_state finds pmd_none.
+        None if mm.pmd_tables.contains_key(&(haddr / PUD_SIZE)) => return Scan::PmdNone,
         None => return Scan::PmdNull,
     };
     let k = &m.thp.khugepaged;
-    let (mut none_or_zero, mut shared, mut writable) = (0u64, 0u64, false);
+    let (mut none_or_zero, mut shared) = (0u64, 0u64);
     for pte in t.ptes.iter().take(PTRS_PER_PTE) {
         let Some(pfn) = pte.pfn() else {
             none_or_zero += 1;
@@ -124,7 +154,6 @@ fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64, khugepage
             }
             continue;
         };
-        writable |= pte.is_writable();
         // A page counts as shared when any part of its folio is.
         let folio = page_folio(m, pfn);
         if rmap::folio_maybe_mapped_shared(m, folio) {
@@ -139,75 +168,109 @@ fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64, khugepage
             return Scan::PageCount;
         }
     }
-    if writable {
-        Scan::Succeed
-    } else {
-        Scan::PageRo
-    }
+    Scan::Succeed
 }
 
 /// Why MADV_COLLAPSE failed, as madvise(2) reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CollapseError {
-    /// EINVAL: the VMA may not hold a THP, or a range could not be collapsed.
+    /// EINVAL: the VMA may not hold a THP, or a range cannot be collapsed
+    /// (trying again would not help).
     Inval,
     /// ENOMEM: no memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
     NoMem,
+    /// EAGAIN: a page is busy, e.g. pinned (SCAN_PAGE_COUNT); trying again
+    /// may succeed.
+    Again,
+    /// EBUSY: too many none PTEs, which MADV_COLLAPSE meets only in a
+    /// userfaultfd-armed VMA (SCAN_EXCEED_NONE_PTE), or a memcg charge failed.
+    Busy,
 }
 
-/// madvise_collapse over `[start, end)`: every aligned 2 MiB range of every
-/// VMA there is collapsed now, whatever the sysfs THP settings say
-/// (TVA_FORCED_COLLAPSE) but never in a VM_NOHUGEPAGE VMA or a process with
-/// THP disabled; a range already mapped by a PMD counts as done, an empty one
-/// (no PTE table) as failed. khugepaged's pages_collapsed is not counted.
+/// madvise_collapse_errno: the errno MADV_COLLAPSE returns for the last
+/// failing result.
+fn madvise_collapse_errno(r: Scan) -> CollapseError {
+    match r {
+        Scan::AllocHugePageFail => CollapseError::NoMem,
+        Scan::ExceedNonePte => CollapseError::Busy,
+        // "Resource temporary unavailable - trying again might succeed"
+        // (also SCAN_PAGE_LOCK, SCAN_PAGE_LRU, SCAN_DEL_PAGE_LRU,
+        // SCAN_PAGE_FILLED, which the model does not meet).
+        Scan::PageCount => CollapseError::Again,
+        Scan::Succeed | Scan::PmdNull | Scan::PmdNone | Scan::PmdMapped | Scan::ExceedSharedPte => {
+            CollapseError::Inval
+        }
+    }
+}
+
+/// madvise_collapse over `[start, end)`, one VMA after the other
+/// (madvise_walk_vmas, which stops at the first VMA that fails).
+///
+/// A VMA must be eligible (TVA_FORCED_COLLAPSE: whatever the sysfs THP
+/// settings say, but never VM_NOHUGEPAGE or a process with THP disabled, and
+/// only with an anon_vma and room for an aligned 2 MiB block), else EINVAL.
+/// Then every aligned 2 MiB range in it is scanned and collapsed now. A range
+/// already mapped by a PMD counts as done; a few failures let the loop go on
+/// to the next range (SCAN_PMD_NULL, SCAN_PAGE_COUNT, ...), any other ends it
+/// (SCAN_PMD_NONE: an empty range next to populated ones; SCAN_ALLOC_HUGE_PAGE_FAIL).
+/// The call succeeds iff every range ends up PMD-mapped; otherwise the last
+/// failure decides the errno (madvise_collapse_errno). khugepaged's
+/// pages_collapsed is not counted.
 pub fn madvise_collapse(
     m: &mut Machine,
     mm: &mut MmStruct,
     start: u64,
     end: u64,
 ) -> Result<(), CollapseError> {
-    let vmas = mm.vmas_in(start, end);
-    let mut result = Ok(());
-    for vma in vmas {
-        if crate::huge_memory::vma_thp_disabled(mm, &vma) {
+    for vma in mm.vmas_in(start, end) {
+        if crate::huge_memory::vma_thp_disabled(mm, &vma) || !vma.anon_vma || !vma_holds_pmd(&vma) {
             return Err(CollapseError::Inval);
         }
         let hstart = vma.start.max(start).next_multiple_of(PMD_SIZE);
         let hend = vma.end.min(end) & !(PMD_SIZE - 1);
+        let (mut thps, mut last_fail) = (0u64, None);
         let mut haddr = hstart;
         while haddr < hend {
-            match hpage_collapse_scan_pmd(m, mm, haddr, false) {
-                Scan::Succeed => {
-                    if !collapse_huge_page(m, mm, &vma, haddr, false) {
-                        return Err(CollapseError::NoMem);
-                    }
-                }
-                Scan::PmdMapped => {}
-                // Whitelisted: go on, but the call fails in the end.
-                Scan::PmdNull => result = Err(CollapseError::Inval),
-                Scan::PageRo | Scan::ExceedNonePte | Scan::ExceedSharedPte | Scan::PageCount => {
-                    return Err(CollapseError::Inval)
+            let mut result = hpage_collapse_scan_pmd(m, mm, haddr, false);
+            if result == Scan::Succeed {
+                result = collapse_huge_page(m, mm, &vma, haddr, false);
+            }
+            match result {
+                Scan::Succeed | Scan::PmdMapped => thps += 1,
+                // The whitelisted results: go on with the next range.
+                Scan::PmdNull | Scan::PageCount => last_fail = Some(result),
+                Scan::PmdNone
+                | Scan::ExceedNonePte
+                | Scan::ExceedSharedPte
+                | Scan::AllocHugePageFail => {
+                    last_fail = Some(result);
+                    break;
                 }
             }
             haddr += PMD_SIZE;
         }
+        if hstart < hend && thps != (hend - hstart) / PMD_SIZE {
+            // thps falls short only after a failure.
+            return Err(madvise_collapse_errno(last_fail.unwrap_or(Scan::Succeed)));
+        }
     }
-    result
+    Ok(())
 }
 
 /// collapse_huge_page: a new PMD THP with the contents of the range (zero
 /// where nothing or the zero page was mapped), the old pages unmapped and
 /// freed, and the range's PTE table kept as the THP's deposited table.
+/// Fails only when no THP can be allocated (SCAN_ALLOC_HUGE_PAGE_FAIL).
 fn collapse_huge_page(
     m: &mut Machine,
     mm: &mut MmStruct,
     vma: &Vma,
     haddr: u64,
     khugepaged: bool,
-) -> bool {
+) -> Scan {
     let Some(folio) = alloc_folio(m, HPAGE_PMD_ORDER) else {
         m.stat.count_vm_event(VmEvent::ThpCollapseAllocFailed);
-        return false;
+        return Scan::AllocHugePageFail;
     };
     m.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
     let index = haddr / PMD_SIZE;
@@ -249,13 +312,151 @@ fn collapse_huge_page(
     if khugepaged {
         m.stat.khugepaged_pages_collapsed += 1;
     }
-    true
+    Scan::Succeed
 }
 
 #[cfg(test)]
 mod tests {
     use crate::Model;
-    use hugelab_workload::{parse, run};
+    use hugelab_workload::{parse, run, Backend, StmtKind};
+
+    /// The settings every workload here starts from: PMD THP under madvise,
+    /// no mTHP sizes.
+    const SETTINGS: &str = "set transparent_hugepage/enabled madvise\n\
+         set transparent_hugepage/hugepages-2048kB/enabled inherit\n\
+         set transparent_hugepage/khugepaged/max_ptes_none 511\n";
+
+    /// Runs `body` statement by statement up to its first failure: that
+    /// failure's message, if any, and the counters where the run stopped.
+    fn run_to_failure(body: &str) -> (Option<String>, hugelab_workload::Counters) {
+        let w = parse("test.hlw", &format!("{SETTINGS}{body}")).unwrap();
+        let mut model = Model::default();
+        model.prepare(&w).unwrap();
+        let mut failure = None;
+        for stmt in &w.stmts {
+            if matches!(
+                stmt.kind,
+                StmtKind::Snapshot { .. } | StmtKind::Expect { .. }
+            ) {
+                continue;
+            }
+            if let Err(e) = model.execute(stmt) {
+                failure = Some(e.message);
+                break;
+            }
+        }
+        (failure, model.counters().unwrap())
+    }
+
+    /// thp_collapse_alloc after a parent wrote 2M of base pages, forked, the
+    /// child wrote its first `child_pages` pages and khugepaged ran with
+    /// max_ptes_shared `max_shared`.
+    fn collapses_after_fork(child_pages: u64, max_shared: u64) -> i64 {
+        let (failure, counters) = run_to_failure(&format!(
+            "set transparent_hugepage/khugepaged/max_ptes_shared {max_shared}\n\
+             spawn a\n\
+             a mmap buf 2M align=2M\n\
+             a write buf\n\
+             a madvise buf HUGEPAGE\n\
+             a fork b\n\
+             b write buf:{}K\n\
+             khugepaged\n",
+            child_pages * 4
+        ));
+        assert_eq!(failure, None);
+        counters["vmstat.thp_collapse_alloc"]
+    }
+
+    #[test]
+    fn max_ptes_shared_is_the_largest_number_of_shared_ptes_that_collapse() {
+        // 512 - child_pages PTEs map pages both processes share, in each.
+        assert_eq!(collapses_after_fork(100, 411), 0);
+        // The parent's PTEs are all write-protected: it collapses too.
+        assert_eq!(collapses_after_fork(100, 412), 2);
+        assert_eq!(collapses_after_fork(100, 413), 2);
+        assert_eq!(collapses_after_fork(256, 255), 0);
+        assert_eq!(collapses_after_fork(256, 256), 2);
+    }
+
+    /// Base pages over `len` (THP off at fault time), then MADV_HUGEPAGE.
+    fn pte_mapped(len: &str) -> String {
+        format!(
+            "spawn a\n\
+             a mmap buf {len} align=2M\n\
+             a madvise buf NOHUGEPAGE\n\
+             a write buf\n\
+             a madvise buf HUGEPAGE\n"
+        )
+    }
+
+    #[test]
+    fn madvise_collapse_of_a_pinned_range_is_eagain_until_unpin() {
+        // madvise_collapse_errno(SCAN_PAGE_COUNT) = -EAGAIN.
+        let (failure, counters) = run_to_failure(&format!(
+            "{}a pin buf\na madvise buf COLLAPSE\n",
+            pte_mapped("2M")
+        ));
+        assert_eq!(failure.as_deref(), Some("madvise failed: EAGAIN"));
+        assert_eq!(counters["vmstat.thp_collapse_alloc"], 0);
+        let (failure, counters) = run_to_failure(&format!(
+            "{}a pin buf\na unpin buf\na madvise buf COLLAPSE\n",
+            pte_mapped("2M")
+        ));
+        assert_eq!(failure, None);
+        assert_eq!(counters["smaps.a.buf.AnonHugePages"], 2048);
+    }
+
+    #[test]
+    fn madvise_collapse_goes_on_past_a_pinned_range() {
+        // SCAN_PAGE_COUNT is one of the results the loop continues after: the
+        // second range is collapsed, and the call still fails with EAGAIN.
+        let (failure, counters) = run_to_failure(&format!(
+            "{}a pin buf:4K\na madvise buf COLLAPSE\n",
+            pte_mapped("4M")
+        ));
+        assert_eq!(failure.as_deref(), Some("madvise failed: EAGAIN"));
+        assert_eq!(counters["vmstat.thp_collapse_alloc"], 1);
+        assert_eq!(counters["smaps.a.buf.AnonHugePages"], 2048);
+    }
+
+    #[test]
+    fn madvise_collapse_stops_at_an_empty_range_below_a_pmd_table() {
+        // The PMD table exists (the other 2M faulted): SCAN_PMD_NONE, which
+        // ends the loop with EINVAL before the populated range.
+        let (failure, counters) = run_to_failure(
+            "spawn a\n\
+             a mmap buf 4M align=2M\n\
+             a madvise buf NOHUGEPAGE\n\
+             a write buf+2M\n\
+             a madvise buf HUGEPAGE\n\
+             a madvise buf COLLAPSE\n",
+        );
+        assert_eq!(failure.as_deref(), Some("madvise failed: EINVAL"));
+        assert_eq!(counters["vmstat.thp_collapse_alloc"], 0);
+    }
+
+    #[test]
+    fn madvise_collapse_needs_no_writable_pte_but_an_anon_vma() {
+        // 6.18 has no SCAN_PAGE_RO: a read-only range collapses.
+        let (failure, counters) = run_to_failure(&format!(
+            "{}a mprotect buf r\na madvise buf COLLAPSE\n",
+            pte_mapped("2M")
+        ));
+        assert_eq!(failure, None);
+        assert_eq!(counters["smaps.a.buf.AnonHugePages"], 2048);
+        // Read faults map the zero page and prepare no anon_vma:
+        // TVA_FORCED_COLLAPSE refuses the VMA (EINVAL).
+        let (failure, counters) = run_to_failure(
+            "spawn a\n\
+             a mmap buf 2M align=2M\n\
+             a madvise buf NOHUGEPAGE\n\
+             a read buf\n\
+             a madvise buf HUGEPAGE\n\
+             a madvise buf COLLAPSE\n",
+        );
+        assert_eq!(failure.as_deref(), Some("madvise failed: EINVAL"));
+        assert_eq!(counters["vmstat.thp_collapse_alloc"], 0);
+    }
 
     /// Collapses after writing `pages` pages of one PMD range, with
     /// max_ptes_none set to `max_none`.

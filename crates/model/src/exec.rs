@@ -34,6 +34,8 @@ fn collapse_errno(e: crate::khugepaged::CollapseError) -> Errno {
     match e {
         CollapseError::Inval => Errno::EINVAL,
         CollapseError::NoMem => Errno::ENOMEM,
+        CollapseError::Again => Errno::EAGAIN,
+        CollapseError::Busy => Errno::EBUSY,
     }
 }
 
@@ -468,12 +470,6 @@ impl Model {
                                     collapse_errno(e),
                                     "madvise(MADV_COLLAPSE) failed",
                                 ))
-                            }
-                            Err(CollapseError::Again) => {
-                                return Err(failed(stmt, "madvise failed: EAGAIN"))
-                            }
-                            Err(CollapseError::Busy) => {
-                                return Err(failed(stmt, "madvise failed: EBUSY"))
                             }
                         }
                     }

@@ -318,7 +318,7 @@ fn collapse_huge_page(
 #[cfg(test)]
 mod tests {
     use crate::Model;
-    use hugelab_workload::{parse, run, Backend, StmtKind};
+    use hugelab_workload::{parse, run, Errno};
 
     /// The settings every workload here starts from: PMD THP under madvise,
     /// no mTHP sizes.
@@ -326,26 +326,14 @@ mod tests {
          set transparent_hugepage/hugepages-2048kB/enabled inherit\n\
          set transparent_hugepage/khugepaged/max_ptes_none 511\n";
 
-    /// Runs `body` statement by statement up to its first failure: that
-    /// failure's message, if any, and the counters where the run stopped.
-    fn run_to_failure(body: &str) -> (Option<String>, hugelab_workload::Counters) {
+    /// Runs `body`: the errno of the first statement that failed, if one
+    /// did, and the counters at the end.
+    fn run_to_failure(body: &str) -> (Option<Errno>, hugelab_workload::Counters) {
         let w = parse("test.hlw", &format!("{SETTINGS}{body}")).unwrap();
-        let mut model = Model::default();
-        model.prepare(&w).unwrap();
-        let mut failure = None;
-        for stmt in &w.stmts {
-            if matches!(
-                stmt.kind,
-                StmtKind::Snapshot { .. } | StmtKind::Expect { .. }
-            ) {
-                continue;
-            }
-            if let Err(e) = model.execute(stmt) {
-                failure = Some(e.message);
-                break;
-            }
-        }
-        (failure, model.counters().unwrap())
+        let obs = run(&mut Model::default(), &w).unwrap();
+        let failure = obs.failed_calls.first().map(|c| c.errno);
+        let end = obs.snapshots.last().expect("the end snapshot");
+        (failure, end.counters.clone())
     }
 
     /// thp_collapse_alloc after a parent wrote 2M of base pages, forked, the
@@ -396,7 +384,7 @@ mod tests {
             "{}a pin buf\na madvise buf COLLAPSE\n",
             pte_mapped("2M")
         ));
-        assert_eq!(failure.as_deref(), Some("madvise failed: EAGAIN"));
+        assert_eq!(failure, Some(Errno::EAGAIN));
         assert_eq!(counters["vmstat.thp_collapse_alloc"], 0);
         let (failure, counters) = run_to_failure(&format!(
             "{}a pin buf\na unpin buf\na madvise buf COLLAPSE\n",
@@ -414,7 +402,7 @@ mod tests {
             "{}a pin buf:4K\na madvise buf COLLAPSE\n",
             pte_mapped("4M")
         ));
-        assert_eq!(failure.as_deref(), Some("madvise failed: EAGAIN"));
+        assert_eq!(failure, Some(Errno::EAGAIN));
         assert_eq!(counters["vmstat.thp_collapse_alloc"], 1);
         assert_eq!(counters["smaps.a.buf.AnonHugePages"], 2048);
     }
@@ -431,7 +419,7 @@ mod tests {
              a madvise buf HUGEPAGE\n\
              a madvise buf COLLAPSE\n",
         );
-        assert_eq!(failure.as_deref(), Some("madvise failed: EINVAL"));
+        assert_eq!(failure, Some(Errno::EINVAL));
         assert_eq!(counters["vmstat.thp_collapse_alloc"], 0);
     }
 
@@ -454,7 +442,7 @@ mod tests {
              a madvise buf HUGEPAGE\n\
              a madvise buf COLLAPSE\n",
         );
-        assert_eq!(failure.as_deref(), Some("madvise failed: EINVAL"));
+        assert_eq!(failure, Some(Errno::EINVAL));
         assert_eq!(counters["vmstat.thp_collapse_alloc"], 0);
     }
 

@@ -115,34 +115,19 @@ impl fmt::Display for Tunable {
 
 impl fmt::Display for ThpEnabled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ThpEnabled::Always => "always",
-            ThpEnabled::Madvise => "madvise",
-            ThpEnabled::Never => "never",
-        })
+        f.write_str(self.name())
     }
 }
 
 impl fmt::Display for ThpSizeEnabled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ThpSizeEnabled::Always => "always",
-            ThpSizeEnabled::Inherit => "inherit",
-            ThpSizeEnabled::Madvise => "madvise",
-            ThpSizeEnabled::Never => "never",
-        })
+        f.write_str(self.name())
     }
 }
 
 impl fmt::Display for ThpDefrag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ThpDefrag::Always => "always",
-            ThpDefrag::Defer => "defer",
-            ThpDefrag::DeferMadvise => "defer+madvise",
-            ThpDefrag::Madvise => "madvise",
-            ThpDefrag::Never => "never",
-        })
+        f.write_str(self.name())
     }
 }
 

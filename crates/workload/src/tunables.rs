@@ -97,6 +97,73 @@ impl VmSysctl {
     }
 }
 
+impl ThpEnabled {
+    /// Every value, in the order transparent_hugepage/enabled lists them.
+    pub const ALL: [ThpEnabled; 3] = [ThpEnabled::Always, ThpEnabled::Madvise, ThpEnabled::Never];
+
+    /// The word transparent_hugepage/enabled takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThpEnabled::Always => "always",
+            ThpEnabled::Madvise => "madvise",
+            ThpEnabled::Never => "never",
+        }
+    }
+}
+
+impl ThpSizeEnabled {
+    /// Every value, in the order hugepages-<size>kB/enabled lists them.
+    pub const ALL: [ThpSizeEnabled; 4] = [
+        ThpSizeEnabled::Always,
+        ThpSizeEnabled::Inherit,
+        ThpSizeEnabled::Madvise,
+        ThpSizeEnabled::Never,
+    ];
+
+    /// The word hugepages-<size>kB/enabled takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThpSizeEnabled::Always => "always",
+            ThpSizeEnabled::Inherit => "inherit",
+            ThpSizeEnabled::Madvise => "madvise",
+            ThpSizeEnabled::Never => "never",
+        }
+    }
+}
+
+impl ThpDefrag {
+    /// Every value, in the order transparent_hugepage/defrag lists them.
+    pub const ALL: [ThpDefrag; 5] = [
+        ThpDefrag::Always,
+        ThpDefrag::Defer,
+        ThpDefrag::DeferMadvise,
+        ThpDefrag::Madvise,
+        ThpDefrag::Never,
+    ];
+
+    /// The word transparent_hugepage/defrag takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ThpDefrag::Always => "always",
+            ThpDefrag::Defer => "defer",
+            ThpDefrag::DeferMadvise => "defer+madvise",
+            ThpDefrag::Madvise => "madvise",
+            ThpDefrag::Never => "never",
+        }
+    }
+}
+
+/// The member of `all` whose name is `v`.
+fn word<T: Copy>(all: &[T], name: fn(T) -> &'static str, v: &str) -> Option<T> {
+    all.iter().copied().find(|x| name(*x) == v)
+}
+
+/// `one of a, b, c`: the accepted words, for an error message.
+fn one_of<T: Copy>(all: &[T], name: fn(T) -> &'static str) -> String {
+    let names: Vec<&str> = all.iter().map(|x| name(*x)).collect();
+    format!("one of {}", names.join(", "))
+}
+
 /// Parses `hugepages-<N>kB` followed by `/`, returning N and the rest after the `/`.
 /// `Err` when the shape matches but N is not a power of two of at least 8.
 fn sized_dir(s: &str) -> Option<Result<(u64, &str), String>> {
@@ -124,10 +191,8 @@ impl FromStr for Tunable {
             )
         };
         if let Some(name) = s.strip_prefix("vm.") {
-            return VmSysctl::ALL
-                .iter()
-                .find(|v| v.name() == name)
-                .map(|v| Tunable::Sysctl(*v))
+            return word(&VmSysctl::ALL, VmSysctl::name, name)
+                .map(Tunable::Sysctl)
                 .ok_or_else(unknown);
         }
         if let Some(rest) = s.strip_prefix("transparent_hugepage/") {
@@ -140,10 +205,8 @@ impl FromStr for Tunable {
                 _ => {}
             }
             if let Some(knob) = rest.strip_prefix("khugepaged/") {
-                return KhugepagedKnob::ALL
-                    .iter()
-                    .find(|k| k.name() == knob)
-                    .map(|k| Tunable::Khugepaged(*k))
+                return word(&KhugepagedKnob::ALL, KhugepagedKnob::name, knob)
+                    .map(Tunable::Khugepaged)
                     .ok_or_else(unknown);
             }
             return match sized_dir(rest) {
@@ -218,27 +281,15 @@ impl Tunable {
             )
         };
         match self.accepts() {
-            Accepts::Enabled => match v {
-                "always" => Ok(SetValue::Enabled(ThpEnabled::Always)),
-                "madvise" => Ok(SetValue::Enabled(ThpEnabled::Madvise)),
-                "never" => Ok(SetValue::Enabled(ThpEnabled::Never)),
-                _ => Err(bad("one of always, madvise, never")),
-            },
-            Accepts::SizeEnabled => match v {
-                "always" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Always)),
-                "inherit" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Inherit)),
-                "madvise" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Madvise)),
-                "never" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Never)),
-                _ => Err(bad("one of always, inherit, madvise, never")),
-            },
-            Accepts::Defrag => match v {
-                "always" => Ok(SetValue::Defrag(ThpDefrag::Always)),
-                "defer" => Ok(SetValue::Defrag(ThpDefrag::Defer)),
-                "defer+madvise" => Ok(SetValue::Defrag(ThpDefrag::DeferMadvise)),
-                "madvise" => Ok(SetValue::Defrag(ThpDefrag::Madvise)),
-                "never" => Ok(SetValue::Defrag(ThpDefrag::Never)),
-                _ => Err(bad("one of always, defer, defer+madvise, madvise, never")),
-            },
+            Accepts::Enabled => word(&ThpEnabled::ALL, ThpEnabled::name, v)
+                .map(SetValue::Enabled)
+                .ok_or_else(|| bad(&one_of(&ThpEnabled::ALL, ThpEnabled::name))),
+            Accepts::SizeEnabled => word(&ThpSizeEnabled::ALL, ThpSizeEnabled::name, v)
+                .map(SetValue::SizeEnabled)
+                .ok_or_else(|| bad(&one_of(&ThpSizeEnabled::ALL, ThpSizeEnabled::name))),
+            Accepts::Defrag => word(&ThpDefrag::ALL, ThpDefrag::name, v)
+                .map(SetValue::Defrag)
+                .ok_or_else(|| bad(&one_of(&ThpDefrag::ALL, ThpDefrag::name))),
             Accepts::Num(lo, hi) => {
                 let expected = match (lo, hi) {
                     (0, 1) => "0 or 1".to_string(),

@@ -1,21 +1,24 @@
-//! `hugelab compare`: one workload under several settings, one table — rows
-//! are counters, a column per setting and the change against the first, in the
-//! shape of the tables of seed 000 (multi-size THP).
+//! `hugelab compare`: one workload under several settings. First a summary in
+//! the shape of the multi-size THP series' tables — a row per setting with page
+//! faults, anonymous memory, the share of it in large folios and the fallbacks,
+//! against the first setting — then the full table: rows are counters, a column
+//! per setting and the change against the first.
 
 use crate::table;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_model::Model;
 use hugelab_workload::{parse, parse_file, run, Counters, Workload};
-use std::collections::BTreeSet;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 const BUILTIN: &str = include_str!("../workloads/builtin.hlw");
 
-/// The seed's configurations: 4K pages only, then 16K, 32K+16K, 64K+32K+16K
-/// small-order THP, then PMD THP.
-const SEED_SETTINGS: &[&str] = &[
+/// The multi-size THP series' configurations: 4K pages only, then 16K,
+/// 32K+16K, 64K+32K+16K small-order THP, then PMD THP.
+const SERIES_SETTINGS: &[&str] = &[
     "4K:transparent_hugepage/enabled=never",
     "16K:transparent_hugepage/enabled=never,transparent_hugepage/hugepages-16kB/enabled=always",
     "32K+16K:transparent_hugepage/enabled=never,transparent_hugepage/hugepages-16kB/enabled=always,transparent_hugepage/hugepages-32kB/enabled=always",
@@ -26,7 +29,8 @@ const SEED_SETTINGS: &[&str] = &[
 #[derive(Args)]
 pub struct CompareArgs {
     /// A setting: NAME:TUNABLE=VALUE,TUNABLE=VALUE... (repeat for each column;
-    /// the first is the baseline). Default: the configurations of seed 000.
+    /// the first is the baseline). Default: the multi-size THP series'
+    /// configurations (4K, 16K, 32K+16K, 64K+32K+16K, PMD).
     #[arg(long = "setting", value_name = "NAME:TUNABLE=VALUE,...")]
     settings: Vec<String>,
     /// The snapshot to compare. Default: the workload's first snapshot, else `end`.
@@ -36,11 +40,21 @@ pub struct CompareArgs {
     /// rows that are hidden by default.
     #[arg(long)]
     all: bool,
-    /// Print JSON instead of a table.
+    /// Print JSON instead of tables: the summary and every counter.
     #[arg(long)]
     json: bool,
     /// The workload (.hlw). Default: a built-in compiler-like workload.
     file: Option<PathBuf>,
+}
+
+/// What `--json` prints: the summary first, then every counter per setting.
+#[derive(Serialize)]
+struct JsonDoc<'a> {
+    workload: &'a str,
+    snapshot: &'a str,
+    baseline: &'a str,
+    summary: &'a [Summary],
+    counters: BTreeMap<&'a str, &'a Counters>,
 }
 
 struct Setting {
@@ -77,7 +91,7 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
         None => parse("builtin.hlw", BUILTIN)?,
     };
     let specs: Vec<String> = if args.settings.is_empty() {
-        SEED_SETTINGS.iter().map(|s| s.to_string()).collect()
+        SERIES_SETTINGS.iter().map(|s| s.to_string()).collect()
     } else {
         args.settings.clone()
     };
@@ -108,15 +122,21 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
             .with_context(|| format!("the workload has no snapshot '{label}'"))?;
         columns.push((setting.name.clone(), snap.counters.clone()));
     }
+    let summary = summarize(&columns);
     if args.json {
-        let doc: serde_json::Map<String, serde_json::Value> = columns
-            .iter()
-            .map(|(name, c)| (name.clone(), serde_json::to_value(c).unwrap_or_default()))
-            .collect();
+        let doc = JsonDoc {
+            workload: &workload.file,
+            snapshot: &label,
+            baseline: &columns[0].0,
+            summary: &summary,
+            counters: columns.iter().map(|(n, c)| (n.as_str(), c)).collect(),
+        };
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
     }
-    print!("{}", render(&workload.file, &label, &columns, args.all));
+    println!("# {} at snapshot '{label}', model backend", workload.file);
+    print!("{}", render_summary(&summary));
+    print!("{}", render(&columns, args.all));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -126,14 +146,210 @@ fn is_per_region(name: &str) -> bool {
     name.starts_with("folios.") || (name.starts_with("smaps.") && name.split('.').count() == 4)
 }
 
-fn change(base: i64, v: i64) -> String {
-    if base == 0 {
-        return if v == 0 { "0.0%".into() } else { "n/a".into() };
+/// The change from `base` to `v` in percent; `None` when `base` is 0 and `v` is not.
+fn change_pct(base: i64, v: i64) -> Option<f64> {
+    match (base, v) {
+        (0, 0) => Some(0.0),
+        (0, _) => None,
+        _ => Some((v - base) as f64 * 100.0 / base as f64),
     }
-    format!("{:+.1}%", (v - base) as f64 * 100.0 / base as f64)
 }
 
-fn render(file: &str, label: &str, columns: &[(String, Counters)], all: bool) -> String {
+/// The part of anonymous memory held by folios of one size.
+#[derive(Debug, Serialize)]
+struct SizeShare {
+    /// The folio size as sysfs names it (`64kB`, `2048kB`).
+    size: String,
+    /// kB in folios of this size: `mthp.<size>.nr_anon` × the size.
+    kb: i64,
+    /// `kb` as a percentage of `anon_kb`; `None` without anonymous memory.
+    share_pct: Option<f64>,
+}
+
+/// One setting in the terms of the multi-size THP series' tables.
+#[derive(Debug, Serialize)]
+struct Summary {
+    setting: String,
+    /// `vmstat.pgfault`: every fault the workload took (an event: a delta).
+    page_faults: i64,
+    page_faults_change_pct: Option<f64>,
+    /// `meminfo.AnonPages`, kB: anonymous memory mapped at the snapshot (a
+    /// gauge; it includes PMD-mapped THPs, which AnonHugePages counts again).
+    anon_kb: i64,
+    anon_change_pct: Option<f64>,
+    /// kB of anonymous memory in folios larger than the base page, and its share.
+    large_folio_kb: i64,
+    large_folio_share_pct: Option<f64>,
+    /// Per size, smallest first; sizes with no folio left out.
+    by_size: Vec<SizeShare>,
+    /// Failed large-folio allocations at fault time, all sizes.
+    fallbacks: i64,
+    fallbacks_change_pct: Option<f64>,
+}
+
+/// `(size in kB, value)` of every `mthp.<size>kB.<stat>` counter, smallest size first.
+fn per_size(c: &Counters, stat: &str) -> Vec<(u64, i64)> {
+    let mut out: Vec<(u64, i64)> = c
+        .iter()
+        .filter_map(|(name, v)| {
+            let size = name.strip_prefix("mthp.")?.strip_suffix(stat)?;
+            let kb = size.strip_suffix("kB")?.parse().ok()?;
+            Some((kb, *v))
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+/// How the summary is derived from the counters the model reports (the same
+/// names the kernel backend reads):
+///
+/// - page faults: `vmstat.pgfault`.
+/// - anonymous memory: `meminfo.AnonPages` (NR_ANON_MAPPED in kB): every
+///   mapped anonymous page once, whatever the size of its folio.
+/// - coverage: for each large folio size, `mthp.<size>.nr_anon` (anonymous
+///   folios of that size that exist now, a gauge) × the size, as a share of
+///   AnonPages. This counts PMD-size folios whether PMD- or PTE-mapped;
+///   AnonHugePages would count only the PMD-mapped ones. A folio counts whole
+///   even when part of it is unmapped (`mthp.<size>.nr_anon_partially_mapped`
+///   of them, waiting on the deferred split queue), so after partial unmaps
+///   the share can overstate what is mapped and even pass 100 %.
+/// - fallbacks: the sum over sizes of `mthp.<size>.anon_fault_fallback`: one
+///   per failed large-folio allocation at fault time, so a fault that tries
+///   64K and then 32K before taking 16K counts 2. The PMD size's counter moves
+///   together with `vmstat.thp_fault_fallback`, which is therefore not added.
+fn summarize(columns: &[(String, Counters)]) -> Vec<Summary> {
+    let get = |c: &Counters, name: &str| c.get(name).copied().unwrap_or(0);
+    let fallbacks = |c: &Counters| {
+        per_size(c, ".anon_fault_fallback")
+            .iter()
+            .map(|(_, v)| v)
+            .sum()
+    };
+    let Some((_, base)) = columns.first() else {
+        return Vec::new();
+    };
+    let (base_faults, base_anon, base_fallbacks) = (
+        get(base, "vmstat.pgfault"),
+        get(base, "meminfo.AnonPages"),
+        fallbacks(base),
+    );
+    columns
+        .iter()
+        .map(|(setting, c)| {
+            let anon_kb = get(c, "meminfo.AnonPages");
+            let share = |kb: i64| (anon_kb != 0).then(|| kb as f64 * 100.0 / anon_kb as f64);
+            let by_size: Vec<SizeShare> = per_size(c, ".nr_anon")
+                .into_iter()
+                .filter(|(_, n)| *n != 0)
+                .map(|(size_kb, n)| {
+                    let kb = n * size_kb as i64;
+                    SizeShare {
+                        size: format!("{size_kb}kB"),
+                        kb,
+                        share_pct: share(kb),
+                    }
+                })
+                .collect();
+            let large_folio_kb = by_size.iter().map(|s| s.kb).sum();
+            let (page_faults, fallbacks) = (get(c, "vmstat.pgfault"), fallbacks(c));
+            Summary {
+                setting: setting.clone(),
+                page_faults,
+                page_faults_change_pct: change_pct(base_faults, page_faults),
+                anon_kb,
+                anon_change_pct: change_pct(base_anon, anon_kb),
+                large_folio_kb,
+                large_folio_share_pct: share(large_folio_kb),
+                by_size,
+                fallbacks,
+                fallbacks_change_pct: change_pct(base_fallbacks, fallbacks),
+            }
+        })
+        .collect()
+}
+
+/// `64K`, `2M`: a size in kB as the series' tables write it.
+fn short_size(size: &str) -> String {
+    let kb = per_kb(size);
+    if kb >= 1024 && kb.is_multiple_of(1024) {
+        format!("{}M", kb / 1024)
+    } else {
+        format!("{kb}K")
+    }
+}
+
+/// A change as the series' tables print it: `0.0%` for none, else signed.
+fn change_cell(base: i64, v: i64) -> String {
+    match change_pct(base, v) {
+        Some(0.0) => "0.0%".into(),
+        Some(p) => format!("{p:+.1}%"),
+        None => "n/a".into(),
+    }
+}
+
+fn pct_cell(p: Option<f64>) -> String {
+    p.map_or("n/a".into(), |p| format!("{p:.1}%"))
+}
+
+/// The summary table: a row per setting, changes against the first one.
+fn render_summary(summary: &[Summary]) -> String {
+    let Some(base) = summary.first() else {
+        return String::new();
+    };
+    let sizes: Vec<&str> = {
+        let mut seen: Vec<(u64, &str)> = summary
+            .iter()
+            .flat_map(|s| &s.by_size)
+            .map(|b| (per_kb(&b.size), b.size.as_str()))
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.into_iter().map(|(_, s)| s).collect()
+    };
+    let mut header: Vec<String> = ["setting", "page faults", "anon memory", "in large folios"]
+        .map(String::from)
+        .to_vec();
+    header.extend(sizes.iter().map(|s| format!("in {}", short_size(s))));
+    header.push("fallbacks".into());
+    let rows: Vec<Vec<String>> = summary
+        .iter()
+        .map(|s| {
+            let mut row = vec![
+                s.setting.clone(),
+                change_cell(base.page_faults, s.page_faults),
+                change_cell(base.anon_kb, s.anon_kb),
+                pct_cell(s.large_folio_share_pct),
+            ];
+            row.extend(sizes.iter().map(|size| {
+                let share = s.by_size.iter().find(|b| b.size == *size);
+                share.map_or("0.0%".into(), |b| pct_cell(b.share_pct))
+            }));
+            row.push(match s.fallbacks_change_pct {
+                Some(p) if base.fallbacks != 0 => format!("{} ({p:+.1}%)", s.fallbacks),
+                _ => s.fallbacks.to_string(),
+            });
+            row
+        })
+        .collect();
+    format!(
+        "Summary against {} ({} page faults, {} kB of anonymous memory): page faults and \
+         anonymous memory (AnonPages) as change; the share of anonymous memory in folios \
+         larger than a base page, in all and by size; fallbacks to a smaller folio, \
+         counted.\n{}\n",
+        base.setting,
+        base.page_faults,
+        base.anon_kb,
+        table::render(&header, &rows)
+    )
+}
+
+/// The kB of a sysfs size name (`64kB` → 64), for ordering.
+fn per_kb(size: &str) -> u64 {
+    size.trim_end_matches("kB").parse().unwrap_or(0)
+}
+
+fn render(columns: &[(String, Counters)], all: bool) -> String {
     let names: BTreeSet<&String> = columns.iter().flat_map(|(_, c)| c.keys()).collect();
     let mut header = vec!["counter".to_string()];
     header.extend(columns.iter().map(|(n, _)| n.clone()));
@@ -154,11 +370,8 @@ fn render(file: &str, label: &str, columns: &[(String, Counters)], all: bool) ->
         }
         let mut row = vec![name.clone()];
         row.extend(values.iter().map(i64::to_string));
-        row.extend(values.iter().skip(1).map(|v| change(values[0], *v)));
+        row.extend(values.iter().skip(1).map(|v| change_cell(values[0], *v)));
         rows.push(row);
     }
-    format!(
-        "# {file} at snapshot '{label}', model backend\n{}",
-        table::render(&header, &rows)
-    )
+    table::render(&header, &rows)
 }

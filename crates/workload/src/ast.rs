@@ -1,4 +1,4 @@
-//! The typed syntax tree of a workload (`.hlw`), as DESIGN.md specifies it.
+//! The typed syntax tree of a workload (`.hlw`), as docs/language.md describes it.
 //!
 //! Every statement keeps the line and column it came from, so a backend that
 //! refuses or fails a statement can point at it (`buf.hlw:7:12: ...`).

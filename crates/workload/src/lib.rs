@@ -10,6 +10,7 @@ pub mod observation;
 pub mod parse;
 pub mod placement;
 pub mod print;
+pub mod tunables;
 
 pub use ast::*;
 pub use backend::{run, Backend, BackendError, BackendErrorKind, RunError};

@@ -4,7 +4,8 @@
 //! [`crate::check`]) as soon as it is parsed, so the error reported is always
 //! the first one in file order, syntax or semantics alike, and parsing stops
 //! there. Nothing here panics on any input: every conversion that could fail
-//! on user text returns an error instead.
+//! on user text returns an error instead. Which tunables `set` accepts, and
+//! with which values, is [`crate::tunables`]'s business.
 
 use crate::ast::*;
 use crate::check::{valid_name, Checker, Issue, Part, RESERVED};
@@ -70,7 +71,7 @@ impl FromStr for Size {
 
 /// `None` if `s` is not all ASCII digits (or is empty); `Some(None)` on overflow.
 /// (`u64::from_str` alone would accept a leading `+`.)
-fn parse_decimal(s: &str) -> Option<Option<u64>> {
+pub(crate) fn parse_decimal(s: &str) -> Option<Option<u64>> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -909,220 +910,6 @@ impl Advice {
             Advice::Collapse => "COLLAPSE",
             Advice::Pageout => "PAGEOUT",
             Advice::Cold => "COLD",
-        }
-    }
-}
-
-/// The accepted tunable paths, for the "unknown tunable" message.
-const TUNABLE_FORMS: &str = "transparent_hugepage/{enabled,defrag,use_zero_page,shrink_underused,anon_beside_full}, \
-transparent_hugepage/hugepages-<N>kB/enabled, \
-transparent_hugepage/khugepaged/{defrag,max_ptes_none,max_ptes_swap,max_ptes_shared,pages_to_scan,scan_sleep_millisecs,alloc_sleep_millisecs}, \
-hugepages/hugepages-<N>kB/{nr_hugepages,nr_overcommit_hugepages}, \
-vm.{hugetlb_optimize_vmemmap,nr_hugepages,nr_overcommit_hugepages,overcommit_memory,compaction_proactiveness,min_free_kbytes}";
-
-impl KhugepagedKnob {
-    pub const ALL: [KhugepagedKnob; 7] = [
-        KhugepagedKnob::Defrag,
-        KhugepagedKnob::MaxPtesNone,
-        KhugepagedKnob::MaxPtesSwap,
-        KhugepagedKnob::MaxPtesShared,
-        KhugepagedKnob::PagesToScan,
-        KhugepagedKnob::ScanSleepMillisecs,
-        KhugepagedKnob::AllocSleepMillisecs,
-    ];
-
-    /// The file name under transparent_hugepage/khugepaged/.
-    pub fn name(self) -> &'static str {
-        match self {
-            KhugepagedKnob::Defrag => "defrag",
-            KhugepagedKnob::MaxPtesNone => "max_ptes_none",
-            KhugepagedKnob::MaxPtesSwap => "max_ptes_swap",
-            KhugepagedKnob::MaxPtesShared => "max_ptes_shared",
-            KhugepagedKnob::PagesToScan => "pages_to_scan",
-            KhugepagedKnob::ScanSleepMillisecs => "scan_sleep_millisecs",
-            KhugepagedKnob::AllocSleepMillisecs => "alloc_sleep_millisecs",
-        }
-    }
-}
-
-impl VmSysctl {
-    pub const ALL: [VmSysctl; 6] = [
-        VmSysctl::HugetlbOptimizeVmemmap,
-        VmSysctl::NrHugepages,
-        VmSysctl::NrOvercommitHugepages,
-        VmSysctl::OvercommitMemory,
-        VmSysctl::CompactionProactiveness,
-        VmSysctl::MinFreeKbytes,
-    ];
-
-    /// The file name under /proc/sys/vm/.
-    pub fn name(self) -> &'static str {
-        match self {
-            VmSysctl::HugetlbOptimizeVmemmap => "hugetlb_optimize_vmemmap",
-            VmSysctl::NrHugepages => "nr_hugepages",
-            VmSysctl::NrOvercommitHugepages => "nr_overcommit_hugepages",
-            VmSysctl::OvercommitMemory => "overcommit_memory",
-            VmSysctl::CompactionProactiveness => "compaction_proactiveness",
-            VmSysctl::MinFreeKbytes => "min_free_kbytes",
-        }
-    }
-}
-
-/// Parses `hugepages-<N>kB` followed by `/`, returning N and the rest after the `/`.
-/// `Err` when the shape matches but N is not a power of two of at least 8.
-fn sized_dir(s: &str) -> Option<Result<(u64, &str), String>> {
-    let rest = s.strip_prefix("hugepages-")?;
-    let (n, rest) = rest.split_once("kB/")?;
-    let kb = parse_decimal(n)?;
-    match kb {
-        Some(kb) if kb >= 8 && kb.is_power_of_two() => Some(Ok((kb, rest))),
-        _ => Some(Err(format!(
-            "bad page size in hugepages-{n}kB; expected a power of two of at least 8 (kB), like hugepages-64kB"
-        ))),
-    }
-}
-
-impl FromStr for Tunable {
-    type Err = String;
-
-    /// A tunable by its path (relative to /sys/kernel/mm/, or `vm.<name>` for
-    /// /proc/sys/vm/<name>); the error message lists the accepted forms.
-    fn from_str(s: &str) -> Result<Tunable, String> {
-        let unknown = || {
-            format!(
-                "unknown tunable {}; expected one of {TUNABLE_FORMS}",
-                quote(s)
-            )
-        };
-        if let Some(name) = s.strip_prefix("vm.") {
-            return VmSysctl::ALL
-                .iter()
-                .find(|v| v.name() == name)
-                .map(|v| Tunable::Sysctl(*v))
-                .ok_or_else(unknown);
-        }
-        if let Some(rest) = s.strip_prefix("transparent_hugepage/") {
-            match rest {
-                "enabled" => return Ok(Tunable::ThpEnabled),
-                "defrag" => return Ok(Tunable::ThpDefrag),
-                "use_zero_page" => return Ok(Tunable::ThpUseZeroPage),
-                "shrink_underused" => return Ok(Tunable::ThpShrinkUnderused),
-                "anon_beside_full" => return Ok(Tunable::ThpAnonBesideFull),
-                _ => {}
-            }
-            if let Some(knob) = rest.strip_prefix("khugepaged/") {
-                return KhugepagedKnob::ALL
-                    .iter()
-                    .find(|k| k.name() == knob)
-                    .map(|k| Tunable::Khugepaged(*k))
-                    .ok_or_else(unknown);
-            }
-            return match sized_dir(rest) {
-                Some(Ok((size_kb, "enabled"))) => Ok(Tunable::ThpSizeEnabled { size_kb }),
-                Some(Err(m)) => Err(m),
-                _ => Err(unknown()),
-            };
-        }
-        if let Some(rest) = s.strip_prefix("hugepages/") {
-            return match sized_dir(rest) {
-                Some(Ok((size_kb, "nr_hugepages"))) => Ok(Tunable::HugetlbNrHugepages { size_kb }),
-                Some(Ok((size_kb, "nr_overcommit_hugepages"))) => {
-                    Ok(Tunable::HugetlbNrOvercommit { size_kb })
-                }
-                Some(Err(m)) => Err(m),
-                _ => Err(unknown()),
-            };
-        }
-        Err(unknown())
-    }
-}
-
-/// What values a tunable accepts; used both to parse and to check a value.
-enum Accepts {
-    Enabled,
-    SizeEnabled,
-    Defrag,
-    /// An integer in this inclusive range.
-    Num(u64, u64),
-}
-
-impl Tunable {
-    fn accepts(&self) -> Accepts {
-        match self {
-            Tunable::ThpEnabled => Accepts::Enabled,
-            Tunable::ThpSizeEnabled { .. } => Accepts::SizeEnabled,
-            Tunable::ThpDefrag => Accepts::Defrag,
-            // Flags the kernel stores as 0/1 and rejects anything else.
-            Tunable::ThpUseZeroPage
-            | Tunable::ThpShrinkUnderused
-            | Tunable::ThpAnonBesideFull
-            | Tunable::Khugepaged(KhugepagedKnob::Defrag)
-            | Tunable::Sysctl(VmSysctl::HugetlbOptimizeVmemmap) => Accepts::Num(0, 1),
-            // khugepaged refuses to scan zero pages per pass (EINVAL).
-            Tunable::Khugepaged(KhugepagedKnob::PagesToScan) => Accepts::Num(1, u64::MAX),
-            // The kernel's sysctl bounds (proc_dointvec_minmax).
-            Tunable::Sysctl(VmSysctl::OvercommitMemory) => Accepts::Num(0, 2),
-            Tunable::Sysctl(VmSysctl::CompactionProactiveness) => Accepts::Num(0, 100),
-            _ => Accepts::Num(0, u64::MAX),
-        }
-    }
-
-    /// Whether `value` is one this tunable accepts (for ASTs not built by the parser).
-    pub fn accepts_value(&self, value: &SetValue) -> bool {
-        match (self.accepts(), value) {
-            (Accepts::Enabled, SetValue::Enabled(_)) => true,
-            (Accepts::SizeEnabled, SetValue::SizeEnabled(_)) => true,
-            (Accepts::Defrag, SetValue::Defrag(_)) => true,
-            (Accepts::Num(lo, hi), SetValue::Num(n)) => (lo..=hi).contains(n),
-            _ => false,
-        }
-    }
-
-    /// Parses a value as this tunable accepts it (the words its sysfs file
-    /// takes, or a decimal number), naming the accepted values on error.
-    pub fn parse_value(&self, v: &str) -> Result<SetValue, String> {
-        let bad = |expected: &str| {
-            format!(
-                "bad value {} for {}; expected {expected}",
-                quote(v),
-                self.path()
-            )
-        };
-        match self.accepts() {
-            Accepts::Enabled => match v {
-                "always" => Ok(SetValue::Enabled(ThpEnabled::Always)),
-                "madvise" => Ok(SetValue::Enabled(ThpEnabled::Madvise)),
-                "never" => Ok(SetValue::Enabled(ThpEnabled::Never)),
-                _ => Err(bad("one of always, madvise, never")),
-            },
-            Accepts::SizeEnabled => match v {
-                "always" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Always)),
-                "inherit" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Inherit)),
-                "madvise" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Madvise)),
-                "never" => Ok(SetValue::SizeEnabled(ThpSizeEnabled::Never)),
-                _ => Err(bad("one of always, inherit, madvise, never")),
-            },
-            Accepts::Defrag => match v {
-                "always" => Ok(SetValue::Defrag(ThpDefrag::Always)),
-                "defer" => Ok(SetValue::Defrag(ThpDefrag::Defer)),
-                "defer+madvise" => Ok(SetValue::Defrag(ThpDefrag::DeferMadvise)),
-                "madvise" => Ok(SetValue::Defrag(ThpDefrag::Madvise)),
-                "never" => Ok(SetValue::Defrag(ThpDefrag::Never)),
-                _ => Err(bad("one of always, defer, defer+madvise, madvise, never")),
-            },
-            Accepts::Num(lo, hi) => {
-                let expected = match (lo, hi) {
-                    (0, 1) => "0 or 1".to_string(),
-                    (0, u64::MAX) => "a non-negative integer".to_string(),
-                    (1, u64::MAX) => "a positive integer".to_string(),
-                    _ => format!("an integer from {lo} to {hi}"),
-                };
-                match parse_decimal(v) {
-                    Some(Some(n)) if (lo..=hi).contains(&n) => Ok(SetValue::Num(n)),
-                    Some(None) if hi == u64::MAX => Err(format!("value too large: {}", quote(v))),
-                    _ => Err(bad(&expected)),
-                }
-            }
         }
     }
 }

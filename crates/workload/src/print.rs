@@ -107,31 +107,6 @@ impl fmt::Display for MachineParam {
     }
 }
 
-impl Tunable {
-    /// The tunable's path: relative to /sys/kernel/mm/ for sysfs files,
-    /// `vm.<name>` for /proc/sys/vm/<name>. Exactly what `set` takes.
-    pub fn path(&self) -> String {
-        match self {
-            Tunable::ThpEnabled => "transparent_hugepage/enabled".to_string(),
-            Tunable::ThpDefrag => "transparent_hugepage/defrag".to_string(),
-            Tunable::ThpUseZeroPage => "transparent_hugepage/use_zero_page".to_string(),
-            Tunable::ThpShrinkUnderused => "transparent_hugepage/shrink_underused".to_string(),
-            Tunable::ThpAnonBesideFull => "transparent_hugepage/anon_beside_full".to_string(),
-            Tunable::ThpSizeEnabled { size_kb } => {
-                format!("transparent_hugepage/hugepages-{size_kb}kB/enabled")
-            }
-            Tunable::Khugepaged(k) => format!("transparent_hugepage/khugepaged/{}", k.name()),
-            Tunable::HugetlbNrHugepages { size_kb } => {
-                format!("hugepages/hugepages-{size_kb}kB/nr_hugepages")
-            }
-            Tunable::HugetlbNrOvercommit { size_kb } => {
-                format!("hugepages/hugepages-{size_kb}kB/nr_overcommit_hugepages")
-            }
-            Tunable::Sysctl(s) => format!("vm.{}", s.name()),
-        }
-    }
-}
-
 impl fmt::Display for Tunable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.path())
@@ -140,34 +115,19 @@ impl fmt::Display for Tunable {
 
 impl fmt::Display for ThpEnabled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ThpEnabled::Always => "always",
-            ThpEnabled::Madvise => "madvise",
-            ThpEnabled::Never => "never",
-        })
+        f.write_str(self.name())
     }
 }
 
 impl fmt::Display for ThpSizeEnabled {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ThpSizeEnabled::Always => "always",
-            ThpSizeEnabled::Inherit => "inherit",
-            ThpSizeEnabled::Madvise => "madvise",
-            ThpSizeEnabled::Never => "never",
-        })
+        f.write_str(self.name())
     }
 }
 
 impl fmt::Display for ThpDefrag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ThpDefrag::Always => "always",
-            ThpDefrag::Defer => "defer",
-            ThpDefrag::DeferMadvise => "defer+madvise",
-            ThpDefrag::Madvise => "madvise",
-            ThpDefrag::Never => "never",
-        })
+        f.write_str(self.name())
     }
 }
 

@@ -1,0 +1,186 @@
+//! `hugelab compare`'s summary: its numbers on small workloads, derived by hand
+//! from what Linux 6.18 does (mm/memory.c alloc_anon_folio and
+//! mm/huge_memory.c do_huge_pmd_anonymous_page), not from the model's output.
+
+use serde_json::Value;
+use std::process::Command;
+
+/// Writes `text` to a workload file of the test's own, in Cargo's scratch dir.
+fn workload_file(name: &str, text: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::write(&path, text).expect("write the workload");
+    path.to_str().expect("utf-8 path").to_string()
+}
+
+fn compare(args: &[&str]) -> (String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .arg("compare")
+        .args(args)
+        .output()
+        .expect("the hugelab binary runs");
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    (out, err)
+}
+
+/// The summary row of `setting` in `compare --json`.
+fn row<'a>(doc: &'a Value, setting: &str) -> &'a Value {
+    doc["summary"]
+        .as_array()
+        .expect("a summary array")
+        .iter()
+        .find(|r| r["setting"] == setting)
+        .unwrap_or_else(|| panic!("no summary row {setting}: {doc}"))
+}
+
+fn share(row: &Value, size: &str) -> Value {
+    row["by_size"]
+        .as_array()
+        .expect("by_size")
+        .iter()
+        .find(|s| s["size"] == size)
+        .map_or(Value::Null, |s| s["share_pct"].clone())
+}
+
+const NEVER: &str = "transparent_hugepage/enabled=never";
+
+/// 2 MiB written a page at a time, 2 MiB-aligned:
+/// - 4K: every page faults, 512 faults, 2048 kB of 4K pages.
+/// - 64K: the first write in each 64K block finds it empty and inside the VMA,
+///   so it gets a 64K folio mapped by 16 PTEs: 2M / 64K = 32 faults,
+///   (32 - 512) / 512 = -93.75 %; the same 2048 kB, all of it in 64K folios.
+/// - PMD (enabled=always, hugepages-2048kB inherit by default): one fault maps
+///   the whole 2M: (1 - 512) / 512 = -99.8046875 %; all of it in a 2M folio.
+#[test]
+fn summary_of_2m_written_with_64k_mthp_and_pmd_thp() {
+    let w = workload_file(
+        "summary-2m.hlw",
+        "spawn a\na mmap buf 2M align=2M\na write buf\n",
+    );
+    let k64 = format!("64K:{NEVER},transparent_hugepage/hugepages-64kB/enabled=always");
+    let base = format!("4K:{NEVER}");
+    let pmd = "PMD:transparent_hugepage/enabled=always";
+    let args = ["--setting", &base, "--setting", &k64, "--setting", pmd];
+    let mut json_args = args.to_vec();
+    json_args.extend(["--json", &w]);
+    let (out, _) = compare(&json_args);
+    let doc: Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(doc["baseline"], "4K");
+
+    let r = row(&doc, "4K");
+    assert_eq!(r["page_faults"], 512);
+    assert_eq!(r["page_faults_change_pct"], 0.0);
+    assert_eq!(r["anon_kb"], 2048);
+    assert_eq!(r["large_folio_kb"], 0);
+    assert_eq!(r["large_folio_share_pct"], 0.0);
+    assert_eq!(r["fallbacks"], 0);
+
+    let r = row(&doc, "64K");
+    assert_eq!(r["page_faults"], 32);
+    assert_eq!(r["page_faults_change_pct"], -93.75);
+    assert_eq!(r["anon_kb"], 2048);
+    assert_eq!(r["anon_change_pct"], 0.0);
+    assert_eq!(r["large_folio_kb"], 2048);
+    assert_eq!(r["large_folio_share_pct"], 100.0);
+    assert_eq!(share(r, "64kB"), 100.0);
+    assert_eq!(r["fallbacks"], 0);
+
+    let r = row(&doc, "PMD");
+    assert_eq!(r["page_faults"], 1);
+    assert_eq!(r["page_faults_change_pct"], -99.8046875);
+    assert_eq!(r["anon_change_pct"], 0.0);
+    assert_eq!(share(r, "2048kB"), 100.0);
+    assert_eq!(share(r, "64kB"), Value::Null);
+
+    // The table says the same, the summary before the full table.
+    let mut text_args = args.to_vec();
+    text_args.push(&w);
+    let (out, _) = compare(&text_args);
+    let summary_at = out.find("Summary against 4K (512 page faults, 2048 kB");
+    let full_at = out.find("| counter");
+    assert!(summary_at.is_some() && summary_at < full_at, "{out}");
+    let line = |setting: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("| {setting} ")))
+            .unwrap_or_else(|| panic!("no row {setting}:\n{out}"))
+            .split('|')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect::<Vec<_>>()
+    };
+    // setting, page faults, anon memory, in large folios, in 64K, in 2M, fallbacks
+    assert_eq!(
+        line("64K"),
+        ["64K", "-93.8%", "0.0%", "100.0%", "100.0%", "0.0%", "0"]
+    );
+    assert_eq!(
+        line("PMD"),
+        ["PMD", "-99.8%", "0.0%", "100.0%", "0.0%", "100.0%", "0"]
+    );
+}
+
+/// An 80K region, 2M-aligned, written a page at a time, with 64K, 32K and
+/// 16K enabled: the fault at 0 gets a 64K folio (its block lies in the VMA);
+/// the fault at 64K finds no 64K or 32K block inside the VMA (they would end
+/// at 128K and 96K) and gets 16K. 2 faults against 20 with 4K: -90 %;
+/// anonymous memory 80 kB both times; 64 kB of it (80 %) in a 64K folio and
+/// 16 kB (20 %) in a 16K one.
+#[test]
+fn summary_shares_by_size_at_an_unaligned_region_end() {
+    let w = workload_file(
+        "summary-80k.hlw",
+        "spawn a\na mmap buf 80K align=2M\na write buf\n",
+    );
+    let mthp = format!(
+        "64K+32K+16K:{NEVER},transparent_hugepage/hugepages-16kB/enabled=always,\
+         transparent_hugepage/hugepages-32kB/enabled=always,\
+         transparent_hugepage/hugepages-64kB/enabled=always"
+    );
+    let base = format!("4K:{NEVER}");
+    let (out, _) = compare(&["--json", "--setting", &base, "--setting", &mthp, &w]);
+    let doc: Value = serde_json::from_str(&out).expect("valid JSON");
+    assert_eq!(row(&doc, "4K")["page_faults"], 20);
+    let r = row(&doc, "64K+32K+16K");
+    assert_eq!(r["page_faults"], 2);
+    assert_eq!(r["page_faults_change_pct"], -90.0);
+    assert_eq!(r["anon_kb"], 80);
+    assert_eq!(r["large_folio_kb"], 80);
+    assert_eq!(share(r, "64kB"), 80.0);
+    assert_eq!(share(r, "16kB"), 20.0);
+    assert_eq!(share(r, "32kB"), Value::Null);
+}
+
+/// Fallbacks. A 4M machine; `fill` (3M, MADV_NOHUGEPAGE, so 4K pages under
+/// every setting) leaves less than 2M free, so no free 2M block exists. Then
+/// 64K of a fresh 2M-aligned region is written.
+/// - 4K: 768 + 16 faults, no large folio tried: 0 fallbacks.
+/// - PMD: the first fault in `t` tries a PMD folio, the allocation fails
+///   (thp_fault_fallback and the 2048kB anon_fault_fallback, counted once in
+///   the summary) and the fault goes on at PTE level with a 4K page (the other
+///   sizes are at their default, never); the next 15 faults find a PTE table
+///   and try no PMD: 1 fallback, the same 784 faults, no large folio.
+#[test]
+fn summary_counts_a_pmd_fallback_once() {
+    let w = workload_file(
+        "summary-fallback.hlw",
+        "machine memory=4M\nspawn a\na mmap fill 3M align=2M\na madvise fill NOHUGEPAGE\n\
+         a write fill\na mmap t 2M align=2M\na write t:64K\n",
+    );
+    let base = format!("4K:{NEVER}");
+    let pmd = "PMD:transparent_hugepage/enabled=always";
+    let (out, _) = compare(&["--json", "--setting", &base, "--setting", pmd, &w]);
+    let doc: Value = serde_json::from_str(&out).expect("valid JSON");
+    let r = row(&doc, "4K");
+    assert_eq!(r["page_faults"], 784);
+    assert_eq!(r["fallbacks"], 0);
+    let r = row(&doc, "PMD");
+    assert_eq!(r["page_faults"], 784);
+    assert_eq!(r["page_faults_change_pct"], 0.0);
+    assert_eq!(r["fallbacks"], 1);
+    assert_eq!(r["fallbacks_change_pct"], Value::Null);
+    assert_eq!(r["large_folio_kb"], 0);
+    assert_eq!(doc["counters"]["PMD"]["vmstat.thp_fault_fallback"], 1);
+}

@@ -8,7 +8,7 @@ use crate::table;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_model::Model;
-use hugelab_workload::{parse, parse_file, run, Counters, Workload};
+use hugelab_workload::{counters, parse, parse_file, run, Counters, Workload};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -40,6 +40,10 @@ pub struct CompareArgs {
     /// rows that are hidden by default.
     #[arg(long)]
     all: bool,
+    /// Show only these counters in the full table, zeros included (repeat;
+    /// names as `hugelab counters` lists them).
+    #[arg(long = "counter", value_name = "NAME")]
+    counters: Vec<String>,
     /// Print JSON instead of tables: the summary and every counter.
     #[arg(long)]
     json: bool,
@@ -86,6 +90,11 @@ fn parse_setting(spec: &str) -> Result<Setting> {
 }
 
 pub fn main(args: CompareArgs) -> Result<ExitCode> {
+    for name in &args.counters {
+        if counters::lookup(name).is_none() {
+            bail!("--counter: {}", counters::unknown_counter_message(name));
+        }
+    }
     let workload = match &args.file {
         Some(file) => parse_file(file)?,
         None => parse("builtin.hlw", BUILTIN)?,
@@ -136,7 +145,7 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
     }
     println!("# {} at snapshot '{label}', model backend", workload.file);
     print!("{}", render_summary(&summary));
-    print!("{}", render(&columns, args.all));
+    print!("{}", render(&columns, args.all, &args.counters));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -349,8 +358,14 @@ fn per_kb(size: &str) -> u64 {
     size.trim_end_matches("kB").parse().unwrap_or(0)
 }
 
-fn render(columns: &[(String, Counters)], all: bool) -> String {
-    let names: BTreeSet<&String> = columns.iter().flat_map(|(_, c)| c.keys()).collect();
+/// The full table; with `only`, just those counters, in that order.
+fn render(columns: &[(String, Counters)], all: bool, only: &[String]) -> String {
+    let names: Vec<&String> = if only.is_empty() {
+        let all_names: BTreeSet<&String> = columns.iter().flat_map(|(_, c)| c.keys()).collect();
+        all_names.into_iter().collect()
+    } else {
+        only.iter().collect()
+    };
     let mut header = vec!["counter".to_string()];
     header.extend(columns.iter().map(|(n, _)| n.clone()));
     header.extend(
@@ -365,7 +380,8 @@ fn render(columns: &[(String, Counters)], all: bool) -> String {
             .iter()
             .map(|(_, c)| c.get(name).copied().unwrap_or(0))
             .collect();
-        if !all && (values.iter().all(|v| *v == 0) || is_per_region(name)) {
+        let hidden = values.iter().all(|v| *v == 0) || is_per_region(name);
+        if !all && only.is_empty() && hidden {
             continue;
         }
         let mut row = vec![name.clone()];

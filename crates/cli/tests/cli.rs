@@ -183,3 +183,21 @@ fn a_refused_call_is_an_outcome_the_workload_goes_on() {
         "{err}"
     );
 }
+
+#[test]
+fn compare_counter_rows_are_checked_against_the_registry() {
+    let o = hugelab(&["compare", "--counter", "vmstat.thp_faul_alloc"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "unknown counter 'vmstat.thp_faul_alloc'; did you mean vmstat.thp_fault_alloc?"
+        ),
+        "{err}"
+    );
+    let o = hugelab(&["compare", "--counter", "vmstat.pgfault"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("| vmstat.")).collect();
+    assert_eq!(rows.len(), 1, "{out}");
+}

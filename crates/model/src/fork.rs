@@ -20,6 +20,7 @@
 //! without the dirty/soft-dirty bits the model does not keep.
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
+use crate::internal::folio_pte_batch;
 use crate::memory::{alloc_folio, page_folio, pte_index, Fault};
 use crate::mm_types::{pg, Pfn, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
@@ -111,14 +112,7 @@ fn copy_pte_range(
             continue;
         };
         let folio = page_folio(m, page);
-        let folio_end = folio.0 + (1 << m.zone.memmap.page(folio).order());
-        let mut nr = 1;
-        while i + nr < end
-            && page.0 + (nr as u64) < folio_end
-            && st.ptes[i + nr].pfn() == Some(Pfn(page.0 + nr as u64))
-        {
-            nr += 1;
-        }
+        let nr = folio_pte_batch(m, folio, &st.ptes[i..], end - i);
         let maybe_pinned = src.has_pinned && rmap::folio_maybe_dma_pinned(m, folio);
         let (src_id, dst_id) = (src.mm_id, dst.mm_id);
         if rmap::folio_try_dup_anon_rmap_ptes(

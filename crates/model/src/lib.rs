@@ -21,6 +21,7 @@ mod exec;
 pub mod fork;
 pub mod gup;
 pub mod huge_memory;
+pub mod internal;
 pub mod khugepaged;
 pub mod madvise;
 pub mod memory;

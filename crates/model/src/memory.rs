@@ -20,6 +20,7 @@ use crate::huge_memory::{
     folio_unqueue_deferred_split, highest_order, split_huge_pmd, thp_vma_allowable_orders,
     thp_vma_suitable_orders, PmdFault,
 };
+use crate::internal::folio_pte_batch;
 use crate::mm_types::{
     pg, Pfn, HPAGE_PMD_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
 };
@@ -443,23 +444,14 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
     let mut i = pte_index(lo);
     let end = pte_index(hi - 1) + 1;
     while i < end {
-        let pte = t.ptes[i];
-        t.ptes[i] = Pte::NONE;
-        let Some(pfn) = pte.pfn() else {
+        let Some(pfn) = t.ptes[i].pfn() else {
+            t.ptes[i] = Pte::NONE;
             i += 1;
             continue;
         };
-        // Batch the following PTEs that map the next pages of the same folio.
         let folio = page_folio(m, pfn);
-        let folio_end = folio.0 + (1 << m.zone.memmap.page(folio).order());
-        let mut nr = 1;
-        while i + nr < end
-            && pfn.0 + (nr as u64) < folio_end
-            && t.ptes[i + nr].pfn() == Some(Pfn(pfn.0 + nr as u64))
-        {
-            t.ptes[i + nr] = Pte::NONE;
-            nr += 1;
-        }
+        let nr = folio_pte_batch(m, folio, &t.ptes[i..], end - i);
+        t.ptes[i..i + nr].fill(Pte::NONE);
         mm.anon_rss -= nr as u64;
         if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64, mm.mm_id) {
             free_folio(m, folio);

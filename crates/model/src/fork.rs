@@ -21,10 +21,10 @@
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
 use crate::internal::folio_pte_batch;
-use crate::memory::{alloc_folio, page_folio, pte_index, Fault};
-use crate::mm_types::{pg, Pfn, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{page_folio, pg, Fault, Pfn, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
-use crate::pgtable::{Pmd, Pte, PteTable};
+use crate::page_alloc::alloc_folio;
+use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::Machine;
 

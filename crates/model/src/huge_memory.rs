@@ -12,9 +12,11 @@
 //! under memory pressure, which the model does not have yet); the vendor knob
 //! `anon_beside_full` is stored and must be 0 (the model refuses 1).
 
-use crate::memory::page_folio;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
+use crate::mm_types::{
+    page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
+};
 use crate::mmap::{MmStruct, Vma};
+use crate::page_alloc::{alloc_folio, free_folio};
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::vmstat::{MthpStat, VmEvent};
@@ -151,7 +153,7 @@ pub fn do_huge_pmd_anonymous_page(
     vma: &Vma,
     addr: u64,
     write: bool,
-) -> Result<PmdFault, crate::memory::Fault> {
+) -> Result<PmdFault, Fault> {
     let haddr = addr & !(PMD_SIZE - 1);
     if !thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER) {
         return Ok(PmdFault::Fallback);
@@ -174,7 +176,7 @@ pub fn do_huge_pmd_anonymous_page(
     let deposit = match m.pte_alloc_one() {
         Ok(d) => d,
         Err(e) => {
-            crate::memory::free_folio(m, folio);
+            free_folio(m, folio);
             return Err(e);
         }
     };
@@ -187,7 +189,7 @@ pub fn do_huge_pmd_anonymous_page(
 /// vma_alloc_anon_folio_pmd: an order-9 folio, zeroed, or None after counting
 /// the fallback.
 fn vma_alloc_anon_folio_pmd(m: &mut Machine) -> Option<Pfn> {
-    match crate::memory::alloc_folio(m, HPAGE_PMD_ORDER) {
+    match alloc_folio(m, HPAGE_PMD_ORDER) {
         Some(folio) => Some(folio),
         None => {
             m.stat.count_vm_event(VmEvent::ThpFaultFallback);
@@ -231,7 +233,7 @@ pub fn do_huge_zero_wp_pmd(
     mm: &mut MmStruct,
     vma: &Vma,
     addr: u64,
-) -> Result<PmdFault, crate::memory::Fault> {
+) -> Result<PmdFault, Fault> {
     let haddr = addr & !(PMD_SIZE - 1);
     let Some(Pmd::HugeZero { deposit }) = mm.pmds.get(&(haddr / PMD_SIZE)) else {
         unreachable!("do_huge_zero_wp_pmd on a PMD that is not the huge zero page");
@@ -283,7 +285,7 @@ pub fn copy_huge_pmd(
     dst: &mut MmStruct,
     src: &mut MmStruct,
     index: u64,
-) -> Result<PmdFault, crate::memory::Fault> {
+) -> Result<PmdFault, Fault> {
     let pgtable = m.pte_alloc_one()?;
     match src.pmds.get(&index) {
         Some(Pmd::HugeZero { .. }) => {

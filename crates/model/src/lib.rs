@@ -37,8 +37,7 @@ pub mod vmscan;
 pub mod vmstat;
 
 use crate::huge_memory::{DeferredSplitQueue, ThpSettings};
-use crate::memory::Fault;
-use crate::mm_types::{pg, Pfn, PAGE_SIZE};
+use crate::mm_types::{pg, Fault, Pfn, PAGE_SIZE};
 use crate::mmap::MmStruct;
 use crate::page_alloc::Zone;
 use crate::vmstat::VmStat;

@@ -16,77 +16,17 @@
 //! drops, so the model starts where the kernel ends up).
 
 use crate::huge_memory::{
-    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd,
-    folio_unqueue_deferred_split, highest_order, split_huge_pmd, thp_vma_allowable_orders,
-    thp_vma_suitable_orders, PmdFault,
+    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
+    split_huge_pmd, thp_vma_allowable_orders, thp_vma_suitable_orders, PmdFault,
 };
 use crate::internal::folio_pte_batch;
-use crate::mm_types::{
-    pg, Pfn, HPAGE_PMD_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
-};
+use crate::mm_types::{page_folio, pg, Fault, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
-use crate::pgtable::{Pmd, Pte, PteTable};
+use crate::page_alloc::{alloc_folio, free_folio};
+use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
-
-/// Why an access could not complete.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// No VMA, or the VMA does not allow the access.
-    Sigsegv { addr: u64, write: bool },
-    /// Not even an order-0 page could be allocated.
-    Oom,
-}
-
-#[inline]
-pub(crate) fn pte_index(addr: u64) -> usize {
-    ((addr >> PAGE_SHIFT) as usize) & (PTRS_PER_PTE - 1)
-}
-
-/// Allocates a folio of `order` (a zeroed, unmapped, unreferenced-by-PTE folio
-/// with refcount 1 once rmap adds it) or None.
-pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
-    let pfn = m.zone.alloc_pages(order)?;
-    let nr = 1u64 << order;
-    let pages = m.zone.memmap.pages_mut(pfn, nr);
-    pages[0].init(pg::HEAD | pg::ZEROED, order);
-    for page in &mut pages[1..] {
-        page.init(pg::TAIL | pg::ZEROED, 0);
-    }
-    Some(pfn)
-}
-
-/// Frees a folio whose last reference is gone (free_pages_prepare + buddy).
-pub fn free_folio(m: &mut Machine, folio: Pfn) {
-    let head = *m.zone.memmap.page(folio);
-    let order = head.order();
-    if order > 0 {
-        folio_unqueue_deferred_split(m, folio, order);
-        m.folio_mm_ids.remove(&folio);
-        if head.test(pg::ANON) {
-            m.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
-        }
-    }
-    m.zone.free_pages(folio, order);
-}
-
-/// The head of the folio that `page` belongs to (page_folio). Folios are
-/// naturally aligned, so the head is the nearest aligned page marked head
-/// whose folio covers `page`.
-pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
-    if m.zone.memmap.page(page).test(pg::HEAD) {
-        return page;
-    }
-    for order in 1..=HPAGE_PMD_ORDER {
-        let head = Pfn(page.0 & !((1 << order) - 1));
-        let p = m.zone.memmap.page(head);
-        if p.test(pg::HEAD) && head.0 + (1 << p.order()) > page.0 {
-            return head;
-        }
-    }
-    unreachable!("{page} belongs to no folio");
-}
 
 /// handle_mm_fault for one access at `addr`, which the caller found unmapped
 /// (or mapped read-only for a write). Counts PGFAULT.

@@ -9,7 +9,13 @@
 //! anon PTEs are written young and dirty on fault, and the model never ages
 //! them yet); no swap or migration entries.
 
-use crate::mm_types::{Pfn, PTRS_PER_PTE};
+use crate::mm_types::{Pfn, PAGE_SHIFT, PTRS_PER_PTE};
+
+/// pte_index: the index of `addr`'s PTE in its page table.
+#[inline]
+pub(crate) fn pte_index(addr: u64) -> usize {
+    ((addr >> PAGE_SHIFT) as usize) & (PTRS_PER_PTE - 1)
+}
 
 /// A PTE, 4 bytes: none, the shared zero page, or a present page with its
 /// write permission. Present PTEs hold pfn + 2, so the model addresses at most

@@ -355,6 +355,18 @@ pub fn mm_put_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) {
     }
 }
 
+/// shrink_huge_zero_folio_scan: frees the huge zero folio when no mm maps
+/// it any more (only the shrinker's own reference is left); the next huge
+/// zero fault allocates it again (thp_zero_page_alloc).
+pub fn shrink_huge_zero_folio_scan(m: &mut Machine) {
+    if m.huge_zero_refcount == 1 {
+        if let Some(folio) = m.huge_zero_folio.take() {
+            m.huge_zero_refcount = 0;
+            m.zone.free_pages(folio, HPAGE_PMD_ORDER);
+        }
+    }
+}
+
 /// split_huge_pmd at `haddr`: the PMD becomes a table of PTEs mapping the same
 /// folio (or the zero page). The folio itself is not split and stays whole.
 pub fn split_huge_pmd(m: &mut Machine, mm: &mut MmStruct, haddr: u64) {
@@ -625,4 +637,60 @@ pub fn folio_unqueue_deferred_split(m: &mut Machine, folio: Pfn, order: u32) {
             .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
     }
     m.deferred_split_queue.remove(folio);
+}
+
+/// deferred_split_scan: every queued folio leaves the queue. A partially
+/// mapped one is split; one that is not is split only if thp_underused
+/// (then thp_underused_split_page), else it is simply dropped from the
+/// queue: the under-used check is made once. A partially mapped folio whose
+/// split fails (pinned) goes back to the tail of the queue.
+pub fn deferred_split_scan(m: &mut Machine, mms: &mut [&mut MmStruct]) {
+    for folio in m.deferred_split_queue.drain() {
+        m.zone.memmap.page_mut(folio).clear(pg::DEFERRED);
+        let partially_mapped = m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED);
+        let underused = !partially_mapped && thp_underused(m, folio);
+        if !partially_mapped && !underused {
+            continue;
+        }
+        if split_folio(m, mms, folio) {
+            if underused {
+                m.stat.count_vm_event(VmEvent::ThpUnderusedSplitPage);
+            }
+        } else if partially_mapped {
+            m.zone.memmap.page_mut(folio).set(pg::DEFERRED);
+            m.deferred_split_queue.add_tail(folio);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Model;
+    use hugelab_workload::{parse, run};
+
+    /// Under-used splits at reclaim after writing `pages` pages of one THP,
+    /// with max_ptes_none 409.
+    fn underused_splits(pages: u64) -> i64 {
+        let text = format!(
+            "set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
+             spawn a\n\
+             a mmap buf 2M align=2M\n\
+             a madvise buf HUGEPAGE\n\
+             a write buf:{}K\n\
+             reclaim\n",
+            pages * 4
+        );
+        let w = parse("underused.hlw", &text).unwrap();
+        let obs = run(&mut Model::default(), &w).unwrap();
+        obs.snapshot("end").unwrap().counters["vmstat.thp_underused_split_page"]
+    }
+
+    #[test]
+    fn underused_means_more_zero_pages_than_max_ptes_none() {
+        // 512 - pages zero-filled pages: split iff that is > 409.
+        assert_eq!(underused_splits(102), 1); // 410 zero pages
+        assert_eq!(underused_splits(103), 0); // 409 zero pages
+        assert_eq!(underused_splits(512), 0);
+    }
 }

@@ -31,10 +31,8 @@ impl fmt::Display for Pfn {
     }
 }
 
-pub const PAGE_SHIFT: u32 = 12;
-pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
-pub const PMD_SHIFT: u32 = 21;
-pub const PMD_SIZE: u64 = 1 << PMD_SHIFT;
+/// The page sizes every hugelab crate shares (x86_64, 4 KiB pages).
+pub use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT, PMD_SIZE};
 /// The range one PMD table maps (one PUD entry): 1 GiB.
 pub const PUD_SIZE: u64 = PMD_SIZE << 9;
 /// HPAGE_PMD_ORDER on x86_64 with 4 KiB pages.

@@ -8,6 +8,7 @@ pub mod observation;
 pub mod parse;
 pub mod placement;
 pub mod print;
+pub mod units;
 
 pub use ast::*;
 pub use backend::{run, Backend, BackendError, BackendErrorKind, RunError};

@@ -1,16 +1,29 @@
-//! Transparent huge pages for anonymous memory: which orders a VMA may use, the
-//! PMD fault path, the huge zero folio, split_huge_pmd and the deferred split queue.
+//! Transparent huge pages for anonymous memory: which orders a VMA may use,
+//! the PMD fault and write-fault paths, the huge zero folio and its
+//! shrinker, fork of a PMD mapping, split_huge_pmd, split_folio (also as
+//! debugfs `split_huge_pages` asks for it), and the deferred split queue with
+//! its shrinker and the under-used THP check.
 //!
 //! Follows Linux 6.18 `mm/huge_memory.c` and `include/linux/huge_mm.h`
 //! (`thp_vma_allowable_orders`, `__thp_vma_allowable_orders`,
 //! `thp_vma_suitable_order(s)`, `do_huge_pmd_anonymous_page`,
-//! `do_huge_zero_wp_pmd`, `__split_huge_pmd_locked`, `deferred_split_folio`).
+//! `do_huge_zero_wp_pmd`, `do_huge_pmd_wp_page`, `copy_huge_pmd`,
+//! `mm_get_huge_zero_folio`, `mm_put_huge_zero_folio`,
+//! `shrink_huge_zero_folio_scan`, `__split_huge_pmd_locked`,
+//! `split_huge_page_to_list_to_order`, `split_huge_pages_pid`,
+//! `deferred_split_folio`, `deferred_split_scan`, `thp_underused`).
 //!
-//! Simplifications: no userfaultfd, no memcg charge (so no `*_fallback_charge`
-//! events yet), no NUMA; `defrag` is stored but the allocator has no compaction to
-//! apply it with; the huge zero folio is never shrunk (the thp-zero shrinker runs
-//! under memory pressure, which the model does not have yet); the vendor knob
-//! `anon_beside_full` is stored and must be 0 (the model refuses 1).
+//! Simplifications: no userfaultfd, no memcg charge (so the
+//! `*_fallback_charge` events stay 0), no NUMA (one deferred split queue);
+//! `defrag` is stored but the allocator has no compaction to apply it with;
+//! the vendor knob `anon_beside_full` is stored and must be 0 (the model
+//! refuses 1); folios are split to order 0 only (debugfs's new_order is not
+//! offered); the model keeps no reverse map, so split_folio walks every
+//! process's page tables to find the PMDs and the zero-filled pages it remaps
+//! to the zero page; a page's content is one bit, all zero or not
+//! (`pg::ZEROED`), which is what thp_underused and that remap look at; the
+//! shrinkers run only from `vmscan::drop_slab` and walk their whole queue in
+//! one call.
 
 use crate::mm_types::{
     page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
@@ -35,7 +48,7 @@ pub struct ThpSettings {
     pub use_zero_page: bool,
     pub shrink_underused: bool,
     pub anon_beside_full: bool,
-    /// hugepages-<size>kB/enabled, indexed by order (0 and 1 unused).
+    /// `hugepages-<size>kB/enabled`, indexed by order (0 and 1 unused).
     pub size_enabled: [ThpSizeEnabled; HPAGE_PMD_ORDER as usize + 1],
     pub khugepaged: KhugepagedSettings,
 }

@@ -17,9 +17,11 @@
 //! - The kernel backend lets khugepaged make at least two full passes; a range
 //!   that fails its checks is counted (`thp_scan_exceed_*`) once per pass
 //!   there and once here, which `hugelab diff` treats as a bound.
-//! - The anon_vma condition of registration (a VMA that never faulted is not
-//!   eligible) is not modelled: such a VMA has no PTE table, so the scan
-//!   finds nothing to collapse either way.
+//! - The anon_vma condition (a VMA without an anon_vma, which only read
+//!   faults touched, is eligible neither for registration nor for the scan)
+//!   is not modelled: such a VMA maps at most the zero page, so nothing is
+//!   collapsed either way, but the model's scan of its zero-page PTEs counts
+//!   thp_scan_exceed_none_pte where the kernel skips the VMA.
 //! - No swap (max_ptes_swap never applies), every mapped page counts as young (referenced), no NUMA node
 //!   choice, synchronous allocation with no alloc_sleep back-off.
 

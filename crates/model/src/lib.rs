@@ -3,10 +3,14 @@
 //!
 //! The modules are a map of the kernel's `mm/`: `memory` (faults, zap,
 //! copy-on-write), `fork` (dup_mmap, copy_page_range), `gup` (long-term pins),
-//! `huge_memory` (THP orders, PMD faults, split_huge_pmd, deferred split queue),
-//! `khugepaged`, `rmap`, `mmap`, `mprotect`, `madvise`, `page_alloc` (buddy
-//! allocator), `sparse` (memmap), `vmstat`, `task_mmu` (smaps). Each module's
-//! doc comment names the kernel code it follows and what it leaves out.
+//! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
+//! deferred split queue and its shrinker), `khugepaged`, `rmap`, `mmap`,
+//! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator,
+//! folio allocation and free), `internal` (folio_pte_batch, from
+//! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
+//! (memmap), `vmstat`, `task_mmu` (smaps), `debug_vm` (invariant checks).
+//! Each module's doc comment names the kernel code it follows and what it
+//! leaves out.
 //!
 //! Machine-wide simplifications: x86_64 with 4 KiB pages and one NUMA node; no
 //! swap, page cache, memcg, hugetlb or concurrency yet; statements the model

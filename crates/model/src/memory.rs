@@ -1,19 +1,37 @@
 //! Page faults on anonymous memory, and tearing mappings down.
 //!
-//! Follows Linux 6.18 `mm/memory.c`: `handle_mm_fault` / `__handle_mm_fault`
-//! dispatch on the PMD entry, `do_anonymous_page` with `alloc_anon_folio` for
-//! multi-size THP, `do_wp_page` for write faults on read-only anon PTEs
-//! (the shared zero page, or a page fork shared: reused when exclusive,
-//! `wp_can_reuse_anon_folio`, else copied by `wp_page_copy` into a new
-//! order-0 folio), and the `zap_pte_range` / `zap_huge_pmd` family for
-//! munmap, MADV_DONTNEED and exit.
+//! Follows Linux 6.18 `mm/memory.c`:
+//! - `handle_mm_fault` counts PGFAULT; `__handle_mm_fault` allocates the PUD
+//!   and PMD tables on the first fault in their range (`__pud_alloc`,
+//!   `__pmd_alloc`), then dispatches on the PMD entry: an empty one goes to
+//!   `do_huge_pmd_anonymous_page` when the VMA allows the PMD order (else, or
+//!   on fallback, a PTE table is allocated), a huge zero PMD or a
+//!   write-protected THP to `do_huge_zero_wp_pmd` / `do_huge_pmd_wp_page`
+//!   (both in `huge_memory`), and what is left to `handle_pte_fault`;
+//! - `do_anonymous_page` with `alloc_anon_folio` for multi-size THP (a read
+//!   maps the shared zero page);
+//! - `do_wp_page` for write faults on read-only anon PTEs (the shared zero
+//!   page, or a page fork shared: reused when exclusive,
+//!   `wp_can_reuse_anon_folio`, else copied by `wp_page_copy` into a new
+//!   order-0 folio);
+//! - `zap_page_range` (`zap_page_range_single` / `unmap_page_range`, which
+//!   splits a PMD it only partly covers) with `zap_huge_pmd` and
+//!   `zap_pte_range` (a folio's PTEs in batches, `folio_pte_batch`), for
+//!   munmap, MADV_DONTNEED, exit and khugepaged's collapse.
+//!
+//! `access_range` is the process's loads and stores: what the CPU does
+//! without a fault where a PTE or PMD allows the access, and otherwise what
+//! the arch fault handler (`do_user_addr_fault`, arch/x86/mm/fault.c) does
+//! before `handle_mm_fault`: find the VMA and check the access.
 //!
 //! Simplifications: no userfaultfd, no memcg charge, no swap; no fault-around
 //! or retries (the model has no concurrency, so the rechecks under the PTE lock
 //! always pass); a write to memory the VMA does not allow, or to no VMA, is a
 //! SIGSEGV reported as an error rather than a signal; no LRU batches (the
 //! extra reference they hold is what `lru_add_drain` in the reuse check
-//! drops, so the model starts where the kernel ends up).
+//! drops, so the model starts where the kernel ends up); page content is one
+//! bit, all zero or not: a store of non-zero data clears it, a store of zero
+//! leaves it.
 
 use crate::huge_memory::{
     do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
@@ -28,8 +46,6 @@ use crate::rmap;
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 
-/// handle_mm_fault for one access at `addr`, which the caller found unmapped
-/// (or mapped read-only for a write). Counts PGFAULT.
 /// __pud_alloc and __pmd_alloc: the PUD and PMD tables above `addr`, if this
 /// is the first fault in their range. They are page-table pages like PTE
 /// tables (NR_PAGETABLE).
@@ -45,6 +61,8 @@ fn pud_pmd_alloc(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Result<(), Fa
     Ok(())
 }
 
+/// handle_mm_fault for one access at `addr`, which the caller found unmapped
+/// (or mapped read-only for a write). Counts PGFAULT.
 pub fn handle_mm_fault(
     m: &mut Machine,
     mm: &mut MmStruct,

@@ -15,6 +15,7 @@
 //!   (`loop_faults`), and around the whole request (`all_faults`), which the
 //!   runner compares with the system-wide pgfault to detect other processes.
 
+use hugelab_workload::units::PAGE_SIZE;
 use std::hint::black_box;
 use std::os::fd::RawFd;
 
@@ -300,7 +301,7 @@ fn pretouch_stack() {
     let mut i = 0;
     while i < STACK_PRETOUCH {
         buf[i] = 1;
-        i += 4096;
+        i += PAGE_SIZE as usize;
     }
     black_box(&mut buf);
 }

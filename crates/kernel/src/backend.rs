@@ -11,6 +11,7 @@ use crate::memcg::Memcg;
 use crate::process::AgentProc;
 use crate::sysfs;
 use crate::vmstat::SystemReader;
+use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{
     placement, Advice, Backend, BackendError, Counters, Errno, HugetlbSize, KhugepagedKnob,
     MachineParam, Prot, Range, Reading, Stmt, StmtKind, Tunable, Workload,
@@ -20,8 +21,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 const BACKEND: &str = "kernel";
-pub(crate) const PAGE_SIZE: u64 = 4096;
-pub(crate) const PMD_SIZE: u64 = 2 << 20;
 const MADV_COLLAPSE: i32 = 25;
 
 pub(crate) struct Proc {

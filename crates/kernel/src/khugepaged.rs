@@ -6,10 +6,11 @@
 //! the thread is not running.
 
 use crate::agent::{op, touch};
-use crate::backend::{failed, req_ok, Call, KernelBackend, PAGE_SIZE, PMD_SIZE};
+use crate::backend::{failed, req_ok, Call, KernelBackend};
 use crate::error::KernelError;
 use crate::process::AgentProc;
 use crate::sysfs;
+use hugelab_workload::units::{PAGE_SIZE, PMD_SIZE};
 use hugelab_workload::{placement, BackendError, KhugepagedKnob, Stmt, Tunable};
 use std::time::{Duration, Instant};
 

@@ -32,6 +32,7 @@
 //! pages are often physically contiguous too.
 
 use crate::error::{KernelError, Result};
+use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT, PMD_SIZE};
 use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -40,10 +41,8 @@ use std::mem::size_of;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
-const PAGE_SIZE: u64 = 4096;
-const HPAGE_PMD_ORDER: u32 = 9;
+const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
 const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
-const PMD_SIZE: u64 = PAGE_SIZE * HPAGE_PMD_NR;
 
 pub const KPAGEFLAGS: &str = "/proc/kpageflags";
 

@@ -8,6 +8,7 @@
 //! Timings are wall-clock on one core: quote them with the machine they were
 //! taken on.
 
+use hugelab_model::mm_types::PAGE_SIZE;
 use hugelab_model::Model;
 use hugelab_workload::{parse, run, Backend, Workload};
 use std::fmt::Write as _;
@@ -15,7 +16,7 @@ use std::time::Instant;
 
 const GIB: u64 = 1 << 30;
 const REGION: u64 = 8 * GIB;
-const PAGES: u64 = REGION / 4096;
+const PAGES: u64 = REGION / PAGE_SIZE;
 const FIRST_TOUCH_RUNS: usize = 5;
 
 fn workload(name: &str, text: &str) -> Workload {

@@ -20,8 +20,7 @@
 //! With no process left, every frame but the huge zero folio is free.
 //! Slow (a full walk): for tests and `--check`, not for benchmarks.
 
-use crate::memory::page_folio;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::pgtable::Pmd;
 use crate::rmap::{self, MmId, GUP_PIN_COUNTING_BIAS, MM_ID_DUMMY};
 use crate::vmstat::MthpStat;

@@ -4,8 +4,8 @@
 use crate::fork::dup_mmap;
 use crate::gup::{pin_user_pages, unpin_user_pages, Pin, PinError};
 use crate::huge_memory::split_huge_pages_pid;
-use crate::memory::{access_range, Access, Fault};
-use crate::mm_types::{HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::memory::{access_range, Access};
+use crate::mm_types::{Fault, HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
 use crate::pgtable::MAX_PFN;
 use crate::vmstat::VmEvent;

@@ -1,6 +1,7 @@
 //! fork: duplicating an address space for a child process.
 //!
-//! Follows Linux 6.18 `kernel/fork.c` (`dup_mmap`, `khugepaged_fork`) and
+//! Follows Linux 6.18 `mm/mmap.c` (`dup_mmap`, which moved there from
+//! `kernel/fork.c` in 6.16, and the `khugepaged_fork` it calls) and
 //! `mm/memory.c` (`copy_page_range` down to `copy_pte_range`,
 //! `copy_present_ptes`, `copy_present_page`), with `copy_huge_pmd` from
 //! `mm/huge_memory.c`:
@@ -16,14 +17,18 @@
 //! Simplifications: the child's PUD and PMD tables are allocated for every
 //! 1 GiB / 512 GiB range where the parent has one and a copied VMA lies, as
 //! `pud_alloc`/`pmd_alloc` in `copy_p4d_range`/`copy_pud_range` do; PTE
-//! batches are the runs of consecutive pages of one folio (folio_pte_batch),
-//! without the dirty/soft-dirty bits the model does not keep.
+//! batches come from `folio_pte_batch` (see `internal`) for every folio,
+//! where `copy_present_ptes` batches only a large folio it does not expect
+//! to copy: when the batch cannot be shared (a maybe-pinned folio, -EAGAIN)
+//! the model goes on page by page at once, as the kernel's retry with a
+//! preallocated page does.
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
-use crate::memory::{alloc_folio, page_folio, pte_index, Fault};
-use crate::mm_types::{pg, Pfn, PMD_SIZE, PUD_SIZE};
+use crate::internal::folio_pte_batch;
+use crate::mm_types::{page_folio, pg, Fault, Pfn, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
-use crate::pgtable::{Pmd, Pte, PteTable};
+use crate::page_alloc::alloc_folio;
+use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::Machine;
 
@@ -111,14 +116,7 @@ fn copy_pte_range(
             continue;
         };
         let folio = page_folio(m, page);
-        let folio_end = folio.0 + (1 << m.zone.memmap.page(folio).order());
-        let mut nr = 1;
-        while i + nr < end
-            && page.0 + (nr as u64) < folio_end
-            && st.ptes[i + nr].pfn() == Some(Pfn(page.0 + nr as u64))
-        {
-            nr += 1;
-        }
+        let nr = folio_pte_batch(m, folio, &st.ptes[i..], end - i);
         let maybe_pinned = src.has_pinned && rmap::folio_maybe_dma_pinned(m, folio);
         let (src_id, dst_id) = (src.mm_id, dst.mm_id);
         if rmap::folio_try_dup_anon_rmap_ptes(

@@ -13,10 +13,11 @@
 //! The pins belong to the ring, which a forked child shares: they go when
 //! the range is unpinned or the last process holding the ring exits.
 
-use crate::memory::{access_range, free_folio, page_folio, pte_index, Access, Fault};
-use crate::mm_types::{Pfn, PAGE_SIZE, PMD_SIZE};
+use crate::memory::{access_range, Access};
+use crate::mm_types::{page_folio, Fault, Pfn, PAGE_SIZE, PMD_SIZE};
 use crate::mmap::MmStruct;
-use crate::pgtable::Pmd;
+use crate::page_alloc::free_folio;
+use crate::pgtable::{pte_index, Pmd};
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
 use crate::Machine;
 

@@ -1,20 +1,35 @@
-//! Transparent huge pages for anonymous memory: which orders a VMA may use, the
-//! PMD fault path, the huge zero folio, split_huge_pmd and the deferred split queue.
+//! Transparent huge pages for anonymous memory: which orders a VMA may use,
+//! the PMD fault and write-fault paths, the huge zero folio and its
+//! shrinker, fork of a PMD mapping, split_huge_pmd, split_folio (also as
+//! debugfs `split_huge_pages` asks for it), and the deferred split queue with
+//! its shrinker and the under-used THP check.
 //!
 //! Follows Linux 6.18 `mm/huge_memory.c` and `include/linux/huge_mm.h`
 //! (`thp_vma_allowable_orders`, `__thp_vma_allowable_orders`,
 //! `thp_vma_suitable_order(s)`, `do_huge_pmd_anonymous_page`,
-//! `do_huge_zero_wp_pmd`, `__split_huge_pmd_locked`, `deferred_split_folio`).
+//! `do_huge_zero_wp_pmd`, `do_huge_pmd_wp_page`, `copy_huge_pmd`,
+//! `mm_get_huge_zero_folio`, `mm_put_huge_zero_folio`,
+//! `shrink_huge_zero_folio_scan`, `__split_huge_pmd_locked`,
+//! `split_huge_page_to_list_to_order`, `split_huge_pages_pid`,
+//! `deferred_split_folio`, `deferred_split_scan`, `thp_underused`).
 //!
-//! Simplifications: no userfaultfd, no memcg charge (so no `*_fallback_charge`
-//! events yet), no NUMA; `defrag` is stored but the allocator has no compaction to
-//! apply it with; the huge zero folio is never shrunk (the thp-zero shrinker runs
-//! under memory pressure, which the model does not have yet); the vendor knob
-//! `anon_beside_full` is stored and must be 0 (the model refuses 1).
+//! Simplifications: no userfaultfd, no memcg charge (so the
+//! `*_fallback_charge` events stay 0), no NUMA (one deferred split queue);
+//! `defrag` is stored but the allocator has no compaction to apply it with;
+//! the vendor knob `anon_beside_full` is stored and must be 0 (the model
+//! refuses 1); folios are split to order 0 only (debugfs's new_order is not
+//! offered); the model keeps no reverse map, so split_folio walks every
+//! process's page tables to find the PMDs and the zero-filled pages it remaps
+//! to the zero page; a page's content is one bit, all zero or not
+//! (`pg::ZEROED`), which is what thp_underused and that remap look at; the
+//! shrinkers run only from `vmscan::drop_slab` and walk their whole queue in
+//! one call.
 
-use crate::memory::page_folio;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
+use crate::mm_types::{
+    page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
+};
 use crate::mmap::{MmStruct, Vma};
+use crate::page_alloc::{alloc_folio, free_folio};
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::vmstat::{MthpStat, VmEvent};
@@ -33,7 +48,7 @@ pub struct ThpSettings {
     pub use_zero_page: bool,
     pub shrink_underused: bool,
     pub anon_beside_full: bool,
-    /// hugepages-<size>kB/enabled, indexed by order (0 and 1 unused).
+    /// `hugepages-<size>kB/enabled`, indexed by order (0 and 1 unused).
     pub size_enabled: [ThpSizeEnabled; HPAGE_PMD_ORDER as usize + 1],
     pub khugepaged: KhugepagedSettings,
 }
@@ -151,7 +166,7 @@ pub fn do_huge_pmd_anonymous_page(
     vma: &Vma,
     addr: u64,
     write: bool,
-) -> Result<PmdFault, crate::memory::Fault> {
+) -> Result<PmdFault, Fault> {
     let haddr = addr & !(PMD_SIZE - 1);
     if !thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER) {
         return Ok(PmdFault::Fallback);
@@ -174,7 +189,7 @@ pub fn do_huge_pmd_anonymous_page(
     let deposit = match m.pte_alloc_one() {
         Ok(d) => d,
         Err(e) => {
-            crate::memory::free_folio(m, folio);
+            free_folio(m, folio);
             return Err(e);
         }
     };
@@ -187,7 +202,7 @@ pub fn do_huge_pmd_anonymous_page(
 /// vma_alloc_anon_folio_pmd: an order-9 folio, zeroed, or None after counting
 /// the fallback.
 fn vma_alloc_anon_folio_pmd(m: &mut Machine) -> Option<Pfn> {
-    match crate::memory::alloc_folio(m, HPAGE_PMD_ORDER) {
+    match alloc_folio(m, HPAGE_PMD_ORDER) {
         Some(folio) => Some(folio),
         None => {
             m.stat.count_vm_event(VmEvent::ThpFaultFallback);
@@ -231,7 +246,7 @@ pub fn do_huge_zero_wp_pmd(
     mm: &mut MmStruct,
     vma: &Vma,
     addr: u64,
-) -> Result<PmdFault, crate::memory::Fault> {
+) -> Result<PmdFault, Fault> {
     let haddr = addr & !(PMD_SIZE - 1);
     let Some(Pmd::HugeZero { deposit }) = mm.pmds.get(&(haddr / PMD_SIZE)) else {
         unreachable!("do_huge_zero_wp_pmd on a PMD that is not the huge zero page");
@@ -283,7 +298,7 @@ pub fn copy_huge_pmd(
     dst: &mut MmStruct,
     src: &mut MmStruct,
     index: u64,
-) -> Result<PmdFault, crate::memory::Fault> {
+) -> Result<PmdFault, Fault> {
     let pgtable = m.pte_alloc_one()?;
     match src.pmds.get(&index) {
         Some(Pmd::HugeZero { .. }) => {
@@ -350,6 +365,18 @@ fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Option<Pfn> {
 pub fn mm_put_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) {
     if std::mem::take(&mut mm.huge_zero_ref) {
         m.huge_zero_refcount -= 1;
+    }
+}
+
+/// shrink_huge_zero_folio_scan: frees the huge zero folio when no mm maps
+/// it any more (only the shrinker's own reference is left); the next huge
+/// zero fault allocates it again (thp_zero_page_alloc).
+pub fn shrink_huge_zero_folio_scan(m: &mut Machine) {
+    if m.huge_zero_refcount == 1 {
+        if let Some(folio) = m.huge_zero_folio.take() {
+            m.huge_zero_refcount = 0;
+            m.zone.free_pages(folio, HPAGE_PMD_ORDER);
+        }
     }
 }
 
@@ -623,4 +650,60 @@ pub fn folio_unqueue_deferred_split(m: &mut Machine, folio: Pfn, order: u32) {
             .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
     }
     m.deferred_split_queue.remove(folio);
+}
+
+/// deferred_split_scan: every queued folio leaves the queue. A partially
+/// mapped one is split; one that is not is split only if thp_underused
+/// (then thp_underused_split_page), else it is simply dropped from the
+/// queue: the under-used check is made once. A partially mapped folio whose
+/// split fails (pinned) goes back to the tail of the queue.
+pub fn deferred_split_scan(m: &mut Machine, mms: &mut [&mut MmStruct]) {
+    for folio in m.deferred_split_queue.drain() {
+        m.zone.memmap.page_mut(folio).clear(pg::DEFERRED);
+        let partially_mapped = m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED);
+        let underused = !partially_mapped && thp_underused(m, folio);
+        if !partially_mapped && !underused {
+            continue;
+        }
+        if split_folio(m, mms, folio) {
+            if underused {
+                m.stat.count_vm_event(VmEvent::ThpUnderusedSplitPage);
+            }
+        } else if partially_mapped {
+            m.zone.memmap.page_mut(folio).set(pg::DEFERRED);
+            m.deferred_split_queue.add_tail(folio);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Model;
+    use hugelab_workload::{parse, run};
+
+    /// Under-used splits at reclaim after writing `pages` pages of one THP,
+    /// with max_ptes_none 409.
+    fn underused_splits(pages: u64) -> i64 {
+        let text = format!(
+            "set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
+             spawn a\n\
+             a mmap buf 2M align=2M\n\
+             a madvise buf HUGEPAGE\n\
+             a write buf:{}K\n\
+             reclaim\n",
+            pages * 4
+        );
+        let w = parse("underused.hlw", &text).unwrap();
+        let obs = run(&mut Model::default(), &w).unwrap();
+        obs.snapshot("end").unwrap().counters["vmstat.thp_underused_split_page"]
+    }
+
+    #[test]
+    fn underused_means_more_zero_pages_than_max_ptes_none() {
+        // 512 - pages zero-filled pages: split iff that is > 409.
+        assert_eq!(underused_splits(102), 1); // 410 zero pages
+        assert_eq!(underused_splits(103), 0); // 409 zero pages
+        assert_eq!(underused_splits(512), 0);
+    }
 }

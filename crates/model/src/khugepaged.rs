@@ -40,9 +40,12 @@
 //!   choice, synchronous allocation with no alloc_sleep back-off.
 
 use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
-use crate::memory::{alloc_folio, page_folio, zap_pte_range};
-use crate::mm_types::{pg, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE};
+use crate::memory::zap_pte_range;
+use crate::mm_types::{
+    page_folio, pg, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
+};
 use crate::mmap::{MmStruct, Vma};
+use crate::page_alloc::alloc_folio;
 use crate::pgtable::Pmd;
 use crate::rmap;
 use crate::vmstat::VmEvent;

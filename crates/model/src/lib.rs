@@ -3,10 +3,14 @@
 //!
 //! The modules are a map of the kernel's `mm/`: `memory` (faults, zap,
 //! copy-on-write), `fork` (dup_mmap, copy_page_range), `gup` (long-term pins),
-//! `huge_memory` (THP orders, PMD faults, split_huge_pmd, deferred split queue),
-//! `khugepaged`, `rmap`, `mmap`, `mprotect`, `madvise`, `page_alloc` (buddy
-//! allocator), `sparse` (memmap), `vmstat`, `task_mmu` (smaps). Each module's
-//! doc comment names the kernel code it follows and what it leaves out.
+//! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
+//! deferred split queue and its shrinker), `khugepaged`, `rmap`, `mmap`,
+//! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator,
+//! folio allocation and free), `internal` (folio_pte_batch, from
+//! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
+//! (memmap), `vmstat`, `task_mmu` (smaps), `debug_vm` (invariant checks).
+//! Each module's doc comment names the kernel code it follows and what it
+//! leaves out.
 //!
 //! Machine-wide simplifications: x86_64 with 4 KiB pages and one NUMA node; no
 //! swap, page cache, memcg, hugetlb or concurrency yet; statements the model
@@ -21,6 +25,7 @@ mod exec;
 pub mod fork;
 pub mod gup;
 pub mod huge_memory;
+pub mod internal;
 pub mod khugepaged;
 pub mod madvise;
 pub mod memory;
@@ -36,8 +41,7 @@ pub mod vmscan;
 pub mod vmstat;
 
 use crate::huge_memory::{DeferredSplitQueue, ThpSettings};
-use crate::memory::Fault;
-use crate::mm_types::{pg, Pfn, PAGE_SIZE};
+use crate::mm_types::{pg, Fault, Pfn, PAGE_SIZE};
 use crate::mmap::MmStruct;
 use crate::page_alloc::Zone;
 use crate::vmstat::VmStat;

@@ -1,4 +1,4 @@
-//! madvise.
+//! madvise: MADV_HUGEPAGE, MADV_NOHUGEPAGE and MADV_DONTNEED.
 //!
 //! Follows Linux 6.18 `mm/madvise.c` and `hugepage_madvise` in
 //! `mm/khugepaged.c`: MADV_HUGEPAGE sets VM_HUGEPAGE (clearing VM_NOHUGEPAGE) and
@@ -9,7 +9,10 @@
 //! 2 MiB range it covered and left empty (`zap_details.reclaim_pt`,
 //! mm/pt_reclaim.c), so a later fault there can take a PMD THP again.
 //!
-//! Not modelled yet: FREE, COLLAPSE, PAGEOUT, COLD (the model refuses them).
+//! MADV_COLLAPSE is `khugepaged::madvise_collapse`, in mm/khugepaged.c as in
+//! the kernel.
+//!
+//! Not modelled yet: FREE, PAGEOUT, COLD (the model refuses them).
 
 use crate::khugepaged::khugepaged_enter_vma;
 use crate::memory::zap_page_range;

@@ -1,94 +1,51 @@
 //! Page faults on anonymous memory, and tearing mappings down.
 //!
-//! Follows Linux 6.18 `mm/memory.c`: `handle_mm_fault` / `__handle_mm_fault`
-//! dispatch on the PMD entry, `do_anonymous_page` with `alloc_anon_folio` for
-//! multi-size THP, `do_wp_page` for write faults on read-only anon PTEs
-//! (the shared zero page, or a page fork shared: reused when exclusive,
-//! `wp_can_reuse_anon_folio`, else copied by `wp_page_copy` into a new
-//! order-0 folio), and the `zap_pte_range` / `zap_huge_pmd` family for
-//! munmap, MADV_DONTNEED and exit.
+//! Follows Linux 6.18 `mm/memory.c`:
+//! - `handle_mm_fault` counts PGFAULT; `__handle_mm_fault` allocates the PUD
+//!   and PMD tables on the first fault in their range (`__pud_alloc`,
+//!   `__pmd_alloc`), then dispatches on the PMD entry: an empty one goes to
+//!   `do_huge_pmd_anonymous_page` when the VMA allows the PMD order (else, or
+//!   on fallback, a PTE table is allocated), a huge zero PMD or a
+//!   write-protected THP to `do_huge_zero_wp_pmd` / `do_huge_pmd_wp_page`
+//!   (both in `huge_memory`), and what is left to `handle_pte_fault`;
+//! - `do_anonymous_page` with `alloc_anon_folio` for multi-size THP (a read
+//!   maps the shared zero page);
+//! - `do_wp_page` for write faults on read-only anon PTEs (the shared zero
+//!   page, or a page fork shared: reused when exclusive,
+//!   `wp_can_reuse_anon_folio`, else copied by `wp_page_copy` into a new
+//!   order-0 folio);
+//! - `zap_page_range` (`zap_page_range_single` / `unmap_page_range`, which
+//!   splits a PMD it only partly covers) with `zap_huge_pmd` and
+//!   `zap_pte_range` (a folio's PTEs in batches, `folio_pte_batch`), for
+//!   munmap, MADV_DONTNEED, exit and khugepaged's collapse.
+//!
+//! `access_range` is the process's loads and stores: what the CPU does
+//! without a fault where a PTE or PMD allows the access, and otherwise what
+//! the arch fault handler (`do_user_addr_fault`, arch/x86/mm/fault.c) does
+//! before `handle_mm_fault`: find the VMA and check the access.
 //!
 //! Simplifications: no userfaultfd, no memcg charge, no swap; no fault-around
 //! or retries (the model has no concurrency, so the rechecks under the PTE lock
 //! always pass); a write to memory the VMA does not allow, or to no VMA, is a
 //! SIGSEGV reported as an error rather than a signal; no LRU batches (the
 //! extra reference they hold is what `lru_add_drain` in the reuse check
-//! drops, so the model starts where the kernel ends up).
+//! drops, so the model starts where the kernel ends up); page content is one
+//! bit, all zero or not: a store of non-zero data clears it, a store of zero
+//! leaves it.
 
 use crate::huge_memory::{
-    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd,
-    folio_unqueue_deferred_split, highest_order, split_huge_pmd, thp_vma_allowable_orders,
-    thp_vma_suitable_orders, PmdFault,
+    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
+    split_huge_pmd, thp_vma_allowable_orders, thp_vma_suitable_orders, PmdFault,
 };
-use crate::mm_types::{
-    pg, Pfn, HPAGE_PMD_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
-};
+use crate::internal::folio_pte_batch;
+use crate::mm_types::{page_folio, pg, Fault, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
-use crate::pgtable::{Pmd, Pte, PteTable};
+use crate::page_alloc::{alloc_folio, free_folio};
+use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 
-/// Why an access could not complete.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// No VMA, or the VMA does not allow the access.
-    Sigsegv { addr: u64, write: bool },
-    /// Not even an order-0 page could be allocated.
-    Oom,
-}
-
-#[inline]
-pub(crate) fn pte_index(addr: u64) -> usize {
-    ((addr >> PAGE_SHIFT) as usize) & (PTRS_PER_PTE - 1)
-}
-
-/// Allocates a folio of `order` (a zeroed, unmapped, unreferenced-by-PTE folio
-/// with refcount 1 once rmap adds it) or None.
-pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
-    let pfn = m.zone.alloc_pages(order)?;
-    let nr = 1u64 << order;
-    let pages = m.zone.memmap.pages_mut(pfn, nr);
-    pages[0].init(pg::HEAD | pg::ZEROED, order);
-    for page in &mut pages[1..] {
-        page.init(pg::TAIL | pg::ZEROED, 0);
-    }
-    Some(pfn)
-}
-
-/// Frees a folio whose last reference is gone (free_pages_prepare + buddy).
-pub fn free_folio(m: &mut Machine, folio: Pfn) {
-    let head = *m.zone.memmap.page(folio);
-    let order = head.order();
-    if order > 0 {
-        folio_unqueue_deferred_split(m, folio, order);
-        m.folio_mm_ids.remove(&folio);
-        if head.test(pg::ANON) {
-            m.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
-        }
-    }
-    m.zone.free_pages(folio, order);
-}
-
-/// The head of the folio that `page` belongs to (page_folio). Folios are
-/// naturally aligned, so the head is the nearest aligned page marked head
-/// whose folio covers `page`.
-pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
-    if m.zone.memmap.page(page).test(pg::HEAD) {
-        return page;
-    }
-    for order in 1..=HPAGE_PMD_ORDER {
-        let head = Pfn(page.0 & !((1 << order) - 1));
-        let p = m.zone.memmap.page(head);
-        if p.test(pg::HEAD) && head.0 + (1 << p.order()) > page.0 {
-            return head;
-        }
-    }
-    unreachable!("{page} belongs to no folio");
-}
-
-/// handle_mm_fault for one access at `addr`, which the caller found unmapped
-/// (or mapped read-only for a write). Counts PGFAULT.
 /// __pud_alloc and __pmd_alloc: the PUD and PMD tables above `addr`, if this
 /// is the first fault in their range. They are page-table pages like PTE
 /// tables (NR_PAGETABLE).
@@ -104,6 +61,8 @@ fn pud_pmd_alloc(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Result<(), Fa
     Ok(())
 }
 
+/// handle_mm_fault for one access at `addr`, which the caller found unmapped
+/// (or mapped read-only for a write). Counts PGFAULT.
 pub fn handle_mm_fault(
     m: &mut Machine,
     mm: &mut MmStruct,
@@ -443,23 +402,14 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
     let mut i = pte_index(lo);
     let end = pte_index(hi - 1) + 1;
     while i < end {
-        let pte = t.ptes[i];
-        t.ptes[i] = Pte::NONE;
-        let Some(pfn) = pte.pfn() else {
+        let Some(pfn) = t.ptes[i].pfn() else {
+            t.ptes[i] = Pte::NONE;
             i += 1;
             continue;
         };
-        // Batch the following PTEs that map the next pages of the same folio.
         let folio = page_folio(m, pfn);
-        let folio_end = folio.0 + (1 << m.zone.memmap.page(folio).order());
-        let mut nr = 1;
-        while i + nr < end
-            && pfn.0 + (nr as u64) < folio_end
-            && t.ptes[i + nr].pfn() == Some(Pfn(pfn.0 + nr as u64))
-        {
-            t.ptes[i + nr] = Pte::NONE;
-            nr += 1;
-        }
+        let nr = folio_pte_batch(m, folio, &t.ptes[i..], end - i);
+        t.ptes[i..i + nr].fill(Pte::NONE);
         mm.anon_rss -= nr as u64;
         if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64, mm.mm_id) {
             free_folio(m, folio);

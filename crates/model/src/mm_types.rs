@@ -1,4 +1,5 @@
-//! `struct page` and folios: the per-frame metadata the model keeps.
+//! `struct page` and folios: the per-frame metadata the model keeps, with
+//! `page_folio` and the fault result type (`vm_fault_t`).
 //!
 //! Follows Linux 6.18 `include/linux/mm_types.h` and `include/linux/page-flags.h`.
 //! Simplifications: a page is 8 bytes, not 64 — flags (with the order in the top
@@ -17,6 +18,7 @@
 //! Anonymous large folios have order >= 2 (THP_ORDERS_ALL_ANON), so heads 1..3
 //! always exist. Mapcounts start at 0 meaning "unmapped" (the kernel stores -1).
 
+use crate::Machine;
 use std::fmt;
 
 /// A page frame number: physical address >> PAGE_SHIFT.
@@ -29,10 +31,8 @@ impl fmt::Display for Pfn {
     }
 }
 
-pub const PAGE_SHIFT: u32 = 12;
-pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
-pub const PMD_SHIFT: u32 = 21;
-pub const PMD_SIZE: u64 = 1 << PMD_SHIFT;
+/// The page sizes every hugelab crate shares (x86_64, 4 KiB pages).
+pub use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT, PMD_SIZE};
 /// The range one PMD table maps (one PUD entry): 1 GiB.
 pub const PUD_SIZE: u64 = PMD_SIZE << 9;
 /// HPAGE_PMD_ORDER on x86_64 with 4 KiB pages.
@@ -106,4 +106,32 @@ impl Page {
             private: 0,
         };
     }
+}
+
+/// Why a fault could not complete (`enum vm_fault_reason`, the model's
+/// vm_fault_t for the two outcomes it has).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// VM_FAULT_SIGSEGV: no VMA, or the VMA does not allow the access.
+    Sigsegv { addr: u64, write: bool },
+    /// VM_FAULT_OOM: not even an order-0 page could be allocated.
+    Oom,
+}
+
+/// page_folio: the head of the folio that `page` belongs to. The kernel reads
+/// the compound head from the page; the model keeps no pointer per page, and
+/// finds it as the nearest naturally aligned page marked head whose folio
+/// covers `page` (folios are naturally aligned).
+pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
+    if m.zone.memmap.page(page).test(pg::HEAD) {
+        return page;
+    }
+    for order in 1..=HPAGE_PMD_ORDER {
+        let head = Pfn(page.0 & !((1 << order) - 1));
+        let p = m.zone.memmap.page(head);
+        if p.test(pg::HEAD) && head.0 + (1 << p.order()) > page.0 {
+            return head;
+        }
+    }
+    unreachable!("{page} belongs to no folio");
 }

@@ -1,4 +1,5 @@
-//! The buddy allocator: one zone of physical memory, free lists per order.
+//! The buddy allocator: one zone of physical memory, free lists per order;
+//! and folios allocated from it and freed to it (`alloc_folio`, `free_folio`).
 //!
 //! Follows Linux 6.18 `mm/page_alloc.c`: `__rmqueue_smallest` takes the smallest
 //! free block of at least the requested order and `expand`s it, returning the
@@ -19,8 +20,11 @@
 //!   allocates from the head); a block merged away is left in its stack and
 //!   skipped when popped, so removal from the middle of a list costs nothing.
 
+use crate::huge_memory::folio_unqueue_deferred_split;
 use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
 use crate::sparse::MemMap;
+use crate::vmstat::MthpStat;
+use crate::Machine;
 
 #[derive(Default)]
 struct FreeArea {
@@ -199,6 +203,38 @@ impl Zone {
         let stacks: usize = self.free_area.iter().map(|a| a.stack.capacity() * 8).sum();
         self.memmap.footprint_bytes() + stacks as u64
     }
+}
+
+/// folio_alloc with __GFP_ZERO (`__alloc_pages`, `prep_new_page`,
+/// `prep_compound_page`): a folio of `order`, its pages zero-filled, not
+/// mapped and with no reference yet (rmap's folio_add_new_anon_rmap gives
+/// it the first), or None when no free block is large enough.
+pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
+    let pfn = m.zone.alloc_pages(order)?;
+    let nr = 1u64 << order;
+    let pages = m.zone.memmap.pages_mut(pfn, nr);
+    pages[0].init(pg::HEAD | pg::ZEROED, order);
+    for page in &mut pages[1..] {
+        page.init(pg::TAIL | pg::ZEROED, 0);
+    }
+    Some(pfn)
+}
+
+/// The end of folio_put for a folio whose last reference went: `__folio_put`
+/// (mm/swap.c) takes it off the deferred split queue, `free_pages_prepare`
+/// drops the size's nr_anon, and the buddy allocator takes the pages back.
+/// The model keeps a large folio's MM-ID slots beside the memmap: they go too.
+pub fn free_folio(m: &mut Machine, folio: Pfn) {
+    let head = *m.zone.memmap.page(folio);
+    let order = head.order();
+    if order > 0 {
+        folio_unqueue_deferred_split(m, folio, order);
+        m.folio_mm_ids.remove(&folio);
+        if head.test(pg::ANON) {
+            m.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
+        }
+    }
+    m.zone.free_pages(folio, order);
 }
 
 #[cfg(test)]

@@ -2,14 +2,21 @@
 //! or a table of 512 PTEs.
 //!
 //! Follows the x86_64 4-level layout of Linux 6.18 (`arch/x86/include/asm/pgtable*.h`)
-//! at the two levels THP cares about. Simplifications: the PGD/P4D/PUD levels are
-//! a sorted map from PMD index to entry, and their table pages are not allocated
-//! (only PTE tables, which the kernel counts in NR_PAGETABLE and which a PMD THP
-//! deposits, take frames from the buddy allocator); no accessed/dirty bits (all
-//! anon PTEs are written young and dirty on fault, and the model never ages
-//! them yet); no swap or migration entries.
+//! at the two levels THP cares about, with `pte_index`. Simplifications: above
+//! the PMD level, lookups go through a sorted map of PMD tables, one per GiB
+//! in use (`PmdMap`); the PUD and PMD table pages still take frames (counted
+//! in NR_PAGETABLE, `MmStruct::pmd_tables` / `pud_tables`) but hold no
+//! entries; the P4D and PGD levels are not modelled (see `mmap`); no
+//! accessed/dirty bits (all anon PTEs are written young and dirty on fault,
+//! and the model never ages them yet); no swap or migration entries.
 
-use crate::mm_types::{Pfn, PTRS_PER_PTE};
+use crate::mm_types::{Pfn, PAGE_SHIFT, PTRS_PER_PTE};
+
+/// pte_index: the index of `addr`'s PTE in its page table.
+#[inline]
+pub(crate) fn pte_index(addr: u64) -> usize {
+    ((addr >> PAGE_SHIFT) as usize) & (PTRS_PER_PTE - 1)
+}
 
 /// A PTE, 4 bytes: none, the shared zero page, or a present page with its
 /// write permission. Present PTEs hold pfn + 2, so the model addresses at most

@@ -11,8 +11,9 @@
 //! `folios` is hugelab's own summary of what pagemap + kpageflags reveal: how
 //! many folios of each size map into the range, and whether by PMD or by PTEs.
 
-use crate::memory::page_folio;
-use crate::mm_types::{Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
+use crate::mm_types::{
+    page_folio, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
+};
 use crate::mmap::MmStruct;
 use crate::pgtable::Pmd;
 use crate::rmap::{folio_entire_mapcount, folio_ref_count};

@@ -85,7 +85,7 @@ fn serde_json_string(obs: &hugelab_workload::Observation) -> String {
 /// left but the huge zero folio.
 #[test]
 fn invariants_hold_after_every_statement() {
-    use hugelab_workload::{Backend, StmtKind};
+    use hugelab_workload::{Backend, BackendErrorKind, StmtKind};
     let mut failures = Vec::new();
     for file in &scenarios() {
         let workload = parse_file(file).expect("scenario parses");
@@ -93,11 +93,21 @@ fn invariants_hold_after_every_statement() {
         for stmt in &workload.stmts {
             if matches!(
                 stmt.kind,
-                StmtKind::Snapshot { .. } | StmtKind::Expect { .. }
+                StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. }
             ) {
                 continue;
             }
-            model.execute(stmt).expect("scenario runs on the model");
+            // A refused system call is an outcome: the invariants must hold
+            // after it too.
+            if let Err(e) = model.execute(stmt) {
+                assert!(
+                    matches!(e.kind, BackendErrorKind::Errno(_)),
+                    "{}:{}: {}",
+                    file.display(),
+                    stmt.pos.line,
+                    e.message
+                );
+            }
             for broken in hugelab_model::debug_vm::check(&model) {
                 failures.push(format!("{}:{}: {broken}", file.display(), stmt.pos.line));
             }

@@ -12,6 +12,7 @@
 
 use crate::ast::*;
 use crate::parse::{quote, ParseError};
+use crate::units::PAGE_SIZE;
 use std::collections::BTreeMap;
 
 /// The top-level keywords: a line starting with one is that statement, so
@@ -128,7 +129,7 @@ fn list<'a>(names: impl Iterator<Item = &'a String>) -> String {
 impl Checker {
     pub(crate) fn new() -> Checker {
         Checker {
-            base_page: 4096,
+            base_page: PAGE_SIZE,
             machine_keys: BTreeMap::new(),
             started: None,
             cgroups: BTreeMap::new(),

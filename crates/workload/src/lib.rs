@@ -11,6 +11,7 @@ pub mod parse;
 pub mod placement;
 pub mod print;
 pub mod tunables;
+pub mod units;
 
 pub use ast::*;
 pub use backend::{run, Backend, BackendError, BackendErrorKind, RunError};

@@ -12,8 +12,7 @@
 //! process's own mappings (stack, libraries) just below 128 TiB, in another
 //! 512 GiB PUD range.
 
-const PAGE_SIZE: u64 = 4096;
-const PMD_SIZE: u64 = 2 << 20;
+use crate::units::{PAGE_SIZE, PMD_SIZE};
 
 /// The lowest address a region may start at (before the first gap).
 pub const MMAP_BASE: u64 = 0x7e00_0000_0000;

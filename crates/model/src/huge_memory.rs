@@ -678,8 +678,6 @@ pub fn deferred_split_scan(m: &mut Machine, mms: &mut [&mut MmStruct]) {
 
 #[cfg(test)]
 mod tests {
-    use crate::Model;
-    use hugelab_workload::{parse, run};
 
     /// Under-used splits at reclaim after writing `pages` pages of one THP,
     /// with max_ptes_none 409.
@@ -694,9 +692,7 @@ mod tests {
              reclaim\n",
             pages * 4
         );
-        let w = parse("underused.hlw", &text).unwrap();
-        let obs = run(&mut Model::default(), &w).unwrap();
-        obs.snapshot("end").unwrap().counters["vmstat.thp_underused_split_page"]
+        crate::end_counters(&text)["vmstat.thp_underused_split_page"]
     }
 
     #[test]

@@ -462,9 +462,7 @@ mod tests {
              khugepaged\n",
             pages * 4
         );
-        let w = parse("boundary.hlw", &text).unwrap();
-        let obs = run(&mut Model::default(), &w).unwrap();
-        obs.snapshot("end").unwrap().counters["vmstat.thp_collapse_alloc"]
+        crate::end_counters(&text)["vmstat.thp_collapse_alloc"]
     }
 
     #[test]

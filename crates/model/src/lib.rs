@@ -183,3 +183,16 @@ impl Model {
         self.machine.zone.footprint_bytes() + tables
     }
 }
+
+/// Runs a workload text on a fresh model: the counters at its end. For the
+/// modules' unit tests.
+#[cfg(test)]
+pub(crate) fn end_counters(text: &str) -> hugelab_workload::Counters {
+    let w = hugelab_workload::parse("test.hlw", text).expect("test workload parses");
+    let obs = hugelab_workload::run(&mut Model::default(), &w).expect("test workload runs");
+    obs.snapshots
+        .last()
+        .expect("the end snapshot")
+        .counters
+        .clone()
+}

@@ -278,34 +278,31 @@ impl Checker {
                 crate::counters::unknown_counter_message(name),
             ));
         };
+        let missing = |what: String| {
+            Err(issue(
+                Part::Counter,
+                format!("counter '{name}' names {what}"),
+            ))
+        };
         if let Some(proc) = c.proc {
             let Some(p) = self.procs.get(proc) else {
-                return Err(issue(
-                    Part::Counter,
-                    format!(
-                        "counter '{name}' names process {}, which no statement before it spawns or forks",
-                        quote(proc)
-                    ),
+                return missing(format!(
+                    "process {}, which no statement before it spawns or forks",
+                    quote(proc)
                 ));
             };
             if let Some(region) = c.region.filter(|r| !p.regions.contains_key(*r)) {
-                return Err(issue(
-                    Part::Counter,
-                    format!(
-                        "counter '{name}' names region {} of {}, which has no such region here",
-                        quote(region),
-                        quote(proc)
-                    ),
+                return missing(format!(
+                    "region {} of {}, which has no such region here",
+                    quote(region),
+                    quote(proc)
                 ));
             }
         }
         if let Some(cg) = c.cgroup.filter(|cg| !self.cgroups.contains_key(*cg)) {
-            return Err(issue(
-                Part::Counter,
-                format!(
-                    "counter '{name}' names cgroup {}, which no statement before it creates",
-                    quote(cg)
-                ),
+            return missing(format!(
+                "cgroup {}, which no statement before it creates",
+                quote(cg)
             ));
         }
         Ok(())

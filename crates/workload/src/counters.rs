@@ -180,6 +180,13 @@ const HUGE_ZERO_FOLIO: &str = "the huge zero folio may already exist on the mach
 
 use BoundKind::{KernelAtLeastModel, KernelAtMostModel};
 
+/// A table of fields made by one constructor with one unit.
+macro_rules! fields {
+    ($make:ident($unit:expr): $($name:literal),+ $(,)?) => {
+        &[$($make($name, $unit)),+]
+    };
+}
+
 /// /proc/vmstat: `include/linux/vm_event_item.h` (events) and the node and
 /// zone stats of `mm/vmstat.c` that concern anonymous memory, page tables,
 /// memmap and free memory.
@@ -270,19 +277,10 @@ const MEMINFO: &[Field] = &[
 ];
 
 /// /proc/PID/smaps fields (`fs/proc/task_mmu.c` `__show_smap`), in kB.
-const SMAPS: &[Field] = &[
-    absolute("Rss", Unit::Kb),
-    absolute("Pss", Unit::Kb),
-    absolute("Shared_Clean", Unit::Kb),
-    absolute("Shared_Dirty", Unit::Kb),
-    absolute("Private_Clean", Unit::Kb),
-    absolute("Private_Dirty", Unit::Kb),
-    absolute("Anonymous", Unit::Kb),
-    absolute("LazyFree", Unit::Kb),
-    absolute("AnonHugePages", Unit::Kb),
-    absolute("Shared_Hugetlb", Unit::Kb),
-    absolute("Private_Hugetlb", Unit::Kb),
-];
+const SMAPS: &[Field] = fields!(absolute(Unit::Kb):
+    "Rss", "Pss", "Shared_Clean", "Shared_Dirty", "Private_Clean", "Private_Dirty",
+    "Anonymous", "LazyFree", "AnonHugePages", "Shared_Hugetlb", "Private_Hugetlb",
+);
 
 /// The folios of a region, counted from pagemap and kpageflags.
 const FOLIOS: &[Field] = &[absolute("folios", Unit::Folios)];
@@ -293,21 +291,16 @@ const STAT: &[Field] = &[event("minflt")];
 const KHUGEPAGED: &[Field] = &[event("pages_collapsed"), event("full_scans")];
 
 /// hugepages/hugepages-<size>/ (`mm/hugetlb_sysfs.c`).
-const HUGETLB: &[Field] = &[
-    absolute("nr_hugepages", Unit::HugePages),
-    absolute("free_hugepages", Unit::HugePages),
-    absolute("resv_hugepages", Unit::HugePages),
-    absolute("surplus_hugepages", Unit::HugePages),
-    absolute("nr_overcommit_hugepages", Unit::HugePages),
-];
+const HUGETLB: &[Field] = fields!(absolute(Unit::HugePages):
+    "nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages",
+    "nr_overcommit_hugepages",
+);
 
 /// memory.<file> of the cgroup (v2 names; v1's usage_in_bytes and
 /// max_usage_in_bytes are read as current and peak), in kB.
-const MEMCG: &[Field] = &[
-    absolute("current", Unit::Kb),
-    absolute("peak", Unit::Kb),
-    absolute("max", Unit::Kb),
-];
+const MEMCG: &[Field] = fields!(absolute(Unit::Kb):
+    "current", "peak", "max",
+);
 
 use Part::{Choice, Field as F, Lit, Proc, Region, Size};
 

@@ -7,13 +7,13 @@
 //! [`Measurement`] (windows, totals, what is trusted) and the
 //! [`KhugepagedHold`] (the sentinel and the held scan sleep).
 
-use crate::agent::{map, op, touch, Request, REQUEST_WORDS};
 use crate::error::{errno_name, KernelError};
 use crate::guard::SettingsGuard;
 use crate::khugepaged::{pmd_enabled, KhugepagedHold};
 use crate::measure::{rcu_settle, read_process, Measurement};
 use crate::memcg::Memcg;
 use crate::process::AgentProc;
+use crate::protocol::{Access, Request};
 use crate::sysfs;
 use hugelab_workload::{
     placement, Advice, Backend, BackendError, Errno, HugetlbSize, KhugepagedKnob, MachineParam,
@@ -90,12 +90,17 @@ impl Agents {
     ) -> Result<(i64, Call), BackendError> {
         let p = self.get_mut(stmt, proc)?;
         let reply = p.agent.request(req).map_err(|e| failed(stmt, e))?;
-        p.minflt += reply[2];
+        p.minflt += reply.loop_faults;
         let call = Call {
-            faults: reply[3],
-            errno: Errno(reply[0] as i32),
+            faults: reply.all_faults,
+            errno: reply.errno,
         };
-        Ok((reply[1], call))
+        Ok((reply.value, call))
+    }
+
+    /// Sends `req` to the agent of `proc`: the call (the value is unused).
+    fn call(&mut self, stmt: &Stmt, proc: &str, req: Request) -> Result<Call, BackendError> {
+        Ok(self.request(stmt, proc, req)?.1)
     }
 
     /// The start and length of `r` in `proc`'s address space.
@@ -267,24 +272,24 @@ fn drop_slab() -> Result<(), KernelError> {
     sysfs::write_value(&path, "2")
 }
 
+/// Sends `req` outside any window: its value, or an error if it failed.
 pub(crate) fn req_ok(agent: &mut AgentProc, req: Request) -> Result<i64, KernelError> {
     let reply = agent.request(req)?;
-    if reply[0] != 0 {
+    if reply.errno != Errno::OK {
         return Err(KernelError::Agent(format!(
-            "agent request {} failed: {}",
-            req[0],
-            errno_name(reply[0] as i32)
+            "agent request {req:?} failed: {}",
+            errno_name(reply.errno.0)
         )));
     }
-    Ok(reply[1])
+    Ok(reply.value)
 }
 
-fn prot_bits(p: Prot) -> u64 {
-    (match p {
+fn prot_bits(p: Prot) -> i32 {
+    match p {
         Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
         Prot::Read => libc::PROT_READ,
         Prot::None => libc::PROT_NONE,
-    }) as u64
+    }
 }
 
 fn advice_bits(a: Advice) -> i32 {
@@ -297,12 +302,6 @@ fn advice_bits(a: Advice) -> i32 {
         Advice::Pageout => libc::MADV_PAGEOUT,
         Advice::Cold => libc::MADV_COLD,
     }
-}
-
-pub(crate) fn request(words: &[u64]) -> Request {
-    let mut r = [0u64; REQUEST_WORDS];
-    r[..words.len()].copy_from_slice(words);
-    r
 }
 
 impl Backend for KernelBackend {
@@ -371,20 +370,16 @@ impl Backend for KernelBackend {
                 let p = self.agents.get_mut(stmt, proc)?;
                 let mut cursor = p.cursor;
                 let start = placement::place_region(&mut cursor, len, align);
-                let mut flags = if *shared { map::SHARED } else { 0 };
-                flags |= match hugetlb {
-                    Some(HugetlbSize::Size2M) => map::HUGETLB_2M,
-                    Some(HugetlbSize::Size1G) => map::HUGETLB_1G,
-                    None => 0,
+                let req = Request::Mmap {
+                    addr: start,
+                    len,
+                    prot: prot_bits(prot.unwrap_or(Prot::ReadWrite)),
+                    shared: *shared,
+                    hugetlb: *hugetlb,
                 };
-                let prot = prot_bits(prot.unwrap_or(Prot::ReadWrite));
                 let mut addr = 0;
                 self.window(stmt, false, |agents| {
-                    let (a, faults) = agents.request(
-                        stmt,
-                        proc,
-                        request(&[op::MMAP, start, len, prot, flags]),
-                    )?;
+                    let (a, faults) = agents.request(stmt, proc, req)?;
                     addr = a as u64;
                     Ok(faults)
                 })?;
@@ -405,20 +400,17 @@ impl Backend for KernelBackend {
             }
             StmtKind::Munmap { proc, range } => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
-                self.window(stmt, false, |agents| {
-                    Ok(agents
-                        .request(stmt, proc, request(&[op::MUNMAP, start, len]))?
-                        .1)
-                })?;
+                let req = Request::Munmap { addr: start, len };
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Mprotect { proc, range, prot } => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
-                let prot = prot_bits(*prot);
-                self.window(stmt, false, |agents| {
-                    Ok(agents
-                        .request(stmt, proc, request(&[op::MPROTECT, start, len, prot]))?
-                        .1)
-                })?;
+                let req = Request::Mprotect {
+                    addr: start,
+                    len,
+                    prot: prot_bits(*prot),
+                };
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Madvise {
                 proc,
@@ -426,13 +418,13 @@ impl Backend for KernelBackend {
                 advice,
             } => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
-                let bits = advice_bits(*advice) as u64;
+                let req = Request::Madvise {
+                    addr: start,
+                    len,
+                    advice: advice_bits(*advice),
+                };
                 let collapse = *advice == Advice::Collapse;
-                self.window(stmt, collapse, |agents| {
-                    Ok(agents
-                        .request(stmt, proc, request(&[op::MADVISE, start, len, bits]))?
-                        .1)
-                })?;
+                self.window(stmt, collapse, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Read { proc, range, step }
             | StmtKind::Write {
@@ -440,23 +432,25 @@ impl Backend for KernelBackend {
             } => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
-                let flags = match &stmt.kind {
-                    StmtKind::Write { zero: true, .. } => touch::WRITE | touch::ZERO,
-                    StmtKind::Write { .. } => touch::WRITE,
-                    _ => 0,
+                let access = match &stmt.kind {
+                    StmtKind::Write { zero: true, .. } => Access::WriteZero,
+                    StmtKind::Write { .. } => Access::Write,
+                    _ => Access::Read,
                 };
-                self.window(stmt, false, |agents| {
-                    Ok(agents
-                        .request(stmt, proc, request(&[op::TOUCH, start, len, step, flags]))?
-                        .1)
-                })?;
+                let req = Request::Touch {
+                    addr: start,
+                    len,
+                    step,
+                    access,
+                };
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Fork { proc, child } => {
                 let mut forked = None;
                 self.window(stmt, false, |agents| {
                     let p = agents.get_mut(stmt, proc)?;
                     let (agent, reply) = p.agent.fork().map_err(|e| failed(stmt, e))?;
-                    let faults = reply[3] + agent.hello_faults;
+                    let faults = reply.all_faults + agent.hello_faults;
                     forked = Some(Proc {
                         agent,
                         regions: p.regions.clone(),
@@ -470,12 +464,8 @@ impl Backend for KernelBackend {
                 }
             }
             StmtKind::ThpDisable { proc, on } => {
-                let on = u64::from(*on);
-                self.window(stmt, false, |agents| {
-                    Ok(agents
-                        .request(stmt, proc, request(&[op::THP_DISABLE, on]))?
-                        .1)
-                })?;
+                let req = Request::ThpDisable { on: *on };
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Exit { proc } => {
                 // The regions go inside the window, as exit_mmap would take
@@ -490,9 +480,7 @@ impl Backend for KernelBackend {
                 self.window(stmt, false, |agents| {
                     let mut all = Call::ok(0);
                     for (start, len) in regions {
-                        let call = agents
-                            .request(stmt, proc, request(&[op::MUNMAP, start, len]))?
-                            .1;
+                        let call = agents.call(stmt, proc, Request::Munmap { addr: start, len })?;
                         all.faults += call.faults;
                         if call.errno != Errno::OK {
                             return Err(failed(
@@ -518,13 +506,11 @@ impl Backend for KernelBackend {
             }
             StmtKind::Pin { proc, range } | StmtKind::Unpin { proc, range } => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
-                let code = match stmt.kind {
-                    StmtKind::Pin { .. } => op::PIN,
-                    _ => op::UNPIN,
+                let req = match stmt.kind {
+                    StmtKind::Pin { .. } => Request::Pin { addr: start, len },
+                    _ => Request::Unpin { addr: start, len },
                 };
-                self.window(stmt, false, |agents| {
-                    Ok(agents.request(stmt, proc, request(&[code, start, len]))?.1)
-                })?;
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Khugepaged => self.run_khugepaged(stmt)?,
             StmtKind::Reclaim => {

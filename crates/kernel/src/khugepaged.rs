@@ -5,11 +5,11 @@
 //! scanned completely), or returns at once when the PMD size is disabled and
 //! the thread is not running.
 
-use crate::agent::{op, touch};
 use crate::backend::{failed, req_ok, Call, PAGE_SIZE, PMD_SIZE};
 use crate::error::KernelError;
 use crate::guard::SettingsGuard;
 use crate::process::AgentProc;
+use crate::protocol::{Access, Request};
 use crate::sysfs;
 use hugelab_workload::{placement, BackendError, KhugepagedKnob, Stmt, Tunable};
 use std::path::Path;
@@ -44,29 +44,27 @@ impl KhugepagedHold {
     ) -> Result<KhugepagedHold, KernelError> {
         guard.set(&SCAN_SLEEP, SCAN_SLEEP_HOLD)?;
         let mut agent = AgentProc::spawn(exe)?;
-        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-        let addr = req_ok(
-            &mut agent,
-            [
-                op::MMAP,
-                placement::place_region(&mut 0, 2 * PMD_SIZE, PMD_SIZE),
-                2 * PMD_SIZE,
-                rw,
-                0,
-                0,
-                0,
-                0,
-            ],
-        )? as u64;
-        req_ok(
-            &mut agent,
-            [op::TOUCH, addr, 1, PAGE_SIZE, touch::WRITE, 0, 0, 0],
-        )?;
-        let dontneed = libc::MADV_DONTNEED as u64;
-        req_ok(
-            &mut agent,
-            [op::MADVISE, addr, PMD_SIZE, dontneed, 0, 0, 0, 0],
-        )?;
+        let mmap = Request::Mmap {
+            addr: placement::place_region(&mut 0, 2 * PMD_SIZE, PMD_SIZE),
+            len: 2 * PMD_SIZE,
+            prot: libc::PROT_READ | libc::PROT_WRITE,
+            shared: false,
+            hugetlb: None,
+        };
+        let addr = req_ok(&mut agent, mmap)? as u64;
+        let touch = Request::Touch {
+            addr,
+            len: 1,
+            step: PAGE_SIZE,
+            access: Access::Write,
+        };
+        req_ok(&mut agent, touch)?;
+        let dontneed = Request::Madvise {
+            addr,
+            len: PMD_SIZE,
+            advice: libc::MADV_DONTNEED,
+        };
+        req_ok(&mut agent, dontneed)?;
         let mut hold = KhugepagedHold {
             sentinel: Some((agent, addr)),
             scan_sleep: SCAN_SLEEP_HOLD.to_string(),
@@ -79,11 +77,12 @@ impl KhugepagedHold {
     /// allowed (again after a `set` may have enabled it).
     pub(crate) fn register(&mut self) -> Result<(), KernelError> {
         if let Some((agent, addr)) = self.sentinel.as_mut() {
-            let advice = libc::MADV_HUGEPAGE as u64;
-            req_ok(
-                agent,
-                [op::MADVISE, *addr, 2 * PMD_SIZE, advice, 0, 0, 0, 0],
-            )?;
+            let hugepage = Request::Madvise {
+                addr: *addr,
+                len: 2 * PMD_SIZE,
+                advice: libc::MADV_HUGEPAGE,
+            };
+            req_ok(agent, hugepage)?;
         }
         Ok(())
     }

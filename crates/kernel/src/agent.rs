@@ -7,53 +7,20 @@
 //!   inherited), marks every private writable mapping it owns MADV_NOHUGEPAGE,
 //!   and only then clears PR_SET_THP_DISABLE: its own memory never becomes a
 //!   THP, while the workload's regions follow the workload's settings;
-//! - after start-up it never allocates: requests and replies are fixed-size
-//!   messages on a SOCK_SEQPACKET socket, read into buffers on a stack that was
+//! - after start-up it never allocates: requests and replies
+//!   ([`crate::protocol`]) are fixed-size messages on a SOCK_SEQPACKET
+//!   socket, read and decoded into buffers on a stack that was
 //!   touched in advance (also again right after `fork`, whose COW faults on
 //!   the agent's own stack then belong to the fork, not to a later access);
 //! - faults are counted with getrusage around the access loop only
 //!   (`loop_faults`), and around the whole request (`all_faults`), which the
 //!   runner compares with the system-wide pgfault to detect other processes.
 
+use crate::protocol::{Access, Reply, ReplyWire, Request, RequestWire};
 use hugelab_workload::units::PAGE_SIZE;
+use hugelab_workload::{Errno, HugetlbSize};
 use std::hint::black_box;
 use std::os::fd::RawFd;
-
-/// Request opcodes. A request is `[op, a0..a6]` as u64s.
-pub mod op {
-    pub const MMAP: u64 = 1;
-    pub const MUNMAP: u64 = 2;
-    pub const MPROTECT: u64 = 3;
-    pub const MADVISE: u64 = 4;
-    pub const TOUCH: u64 = 5;
-    /// Forks; the new process's channel arrives with the request (SCM_RIGHTS).
-    pub const FORK: u64 = 6;
-    pub const THP_DISABLE: u64 = 7;
-    pub const EXIT: u64 = 8;
-    /// Long-term pin of a range: an io_uring fixed buffer.
-    pub const PIN: u64 = 9;
-    pub const UNPIN: u64 = 10;
-}
-
-/// mmap flags carried in a request (a3 of MMAP).
-pub mod map {
-    pub const SHARED: u64 = 1;
-    pub const HUGETLB_2M: u64 = 2;
-    pub const HUGETLB_1G: u64 = 4;
-}
-
-/// TOUCH flags (a3).
-pub mod touch {
-    pub const WRITE: u64 = 1;
-    pub const ZERO: u64 = 2;
-}
-
-pub const REQUEST_WORDS: usize = 8;
-pub type Request = [u64; REQUEST_WORDS];
-
-/// `[errno (0 = ok), value, loop_faults, all_faults]`. The first message a
-/// new process sends (after spawn or fork) is `[0, pid, 0, faults so far]`.
-pub type Reply = [i64; 4];
 
 const STACK_PRETOUCH: usize = 256 << 10;
 
@@ -84,30 +51,52 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
     let mut fd = fd;
-    send(fd, &[0, i64::from(std::process::id() as i32), 0, minflt()]);
+    send(fd, &hello());
     loop {
-        let mut req: Request = [0; REQUEST_WORDS];
+        let mut wire = RequestWire::default();
         let mut passed_fd: RawFd = -1;
-        if !recv(fd, &mut req, &mut passed_fd) {
+        if !recv(fd, &mut wire, &mut passed_fd) {
             // The runner is gone or closed our channel.
             unsafe { libc::_exit(0) };
         }
         let before = minflt();
-        let (errno, value, loop_faults) = match req[0] {
-            op::FORK => match do_fork(fd, passed_fd) {
-                Forked::Parent(pid) => (0, i64::from(pid), 0),
-                Forked::Failed(e) => (e, 0, 0),
+        let reply = match Request::decode(&wire) {
+            Some(Request::Fork) => match do_fork(fd, passed_fd) {
+                Forked::Parent(pid) => done(Errno::OK, i64::from(pid), 0),
+                Forked::Failed(e) => done(e, 0, 0),
                 Forked::Child(child_fd) => {
                     // The runner talks to the child on the new channel.
                     fd = child_fd;
                     continue;
                 }
             },
-            op::EXIT => unsafe { libc::_exit(0) },
-            _ => execute(&req),
+            Some(Request::Exit) => unsafe { libc::_exit(0) },
+            Some(req) => execute(req),
+            None => done(Errno(libc::ENOSYS), 0, 0),
         };
-        send(fd, &[errno, value, loop_faults, minflt() - before]);
+        send(
+            fd,
+            &Reply {
+                all_faults: minflt() - before,
+                ..reply
+            },
+        );
     }
+}
+
+/// A reply before its `all_faults` are known.
+fn done(errno: Errno, value: i64, loop_faults: i64) -> Reply {
+    Reply {
+        errno,
+        value,
+        loop_faults,
+        all_faults: 0,
+    }
+}
+
+/// The hello of this process: its pid and the faults it took so far.
+fn hello() -> Reply {
+    Reply::hello(i64::from(std::process::id() as i32), minflt())
 }
 
 /// execv of this same program with the same arguments.
@@ -124,54 +113,82 @@ fn reexec() -> ! {
     }
 }
 
-/// Runs one request other than FORK/EXIT: (errno, value, faults of the access loop).
-fn execute(req: &Request) -> (i64, i64, i64) {
-    let [op, a0, a1, a2, a3, ..] = *req;
-    let ok = |rc: libc::c_int| if rc == 0 { (0, 0, 0) } else { (errno(), 0, 0) };
+/// Runs one request other than Fork/Exit: its reply but for `all_faults`.
+fn execute(req: Request) -> Reply {
+    let ok = |rc: libc::c_int| {
+        let e = if rc == 0 { Errno::OK } else { errno() };
+        done(e, 0, 0)
+    };
     // SAFETY: the runner only sends ranges of regions it mapped in this
     // process; a bad range fails with an errno or kills this agent, never the runner.
     unsafe {
-        match op {
-            op::MMAP => match map_region(a0, a1, a2, a3) {
-                Ok(addr) => (0, addr as i64, 0),
-                Err(e) => (e, 0, 0),
+        match req {
+            Request::Mmap {
+                addr,
+                len,
+                prot,
+                shared,
+                hugetlb,
+            } => match map_region(addr, len, prot, shared, hugetlb) {
+                Ok(addr) => done(Errno::OK, addr as i64, 0),
+                Err(e) => done(e, 0, 0),
             },
-            op::MUNMAP => ok(libc::munmap(a0 as *mut _, a1 as usize)),
-            op::MPROTECT => ok(libc::mprotect(a0 as *mut _, a1 as usize, a2 as i32)),
-            op::MADVISE => ok(libc::madvise(a0 as *mut _, a1 as usize, a2 as i32)),
-            op::TOUCH => {
-                let before = minflt();
-                touch_range(a0, a1, a2, a3);
-                (0, 0, minflt() - before)
+            Request::Munmap { addr, len } => ok(libc::munmap(addr as *mut _, len as usize)),
+            Request::Mprotect { addr, len, prot } => {
+                ok(libc::mprotect(addr as *mut _, len as usize, prot))
             }
-            op::THP_DISABLE => ok(libc::prctl(libc::PR_SET_THP_DISABLE, a0, 0, 0, 0)),
-            op::PIN => {
-                let before = minflt();
-                let errno = pin(a0, a1);
-                (errno, 0, minflt() - before)
+            Request::Madvise { addr, len, advice } => {
+                ok(libc::madvise(addr as *mut _, len as usize, advice))
             }
-            op::UNPIN => (unpin(a0, a1), 0, 0),
-            _ => (libc::ENOSYS as i64, 0, 0),
+            Request::Touch {
+                addr,
+                len,
+                step,
+                access,
+            } => {
+                let before = minflt();
+                touch_range(addr, len, step, access);
+                done(Errno::OK, 0, minflt() - before)
+            }
+            Request::ThpDisable { on } => ok(libc::prctl(
+                libc::PR_SET_THP_DISABLE,
+                libc::c_ulong::from(on),
+                0,
+                0,
+                0,
+            )),
+            Request::Pin { addr, len } => {
+                let before = minflt();
+                let errno = pin(addr, len);
+                done(errno, 0, minflt() - before)
+            }
+            Request::Unpin { addr, len } => done(unpin(addr, len), 0, 0),
+            Request::Fork | Request::Exit => done(Errno(libc::ENOSYS), 0, 0),
         }
     }
 }
 
 /// Maps a region at the address the runner chose by the placement rule both
 /// backends share (`hugelab_workload::placement`); never over a mapping.
-unsafe fn map_region(addr: u64, len: u64, prot: u64, flags: u64) -> Result<u64, i64> {
+unsafe fn map_region(
+    addr: u64,
+    len: u64,
+    prot: i32,
+    shared: bool,
+    hugetlb: Option<HugetlbSize>,
+) -> Result<u64, Errno> {
     let mut mflags = libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
-    mflags |= if flags & map::SHARED != 0 {
+    mflags |= if shared {
         libc::MAP_SHARED
     } else {
         libc::MAP_PRIVATE
     };
-    if flags & map::HUGETLB_2M != 0 {
-        mflags |= libc::MAP_HUGETLB | libc::MAP_HUGE_2MB;
-    }
-    if flags & map::HUGETLB_1G != 0 {
-        mflags |= libc::MAP_HUGETLB | libc::MAP_HUGE_1GB;
-    }
-    let got = libc::mmap(addr as *mut _, len as usize, prot as i32, mflags, -1, 0);
+    mflags |= match hugetlb {
+        Some(HugetlbSize::Size2M) => libc::MAP_HUGETLB | libc::MAP_HUGE_2MB,
+        Some(HugetlbSize::Size1G) => libc::MAP_HUGETLB | libc::MAP_HUGE_1GB,
+        None => 0,
+    };
+    let got = libc::mmap(addr as *mut _, len as usize, prot, mflags, -1, 0);
     if got == libc::MAP_FAILED {
         return Err(errno());
     }
@@ -183,11 +200,11 @@ static mut PINS: [(u64, u64, i32); 64] = [(0, 0, -1); 64];
 
 /// Pins `[start, start+len)` the way io_uring fixed buffers do
 /// (IORING_REGISTER_BUFFERS: pin_user_pages with FOLL_LONGTERM | FOLL_WRITE),
-/// faulting in what is not mapped yet. Returns 0 or an errno.
-unsafe fn pin(start: u64, len: u64) -> i64 {
+/// faulting in what is not mapped yet. Returns [`Errno::OK`] or an errno.
+unsafe fn pin(start: u64, len: u64) -> Errno {
     const IORING_REGISTER_BUFFERS: libc::c_long = 0;
     let Some(slot) = (*std::ptr::addr_of_mut!(PINS)).iter_mut().find(|p| p.2 < 0) else {
-        return i64::from(libc::ENOSPC);
+        return Errno(libc::ENOSPC);
     };
     let mut params = [0u8; 120]; // struct io_uring_params
     let fd = libc::syscall(libc::SYS_io_uring_setup, 1, params.as_mut_ptr()) as i32;
@@ -211,19 +228,19 @@ unsafe fn pin(start: u64, len: u64) -> i64 {
         return e;
     }
     *slot = (start, len, fd);
-    0
+    Errno::OK
 }
 
 /// Unpins a range pinned by [`pin`] (the same start and length): the buffers
 /// are unregistered first, which unpins at once, then the ring is closed.
-unsafe fn unpin(start: u64, len: u64) -> i64 {
+unsafe fn unpin(start: u64, len: u64) -> Errno {
     const IORING_UNREGISTER_BUFFERS: libc::c_long = 1;
     let pins = &mut *std::ptr::addr_of_mut!(PINS);
     let Some(slot) = pins
         .iter_mut()
         .find(|p| p.2 >= 0 && p.0 == start && p.1 == len)
     else {
-        return i64::from(libc::ENOENT);
+        return Errno(libc::ENOENT);
     };
     let rc = libc::syscall(
         libc::SYS_io_uring_register,
@@ -232,25 +249,25 @@ unsafe fn unpin(start: u64, len: u64) -> i64 {
         std::ptr::null::<u8>(),
         0,
     );
-    let e = if rc < 0 { errno() } else { 0 };
+    let e = if rc < 0 { errno() } else { Errno::OK };
     libc::close(slot.2);
     *slot = (0, 0, -1);
     e
 }
 
 /// One byte every `step` bytes: a load, or a store of a non-zero (or zero) byte.
-unsafe fn touch_range(start: u64, len: u64, step: u64, flags: u64) {
+unsafe fn touch_range(start: u64, len: u64, step: u64, access: Access) {
     let step = step.max(1);
     let mut off = 0;
-    if flags & touch::WRITE != 0 {
-        let byte = if flags & touch::ZERO != 0 { 0 } else { 1 };
+    if access == Access::Read {
         while off < len {
-            std::ptr::write_volatile((start + off) as *mut u8, byte);
+            black_box(std::ptr::read_volatile((start + off) as *const u8));
             off += step;
         }
     } else {
+        let byte = if access == Access::WriteZero { 0 } else { 1 };
         while off < len {
-            black_box(std::ptr::read_volatile((start + off) as *const u8));
+            std::ptr::write_volatile((start + off) as *mut u8, byte);
             off += step;
         }
     }
@@ -259,14 +276,14 @@ unsafe fn touch_range(start: u64, len: u64, step: u64, flags: u64) {
 enum Forked {
     Parent(libc::pid_t),
     Child(RawFd),
-    Failed(i64),
+    Failed(Errno),
 }
 
 /// Forks. The child switches to the channel passed with the request and says
 /// hello on it; the parent closes that channel.
 fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
     if child_fd < 0 {
-        return Forked::Failed(i64::from(libc::EBADF));
+        return Forked::Failed(Errno(libc::EBADF));
     }
     // SAFETY: fork in a single-threaded process; the child continues the same loop.
     let pid = unsafe { libc::fork() };
@@ -281,10 +298,7 @@ fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
         populate_own_mappings();
         unshare_own_writable();
         pretouch_stack();
-        send(
-            child_fd,
-            &[0, i64::from(std::process::id() as i32), 0, minflt()],
-        );
+        send(child_fd, &hello());
         return Forked::Child(child_fd);
     }
     unshare_own_writable();
@@ -441,29 +455,30 @@ fn minflt() -> i64 {
     }
 }
 
-fn errno() -> i64 {
-    i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+fn errno() -> Errno {
+    Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
 fn send(fd: RawFd, reply: &Reply) {
+    let wire: ReplyWire = reply.encode();
     // SAFETY: sends our own buffer.
     unsafe {
         libc::send(
             fd,
-            reply.as_ptr().cast(),
-            std::mem::size_of::<Reply>(),
+            wire.as_ptr().cast(),
+            std::mem::size_of::<ReplyWire>(),
             libc::MSG_NOSIGNAL,
         )
     };
 }
 
-/// Receives one request and, with a FORK, the file descriptor passed with it.
-fn recv(fd: RawFd, req: &mut Request, passed: &mut RawFd) -> bool {
+/// Receives one request and, with a Fork, the file descriptor passed with it.
+fn recv(fd: RawFd, wire: &mut RequestWire, passed: &mut RawFd) -> bool {
     // SAFETY: recvmsg into buffers we own; the control buffer is sized for one fd.
     unsafe {
         let mut iov = libc::iovec {
-            iov_base: req.as_mut_ptr().cast(),
-            iov_len: std::mem::size_of::<Request>(),
+            iov_base: wire.as_mut_ptr().cast(),
+            iov_len: std::mem::size_of::<RequestWire>(),
         };
         let mut cbuf = [0u64; 8];
         let mut msg: libc::msghdr = std::mem::zeroed();
@@ -476,7 +491,7 @@ fn recv(fd: RawFd, req: &mut Request, passed: &mut RawFd) -> bool {
             if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
-            if n != std::mem::size_of::<Request>() as isize {
+            if n != std::mem::size_of::<RequestWire>() as isize {
                 return false;
             }
             break;

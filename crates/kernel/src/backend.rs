@@ -1,20 +1,24 @@
 //! `KernelBackend`: the workload's statements on the real kernel, each run
 //! by a process agent ([`crate::process`]) inside a measurement window
 //! ([`crate::measure`]); khugepaged is handled in [`crate::khugepaged`].
+//!
+//! The backend owns its parts and wires them: the settings guard, the
+//! workload's processes ([`Agents`]) and memory cgroups, the
+//! [`Measurement`] (windows, totals, what is trusted) and the
+//! [`KhugepagedHold`] (the sentinel and the held scan sleep).
 
-use crate::agent::{map, op, touch, Request, REQUEST_WORDS};
 use crate::error::{errno_name, KernelError};
 use crate::guard::SettingsGuard;
-use crate::khugepaged::{pmd_enabled, SCAN_SLEEP_HOLD};
-use crate::measure::rcu_settle;
+use crate::khugepaged::{pmd_enabled, KhugepagedHold};
+use crate::measure::{rcu_settle, read_process, Measurement};
 use crate::memcg::Memcg;
 use crate::process::AgentProc;
+use crate::protocol::{Access, Request};
 use crate::sysfs;
-use crate::vmstat::SystemReader;
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{
-    placement, Advice, Backend, BackendError, Counters, Errno, HugetlbSize, KhugepagedKnob,
-    MachineParam, Prot, Range, Reading, Stmt, StmtKind, Tunable, Workload,
+    placement, Advice, Backend, BackendError, Errno, HugetlbSize, KhugepagedKnob, MachineParam,
+    Prot, Range, Reading, Stmt, StmtKind, Tunable, Workload,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,38 +27,30 @@ use std::time::Duration;
 const BACKEND: &str = "kernel";
 const MADV_COLLAPSE: i32 = 25;
 
-pub(crate) struct Proc {
-    pub(crate) agent: AgentProc,
-    pub(crate) regions: BTreeMap<String, (u64, u64)>,
+/// One of the workload's processes: its agent and its regions.
+struct Proc {
+    agent: AgentProc,
+    /// Each region's start and length.
+    regions: BTreeMap<String, (u64, u64)>,
     /// Where the next region goes (`placement::place_region`).
-    pub(crate) cursor: u64,
+    cursor: u64,
     /// Faults taken by the workload's accesses (getrusage around the loop).
-    pub(crate) minflt: i64,
+    minflt: i64,
+}
+
+/// The workload's processes by name, each a live agent: what a window's
+/// statement runs against.
+pub(crate) struct Agents {
+    procs: BTreeMap<String, Proc>,
 }
 
 pub struct KernelBackend {
-    pub(crate) exe: PathBuf,
-    pub(crate) guard: SettingsGuard,
-    /// Two readers, so that the reading before a statement is parsed only
-    /// after the reading after it.
-    pub(crate) before: SystemReader,
-    pub(crate) after: SystemReader,
-    pub(crate) procs: BTreeMap<String, Proc>,
-    pub(crate) sentinel: Option<(AgentProc, u64)>,
-    /// Sum of the windows' changes, per system-wide counter.
-    pub(crate) totals: Counters,
-    /// Latest value of the counters reported as read.
-    pub(crate) absolute: Counters,
-    pub(crate) last: Option<Counters>,
-    /// Reasons that made counters unknown, by scope.
-    pub(crate) noise: Option<(String, bool)>,
-    pub(crate) unstable: Option<String>,
-    pub(crate) forked: Option<u32>,
-    /// mTHP sizes enabled at some point of the workload (see `window`).
-    pub(crate) mthp_sizes_used: std::collections::BTreeSet<u64>,
-    /// The scan_sleep_millisecs khugepaged returns to after a `khugepaged`.
-    pub(crate) scan_sleep: String,
-    pub(crate) cgroups: BTreeMap<String, Memcg>,
+    exe: PathBuf,
+    guard: SettingsGuard,
+    agents: Agents,
+    measure: Measurement,
+    khugepaged: KhugepagedHold,
+    cgroups: BTreeMap<String, Memcg>,
 }
 
 /// What one statement's system call did inside a window: the faults the
@@ -77,83 +73,38 @@ pub(crate) fn failed(stmt: &Stmt, e: impl std::fmt::Display) -> BackendError {
     BackendError::failed(stmt.pos, e.to_string())
 }
 
-impl KernelBackend {
-    /// Takes the settings lock, quiets khugepaged and starts the sentinel.
-    /// `exe` is the `hugelab` binary, run as `hugelab __agent` for each process.
-    pub fn new(exe: PathBuf) -> Result<KernelBackend, KernelError> {
-        let mut guard = SettingsGuard::acquire()?;
-        crate::guard::set_cleanup_hook(crate::process::kill_all);
-        guard.set(
-            &Tunable::Khugepaged(KhugepagedKnob::ScanSleepMillisecs),
-            SCAN_SLEEP_HOLD,
-        )?;
-        let mut backend = KernelBackend {
-            exe,
-            guard,
-            before: SystemReader::new(),
-            after: SystemReader::new(),
-            procs: BTreeMap::new(),
-            sentinel: None,
-            totals: Counters::new(),
-            absolute: Counters::new(),
-            last: None,
-            noise: None,
-            unstable: None,
-            forked: None,
-            mthp_sizes_used: Default::default(),
-            scan_sleep: SCAN_SLEEP_HOLD.to_string(),
-            cgroups: BTreeMap::new(),
-        };
-        backend.start_sentinel()?;
-        crate::agent::prefault_runner();
-        // Page tables of processes that exited just before (an earlier run's
-        // agents) must leave the counters before the first window.
-        rcu_settle();
-        // One reading through each reader, so that the first window runs
-        // warm code on warm buffers.
-        for reader in [&mut backend.before, &mut backend.after] {
-            reader.capture(true)?;
-            reader.parse()?;
-        }
-        // The scan_sleep write above woke khugepaged for one pass, and the
-        // guard's signal thread takes its first faults when it first runs:
-        // both must be over before the first window.
-        std::thread::sleep(Duration::from_millis(50));
-        Ok(backend)
-    }
-
-    /// Restores every tunable now (also done on drop).
-    pub fn finish(mut self) -> Result<(), KernelError> {
-        self.procs.clear();
-        self.sentinel = None;
-        self.cgroups.clear();
-        self.guard.restore()
-    }
-
-    fn proc_mut(&mut self, stmt: &Stmt, name: &str) -> Result<&mut Proc, BackendError> {
+impl Agents {
+    fn get_mut(&mut self, stmt: &Stmt, name: &str) -> Result<&mut Proc, BackendError> {
         self.procs
             .get_mut(name)
             .ok_or_else(|| failed(stmt, format!("no process '{name}'")))
     }
 
+    /// Sends `req` to the agent of `proc`: the value it returned, and the call.
     fn request(
         &mut self,
         stmt: &Stmt,
         proc: &str,
         req: Request,
     ) -> Result<(i64, Call), BackendError> {
-        let p = self.proc_mut(stmt, proc)?;
+        let p = self.get_mut(stmt, proc)?;
         let reply = p.agent.request(req).map_err(|e| failed(stmt, e))?;
-        p.minflt += reply[2];
+        p.minflt += reply.loop_faults;
         let call = Call {
-            faults: reply[3],
-            errno: Errno(reply[0] as i32),
+            faults: reply.all_faults,
+            errno: reply.errno,
         };
-        Ok((reply[1], call))
+        Ok((reply.value, call))
     }
 
+    /// Sends `req` to the agent of `proc`: the call (the value is unused).
+    fn call(&mut self, stmt: &Stmt, proc: &str, req: Request) -> Result<Call, BackendError> {
+        Ok(self.request(stmt, proc, req)?.1)
+    }
+
+    /// The start and length of `r` in `proc`'s address space.
     fn range(&mut self, stmt: &Stmt, proc: &str, r: &Range) -> Result<(u64, u64), BackendError> {
-        let p = self.proc_mut(stmt, proc)?;
+        let p = self.get_mut(stmt, proc)?;
         let &(start, len) = p.regions.get(&r.region).ok_or_else(|| {
             failed(
                 stmt,
@@ -164,24 +115,111 @@ impl KernelBackend {
         Ok((lo, hi - lo))
     }
 
+    /// The live agents' pids, sorted.
+    pub(crate) fn pids(&self) -> Vec<i32> {
+        let mut pids: Vec<i32> = self.procs.values().map(|p| p.agent.pid).collect();
+        pids.sort_unstable();
+        pids
+    }
+
+    /// Every process's own counters (see [`read_process`]).
+    fn read(
+        &self,
+        c: &mut hugelab_workload::Counters,
+        unknown: &mut BTreeMap<String, String>,
+    ) -> Result<(), KernelError> {
+        for (name, p) in &self.procs {
+            read_process(name, p.agent.pid, p.minflt, &p.regions, c, unknown)?;
+        }
+        Ok(())
+    }
+}
+
+impl KernelBackend {
+    /// Takes the settings lock, quiets khugepaged and starts the sentinel.
+    /// `exe` is the `hugelab` binary, run as `hugelab __agent` for each process.
+    pub fn new(exe: PathBuf) -> Result<KernelBackend, KernelError> {
+        let mut guard = SettingsGuard::acquire()?;
+        crate::guard::set_cleanup_hook(crate::process::kill_all);
+        let khugepaged = KhugepagedHold::start(&exe, &mut guard)?;
+        let mut backend = KernelBackend {
+            exe,
+            guard,
+            agents: Agents {
+                procs: BTreeMap::new(),
+            },
+            measure: Measurement::new(),
+            khugepaged,
+            cgroups: BTreeMap::new(),
+        };
+        crate::agent::prefault_runner();
+        // Page tables of processes that exited just before (an earlier run's
+        // agents) must leave the counters before the first window.
+        rcu_settle();
+        backend.measure.warm_up()?;
+        // The scan_sleep write above woke khugepaged for one pass, and the
+        // guard's signal thread takes its first faults when it first runs:
+        // both must be over before the first window.
+        std::thread::sleep(Duration::from_millis(50));
+        Ok(backend)
+    }
+
+    /// Restores every tunable now (also done on drop).
+    pub fn finish(mut self) -> Result<(), KernelError> {
+        self.release();
+        self.guard.restore()
+    }
+
+    /// Ends the agents, the sentinel and the cgroups: agents first, so that
+    /// hugetlb pages are free before pools shrink.
+    fn release(&mut self) {
+        self.agents.procs.clear();
+        self.khugepaged.stop();
+        self.cgroups.clear();
+    }
+
+    /// Runs `f` against the agents inside a measurement window.
+    fn window(
+        &mut self,
+        stmt: &Stmt,
+        collapse_allowed: bool,
+        f: impl FnOnce(&mut Agents) -> Result<Call, BackendError>,
+    ) -> Result<(), BackendError> {
+        self.measure
+            .window(stmt, collapse_allowed, &mut self.agents, f)
+    }
+
     fn set(&mut self, stmt: &Stmt, tunable: &Tunable, value: String) -> Result<(), BackendError> {
         let pmd_before = pmd_enabled();
         if *tunable == Tunable::Khugepaged(KhugepagedKnob::ScanSleepMillisecs) {
             // The workload's own choice: khugepaged may then run on its own,
             // which the windows detect.
-            self.scan_sleep = value.clone();
+            self.khugepaged.set_scan_sleep(&value);
         }
         self.guard.journal(tunable).map_err(|e| failed(stmt, e))?;
-        self.window(stmt, false, |b| {
-            b.guard.set(tunable, &value).map_err(|e| failed(stmt, e))?;
+        let guard = &mut self.guard;
+        self.measure.window(stmt, false, &mut self.agents, |_| {
+            guard.set(tunable, &value).map_err(|e| failed(stmt, e))?;
             Ok(Call::ok(0))
         })?;
         if !pmd_before && pmd_enabled() {
             // khugepaged just started and scans at once: let that pass end.
-            self.register_sentinel().map_err(|e| failed(stmt, e))?;
+            self.khugepaged.register().map_err(|e| failed(stmt, e))?;
             std::thread::sleep(Duration::from_millis(100));
         }
         Ok(())
+    }
+
+    /// The `khugepaged` statement: returns at once when the PMD size is
+    /// disabled (the thread is not running: nothing collapses).
+    fn run_khugepaged(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        if !pmd_enabled() {
+            return Ok(());
+        }
+        self.khugepaged.register().map_err(|e| failed(stmt, e))?;
+        let (hold, guard) = (&self.khugepaged, &mut self.guard);
+        self.measure
+            .window(stmt, true, &mut self.agents, |_| hold.scan(stmt, guard))
     }
 
     fn check_machine(&self, stmt: &Stmt, params: &[MachineParam]) -> Result<(), BackendError> {
@@ -233,24 +271,24 @@ fn drop_slab() -> Result<(), KernelError> {
     sysfs::write_value(&path, "2")
 }
 
+/// Sends `req` outside any window: its value, or an error if it failed.
 pub(crate) fn req_ok(agent: &mut AgentProc, req: Request) -> Result<i64, KernelError> {
     let reply = agent.request(req)?;
-    if reply[0] != 0 {
+    if reply.errno != Errno::OK {
         return Err(KernelError::Agent(format!(
-            "agent request {} failed: {}",
-            req[0],
-            errno_name(reply[0] as i32)
+            "agent request {req:?} failed: {}",
+            errno_name(reply.errno.0)
         )));
     }
-    Ok(reply[1])
+    Ok(reply.value)
 }
 
-fn prot_bits(p: Prot) -> u64 {
-    (match p {
+fn prot_bits(p: Prot) -> i32 {
+    match p {
         Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
         Prot::Read => libc::PROT_READ,
         Prot::None => libc::PROT_NONE,
-    }) as u64
+    }
 }
 
 fn advice_bits(a: Advice) -> i32 {
@@ -263,12 +301,6 @@ fn advice_bits(a: Advice) -> i32 {
         Advice::Pageout => libc::MADV_PAGEOUT,
         Advice::Cold => libc::MADV_COLD,
     }
-}
-
-pub(crate) fn request(words: &[u64]) -> Request {
-    let mut r = [0u64; REQUEST_WORDS];
-    r[..words.len()].copy_from_slice(words);
-    r
 }
 
 impl Backend for KernelBackend {
@@ -309,7 +341,7 @@ impl Backend for KernelBackend {
                         .ok_or_else(|| failed(stmt, format!("no cgroup '{cg}'")))?;
                     memcg.attach(agent.pid).map_err(|e| failed(stmt, e))?;
                 }
-                self.procs.insert(
+                self.agents.procs.insert(
                     proc.clone(),
                     Proc {
                         agent,
@@ -334,24 +366,23 @@ impl Backend for KernelBackend {
                     (None, Some(HugetlbSize::Size1G)) => 1 << 30,
                     (None, _) => placement::default_align(len),
                 };
-                let p = self.proc_mut(stmt, proc)?;
+                let p = self.agents.get_mut(stmt, proc)?;
                 let mut cursor = p.cursor;
                 let start = placement::place_region(&mut cursor, len, align);
-                let mut flags = if *shared { map::SHARED } else { 0 };
-                flags |= match hugetlb {
-                    Some(HugetlbSize::Size2M) => map::HUGETLB_2M,
-                    Some(HugetlbSize::Size1G) => map::HUGETLB_1G,
-                    None => 0,
+                let req = Request::Mmap {
+                    addr: start,
+                    len,
+                    prot: prot_bits(prot.unwrap_or(Prot::ReadWrite)),
+                    shared: *shared,
+                    hugetlb: *hugetlb,
                 };
-                let prot = prot_bits(prot.unwrap_or(Prot::ReadWrite));
                 let mut addr = 0;
-                self.window(stmt, false, |b| {
-                    let (a, faults) =
-                        b.request(stmt, proc, request(&[op::MMAP, start, len, prot, flags]))?;
+                self.window(stmt, false, |agents| {
+                    let (a, faults) = agents.request(stmt, proc, req)?;
                     addr = a as u64;
                     Ok(faults)
                 })?;
-                let p = self.proc_mut(stmt, proc)?;
+                let p = self.agents.get_mut(stmt, proc)?;
                 p.regions.insert(region.clone(), (addr, len));
                 p.cursor = cursor;
                 // THP eligibility depends on VMA bounds: the region must be
@@ -367,61 +398,58 @@ impl Backend for KernelBackend {
                 }
             }
             StmtKind::Munmap { proc, range } => {
-                let (start, len) = self.range(stmt, proc, range)?;
-                self.window(stmt, false, |b| {
-                    Ok(b.request(stmt, proc, request(&[op::MUNMAP, start, len]))?.1)
-                })?;
+                let (start, len) = self.agents.range(stmt, proc, range)?;
+                let req = Request::Munmap { addr: start, len };
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Mprotect { proc, range, prot } => {
-                let (start, len) = self.range(stmt, proc, range)?;
-                let prot = prot_bits(*prot);
-                self.window(stmt, false, |b| {
-                    Ok(
-                        b.request(stmt, proc, request(&[op::MPROTECT, start, len, prot]))?
-                            .1,
-                    )
-                })?;
+                let (start, len) = self.agents.range(stmt, proc, range)?;
+                let req = Request::Mprotect {
+                    addr: start,
+                    len,
+                    prot: prot_bits(*prot),
+                };
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Madvise {
                 proc,
                 range,
                 advice,
             } => {
-                let (start, len) = self.range(stmt, proc, range)?;
-                let bits = advice_bits(*advice) as u64;
+                let (start, len) = self.agents.range(stmt, proc, range)?;
+                let req = Request::Madvise {
+                    addr: start,
+                    len,
+                    advice: advice_bits(*advice),
+                };
                 let collapse = *advice == Advice::Collapse;
-                self.window(stmt, collapse, |b| {
-                    Ok(
-                        b.request(stmt, proc, request(&[op::MADVISE, start, len, bits]))?
-                            .1,
-                    )
-                })?;
+                self.window(stmt, collapse, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Read { proc, range, step }
             | StmtKind::Write {
                 proc, range, step, ..
             } => {
-                let (start, len) = self.range(stmt, proc, range)?;
+                let (start, len) = self.agents.range(stmt, proc, range)?;
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
-                let flags = match &stmt.kind {
-                    StmtKind::Write { zero: true, .. } => touch::WRITE | touch::ZERO,
-                    StmtKind::Write { .. } => touch::WRITE,
-                    _ => 0,
+                let access = match &stmt.kind {
+                    StmtKind::Write { zero: true, .. } => Access::WriteZero,
+                    StmtKind::Write { .. } => Access::Write,
+                    _ => Access::Read,
                 };
-                self.window(stmt, false, |b| {
-                    Ok(
-                        b.request(stmt, proc, request(&[op::TOUCH, start, len, step, flags]))?
-                            .1,
-                    )
-                })?;
+                let req = Request::Touch {
+                    addr: start,
+                    len,
+                    step,
+                    access,
+                };
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Fork { proc, child } => {
-                self.forked.get_or_insert(stmt.pos.line);
                 let mut forked = None;
-                self.window(stmt, false, |b| {
-                    let p = b.proc_mut(stmt, proc)?;
+                self.window(stmt, false, |agents| {
+                    let p = agents.get_mut(stmt, proc)?;
                     let (agent, reply) = p.agent.fork().map_err(|e| failed(stmt, e))?;
-                    let faults = reply[3] + agent.hello_faults;
+                    let faults = reply.all_faults + agent.hello_faults;
                     forked = Some(Proc {
                         agent,
                         regions: p.regions.clone(),
@@ -431,28 +459,27 @@ impl Backend for KernelBackend {
                     Ok(Call::ok(faults))
                 })?;
                 if let Some(p) = forked {
-                    self.procs.insert(child.clone(), p);
+                    self.agents.procs.insert(child.clone(), p);
                 }
             }
             StmtKind::ThpDisable { proc, on } => {
-                let on = u64::from(*on);
-                self.window(stmt, false, |b| {
-                    Ok(b.request(stmt, proc, request(&[op::THP_DISABLE, on]))?.1)
-                })?;
+                let req = Request::ThpDisable { on: *on };
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Exit { proc } => {
                 // The regions go inside the window, as exit_mmap would take
                 // them; the agent's own memory goes outside it.
                 let regions: Vec<(u64, u64)> = self
-                    .proc_mut(stmt, proc)?
+                    .agents
+                    .get_mut(stmt, proc)?
                     .regions
                     .values()
                     .copied()
                     .collect();
-                self.window(stmt, false, |b| {
+                self.window(stmt, false, |agents| {
                     let mut all = Call::ok(0);
                     for (start, len) in regions {
-                        let call = b.request(stmt, proc, request(&[op::MUNMAP, start, len]))?.1;
+                        let call = agents.call(stmt, proc, Request::Munmap { addr: start, len })?;
                         all.faults += call.faults;
                         if call.errno != Errno::OK {
                             return Err(failed(
@@ -463,30 +490,28 @@ impl Backend for KernelBackend {
                     }
                     Ok(all)
                 })?;
-                if let Some(p) = self.procs.remove(proc) {
+                if let Some(p) = self.agents.procs.remove(proc) {
                     p.agent.exit().map_err(|e| failed(stmt, e))?;
                     rcu_settle(); // its own page tables, as after spawn
                 }
             }
             StmtKind::Split { proc, range } => {
-                let (start, len) = self.range(stmt, proc, range)?;
-                let pid = self.proc_mut(stmt, proc)?.agent.pid;
+                let (start, len) = self.agents.range(stmt, proc, range)?;
+                let pid = self.agents.get_mut(stmt, proc)?.agent.pid;
                 self.window(stmt, false, |_| {
                     split_huge_pages(pid, start, start + len).map_err(|e| failed(stmt, e))?;
                     Ok(Call::ok(0))
                 })?;
             }
             StmtKind::Pin { proc, range } | StmtKind::Unpin { proc, range } => {
-                let (start, len) = self.range(stmt, proc, range)?;
-                let code = match stmt.kind {
-                    StmtKind::Pin { .. } => op::PIN,
-                    _ => op::UNPIN,
+                let (start, len) = self.agents.range(stmt, proc, range)?;
+                let req = match stmt.kind {
+                    StmtKind::Pin { .. } => Request::Pin { addr: start, len },
+                    _ => Request::Unpin { addr: start, len },
                 };
-                self.window(stmt, false, |b| {
-                    Ok(b.request(stmt, proc, request(&[code, start, len]))?.1)
-                })?;
+                self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
-            StmtKind::Khugepaged => self.khugepaged(stmt)?,
+            StmtKind::Khugepaged => self.run_khugepaged(stmt)?,
             StmtKind::Reclaim => {
                 // drop_caches=2 runs the slab shrinkers: the deferred split
                 // queue and the under-used THP shrinker among them.
@@ -500,17 +525,23 @@ impl Backend for KernelBackend {
         Ok(())
     }
 
+    /// Every counter as of now, and those of them that cannot be trusted
+    /// (removed from the counters, with the reason in `unknown`).
     fn read(&mut self) -> Result<Reading, BackendError> {
-        self.observe()
+        let err = |e: KernelError| BackendError::failed(Default::default(), e.to_string());
+        let mut c = self.measure.system_counters();
+        for cg in self.cgroups.values() {
+            c.extend(cg.counters().map_err(err)?);
+        }
+        let mut unknown = BTreeMap::new();
+        self.agents.read(&mut c, &mut unknown).map_err(err)?;
+        Ok(self.measure.judge(c, unknown))
     }
 }
 
 impl Drop for KernelBackend {
     fn drop(&mut self) {
-        // Agents first, so that hugetlb pages are free before pools shrink;
-        // the guard restores the tunables when it drops after this.
-        self.procs.clear();
-        self.sentinel = None;
-        self.cgroups.clear();
+        // The guard restores the tunables when it drops after this.
+        self.release();
     }
 }

@@ -5,7 +5,8 @@
 //! - [`guard`]: the settings guard. Every tunable is journaled on disk before
 //!   its first write and restored on success, error, panic and signal.
 //! - [`agent`]: the process agents. Each `spawn` is a real process executing
-//!   the workload's statements on real memory.
+//!   the workload's statements on real memory; [`process`] is the runner's
+//!   side, and [`protocol`] the requests and replies between them.
 //! - readers: [`vmstat`] (/proc/vmstat, per-size stats, meminfo), [`smaps`],
 //!   [`pagemap`] (folio shapes from pagemap + kpageflags).
 //!
@@ -20,6 +21,7 @@ mod measure;
 pub mod memcg;
 pub mod pagemap;
 pub mod process;
+pub mod protocol;
 pub mod smaps;
 pub mod sysfs;
 pub mod vmstat;

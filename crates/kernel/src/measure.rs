@@ -11,6 +11,11 @@
 //! callbacks (MMU_GATHER_RCU_TABLE_FREE) leave NR_PAGETABLE after the
 //! statement returns, so windows that may free them wait for RCU first.
 //!
+//! [`Measurement`] owns all of it: the two readers, the windows' sums, and
+//! the record of what disturbed them, from which it says which counters are
+//! unknown and why. Per-process counters are read fresh at each reading
+//! ([`read_process`]).
+//!
 //! What is not trusted:
 //! - Another process faulting during a window (detected: the window's pgfault
 //!   exceeds the faults the agents and the runner themselves took) makes the
@@ -26,39 +31,134 @@
 //!   memory) are left out of pgfault.
 //! - folios.* of a region are unknown when kpageflags read 0 for its pages.
 
-use crate::backend::{failed, Call, KernelBackend};
+use crate::backend::{failed, Agents, Call};
 use crate::error::KernelError;
-use crate::vmstat::is_absolute;
+use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps, sysfs};
 use hugelab_workload::{BackendError, Counters, Errno, Reading, Stmt, StmtKind, Tunable};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-impl KernelBackend {
-    /// Runs `f` inside a measurement window; `f` returns the faults the
-    /// agents took, to compare with the system's pgfault.
+/// The measurement of a workload on the kernel: the system-wide counters
+/// summed over the windows, and what makes them untrusted.
+pub(crate) struct Measurement {
+    /// Two readers, so that the reading before a statement is parsed only
+    /// after the reading after it.
+    before: SystemReader,
+    after: SystemReader,
+    /// Sum of the windows' changes, per system-wide counter.
+    totals: Counters,
+    /// Latest value of the counters reported as read.
+    absolute: Counters,
+    /// The reading after the latest window, to see khugepaged collapse
+    /// between two windows.
+    last: Option<Counters>,
+    /// Another process disturbed a window (see [`Noise`]).
+    noise: Option<Noise>,
+    /// THP collapse outside a `khugepaged` statement or MADV_COLLAPSE: every
+    /// counter after it is unknown.
+    unstable: Option<String>,
+    /// The line of the first `fork`: the anonymous-memory and page-table
+    /// gauges are unknown after it.
+    forked: Option<u32>,
+    /// mTHP sizes enabled at some point of the workload (see `close`).
+    mthp_sizes_used: BTreeSet<u64>,
+}
+
+/// Why another process's activity makes system-wide counters unknown.
+struct Noise {
+    why: String,
+    /// Every system-wide counter (a THP size was `always`, or a per-size
+    /// counter moved for a size the workload never enabled), not only the
+    /// anonymous-memory and page-table ones.
+    wide: bool,
+}
+
+/// What a window read before its statement besides the system-wide counters.
+struct Opened {
+    /// The runner's own minor faults so far.
+    runner_minflt: i64,
+    /// The agents' Anonymous memory (see [`agents_anon_kb`]).
+    anon: Option<(Vec<i32>, i64)>,
+}
+
+impl Measurement {
+    pub(crate) fn new() -> Measurement {
+        Measurement {
+            before: SystemReader::new(),
+            after: SystemReader::new(),
+            totals: Counters::new(),
+            absolute: Counters::new(),
+            last: None,
+            noise: None,
+            unstable: None,
+            forked: None,
+            mthp_sizes_used: BTreeSet::new(),
+        }
+    }
+
+    /// One reading through each reader, so that the first window runs warm
+    /// code on warm buffers.
+    pub(crate) fn warm_up(&mut self) -> Result<(), KernelError> {
+        for reader in [&mut self.before, &mut self.after] {
+            reader.capture(true)?;
+            reader.parse()?;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` (the statement, against the agents) inside a measurement
+    /// window; `f` returns the faults the agents took, to compare with the
+    /// system's pgfault, and the errno of the statement's system call.
     pub(crate) fn window(
         &mut self,
         stmt: &Stmt,
         collapse_allowed: bool,
-        f: impl FnOnce(&mut Self) -> Result<Call, BackendError>,
+        agents: &mut Agents,
+        f: impl FnOnce(&mut Agents) -> Result<Call, BackendError>,
     ) -> Result<(), BackendError> {
-        let kerr = |e: KernelError| failed(stmt, e);
+        let opened = self.open(stmt, agents)?;
+        let call = f(agents)?;
+        self.close(stmt, collapse_allowed, opened, call, agents)
+    }
+
+    /// The reading before a statement.
+    fn open(&mut self, stmt: &Stmt, agents: &Agents) -> Result<Opened, BackendError> {
+        if matches!(stmt.kind, StmtKind::Fork { .. }) {
+            self.forked.get_or_insert(stmt.pos.line);
+        }
         // The runner's own faults around the two readings (first use of a
         // code path, heap growth) are not another process's: counted from
         // before the first reading to after the second, an upper bound.
-        let runner_before = crate::agent::own_minflt();
-        let anon_before = self.agents_anon_kb();
+        let runner_minflt = crate::agent::own_minflt();
+        let anon = agents_anon_kb(agents);
         self.mthp_sizes_used.extend(mthp_sizes_enabled());
-        self.before.capture(false).map_err(kerr)?;
-        let call = f(self)?;
+        self.before.capture(false).map_err(|e| failed(stmt, e))?;
+        Ok(Opened {
+            runner_minflt,
+            anon,
+        })
+    }
+
+    /// The reading after a statement: its changes are added to the totals,
+    /// and what disturbed it is recorded. A failed system call is reported
+    /// as the statement's errno once its window is measured.
+    fn close(
+        &mut self,
+        stmt: &Stmt,
+        collapse_allowed: bool,
+        opened: Opened,
+        call: Call,
+        agents: &Agents,
+    ) -> Result<(), BackendError> {
+        let kerr = |e: KernelError| failed(stmt, e);
         let agent_faults = call.faults;
         if frees_page_tables(&stmt.kind) {
             rcu_settle();
         }
         self.after.capture(true).map_err(kerr)?;
-        let anon_after = self.agents_anon_kb();
-        let runner_faults = crate::agent::own_minflt() - runner_before;
+        let anon_after = agents_anon_kb(agents);
+        let runner_faults = crate::agent::own_minflt() - opened.runner_minflt;
         let before = self.before.parse().map_err(kerr)?;
         let after = self.after.parse().map_err(kerr)?;
         if let Some(last) = &self.last {
@@ -104,45 +204,45 @@ impl KernelBackend {
         });
         // Wide: it replaces a narrow noise recorded earlier, which would
         // leave the per-size counters trusted.
-        let narrow_or_none = self.noise.as_ref().is_none_or(|(_, wide)| !wide);
+        let narrow_or_none = self.noise.as_ref().is_none_or(|n| !n.wide);
         if let (Some((name, _)), true) = (foreign, narrow_or_none) {
-            self.noise = Some((
-                format!(
+            self.noise = Some(Noise {
+                why: format!(
                     "another process's folios changed {name} during line {}, a size this workload never enabled",
                     stmt.pos.line
                 ),
-                true,
-            ));
+                wide: true,
+            });
         }
         // Without shared pages (no fork yet), the workload's processes'
         // Anonymous memory moves exactly as NR_ANON_MAPPED does; when it does
         // not, another process mapped or freed anonymous memory meanwhile.
         if let (None, Some((pids_b, kb_b)), Some((pids_a, kb_a))) =
-            (self.forked, &anon_before, &anon_after)
+            (self.forked, &opened.anon, &anon_after)
         {
             let system = after["vmstat.nr_anon_pages"] - before["vmstat.nr_anon_pages"];
             if pids_b == pids_a && (kb_a - kb_b) / 4 != system && !noisy {
                 noisy = true;
-                self.noise.get_or_insert((
-                    format!(
+                self.noise.get_or_insert(Noise {
+                    why: format!(
                         "another process changed anonymous memory during line {} (nr_anon_pages {system:+}, the workload's own {:+})",
                         stmt.pos.line,
                         (kb_a - kb_b) / 4
                     ),
-                    false,
-                ));
+                    wide: false,
+                });
             }
         }
         let wide = noisy && thp_always().unwrap_or(true);
-        let narrower = self.noise.as_ref().is_some_and(|(_, w)| !w);
+        let narrower = self.noise.as_ref().is_some_and(|n| !n.wide);
         if noisy && (self.noise.is_none() || (wide && narrower)) {
-            self.noise = Some((
-                format!(
+            self.noise = Some(Noise {
+                why: format!(
                     "another process faulted during line {} (pgfault +{sys_faults}; the agents' own +{agent_faults}, the runner's +{runner_faults})",
                     stmt.pos.line
                 ),
                 wide,
-            ));
+            });
         }
         if !collapse_allowed && self.unstable.is_none() && collapsed(&before, &after) {
             self.unstable = Some(format!(
@@ -164,18 +264,15 @@ impl KernelBackend {
     }
 }
 
-impl KernelBackend {
-    /// The live agents (sorted pids) and the sum of their smaps_rollup
-    /// Anonymous, in kB; None when one cannot be read.
-    fn agents_anon_kb(&self) -> Option<(Vec<i32>, i64)> {
-        let mut pids: Vec<i32> = self.procs.values().map(|p| p.agent.pid).collect();
-        pids.sort_unstable();
-        let mut kb = 0;
-        for pid in &pids {
-            kb += smaps::rollup_anonymous_kb(*pid).ok()?;
-        }
-        Some((pids, kb))
+/// The live agents (sorted pids) and the sum of their smaps_rollup
+/// Anonymous, in kB; None when one cannot be read.
+fn agents_anon_kb(agents: &Agents) -> Option<(Vec<i32>, i64)> {
+    let pids = agents.pids();
+    let mut kb = 0;
+    for pid in &pids {
+        kb += smaps::rollup_anonymous_kb(*pid).ok()?;
     }
+    Some((pids, kb))
 }
 
 /// Whether a statement may free page tables. Freed page tables leave
@@ -221,7 +318,6 @@ fn collapsed(a: &Counters, b: &Counters) -> bool {
         .any(|k| a.get(*k) != b.get(*k))
 }
 
-/// Whether some anonymous THP size is `always` (so any process faulting may get one).
 /// The size of a per-size counter `mthp.<size>kB.<item>`.
 fn mthp_size_kb(name: &str) -> Option<u64> {
     name.strip_prefix("mthp.")?
@@ -245,6 +341,7 @@ fn mthp_sizes_enabled() -> Vec<u64> {
         .collect()
 }
 
+/// Whether some anonymous THP size is `always` (so any process faulting may get one).
 fn thp_always() -> Option<bool> {
     let top = sysfs::read_tunable(&Tunable::ThpEnabled).ok()?;
     let dir = std::path::Path::new(sysfs::SYS_MM).join("transparent_hugepage");
@@ -254,70 +351,28 @@ fn thp_always() -> Option<bool> {
     }))
 }
 
-impl KernelBackend {
-    /// Every counter as of now, and those of them that cannot be trusted
-    /// (removed from the first map, with the reason in the second).
-    pub(crate) fn observe(&mut self) -> Result<Reading, BackendError> {
+impl Measurement {
+    /// The system-wide counters as of now: the windows' sums, and the
+    /// counters reported as read.
+    pub(crate) fn system_counters(&self) -> Counters {
         let mut c = self.totals.clone();
         c.extend(self.absolute.clone());
-        for cg in self.cgroups.values() {
-            c.extend(
-                cg.counters()
-                    .map_err(|e| BackendError::failed(Default::default(), e.to_string()))?,
-            );
-        }
-        let mut unknown = BTreeMap::new();
-        let err = |e: KernelError| BackendError::failed(Default::default(), e.to_string());
-        for (name, p) in &self.procs {
-            let pid = p.agent.pid;
-            c.insert(format!("stat.{name}.minflt"), p.minflt);
-            let mut rollup = smaps::SmapsSum::default().fields();
-            for (region, &(start, len)) in &p.regions {
-                let s = smaps::region_smaps(pid, start, start + len).map_err(err)?;
-                for (i, (field, kb)) in s.fields().into_iter().enumerate() {
-                    c.insert(format!("smaps.{name}.{region}.{field}"), kb as i64);
-                    rollup[i].1 += kb;
-                }
-                let f = pagemap::scan_folios(pid, start, start + len).map_err(err)?;
-                for (order, n) in f.total.iter().enumerate() {
-                    if order == 1 {
-                        continue; // anonymous memory has no order-1 folios
-                    }
-                    let key = format!("folios.{name}.{region}.{}kB", 4 << order);
-                    let pmd = if order == 9 { f.pmd_mapped } else { 0 };
-                    c.insert(key.clone(), *n as i64);
-                    c.insert(format!("{key}.pte"), (*n - pmd) as i64);
-                    if order == 9 {
-                        c.insert(format!("{key}.pmd"), pmd as i64);
-                    }
-                }
-                if f.unknown_pages > 0 {
-                    let why = format!(
-                        "/proc/kpageflags read 0 for {} pages of {name}'s region {region}, so their folios are not known",
-                        f.unknown_pages
-                    );
-                    let prefix = format!("folios.{name}.{region}.");
-                    for k in c.keys().filter(|k| k.starts_with(&prefix)) {
-                        unknown.insert(k.clone(), why.clone());
-                    }
-                }
-            }
-            // The rollup of the workload's own mappings: smaps_rollup also
-            // holds the agent's memory, which is not the workload's.
-            for (field, kb) in rollup {
-                c.insert(format!("smaps.{name}.{field}"), kb as i64);
-            }
-        }
+        c
+    }
+
+    /// A reading of the counters in `c`: those that cannot be trusted are
+    /// removed, with the reason (also those already in `unknown`).
+    pub(crate) fn judge(&self, mut c: Counters, mut unknown: BTreeMap<String, String>) -> Reading {
         for name in c.keys() {
             if let Some(why) = self.distrust(name) {
                 unknown.entry(name.clone()).or_insert(why);
             }
         }
         c.retain(|k, _| !unknown.contains_key(k));
-        Ok(Reading {
+        Reading {
             counters: c,
             unknown,
-        })
+        }
     }
 
     /// Why a system-wide counter cannot be trusted now, if it cannot.
@@ -337,9 +392,9 @@ impl KernelBackend {
                 | "meminfo.AnonPages"
                 | "meminfo.PageTables"
         );
-        if let Some((why, wide)) = &self.noise {
-            if system && (*wide || anon_gauge) {
-                return Some(why.clone());
+        if let Some(noise) = &self.noise {
+            if system && (noise.wide || anon_gauge) {
+                return Some(noise.why.clone());
             }
         }
         let line = self
@@ -349,4 +404,55 @@ impl KernelBackend {
             "fork (line {line}) copied the agent's own memory and page tables too"
         ))
     }
+}
+
+/// The per-process counters of the agent `name` (pid `pid`, `minflt` faults
+/// of its accesses) into `c`: smaps of each region and of all of them, and
+/// the region's folios; those whose folios are not known go to `unknown`.
+pub(crate) fn read_process(
+    name: &str,
+    pid: i32,
+    minflt: i64,
+    regions: &BTreeMap<String, (u64, u64)>,
+    c: &mut Counters,
+    unknown: &mut BTreeMap<String, String>,
+) -> Result<(), KernelError> {
+    c.insert(format!("stat.{name}.minflt"), minflt);
+    let mut rollup = smaps::SmapsSum::default().fields();
+    for (region, &(start, len)) in regions {
+        let s = smaps::region_smaps(pid, start, start + len)?;
+        for (i, (field, kb)) in s.fields().into_iter().enumerate() {
+            c.insert(format!("smaps.{name}.{region}.{field}"), kb as i64);
+            rollup[i].1 += kb;
+        }
+        let f = pagemap::scan_folios(pid, start, start + len)?;
+        for (order, n) in f.total.iter().enumerate() {
+            if order == 1 {
+                continue; // anonymous memory has no order-1 folios
+            }
+            let key = format!("folios.{name}.{region}.{}kB", 4 << order);
+            let pmd = if order == 9 { f.pmd_mapped } else { 0 };
+            c.insert(key.clone(), *n as i64);
+            c.insert(format!("{key}.pte"), (*n - pmd) as i64);
+            if order == 9 {
+                c.insert(format!("{key}.pmd"), pmd as i64);
+            }
+        }
+        if f.unknown_pages > 0 {
+            let why = format!(
+                "/proc/kpageflags read 0 for {} pages of {name}'s region {region}, so their folios are not known",
+                f.unknown_pages
+            );
+            let prefix = format!("folios.{name}.{region}.");
+            for k in c.keys().filter(|k| k.starts_with(&prefix)) {
+                unknown.insert(k.clone(), why.clone());
+            }
+        }
+    }
+    // The rollup of the workload's own mappings: smaps_rollup also
+    // holds the agent's memory, which is not the workload's.
+    for (field, kb) in rollup {
+        c.insert(format!("smaps.{name}.{field}"), kb as i64);
+    }
+    Ok(())
 }

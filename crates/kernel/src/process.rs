@@ -5,8 +5,9 @@
 //! signal path can kill them before it restores hugetlb pools (pages still
 //! mapped by an agent would keep a pool from shrinking).
 
-use crate::agent::{op, Reply, Request, REQUEST_WORDS};
 use crate::error::{errno_name, KernelError, Result};
+use crate::protocol::{Reply, ReplyWire, Request, RequestWire};
+use hugelab_workload::Errno;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -114,7 +115,7 @@ impl AgentProc {
             hello_faults: 0,
         };
         let hello = agent.recv()?;
-        agent.hello_faults = hello[3];
+        agent.hello_faults = hello.all_faults;
         Ok(agent)
     }
 
@@ -127,18 +128,16 @@ impl AgentProc {
     /// Forks the agent: returns the new agent and the parent's reply.
     pub fn fork(&mut self) -> Result<(AgentProc, Reply)> {
         let (ours, theirs) = seqpacket_pair()?;
-        let mut req = [0u64; REQUEST_WORDS];
-        req[0] = op::FORK;
-        self.send(&req, Some(theirs.as_raw_fd()))?;
+        self.send(&Request::Fork, Some(theirs.as_raw_fd()))?;
         let reply = self.recv()?;
         drop(theirs);
-        if reply[0] != 0 {
+        if reply.errno != Errno::OK {
             return Err(KernelError::Agent(format!(
                 "fork failed: {}",
-                errno_name(reply[0] as i32)
+                errno_name(reply.errno.0)
             )));
         }
-        let pid = reply[1] as i32;
+        let pid = reply.value as i32;
         register(pid);
         let mut child = AgentProc {
             pid,
@@ -147,16 +146,14 @@ impl AgentProc {
             hello_faults: 0,
         };
         let hello = child.recv()?;
-        child.hello_faults = hello[3];
+        child.hello_faults = hello.all_faults;
         Ok((child, reply))
     }
 
     /// Tells the agent to exit and waits until the process is gone, so that
     /// the teardown of its own memory is over before the next measurement.
     pub fn exit(mut self) -> Result<()> {
-        let mut req = [0u64; REQUEST_WORDS];
-        req[0] = op::EXIT;
-        let _ = self.send(&req, None);
+        let _ = self.send(&Request::Exit, None);
         self.wait_gone(Duration::from_secs(30))
     }
 
@@ -184,9 +181,10 @@ impl AgentProc {
     }
 
     fn send(&mut self, req: &Request, pass: Option<RawFd>) -> Result<()> {
+        let wire: RequestWire = req.encode();
         let mut iov = libc::iovec {
-            iov_base: req.as_ptr() as *mut _,
-            iov_len: std::mem::size_of::<Request>(),
+            iov_base: wire.as_ptr() as *mut _,
+            iov_len: std::mem::size_of::<RequestWire>(),
         };
         let mut cbuf = [0u64; 8];
         // SAFETY: sendmsg from buffers we own; the control message carries one fd.
@@ -212,19 +210,19 @@ impl AgentProc {
     }
 
     fn recv(&mut self) -> Result<Reply> {
-        let mut reply: Reply = [0; 4];
+        let mut wire = ReplyWire::default();
         loop {
             // SAFETY: recv into a buffer we own.
             let n = unsafe {
                 libc::recv(
                     self.chan.as_raw_fd(),
-                    reply.as_mut_ptr().cast(),
-                    std::mem::size_of::<Reply>(),
+                    wire.as_mut_ptr().cast(),
+                    std::mem::size_of::<ReplyWire>(),
                     0,
                 )
             };
-            if n == std::mem::size_of::<Reply>() as isize {
-                return Ok(reply);
+            if n == std::mem::size_of::<ReplyWire>() as isize {
+                return Ok(Reply::decode(&wire));
             }
             let err = std::io::Error::last_os_error();
             if n < 0 && err.raw_os_error() == Some(libc::EINTR) {

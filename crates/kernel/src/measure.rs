@@ -35,6 +35,7 @@ use crate::backend::{failed, Agents, Call};
 use crate::error::KernelError;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps, sysfs};
+use hugelab_workload::counters::{self, Reported, Scope};
 use hugelab_workload::{BackendError, Counters, Errno, Reading, Stmt, StmtKind, Tunable};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -380,10 +381,12 @@ impl Measurement {
         if let Some(why) = &self.unstable {
             return Some(why.clone());
         }
-        let system = name.starts_with("vmstat.")
-            || name.starts_with("mthp.")
-            || (name.starts_with("meminfo.") && !is_absolute(name))
-            || name.starts_with("khugepaged.");
+        // A change since the start of something the whole machine moves:
+        // another process can be in it (hugetlb pools, set by the workload
+        // and read as they are, cannot).
+        let system = counters::lookup(name).is_some_and(|c| {
+            c.family.scope == Scope::System && c.field.reported == Reported::SinceStart
+        });
         let anon_gauge = matches!(
             name,
             "vmstat.pgfault"

@@ -441,6 +441,21 @@ pub fn prefault_runner() {
     pretouch_stack();
 }
 
+/// For the runner: from now on its heap never goes back to the kernel (no
+/// mmap'd malloc chunks, no trimming). A buffer freed between two windows
+/// (the pagemap batch of a large region, read for a snapshot) would
+/// otherwise free one of the runner's page tables, and that page leaves
+/// NR_PAGETABLE in an RCU callback that lands in a later window, counted as
+/// the workload's; its allocation, outside any window, never was.
+pub fn hold_runner_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only changes glibc's allocation thresholds.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_MAX, 0);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
+    }
+}
+
 /// The minor faults this process has taken so far (all its threads).
 pub fn own_minflt() -> i64 {
     minflt()

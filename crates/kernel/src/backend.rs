@@ -139,6 +139,7 @@ impl KernelBackend {
     /// Takes the settings lock, quiets khugepaged and starts the sentinel.
     /// `exe` is the `hugelab` binary, run as `hugelab __agent` for each process.
     pub fn new(exe: PathBuf) -> Result<KernelBackend, KernelError> {
+        crate::agent::hold_runner_memory();
         let mut guard = SettingsGuard::acquire()?;
         crate::guard::set_cleanup_hook(crate::process::kill_all);
         let khugepaged = KhugepagedHold::start(&exe, &mut guard)?;

@@ -9,7 +9,9 @@
 //! absolute values. Hugetlb pool files are the exception: they are reported as
 //! read (both sides start from the machine's pools). Page tables freed by RCU
 //! callbacks (MMU_GATHER_RCU_TABLE_FREE) leave NR_PAGETABLE after the
-//! statement returns, so windows that may free them wait for RCU first.
+//! statement returns, so windows that may free them wait for RCU first. The
+//! runner keeps its own heap (`agent::hold_runner_memory`): a page table of
+//! its own freed between windows would leave the counter in the next one.
 //!
 //! [`Measurement`] owns all of it: the two readers, the windows' sums, and
 //! the record of what disturbed them, from which it says which counters are

@@ -10,7 +10,7 @@
 use crate::error::{errno_name, KernelError};
 use crate::guard::SettingsGuard;
 use crate::khugepaged::{pmd_enabled, KhugepagedHold};
-use crate::measure::{rcu_settle, read_process, Measurement};
+use crate::measure::{rcu_settle, read_process, settle_dead_mms, Measurement};
 use crate::memcg::Memcg;
 use crate::process::AgentProc;
 use crate::protocol::{Access, Request};
@@ -156,7 +156,7 @@ impl KernelBackend {
         crate::agent::prefault_runner();
         // Page tables of processes that exited just before (an earlier run's
         // agents) must leave the counters before the first window.
-        rcu_settle();
+        settle_dead_mms();
         backend.measure.warm_up()?;
         // The scan_sleep write above woke khugepaged for one pass, and the
         // guard's signal thread takes its first faults when it first runs:
@@ -332,9 +332,9 @@ impl Backend for KernelBackend {
             StmtKind::Spawn { proc, cgroup } => {
                 let agent = AgentProc::spawn(&self.exe).map_err(|e| failed(stmt, e))?;
                 // The agent re-executed itself: the page tables of its first
-                // image are freed by RCU callbacks, which must not land in
-                // the next window.
-                rcu_settle();
+                // image are freed later (lazy TLB mm, RCU callbacks), which
+                // must not land in the next window.
+                settle_dead_mms();
                 if let Some(cg) = cgroup {
                     let memcg = self
                         .cgroups
@@ -493,7 +493,7 @@ impl Backend for KernelBackend {
                 })?;
                 if let Some(p) = self.agents.procs.remove(proc) {
                     p.agent.exit().map_err(|e| failed(stmt, e))?;
-                    rcu_settle(); // its own page tables, as after spawn
+                    settle_dead_mms(); // its own page tables, as after spawn
                 }
             }
             StmtKind::Split { proc, range } => {

@@ -21,7 +21,10 @@
 //!   the journal, so `hugelab settings restore` can finish the job.
 //! - **One run at a time.** An flock on `lock` in [`state_dir`] serialises runs:
 //!   a second run journaling the first one's values as "old" would restore the
-//!   machine to the first run's settings. For the same reason a run refuses to
+//!   machine to the first run's settings. The tunables are the machine's, not
+//!   the state directory's, so a run also takes [`MACHINE_LOCK`]: runs with
+//!   different state directories (tests, a user's `$HUGELAB_STATE_DIR`) never
+//!   change the machine under each other's measurements. For the same reason a run refuses to
 //!   start over a journal that a killed run left: the journal holds the only
 //!   record of the machine's real values.
 //!
@@ -29,8 +32,8 @@
 //! the reboot already reset the tunables, and replaying would override the
 //! boot's own configuration.
 //!
-//! One guard per state directory per process: flock locks are per open file, so
-//! a second guard in the same process would wait for itself forever; it is
+//! One guard per process: flock locks are per open file, so a second guard in
+//! the same process would wait for itself forever on the machine lock; it is
 //! refused instead.
 
 use crate::error::{errno_name, KernelError, Result};
@@ -50,6 +53,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 const JOURNAL: &str = "journal.json";
 const LOCK: &str = "lock";
+/// The machine-wide lock every run takes, whatever its state directory.
+pub const MACHINE_LOCK: &str = "/run/hugelab.lock";
 const DEFAULT_STATE_DIR: &str = "/var/lib/hugelab";
 /// SIGHUP too: a closed terminal or ssh session must not leave the machine changed.
 const SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
@@ -120,7 +125,7 @@ impl fmt::Display for Restored {
 struct Live {
     id: u64,
     dir: PathBuf,
-    lock: File,
+    lock: Lock,
     journal: Journal,
 }
 
@@ -397,10 +402,15 @@ fn require_root(refusal: &str) -> Result<()> {
 }
 
 fn refuse_if_held_here(dir: &Path) -> Result<()> {
-    if registry().live.iter().any(|l| l.dir == dir) {
+    if let Some(l) = registry().live.first() {
+        let also = if l.dir == dir {
+            String::new()
+        } else {
+            format!(" (for {}, asked for {})", l.dir.display(), dir.display())
+        };
         return Err(KernelError::Refused(format!(
-            "this process already holds the settings lock in {}; restore its guard first",
-            dir.display()
+            "this process already holds the settings lock in {}{also}; restore its guard first",
+            l.dir.display()
         )));
     }
     Ok(())
@@ -427,9 +437,33 @@ fn refusal(e: KernelError) -> KernelError {
 
 // ---- the lock ----
 
-fn take_lock(dir: &Path) -> Result<File> {
-    let path = dir.join(LOCK);
-    let err = |e| KernelError::io(&path, e);
+/// The two locks a run holds: the machine's, then its state directory's.
+struct Lock {
+    machine: File,
+    dir: File,
+}
+
+fn take_lock(dir: &Path) -> Result<Lock> {
+    let machine = lock_file(Path::new(MACHINE_LOCK))?;
+    let dir = match lock_file(&dir.join(LOCK)) {
+        Ok(f) => f,
+        Err(e) => {
+            unlock_file(machine);
+            return Err(e);
+        }
+    };
+    Ok(Lock { machine, dir })
+}
+
+fn release_lock(lock: Lock) {
+    unlock_file(lock.dir);
+    unlock_file(lock.machine);
+}
+
+/// Takes an exclusive flock on `path`, waiting (with one line on stderr)
+/// while another run holds it, and writes our pid into it.
+fn lock_file(path: &Path) -> Result<File> {
+    let err = |e| KernelError::io(path, e);
     // Not truncated on open: until we hold the lock the pid in it is the holder's.
     let file = OpenOptions::new()
         .read(true)
@@ -437,12 +471,12 @@ fn take_lock(dir: &Path) -> Result<File> {
         .create(true)
         .truncate(false)
         .mode(0o644)
-        .open(&path)
+        .open(path)
         .map_err(err)?;
     match flock(&file, libc::LOCK_EX | libc::LOCK_NB) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => {
-            let holder = fs::read_to_string(&path).unwrap_or_default();
+            let holder = fs::read_to_string(path).unwrap_or_default();
             match holder.trim() {
                 "" => eprintln!(
                     "hugelab: waiting for the settings lock held by another run ({})",
@@ -463,7 +497,7 @@ fn take_lock(dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-fn release_lock(file: File) {
+fn unlock_file(file: File) {
     let _ = file.set_len(0);
     // Explicitly, not by closing: a child forked without exec shares the open
     // file and would otherwise keep the lock after we are gone.

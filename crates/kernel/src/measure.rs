@@ -81,8 +81,19 @@ struct Noise {
 struct Opened {
     /// The runner's own minor faults so far.
     runner_minflt: i64,
-    /// The agents' Anonymous memory (see [`agents_anon_kb`]).
-    anon: Option<(Vec<i32>, i64)>,
+    /// The agents' own memory (see [`agents_own`]).
+    own: Option<Own>,
+}
+
+/// What the workload's processes themselves hold, from their own /proc files.
+#[derive(PartialEq, Eq)]
+struct Own {
+    /// The live agents, sorted.
+    pids: Vec<i32>,
+    /// The sum of their smaps_rollup Anonymous, kB.
+    anon_kb: i64,
+    /// The sum of their VmPTE, kB.
+    pte_kb: i64,
 }
 
 impl Measurement {
@@ -134,13 +145,10 @@ impl Measurement {
         // code path, heap growth) are not another process's: counted from
         // before the first reading to after the second, an upper bound.
         let runner_minflt = crate::agent::own_minflt();
-        let anon = agents_anon_kb(agents);
+        let own = agents_own(agents);
         self.mthp_sizes_used.extend(mthp_sizes_enabled());
         self.before.capture(false).map_err(|e| failed(stmt, e))?;
-        Ok(Opened {
-            runner_minflt,
-            anon,
-        })
+        Ok(Opened { runner_minflt, own })
     }
 
     /// The reading after a statement: its changes are added to the totals,
@@ -160,7 +168,7 @@ impl Measurement {
             rcu_settle();
         }
         self.after.capture(true).map_err(kerr)?;
-        let anon_after = agents_anon_kb(agents);
+        let own_after = agents_own(agents);
         let runner_faults = crate::agent::own_minflt() - opened.runner_minflt;
         let before = self.before.parse().map_err(kerr)?;
         let after = self.after.parse().map_err(kerr)?;
@@ -193,7 +201,8 @@ impl Measurement {
                 after["vmstat.nr_page_table_pages"] - before["vmstat.nr_page_table_pages"]
             );
         }
-        let mut noisy = sys_faults > agent_faults + runner_faults;
+        let faulted = sys_faults > agent_faults + runner_faults;
+        let mut noisy = faulted;
         // mTHPs below the PMD size come only from faults while their size is
         // enabled: a size never enabled in this workload that changes is
         // another process's folio (freed, say, when MADV_COLLAPSE drains
@@ -217,28 +226,56 @@ impl Measurement {
                 wide: true,
             });
         }
-        // Without shared pages (no fork yet), the workload's processes'
-        // Anonymous memory moves exactly as NR_ANON_MAPPED does; when it does
-        // not, another process mapped or freed anonymous memory meanwhile.
-        if let (None, Some((pids_b, kb_b)), Some((pids_a, kb_a))) =
-            (self.forked, &opened.anon, &anon_after)
-        {
-            let system = after["vmstat.nr_anon_pages"] - before["vmstat.nr_anon_pages"];
-            if pids_b == pids_a && (kb_a - kb_b) / 4 != system && !noisy {
+        let delta = |name: &str| after[name] - before[name];
+        if let (Some(b), Some(a)) = (&opened.own, &own_after) {
+            let same_agents = b.pids == a.pids;
+            // Without shared pages (no fork yet), the workload's processes'
+            // Anonymous memory moves exactly as NR_ANON_MAPPED does; when it
+            // does not, another process mapped or freed anonymous memory
+            // meanwhile.
+            let system = delta("vmstat.nr_anon_pages");
+            let own = (a.anon_kb - b.anon_kb) / 4;
+            if self.forked.is_none() && same_agents && own != system && !noisy {
                 noisy = true;
                 self.noise.get_or_insert(Noise {
                     why: format!(
-                        "another process changed anonymous memory during line {} (nr_anon_pages {system:+}, the workload's own {:+})",
-                        stmt.pos.line,
-                        (kb_a - kb_b) / 4
+                        "another process changed anonymous memory during line {} (nr_anon_pages {system:+}, the workload's own {own:+})",
+                        stmt.pos.line
+                    ),
+                    wide: false,
+                });
+            }
+            // Page tables are per mm, shared by no one: NR_PAGETABLE moves as
+            // the agents' VmPTE does (both after RCU has freed what the
+            // statement unmapped). When it does not, another process's page
+            // tables came or went: one that exited just before, its tables
+            // freed by an RCU callback inside this window, leaves no fault.
+            // (A fork's child, not an agent until its window closes, is
+            // judged by the fork rule in `distrust`.)
+            let system = delta("vmstat.nr_page_table_pages");
+            let own = (a.pte_kb - b.pte_kb) / 4;
+            let fork = matches!(stmt.kind, StmtKind::Fork { .. });
+            if same_agents && !fork && own != system && !noisy {
+                noisy = true;
+                self.noise.get_or_insert(Noise {
+                    why: format!(
+                        "another process's page tables changed during line {} (nr_page_table_pages {system:+}, the workload's own {own:+})",
+                        stmt.pos.line
                     ),
                     wide: false,
                 });
             }
         }
+        // While a THP size is `always`, whoever disturbed this window may
+        // have got THPs too: every system-wide counter is in doubt.
         let wide = noisy && thp_always().unwrap_or(true);
         let narrower = self.noise.as_ref().is_some_and(|n| !n.wide);
-        if noisy && (self.noise.is_none() || (wide && narrower)) {
+        if !faulted && wide && narrower {
+            if let Some(n) = self.noise.as_mut() {
+                n.wide = true;
+            }
+        }
+        if faulted && (self.noise.is_none() || (wide && narrower)) {
             self.noise = Some(Noise {
                 why: format!(
                     "another process faulted during line {} (pgfault +{sys_faults}; the agents' own +{agent_faults}, the runner's +{runner_faults})",
@@ -267,15 +304,20 @@ impl Measurement {
     }
 }
 
-/// The live agents (sorted pids) and the sum of their smaps_rollup
-/// Anonymous, in kB; None when one cannot be read.
-fn agents_anon_kb(agents: &Agents) -> Option<(Vec<i32>, i64)> {
+/// The live agents' own Anonymous memory and page tables; None when one
+/// cannot be read.
+fn agents_own(agents: &Agents) -> Option<Own> {
     let pids = agents.pids();
-    let mut kb = 0;
+    let (mut anon_kb, mut pte_kb) = (0, 0);
     for pid in &pids {
-        kb += smaps::rollup_anonymous_kb(*pid).ok()?;
+        anon_kb += smaps::rollup_anonymous_kb(*pid).ok()?;
+        pte_kb += smaps::status_vm_pte_kb(*pid).ok()?;
     }
-    Some((pids, kb))
+    Some(Own {
+        pids,
+        anon_kb,
+        pte_kb,
+    })
 }
 
 /// Whether a statement may free page tables. Freed page tables leave
@@ -312,6 +354,36 @@ pub fn rcu_settle() {
         }
     }
     std::thread::sleep(Duration::from_millis(2));
+}
+
+/// After a process exits (or re-executes itself), until its page tables have
+/// all left NR_PAGETABLE: a CPU that ran it may keep its mm as the lazy TLB
+/// mm of the idle task, and the mm's PGD is freed only when that reference
+/// drops, at the CPU's next switch to another mm (x86 `__mmdrop` from
+/// `finish_task_switch`) — possibly inside a later window. Running the runner
+/// once on every CPU it may use makes each switch now; then the RCU callbacks
+/// of the freed tables are waited for.
+pub fn settle_dead_mms() {
+    // SAFETY: cpu_set_t is plain data; the calls take this thread's id (0)
+    // and a pointer to a set of the size passed.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut allowed) == 0 {
+            for cpu in 0..libc::CPU_SETSIZE as usize {
+                if !libc::CPU_ISSET(cpu, &allowed) {
+                    continue;
+                }
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(cpu, &mut one);
+                if libc::sched_setaffinity(0, size, &one) == 0 {
+                    libc::sched_yield();
+                }
+            }
+            libc::sched_setaffinity(0, size, &allowed);
+        }
+    }
+    rcu_settle();
 }
 
 /// Whether anything was collapsed between two readings.

@@ -85,6 +85,23 @@ pub fn rollup_anonymous_kb(pid: i32) -> Result<i64> {
         })
 }
 
+/// VmPTE of /proc/PID/status: the page tables of the process's mm
+/// (mm->pgtables_bytes: its PTE, PMD and PUD tables, deposited ones too), kB.
+pub fn status_vm_pte_kb(pid: i32) -> Result<i64> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
+    text.lines()
+        .filter_map(field)
+        .find(|(name, _)| *name == "VmPTE")
+        .and_then(|(_, v)| v.parse().ok())
+        .ok_or_else(|| {
+            KernelError::io(
+                &path,
+                io::Error::new(io::ErrorKind::InvalidData, "no VmPTE line"),
+            )
+        })
+}
+
 /// `Rss:                 256 kB` → ("Rss", 256).
 fn field(line: &str) -> Option<(&str, &str)> {
     let (name, rest) = line.split_once(':')?;

@@ -441,12 +441,18 @@ pub fn prefault_runner() {
     pretouch_stack();
 }
 
-/// For the runner: from now on its heap never goes back to the kernel (no
-/// mmap'd malloc chunks, no trimming). A buffer freed between two windows
-/// (the pagemap batch of a large region, read for a snapshot) would
-/// otherwise free one of the runner's page tables, and that page leaves
-/// NR_PAGETABLE in an RCU callback that lands in a later window, counted as
-/// the workload's; its allocation, outside any window, never was.
+/// For the runner: keeps its own memory out of what windows measure.
+/// - Its heap never goes back to the kernel (no mmap'd malloc chunks, no
+///   trimming). A buffer freed between two windows (the pagemap batch of a
+///   large region, read for a snapshot) would otherwise free one of the
+///   runner's page tables, and that page leaves NR_PAGETABLE in an RCU
+///   callback that lands in a later window, counted as the workload's; its
+///   allocation, outside any window, never was.
+/// - It never gets a THP or mTHP (PR_SET_THP_DISABLE): its own faults inside
+///   a window are excused as not another process's, so they must not
+///   allocate a large folio the per-size counters would count as the
+///   workload's. Agents inherit the flag and clear it once their own memory
+///   is marked (see the module doc).
 pub fn hold_runner_memory() {
     #[cfg(target_env = "gnu")]
     // SAFETY: mallopt only changes glibc's allocation thresholds.
@@ -454,6 +460,8 @@ pub fn hold_runner_memory() {
         libc::mallopt(libc::M_MMAP_MAX, 0);
         libc::mallopt(libc::M_TRIM_THRESHOLD, -1);
     }
+    // SAFETY: prctl with integer arguments, on this process.
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
 
 /// The minor faults this process has taken so far (all its threads).

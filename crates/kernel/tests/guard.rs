@@ -427,7 +427,7 @@ fn sigint_restores_and_exits_130() {
 }
 
 #[test]
-fn a_second_run_waits_for_the_lock() {
+fn a_second_run_waits_for_the_lock_whatever_its_state_dir() {
     let t = alloc_sleep();
     let Some(s) = Setup::new("wait", &[&t]) else {
         return;
@@ -435,7 +435,10 @@ fn a_second_run_waits_for_the_lock() {
     let old = read(&t);
     let mut first = ChildRun::spawn(&s.dir, Some((&t, &plus_one(&t))), None).unwrap();
     first.wait_ready();
-    let mut second = ChildRun::spawn(&s.dir, None, None).unwrap();
+    // Another state directory: the tunables are the machine's all the same.
+    let other = s.dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut second = ChildRun::spawn(&other, None, None).unwrap();
     let mut waiting = String::new();
     BufReader::new(second.stderr_pipe())
         .read_line(&mut waiting)
@@ -445,7 +448,7 @@ fn a_second_run_waits_for_the_lock() {
         format!(
             "hugelab: waiting for the settings lock held by pid {} ({})",
             first.pid(),
-            s.dir.join("lock").display()
+            guard::MACHINE_LOCK
         )
     );
     first.signal(libc::SIGTERM);

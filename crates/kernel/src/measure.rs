@@ -226,44 +226,49 @@ impl Measurement {
                 wide: true,
             });
         }
-        let delta = |name: &str| after[name] - before[name];
         if let (Some(b), Some(a)) = (&opened.own, &own_after) {
             let same_agents = b.pids == a.pids;
-            // Without shared pages (no fork yet), the workload's processes'
-            // Anonymous memory moves exactly as NR_ANON_MAPPED does; when it
-            // does not, another process mapped or freed anonymous memory
-            // meanwhile.
-            let system = delta("vmstat.nr_anon_pages");
-            let own = (a.anon_kb - b.anon_kb) / 4;
-            if self.forked.is_none() && same_agents && own != system && !noisy {
-                noisy = true;
-                self.noise.get_or_insert(Noise {
-                    why: format!(
-                        "another process changed anonymous memory during line {} (nr_anon_pages {system:+}, the workload's own {own:+})",
-                        stmt.pos.line
-                    ),
-                    wide: false,
-                });
-            }
-            // Page tables are per mm, shared by no one: NR_PAGETABLE moves as
-            // the agents' VmPTE does (both after RCU has freed what the
-            // statement unmapped). When it does not, another process's page
-            // tables came or went: one that exited just before, its tables
-            // freed by an RCU callback inside this window, leaves no fault.
-            // (A fork's child, not an agent until its window closes, is
-            // judged by the fork rule in `distrust`.)
-            let system = delta("vmstat.nr_page_table_pages");
-            let own = (a.pte_kb - b.pte_kb) / 4;
-            let fork = matches!(stmt.kind, StmtKind::Fork { .. });
-            if same_agents && !fork && own != system && !noisy {
-                noisy = true;
-                self.noise.get_or_insert(Noise {
-                    why: format!(
-                        "another process's page tables changed during line {} (nr_page_table_pages {system:+}, the workload's own {own:+})",
-                        stmt.pos.line
-                    ),
-                    wide: false,
-                });
+            // (system counter, what moves it, the agents' own change in
+            // pages, whether the comparison holds in this window)
+            let checks = [
+                // Without shared pages (no fork yet), the workload's
+                // processes' Anonymous memory moves exactly as NR_ANON_MAPPED
+                // does; when it does not, another process mapped or freed
+                // anonymous memory meanwhile.
+                (
+                    "vmstat.nr_anon_pages",
+                    "another process changed anonymous memory",
+                    (a.anon_kb - b.anon_kb) / 4,
+                    self.forked.is_none(),
+                ),
+                // Page tables are per mm, shared by no one: NR_PAGETABLE
+                // moves as the agents' VmPTE does (both after RCU has freed
+                // what the statement unmapped). When it does not, another
+                // process's page tables came or went: one that exited just
+                // before, its tables freed by an RCU callback inside this
+                // window, leaves no fault. (A fork's child, not an agent
+                // until its window closes, is judged by the fork rule in
+                // `distrust`.)
+                (
+                    "vmstat.nr_page_table_pages",
+                    "another process's page tables changed",
+                    (a.pte_kb - b.pte_kb) / 4,
+                    !matches!(stmt.kind, StmtKind::Fork { .. }),
+                ),
+            ];
+            for (counter, what, own, applies) in checks {
+                let system = after[counter] - before[counter];
+                if applies && same_agents && own != system && !noisy {
+                    noisy = true;
+                    let field = counter.trim_start_matches("vmstat.");
+                    self.noise.get_or_insert(Noise {
+                        why: format!(
+                            "{what} during line {} ({field} {system:+}, the workload's own {own:+})",
+                            stmt.pos.line
+                        ),
+                        wide: false,
+                    });
+                }
             }
         }
         // While a THP size is `always`, whoever disturbed this window may

@@ -69,35 +69,28 @@ fn vma_header(line: &str) -> Option<(u64, u64)> {
     Some((a, b))
 }
 
-/// The Anonymous line of /proc/PID/smaps_rollup, in kB.
+/// Anonymous of /proc/PID/smaps_rollup, kB.
 pub fn rollup_anonymous_kb(pid: i32) -> Result<i64> {
-    let path = format!("/proc/{pid}/smaps_rollup");
-    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
-    text.lines()
-        .filter_map(field)
-        .find(|(name, _)| *name == "Anonymous")
-        .and_then(|(_, v)| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| {
-            KernelError::io(
-                &path,
-                io::Error::new(io::ErrorKind::InvalidData, "no Anonymous line"),
-            )
-        })
+    proc_field_kb(&format!("/proc/{pid}/smaps_rollup"), "Anonymous")
 }
 
 /// VmPTE of /proc/PID/status: the page tables of the process's mm
 /// (mm->pgtables_bytes: its PTE, PMD and PUD tables, deposited ones too), kB.
 pub fn status_vm_pte_kb(pid: i32) -> Result<i64> {
-    let path = format!("/proc/{pid}/status");
-    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
+    proc_field_kb(&format!("/proc/{pid}/status"), "VmPTE")
+}
+
+/// One `Name:   123 kB` line of a /proc file.
+fn proc_field_kb(path: &str, name: &str) -> Result<i64> {
+    let text = std::fs::read_to_string(path).map_err(|e| KernelError::io(path, e))?;
     text.lines()
         .filter_map(field)
-        .find(|(name, _)| *name == "VmPTE")
+        .find(|(n, _)| *n == name)
         .and_then(|(_, v)| v.parse().ok())
         .ok_or_else(|| {
             KernelError::io(
-                &path,
-                io::Error::new(io::ErrorKind::InvalidData, "no VmPTE line"),
+                path,
+                io::Error::new(io::ErrorKind::InvalidData, format!("no {name} line")),
             )
         })
 }

@@ -521,11 +521,6 @@ pub fn bound(name: &str) -> Option<Bound> {
     lookup(name)?.field.bound
 }
 
-/// The kind of a counter; `None` for a name no family describes.
-pub fn counter_kind(name: &str) -> Option<CounterKind> {
-    lookup(name).map(|c| c.field.kind)
-}
-
 /// The names of a family's fields, for readers that list what to read.
 pub fn field_names(family: &'static str) -> impl Iterator<Item = &'static str> {
     FAMILIES

@@ -15,6 +15,6 @@ pub mod units;
 
 pub use ast::*;
 pub use backend::{run, Backend, BackendError, BackendErrorKind, RunError};
-pub use counters::{counter_kind, CounterKind};
+pub use counters::CounterKind;
 pub use observation::{Counters, ExpectOutcome, FailedCall, Observation, Reading, Snapshot, ERRNO};
 pub use parse::{parse, parse_file, ParseError, SizeError};

@@ -196,14 +196,14 @@ struct Summary {
     fallbacks_change_pct: Option<f64>,
 }
 
-/// `(size in kB, value)` of every `mthp.<size>kB.<stat>` counter, smallest size first.
+/// `(size in kB, value)` of every `mthp.<size>.<stat>` counter, smallest size first.
 fn per_size(c: &Counters, stat: &str) -> Vec<(u64, i64)> {
     let mut out: Vec<(u64, i64)> = c
         .iter()
         .filter_map(|(name, v)| {
-            let size = name.strip_prefix("mthp.")?.strip_suffix(stat)?;
-            let kb = size.strip_suffix("kB")?.parse().ok()?;
-            Some((kb, *v))
+            let counter = counters::lookup(name)?;
+            let mthp = counter.family.name == "mthp" && counter.field.name == stat;
+            Some((counter.size_kb.filter(|_| mthp)?, *v))
         })
         .collect();
     out.sort_unstable();
@@ -230,7 +230,7 @@ fn per_size(c: &Counters, stat: &str) -> Vec<(u64, i64)> {
 fn summarize(columns: &[(String, Counters)]) -> Vec<Summary> {
     let get = |c: &Counters, name: &str| c.get(name).copied().unwrap_or(0);
     let fallbacks = |c: &Counters| {
-        per_size(c, ".anon_fault_fallback")
+        per_size(c, "anon_fault_fallback")
             .iter()
             .map(|(_, v)| v)
             .sum()
@@ -248,7 +248,7 @@ fn summarize(columns: &[(String, Counters)]) -> Vec<Summary> {
         .map(|(setting, c)| {
             let anon_kb = get(c, "meminfo.AnonPages");
             let share = |kb: i64| (anon_kb != 0).then(|| kb as f64 * 100.0 / anon_kb as f64);
-            let by_size: Vec<SizeShare> = per_size(c, ".nr_anon")
+            let by_size: Vec<SizeShare> = per_size(c, "nr_anon")
                 .into_iter()
                 .filter(|(_, n)| *n != 0)
                 .map(|(size_kb, n)| {

@@ -400,11 +400,9 @@ fn collapsed(a: &Counters, b: &Counters) -> bool {
 
 /// The size of a per-size counter `mthp.<size>kB.<item>`.
 fn mthp_size_kb(name: &str) -> Option<u64> {
-    name.strip_prefix("mthp.")?
-        .split_once("kB.")?
-        .0
-        .parse()
-        .ok()
+    counters::lookup(name)
+        .filter(|c| c.family.name == "mthp")?
+        .size_kb
 }
 
 /// The mTHP sizes the page-fault path may allocate now.

@@ -12,6 +12,7 @@ pub mod placement;
 pub mod print;
 pub mod tunables;
 pub mod units;
+pub mod utilization;
 
 pub use ast::*;
 pub use backend::{run, Backend, BackendError, BackendErrorKind, RunError};

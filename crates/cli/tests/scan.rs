@@ -96,7 +96,9 @@ fn run_until(kb: &mut KernelBackend, stmts: &[Stmt], label: &str) -> usize {
         match &s.kind {
             StmtKind::Snapshot { label: l } if l == label => return i + 1,
             StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {}
-            _ => kb.execute(s).unwrap_or_else(|e| panic!("line {}: {e:?}", s.pos.line)),
+            _ => kb
+                .execute(s)
+                .unwrap_or_else(|e| panic!("line {}: {e:?}", s.pos.line)),
         }
     }
     panic!("no snapshot {label}");
@@ -127,12 +129,20 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     };
     let seen = fingerprint(*pid, start, len);
     let s = scan::scan_process(*pid, &opts).unwrap();
-    assert_eq!(fingerprint(*pid, start, len), seen, "the scan changed the process");
+    assert_eq!(
+        fingerprint(*pid, start, len),
+        seen,
+        "the scan changed the process"
+    );
 
     // Utilization against the known content. kpageflags reads 0 for some
     // memory on these VMs: a PTE-mapped THP there is unclassified, and
     // then the test cannot check it.
-    let thps: Vec<&FolioUse> = s.folios.iter().filter(|f| f.order == HPAGE_PMD_ORDER).collect();
+    let thps: Vec<&FolioUse> = s
+        .folios
+        .iter()
+        .filter(|f| f.order == HPAGE_PMD_ORDER)
+        .collect();
     let mut got: Vec<(u32, u32)> = thps.iter().map(|f| (f.zero, f.mapped)).collect();
     got.sort_unstable();
     let mut want = KNOWN.to_vec();
@@ -143,7 +153,11 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
         eprintln!("{} kB unclassified (kpageflags 0)", s.unclassified_kb());
         assert!(got.iter().all(|g| want.contains(g)), "{got:?} vs {want:?}");
     }
-    assert_eq!(thps.iter().filter(|f| f.pmd_mapped).count(), 6, "T5 alone lost its PMD");
+    assert_eq!(
+        thps.iter().filter(|f| f.pmd_mapped).count(),
+        6,
+        "T5 alone lost its PMD"
+    );
 
     let settings = scan::shrinker_settings().unwrap();
     assert_eq!(settings.max_ptes_none, 409);
@@ -165,7 +179,10 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
         report.give_back.rss_kb(),
         "predicted give-back vs measured Rss drop"
     );
-    assert_eq!((splits1 - splits0) as u64, report.give_back.underused_folios);
+    assert_eq!(
+        (splits1 - splits0) as u64,
+        report.give_back.underused_folios
+    );
 
     // The shrinker examines a fully mapped THP once: T2 (409 zero-filled)
     // and T6 (256) were kept at 409 and left the queue, so at 100 they
@@ -176,7 +193,11 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let report = utilization_report(s.folios.iter(), scan::shrinker_settings().unwrap(), 10);
     assert_eq!(report.give_back.underused_folios, 2);
     run_until(&mut kb, &stmts[at..], "again");
-    assert_eq!(counter(&mut kb, rss), rss1, "an examined THP was split again");
+    assert_eq!(
+        counter(&mut kb, rss),
+        rss1,
+        "an examined THP was split again"
+    );
     assert_eq!(counter(&mut kb, splits), splits1);
 
     kb.finish().unwrap();

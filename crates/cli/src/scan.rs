@@ -4,7 +4,7 @@
 //! the kernel crate's readers.
 
 use crate::table;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_kernel::scan::{self, shape::Shape, ProcessScan, ScanOptions};
 use hugelab_workload::units::{PAGE_SHIFT, PMD_SHIFT};
@@ -94,15 +94,17 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
         cont_orders: cont_orders.clone(),
     };
     let mut scans = Vec::new();
-    let mut gone = 0;
+    let (mut gone, mut denied) = (0, 0);
     for pid in pids {
         match scan::scan_process(pid, &opts) {
+            Ok(s) if !strict && s.vmas.is_empty() => {}
             Ok(s) => scans.push(s),
             Err(e) if !strict && scan::is_gone(&e) => gone += 1,
+            Err(e) if !strict && scan::is_denied(&e) => denied += 1,
             Err(e) if scan::is_gone(&e) => {
                 bail!("process {pid} does not exist or exited during the scan ({e})")
             }
-            Err(e) => return Err(e).with_context(|| format!("scanning process {pid}")),
+            Err(e) => bail!("scanning process {pid}: {e}"),
         }
     }
     let report_of = |folios: &mut dyn Iterator<Item = &FolioUse>| {
@@ -144,7 +146,12 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
                 p
             })
             .collect();
-        let mut out = json!({ "content_read": !args.shape_only, "processes": procs, "exited_during_scan": gone });
+        let mut out = json!({
+            "content_read": !args.shape_only,
+            "processes": procs,
+            "exited_during_scan": gone,
+            "not_readable": denied,
+        });
         if args.rollup {
             let shape = rollup_shape(&scans, &cont_orders);
             out["rollup"] = json!({
@@ -219,6 +226,9 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     }
     if gone > 0 {
         println!("{gone} process(es) exited during the scan and are not counted.");
+    }
+    if denied > 0 {
+        println!("{denied} process(es) refused to be read (EACCES/EPERM, e.g. another namespace's init) and are not counted.");
     }
     Ok(ExitCode::SUCCESS)
 }

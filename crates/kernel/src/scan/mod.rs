@@ -112,19 +112,24 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
         .trim_end()
         .to_string();
     let vmas = vmas::read_vmas(pid)?;
-    let mut pagemap = Pagemap::open(pid)?;
-    let kpf = File::open(KPAGEFLAGS).map_err(|e| KernelError::io(KPAGEFLAGS, e))?;
-    let content = if opts.content {
-        Some(ContentReader::open(pid)?)
-    } else {
-        None
-    };
     let mut out = ProcessScan {
         pid,
         comm,
         vmas: Vec::new(),
         folios: Vec::new(),
         folio_pages: 0,
+    };
+    if vmas.is_empty() {
+        // A kernel thread (no mm): nothing to scan, and its mem and
+        // pagemap files refuse to open.
+        return Ok(out);
+    }
+    let mut pagemap = Pagemap::open(pid)?;
+    let kpf = File::open(KPAGEFLAGS).map_err(|e| KernelError::io(KPAGEFLAGS, e))?;
+    let content = if opts.content {
+        Some(ContentReader::open(pid)?)
+    } else {
+        None
     };
     let mut folios: HashMap<u64, FolioUse, PfnBuild> = HashMap::default();
     for vma in vmas {
@@ -438,6 +443,16 @@ pub fn all_pids() -> Result<Vec<i32>> {
         .collect();
     pids.sort_unstable();
     Ok(pids)
+}
+
+/// True if the kernel refused to let us read the process.
+pub fn is_denied(e: &KernelError) -> bool {
+    match e {
+        KernelError::Io { source, .. } => {
+            matches!(source.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+        }
+        _ => false,
+    }
 }
 
 /// True if the error says the process is gone (it exited mid-scan).

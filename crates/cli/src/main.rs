@@ -9,6 +9,7 @@ mod diff;
 mod run;
 mod settings;
 mod table;
+mod utilization_view;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -86,10 +86,6 @@ fn share(part: u64, whole: u64) -> String {
     }
 }
 
-/// The report as text: a histogram block per folio size, the shrinker's
-/// give-back, and never-written memory by cause and size when present.
-// Until `hugelab scan` and `hugelab utilization` call it.
-#[allow(dead_code)]
 pub fn render_table(report: &UtilizationReport, title: &str) -> String {
     let s = report.settings;
     let mut out = format!(
@@ -400,10 +396,6 @@ impl YScale {
     }
 }
 
-/// Writes an SVG chart of `reports` (name, report) to `path`: a panel per
-/// folio size, grouped bars per report; see the module comment.
-// Until `hugelab scan` and `hugelab utilization` call it.
-#[allow(dead_code)]
 pub fn write_svg(reports: &[(&str, &UtilizationReport)], path: &Path) -> Result<()> {
     let svg = render_svg(reports)?;
     std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))

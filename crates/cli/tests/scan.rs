@@ -203,3 +203,42 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     kb.finish().unwrap();
     let _ = std::fs::remove_dir_all(&state);
 }
+
+fn hugelab(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(args)
+        .output()
+        .expect("the hugelab binary runs")
+}
+
+/// Bad input: one sentence on stderr, exit 2, nothing on stdout.
+#[test]
+fn bad_scan_arguments_are_one_sentence() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["scan"], "say what to scan"),
+        (&["scan", "--pid", "1", "--all"], "exactly one"),
+        (&["scan", "--pid", "1", "--cont", "12K"], "--cont 12K"),
+        (&["scan", "--pid", "1", "--buckets", "0"], "--buckets"),
+        (&["scan", "--pid", "1", "--max-ptes-none", "600"], "0 to 511"),
+    ];
+    for (args, want) in cases {
+        let out = hugelab(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn a_process_that_does_not_exist_is_named() {
+    if cannot_run().is_some() {
+        return;
+    }
+    // pid_max is at most 2^22: this pid cannot exist.
+    let out = hugelab(&["scan", "--pid", "9999999"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("process 9999999 does not exist"), "{err}");
+}

@@ -224,6 +224,7 @@ fn map_anon_folio_pmd(
 ) {
     let writable = vma.flags & Vma::VM_WRITE != 0;
     rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true);
+    crate::thp_utilization::set_folio_cause(m, folio, crate::thp_utilization::FolioCause::Fault);
     mm.anon_rss += HPAGE_PMD_NR;
     mm.pmds.insert(
         haddr / PMD_SIZE,
@@ -559,7 +560,9 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bo
     for i in 0..nr {
         let pfn = Pfn(folio.0 + i);
         let page = m.zone.memmap.page_mut(pfn);
-        let keep = [pg::ANON, pg::ANON_EXCLUSIVE, pg::ZEROED]
+        // The pieces keep their content and whether the workload wrote
+        // them; the head's cause goes (order-0 folios have none).
+        let keep = [pg::ANON, pg::ANON_EXCLUSIVE, pg::ZEROED, pg::WRITTEN]
             .into_iter()
             .filter(|f| page.test(*f))
             .fold(0, |a, f| a | f);

@@ -194,8 +194,6 @@ pub fn do_huge_pmd_anonymous_page(
         }
     };
     map_anon_folio_pmd(m, mm, vma, folio, haddr, deposit);
-    // A fresh PMD THP is a candidate for the underused shrinker.
-    deferred_split_folio(m, folio, false);
     Ok(PmdFault::Done)
 }
 
@@ -213,7 +211,8 @@ fn vma_alloc_anon_folio_pmd(m: &mut Machine) -> Option<Pfn> {
     }
 }
 
-/// map_anon_folio_pmd: installs a new exclusive THP and counts the fault.
+/// map_anon_folio_pmd: installs a new exclusive THP, counts the fault and
+/// queues the THP for the under-used shrinker.
 fn map_anon_folio_pmd(
     m: &mut Machine,
     mm: &mut MmStruct,
@@ -237,6 +236,12 @@ fn map_anon_folio_pmd(
     m.stat.count_vm_event(VmEvent::ThpFaultAlloc);
     m.stat
         .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc);
+    // A fresh PMD THP is a candidate for the underused shrinker, from either
+    // fault path: the 6.18 stable updates since December 2025 carry upstream
+    // 2a1351cd ("mm/huge_memory: add pmd folio to ds_queue in
+    // do_huge_zero_wp_pmd()"), which moved the queueing here from
+    // __do_huge_pmd_anonymous_page (the kernel backend's 6.18.44 has it).
+    deferred_split_folio(m, folio, false);
 }
 
 /// do_huge_zero_wp_pmd: a write to the huge zero page. Allocates a THP for the
@@ -255,8 +260,8 @@ pub fn do_huge_zero_wp_pmd(
     let deposit = *deposit;
     match vma_alloc_anon_folio_pmd(m) {
         Some(folio) => {
-            // Not queued for the underused shrinker: 6.18 does not call
-            // deferred_split_folio() on this path.
+            // Queued for the under-used shrinker by map_anon_folio_pmd (the
+            // first 6.18 releases, before upstream 2a1351cd, did not).
             map_anon_folio_pmd(m, mm, vma, folio, haddr, deposit);
             Ok(PmdFault::Done)
         }

@@ -9,6 +9,7 @@ mod diff;
 mod run;
 mod settings;
 mod table;
+mod utilization;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -34,6 +35,9 @@ enum Command {
     Diff(diff::DiffArgs),
     /// List the counters hugelab knows: families, fields, kinds and units.
     Counters(counters::CountersArgs),
+    /// How full each large folio is at a snapshot, why it exists, and what the
+    /// under-used THP shrinker would give back.
+    Utilization(utilization::UtilizationArgs),
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => diff::main(args),
         Command::Counters(args) => counters::main(args),
         Command::Settings(cmd) => settings::main(cmd),
+        Command::Utilization(args) => utilization::main(args),
     };
     match result {
         Ok(code) => code,

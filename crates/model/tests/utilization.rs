@@ -12,6 +12,7 @@ const BIMODAL: &str = include_str!("../../../workloads/bimodal-utilization.hlw")
 fn bimodal_workload_gives_back_what_was_predicted() {
     let out = check_predictions(BIMODAL);
     assert_eq!(out.skipped, 0);
+    assert_eq!(out.mismatches().count(), 0);
     let checked: Vec<(String, u64, u64)> = out
         .checked
         .iter()

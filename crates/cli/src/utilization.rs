@@ -7,9 +7,11 @@
 //! closure ([`report_at_snapshot`]), so the kernel backend can scan its agent
 //! processes at the same point; only the model is wired here.
 
-use crate::table;
+use crate::utilization_view;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use hugelab_kernel::scan::{self, ScanOptions};
+use hugelab_kernel::KernelBackend;
 use hugelab_model::thp_utilization::Scope;
 use hugelab_model::Model;
 use hugelab_workload::utilization::{
@@ -17,7 +19,7 @@ use hugelab_workload::utilization::{
     MAX_PTES_NONE_OFF,
 };
 use hugelab_workload::{parse_file, run, Observation, StmtKind, Workload};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -45,9 +47,20 @@ pub struct UtilizationArgs {
     /// Buckets per folio size (the seed's 10 by default).
     #[arg(long, default_value_t = DEFAULT_BUCKETS as u16, value_parser = clap::value_parser!(u16).range(1..=512))]
     buckets: u16,
+    /// Where to run the workload: the model, this machine's kernel (root;
+    /// its processes are scanned live at the snapshot), or both side by side.
+    #[arg(long, value_enum, default_value_t = Where::Model)]
+    backend: Where,
     /// Predict at this khugepaged/max_ptes_none instead of the workload's.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_PTES_NONE_OFF)))]
     max_ptes_none: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Where {
+    Model,
+    Kernel,
+    Both,
 }
 
 /// What a backend's scan at the snapshot found.
@@ -151,6 +164,55 @@ fn scan_model(part: &Workload, snapshot: Option<&str>, scope: Scope<'_>) -> Resu
     })
 }
 
+/// The kernel's scan: runs `part` on this machine's kernel, then scans the
+/// workload's live processes (those of `scope`) with `hugelab scan`'s reader
+/// before the backend ends them and restores the tunables.
+fn scan_kernel(part: &Workload, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
+    let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
+    let mut kernel = KernelBackend::new(exe)?;
+    let obs = run(&mut kernel, part)?;
+    warn_failed_expects(&obs);
+    let at = || format!("{} at {}", part.file, describe_snapshot(snapshot));
+    let mut targets = Vec::new();
+    for (name, pid, regions) in kernel.processes() {
+        let range = match scope {
+            Scope::All => None,
+            Scope::Process(p) if p == name => None,
+            Scope::Region { proc, region } if proc == name => match regions.get(region) {
+                Some(&(start, len)) => Some((start, start + len)),
+                None => bail!("{}: process '{proc}' has no region '{region}'", at()),
+            },
+            _ => continue,
+        };
+        targets.push((pid, range));
+    }
+    if let (true, Scope::Process(p) | Scope::Region { proc: p, .. }) = (targets.is_empty(), scope) {
+        bail!(
+            "{}: no process '{p}' at this point of the workload (never spawned, or exited)",
+            at()
+        );
+    }
+    let mut folios = Vec::new();
+    for (pid, range) in targets {
+        let opts = ScanOptions {
+            content: true,
+            cont_orders: Vec::new(),
+            range,
+        };
+        let s = scan::scan_process(pid, &opts).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+        if s.unclassified_kb() > 0 {
+            eprintln!(
+                "hugelab: warning: {} kB of process {pid} could not be classified (kpageflags reads 0 there): its large folios are missing from the report",
+                s.unclassified_kb()
+            );
+        }
+        folios.extend(s.folios);
+    }
+    let settings = scan::shrinker_settings()?;
+    kernel.finish()?;
+    Ok(Scan { folios, settings })
+}
+
 pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
     let workload = parse_file(&args.file)?;
     let scope = match (&args.proc, &args.region) {
@@ -159,29 +221,52 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
         _ => Scope::All,
     };
     let snapshot = args.snapshot.as_deref();
-    let report = report_at_snapshot(
-        &workload,
-        snapshot,
-        args.max_ptes_none,
-        usize::from(args.buckets),
-        |part| scan_model(part, snapshot, scope),
-    )?;
+    let mut reports: Vec<(&str, UtilizationReport)> = Vec::new();
+    let buckets = usize::from(args.buckets);
+    if args.backend != Where::Kernel {
+        let r = report_at_snapshot(&workload, snapshot, args.max_ptes_none, buckets, |part| {
+            scan_model(part, snapshot, scope)
+        })?;
+        reports.push(("model", r));
+    }
+    if args.backend != Where::Model {
+        let r = report_at_snapshot(&workload, snapshot, args.max_ptes_none, buckets, |part| {
+            scan_kernel(part, snapshot, scope)
+        })?;
+        reports.push(("kernel", r));
+    }
+    if let Some(svg) = &args.svg {
+        let refs: Vec<(&str, &UtilizationReport)> = reports.iter().map(|(n, r)| (*n, r)).collect();
+        utilization_view::write_svg(&refs, svg)?;
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
+        // One backend: the report itself; both: keyed by backend.
+        if let [(_, r)] = reports.as_slice() {
+            println!("{}", serde_json::to_string_pretty(r)?);
+        } else {
+            let both: std::collections::BTreeMap<&str, &UtilizationReport> =
+                reports.iter().map(|(n, r)| (*n, r)).collect();
+            println!("{}", serde_json::to_string_pretty(&both)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (i, (name, r)) in reports.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
         let title = format!(
-            "{} at {} (model), {}",
+            "{} at {} ({name}), {}",
             workload.file,
             describe_snapshot(snapshot),
             describe_scope(scope)
         );
-        print!("{}", render_table_minimal(&report, &title));
-        if args.why {
-            print!("{}", render_why(&report));
+        let mut shown = r.clone();
+        if !args.why {
+            shown.bloat.clear();
+        } else if shown.bloat.is_empty() && *name == "kernel" {
+            println!("(kernel: a live scan cannot tell why a folio exists; only the model attributes never-written memory)");
         }
-    }
-    if let Some(svg) = &args.svg {
-        write_svg_pending(&[("model", &report)], svg)?;
+        print!("{}", utilization_view::render_table(&shown, &title));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -192,95 +277,4 @@ fn describe_scope(scope: Scope<'_>) -> String {
         Scope::Process(p) => format!("process {p}"),
         Scope::Region { proc, region } => format!("region {proc}.{region}"),
     }
-}
-
-/// TODO(utilization_view): replace with `utilization_view::write_svg` when
-/// crates/cli/src/utilization_view.rs is merged.
-fn write_svg_pending(_reports: &[(&str, &UtilizationReport)], path: &Path) -> Result<()> {
-    bail!(
-        "cannot write {}: --svg is not available in this build yet (utilization_view is not merged)",
-        path.display()
-    )
-}
-
-/// TODO(utilization_view): replace with `utilization_view::render_table`
-/// when crates/cli/src/utilization_view.rs is merged. A histogram per folio
-/// size, then the shrinker's predicted give-back.
-fn render_table_minimal(r: &UtilizationReport, title: &str) -> String {
-    let mut out = format!("# {title}\n");
-    if r.sizes.is_empty() {
-        out.push_str("no large folios\n");
-    }
-    for s in &r.sizes {
-        let full = s.folios() - s.partial_folios;
-        out.push_str(&format!(
-            "\n{}kB folios: {} fully mapped ({} by a PMD), {} partially mapped\n",
-            s.size_kb, full, s.pmd_mapped, s.partial_folios
-        ));
-        let header = ["pages in use", "folios", "zero-filled pages"].map(String::from);
-        let rows: Vec<Vec<String>> = s
-            .buckets
-            .iter()
-            .map(|b| {
-                vec![
-                    format!("{}-{}", b.lo, b.hi),
-                    b.folios.to_string(),
-                    b.zero_pages.to_string(),
-                ]
-            })
-            .collect();
-        out.push_str(&table::render(&header, &rows));
-        if s.partial_folios > 0 {
-            out.push_str(&format!(
-                "partially mapped: {} folios, {} pages mapped, {} of them zero-filled\n",
-                s.partial_folios, s.partial_mapped_pages, s.partial_zero_pages
-            ));
-        }
-    }
-    let g = &r.give_back;
-    out.push_str(&format!(
-        "\nat the next reclaim (max_ptes_none {}, shrink_underused {}): {} under-used THPs split ({} kB zero-filled), {} partially mapped folios split ({} kB zero-filled): Rss -{} kB\n",
-        r.settings.max_ptes_none,
-        u8::from(r.settings.shrink_underused),
-        g.underused_folios,
-        g.underused_kb,
-        g.partial_folios,
-        g.partial_kb,
-        g.rss_kb()
-    ));
-    out.push_str(
-        "(assumes every candidate is still on the deferred split queue and nothing is pinned)\n",
-    );
-    out
-}
-
-/// The bloat section: never-written memory by cause and folio size.
-fn render_why(r: &UtilizationReport) -> String {
-    let header = ["cause", "folio size", "folios", "never written kB"].map(String::from);
-    let mut rows: Vec<Vec<String>> = r
-        .bloat
-        .iter()
-        .map(|b| {
-            vec![
-                b.cause.name().to_string(),
-                format!("{}kB", b.size_kb),
-                b.folios.to_string(),
-                b.never_written_kb.to_string(),
-            ]
-        })
-        .collect();
-    rows.push(vec![
-        "total".to_string(),
-        String::new(),
-        r.bloat.iter().map(|b| b.folios).sum::<u64>().to_string(),
-        r.bloat
-            .iter()
-            .map(|b| b.never_written_kb)
-            .sum::<u64>()
-            .to_string(),
-    ]);
-    format!(
-        "\nnever-written memory in large folios, by why the folio exists:\n{}",
-        table::render(&header, &rows)
-    )
 }

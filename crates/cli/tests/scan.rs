@@ -126,6 +126,7 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let opts = ScanOptions {
         content: true,
         cont_orders: vec![4],
+        range: None,
     };
     let seen = fingerprint(*pid, start, len);
     let s = scan::scan_process(*pid, &opts).unwrap();
@@ -219,7 +220,10 @@ fn bad_scan_arguments_are_one_sentence() {
         (&["scan", "--pid", "1", "--all"], "exactly one"),
         (&["scan", "--pid", "1", "--cont", "12K"], "--cont 12K"),
         (&["scan", "--pid", "1", "--buckets", "0"], "--buckets"),
-        (&["scan", "--pid", "1", "--max-ptes-none", "600"], "0 to 511"),
+        (
+            &["scan", "--pid", "1", "--max-ptes-none", "600"],
+            "0 to 511",
+        ),
     ];
     for (args, want) in cases {
         let out = hugelab(args);

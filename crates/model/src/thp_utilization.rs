@@ -162,6 +162,7 @@ fn walk(m: &Machine, mm: &MmStruct, start: u64, end: u64, out: &mut Vec<FolioUse
             locked: false,
             cause: folio_cause(m, folio),
             never_written: Some(never_written),
+            queued: Some(m.zone.memmap.page(folio).test(pg::DEFERRED)),
         });
     }
 }
@@ -242,6 +243,7 @@ mod tests {
             locked: false,
             cause: Some(cause),
             never_written: Some(never_written),
+            queued: Some(true),
         }
     }
 

@@ -89,11 +89,10 @@ fn predicted_and_dropped(text: &str) -> (u64, u64) {
 }
 
 #[test]
-fn a_thp_queued_before_shrink_underused_0_is_split_though_the_report_says_kept() {
+fn a_thp_queued_before_shrink_underused_0_is_still_split() {
     // Kernel-verified (workloads/underused-queued-then-shrinker-off.hlw):
     // the knob only gates queueing (deferred_split_folio), the scan ignores
-    // it. utilization.rs's shrinker_verdict reads it at the snapshot and
-    // predicts nothing: a limit of the report, not of the model.
+    // it. The model's report knows the folio is queued and predicts it.
     let text = include_str!("../../../workloads/underused-queued-then-shrinker-off.hlw");
-    assert_eq!(predicted_and_dropped(text), (0, 511 * 4));
+    assert_eq!(predicted_and_dropped(text), (511 * 4, 511 * 4));
 }

@@ -4,10 +4,9 @@
 //! process's Rss drop with `give_back.rss_kb()` — whenever the prediction's
 //! stated assumptions hold (see `hugelab_workload::utilization`):
 //!
-//! - it is the first `reclaim` (no earlier shrinker pass examined a
-//!   candidate and dropped it from the queue);
-//! - `shrink_underused` was never 0 before it (every PMD THP was queued as a
-//!   candidate when it was made, and the check applies now);
+//! - (queue membership, which a live scan cannot see, is known to the
+//!   model's report: so every `reclaim` is checked, also after one that
+//!   dropped examined THPs from the queue, and after `shrink_underused 0`);
 //! - no pin is in force (a pinned folio fails to split);
 //! - the process shares no large folio with another process (its partially
 //!   mapped state is judged from its own mappings).
@@ -19,7 +18,7 @@ use hugelab_model::pgtable::Pmd;
 use hugelab_model::thp_utilization::Scope;
 use hugelab_model::Model;
 use hugelab_workload::utilization::{utilization_report, DEFAULT_BUCKETS};
-use hugelab_workload::{parse, Backend, SetValue, StmtKind, Tunable};
+use hugelab_workload::{parse, Backend, StmtKind};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// What the checks of one workload found.
@@ -91,27 +90,20 @@ fn rss_kb(model: &mut Model, proc: &str) -> u64 {
         .unwrap_or(0) as u64
 }
 
-/// Runs `text` on a fresh model, checking the prediction at the first
-/// `reclaim` when its assumptions hold. Statements the model refuses as the
+/// Runs `text` on a fresh model, checking the prediction at every
+/// `reclaim` where its assumptions hold. Statements the model refuses as the
 /// kernel would (an errno, a SIGSEGV) are skipped over.
 pub fn check_predictions(text: &str) -> Outcome {
     let w = parse("prediction.hlw", text).expect("the workload parses");
     let mut model = Model::default();
     let mut out = Outcome::default();
-    let mut underused_off = false;
-    let mut reclaims = 0;
     for stmt in &w.stmts {
         match &stmt.kind {
             StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {
                 continue
             }
-            StmtKind::Set {
-                tunable: Tunable::ThpShrinkUnderused,
-                value: SetValue::Num(0),
-            } => underused_off = true,
             StmtKind::Reclaim => {
-                reclaims += 1;
-                if reclaims > 1 || underused_off || !model.pins.is_empty() {
+                if !model.pins.is_empty() {
                     out.skipped += 1;
                 } else {
                     let settings = model.shrinker_settings();

@@ -246,3 +246,44 @@ fn a_process_that_does_not_exist_is_named() {
     assert_eq!(out.status.code(), Some(2));
     assert!(err.contains("process 9999999 does not exist"), "{err}");
 }
+
+/// The bimodal workload at `before`: the model's report and the live scan of
+/// the kernel's processes agree, and both predict the give-back derived in
+/// the workload's header from Linux 6.18 (whose `expect` lines, checked by
+/// the kernel test's `hugelab diff`, show the kernel's Rss dropping by it).
+#[test]
+fn model_and_kernel_reports_agree_on_the_bimodal_workload() {
+    if cannot_run().is_some() {
+        return;
+    }
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../workloads/bimodal-utilization.hlw"
+    );
+    let out = hugelab(&[
+        "utilization",
+        file,
+        "--snapshot",
+        "before",
+        "--backend",
+        "both",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (model, kernel) = (&v["model"], &v["kernel"]);
+    for r in [model, kernel] {
+        assert_eq!(r["give_back"]["underused_folios"], 16);
+        assert_eq!(r["give_back"]["underused_kb"], 32084);
+        let b = &r["sizes"][0]["buckets"];
+        assert_eq!(
+            (&b[0]["folios"], &b[2]["folios"], &b[9]["folios"]),
+            (&15.into(), &2.into(), &13.into())
+        );
+    }
+    assert_eq!(model["sizes"], kernel["sizes"]);
+}

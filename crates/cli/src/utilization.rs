@@ -174,7 +174,7 @@ fn scan_kernel(part: &Workload, snapshot: Option<&str>, scope: Scope<'_>) -> Res
     warn_failed_expects(&obs);
     let at = || format!("{} at {}", part.file, describe_snapshot(snapshot));
     let mut targets = Vec::new();
-    for (name, pid, regions) in kernel.processes() {
+    for hugelab_kernel::backend::LiveProcess { name, pid, regions } in kernel.processes() {
         let range = match scope {
             Scope::All => None,
             Scope::Process(p) if p == name => None,

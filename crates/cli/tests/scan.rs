@@ -121,8 +121,8 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let mut at = run_until(&mut kb, stmts, "before");
 
     let procs = kb.processes();
-    let (_, pid, regions) = &procs[0];
-    let (start, len) = regions["buf"];
+    let pid = &procs[0].pid;
+    let (start, len) = procs[0].regions["buf"];
     let opts = ScanOptions {
         content: true,
         cont_orders: vec![4],

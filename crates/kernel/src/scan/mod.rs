@@ -266,7 +266,7 @@ impl VmaWalk<'_> {
                     }
                     Map::Pmd => {
                         walker.close();
-                        keys.push(anon_vma.then(|| (p.pfn & !(HPAGE_PMD_NR - 1), 9)));
+                        keys.push(anon_vma.then_some((p.pfn & !(HPAGE_PMD_NR - 1), 9)));
                         continue;
                     }
                     Map::Pte => {}
@@ -351,7 +351,7 @@ impl VmaWalk<'_> {
         }
         let total: usize = runs.iter().map(|r| r.1 - r.0).sum();
         let mut zero = vec![false; total];
-        if let Some(c) = self.content.as_deref() {
+        if let Some(c) = self.content {
             let addrs: Vec<(u64, usize)> = runs
                 .iter()
                 .map(|&(i, j)| (pages[i].vfn * PAGE_SIZE, j - i))

@@ -250,10 +250,12 @@ impl VmaWalk<'_> {
                 }
             }
             let flags = read_flags(self.kpf, &lookups)?;
-            let layouts = if anon_vma {
-                self.layouts(&pages, &slot, &flags)?
+            let (resolved, layouts) = if anon_vma {
+                let resolved = resolve_in_runs(&pages, &slot, &flags);
+                let layouts = self.layouts(&pages, &slot, &flags, &resolved)?;
+                (resolved, layouts)
             } else {
-                HashMap::default()
+                (vec![None; pages.len()], HashMap::default())
             };
             // 4: classify, then read the content of anon large-folio pages.
             let mut keys: Vec<Option<(u64, u8)>> = Vec::with_capacity(pages.len());
@@ -285,6 +287,10 @@ impl VmaWalk<'_> {
                     && f & (HEAD | TAIL) != 0
                     && f & (1 << KPF_HUGE) == 0
                 {
+                    if let Some(key) = resolved[i] {
+                        *keys.last_mut().unwrap() = (key.1 >= 2).then_some(key);
+                        continue;
+                    }
                     let block = p.pfn / HPAGE_PMD_NR;
                     match layouts[&block][(p.pfn % HPAGE_PMD_NR) as usize] {
                         Slot::Folio { head, order } if order >= 2 => {
@@ -309,12 +315,14 @@ impl VmaWalk<'_> {
     }
 
     /// The folio layout of every 2 MiB PFN block holding a PTE-mapped page
-    /// of an anon large folio in this chunk, one pread of 512 flags each.
+    /// of an anon large folio that the runs did not resolve, one pread of 512
+    /// flags each.
     fn layouts(
         &self,
         pages: &[Page],
         slot: &[usize],
         flags: &[u64],
+        resolved: &[Option<(u64, u8)>],
     ) -> Result<HashMap<u64, Vec<Slot>, PfnBuild>> {
         let mut out: HashMap<u64, Vec<Slot>, PfnBuild> = HashMap::default();
         let mut buf = vec![0u64; HPAGE_PMD_NR as usize];
@@ -323,7 +331,7 @@ impl VmaWalk<'_> {
                 continue;
             }
             let f = flags[slot[i]];
-            if f & ANON == 0 || f & (HEAD | TAIL) == 0 {
+            if f & ANON == 0 || f & (HEAD | TAIL) == 0 || resolved[i].is_some() {
                 continue;
             }
             let block = p.pfn / HPAGE_PMD_NR;
@@ -389,6 +397,48 @@ impl VmaWalk<'_> {
         *self.folio_pages += total as u64;
         Ok(())
     }
+}
+
+/// Head and order of the PTE-mapped pages of folios mapped whole and
+/// contiguously (virtual and physical), from the flags already read: a head,
+/// then tails, then a physical page that is no tail. Such a run needs no
+/// more kpageflags reads; everything else (partial or scattered folios) is
+/// left `None` for the block read.
+///
+/// A 0 after the tails ends the folio: kpageflags reads 0 for whole 2 MiB
+/// PFN blocks, and a folio of up to 2 MiB is aligned, so its block is known
+/// when its head is. The power-of-two and alignment checks guard the rest.
+fn resolve_in_runs(pages: &[Page], slot: &[usize], flags: &[u64]) -> Vec<Option<(u64, u8)>> {
+    let mut out = vec![None; pages.len()];
+    let mut i = 0;
+    while i < pages.len() {
+        let p = pages[i];
+        if p.map != Map::Pte || flags[slot[i]] & (ANON | HEAD) != (ANON | HEAD) {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < pages.len() {
+            let q = pages[j];
+            let prev = pages[j - 1];
+            if q.map != Map::Pte || q.vfn != prev.vfn + 1 || q.pfn != prev.pfn + 1 {
+                break;
+            }
+            if flags[slot[j]] & (HEAD | TAIL) != TAIL {
+                break;
+            }
+            j += 1;
+        }
+        let nr = (j - i) as u64;
+        // Entry slot+1 holds the physical page after the run's last page.
+        let after = flags[slot[j - 1] + 1];
+        if after & TAIL == 0 && nr.is_power_of_two() && nr >= 2 && p.pfn.is_multiple_of(nr) {
+            let key = (p.pfn, nr.trailing_zeros() as u8);
+            out[i..j].fill(Some(key));
+        }
+        i = j;
+    }
+    out
 }
 
 fn region_map(r: &PageRegion) -> Map {

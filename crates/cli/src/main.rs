@@ -7,6 +7,7 @@ mod compare;
 mod counters;
 mod diff;
 mod run;
+mod scan;
 mod settings;
 mod table;
 
@@ -34,6 +35,8 @@ enum Command {
     Diff(diff::DiffArgs),
     /// List the counters hugelab knows: families, fields, kinds and units.
     Counters(counters::CountersArgs),
+    /// The huge pages of running processes: shape, utilization, what the shrinker would free.
+    Scan(scan::ScanArgs),
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::main(args),
         Command::Diff(args) => diff::main(args),
         Command::Counters(args) => counters::main(args),
+        Command::Scan(args) => scan::main(args),
         Command::Settings(cmd) => settings::main(cmd),
     };
     match result {

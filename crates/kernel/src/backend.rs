@@ -165,6 +165,16 @@ impl KernelBackend {
         Ok(backend)
     }
 
+    /// The workload's live processes: name and pid, and each region's start
+    /// and length. What `hugelab utilization --kernel` scans between statements.
+    pub fn processes(&self) -> Vec<(String, i32, BTreeMap<String, (u64, u64)>)> {
+        self.agents
+            .procs
+            .iter()
+            .map(|(name, p)| (name.clone(), p.agent.pid, p.regions.clone()))
+            .collect()
+    }
+
     /// Restores every tunable now (also done on drop).
     pub fn finish(mut self) -> Result<(), KernelError> {
         self.release();

@@ -389,7 +389,7 @@ pub fn set_cleanup_hook(f: fn()) {
     *CLEANUP_HOOK.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
 }
 
-fn require_root(refusal: &str) -> Result<()> {
+pub fn require_root(refusal: &str) -> Result<()> {
     // SAFETY: geteuid cannot fail.
     let uid = unsafe { libc::geteuid() };
     if uid == 0 {

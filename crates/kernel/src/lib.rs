@@ -22,6 +22,7 @@ pub mod memcg;
 pub mod pagemap;
 pub mod process;
 pub mod protocol;
+pub mod scan;
 pub mod smaps;
 pub mod sysfs;
 pub mod vmstat;

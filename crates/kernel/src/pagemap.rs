@@ -47,8 +47,8 @@ const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
 pub const KPAGEFLAGS: &str = "/proc/kpageflags";
 
 /// pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst).
-const PM_PRESENT: u64 = 1 << 63;
-const PM_PFN_MASK: u64 = (1 << 55) - 1;
+pub(crate) const PM_PRESENT: u64 = 1 << 63;
+pub(crate) const PM_PFN_MASK: u64 = (1 << 55) - 1;
 
 /// kpageflags bits (include/uapi/linux/kernel-page-flags.h).
 pub const KPF_ANON: u32 = 12;
@@ -94,10 +94,10 @@ struct PmScanArg {
 /// `struct page_region`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
-struct PageRegion {
-    start: u64,
-    end: u64,
-    categories: u64,
+pub(crate) struct PageRegion {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) categories: u64,
 }
 
 /// `_IOWR('f', 16, struct pm_scan_arg)`, spelled out because the libc crate
@@ -209,7 +209,7 @@ fn invalid(path: &str, msg: String) -> KernelError {
 
 /// The present ranges of `[start, end)` that are PMD-mapped or map a zero
 /// page, in address order. Everything else present is an ordinary PTE.
-fn pagemap_scan(pagemap: &Pagemap, start: u64, end: u64) -> Result<Vec<PageRegion>> {
+pub(crate) fn pagemap_scan(pagemap: &Pagemap, start: u64, end: u64) -> Result<Vec<PageRegion>> {
     let mut out = Vec::new();
     let mut vec = vec![PageRegion::default(); 1024];
     let mut from = start;
@@ -255,17 +255,27 @@ fn pagemap_scan(pagemap: &Pagemap, start: u64, end: u64) -> Result<Vec<PageRegio
     Ok(out)
 }
 
-struct Pagemap {
+pub(crate) struct Pagemap {
     file: File,
-    path: String,
+    pub(crate) path: String,
     buf: Vec<u64>,
 }
 
 impl Pagemap {
+    pub(crate) fn open(pid: i32) -> Result<Pagemap> {
+        let path = format!("/proc/{pid}/pagemap");
+        let file = File::open(&path).map_err(|e| KernelError::io(&path, e))?;
+        Ok(Pagemap {
+            file,
+            path,
+            buf: Vec::new(),
+        })
+    }
+
     /// Reads the entries of `n` pages from `addr` into `buf`. pagemap reads
     /// nothing once the target's mm is gone, so a short read means the
     /// process exited.
-    fn read(&mut self, addr: u64, n: usize) -> Result<&[u64]> {
+    pub(crate) fn read(&mut self, addr: u64, n: usize) -> Result<&[u64]> {
         self.buf.resize(n, 0);
         let got = pread_u64s(&self.file, &mut self.buf, addr / PAGE_SIZE)
             .map_err(|e| KernelError::io(&self.path, e))?;
@@ -281,7 +291,7 @@ impl Pagemap {
 
 /// Reads the u64 entries from entry `index` until `buf` is full or end of
 /// file; returns how many were read and zeroes the rest.
-fn pread_u64s(file: &File, buf: &mut [u64], index: u64) -> io::Result<usize> {
+pub(crate) fn pread_u64s(file: &File, buf: &mut [u64], index: u64) -> io::Result<usize> {
     // SAFETY: a u64 slice viewed as its bytes: same memory, u8 alignment is
     // weaker, and every byte pattern is a valid u64.
     let bytes =
@@ -385,7 +395,7 @@ impl Walk {
     }
 }
 
-fn no_pfns(path: &str) -> KernelError {
+pub(crate) fn no_pfns(path: &str) -> KernelError {
     KernelError::Refused(format!(
         "{path} shows no page frame numbers: reading them needs CAP_SYS_ADMIN (run as root)."
     ))
@@ -393,7 +403,7 @@ fn no_pfns(path: &str) -> KernelError {
 
 /// Flags of selected PFN runs of /proc/kpageflags, read with one pread per run.
 #[derive(Default)]
-struct Flags {
+pub(crate) struct Flags {
     /// (first pfn, offset into `flags`, length), sorted by pfn, disjoint.
     runs: Vec<(u64, usize, usize)>,
     flags: Vec<u64>,
@@ -432,7 +442,7 @@ impl Flags {
 /// Longest window read with one pread (entries), and the widest gap
 /// between wanted PFNs still read through rather than split into two
 /// preads: a syscall costs about as much as a few dozen entries.
-const MAX_RUN: u64 = 8192;
+pub(crate) const MAX_RUN: u64 = 8192;
 const MAX_GAP: u64 = 64;
 
 /// Groups consecutive lookups whose PFNs lie close together, in whatever
@@ -463,7 +473,7 @@ fn windows(lookups: &[u64]) -> Vec<(usize, usize, u64, u64)> {
 
 /// The kpageflags of each PFN of `lookups`, in the same order. PFNs past
 /// the end of memory read as nothing, that is as 0, like holes do.
-fn read_flags(kpf: &File, lookups: &[u64]) -> Result<Vec<u64>> {
+pub(crate) fn read_flags(kpf: &File, lookups: &[u64]) -> Result<Vec<u64>> {
     let mut out = vec![0; lookups.len()];
     let mut buf = Vec::new();
     for (i, j, lo, hi) in windows(lookups) {
@@ -478,7 +488,7 @@ fn read_flags(kpf: &File, lookups: &[u64]) -> Result<Vec<u64>> {
 
 /// Where a page of a 2 MiB PFN block belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Slot {
+pub(crate) enum Slot {
     /// Flags read 0 for it or for part of its folio.
     Unknown,
     /// In the folio whose head is at this index of the block.
@@ -491,7 +501,7 @@ enum Slot {
 /// The folios of one 2 MiB PFN block, from its 512 flags, in one pass.
 /// A run of tails cut short by a 0 is unknown rather than a smaller folio:
 /// the 0s might hide the rest of the tails.
-fn block_layout(flags: &[u64]) -> Vec<Slot> {
+pub(crate) fn block_layout(flags: &[u64]) -> Vec<Slot> {
     let n = flags.len();
     let mut slots = vec![Slot::Unknown; n];
     let mut i = 0;
@@ -547,7 +557,7 @@ fn block_layout(flags: &[u64]) -> Vec<Slot> {
 /// Hashes PFNs by one multiply: they are already well spread integers, and
 /// the default SipHash would dominate the time of a 1 GiB scan.
 #[derive(Default)]
-struct PfnHasher(u64);
+pub(crate) struct PfnHasher(u64);
 
 impl Hasher for PfnHasher {
     fn finish(&self) -> u64 {
@@ -563,7 +573,7 @@ impl Hasher for PfnHasher {
     }
 }
 
-type PfnBuild = BuildHasherDefault<PfnHasher>;
+pub(crate) type PfnBuild = BuildHasherDefault<PfnHasher>;
 
 /// The set of folio heads already counted: open addressing on a plain
 /// vector, because a 1 GiB range of base pages inserts 262144 of them and

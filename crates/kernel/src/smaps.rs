@@ -61,7 +61,7 @@ pub fn region_smaps(pid: i32, start: u64, end: u64) -> Result<SmapsSum> {
 /// The VMA header `start-end perms offset dev inode [path]`, or None for a
 /// field line. Field names such as `AnonHugePages` begin with hex digits too,
 /// so the whole first word must parse as two hex numbers.
-fn vma_header(line: &str) -> Option<(u64, u64)> {
+pub(crate) fn vma_header(line: &str) -> Option<(u64, u64)> {
     let word = line.split_ascii_whitespace().next()?;
     let (a, b) = word.split_once('-')?;
     let a = u64::from_str_radix(a, 16).ok()?;
@@ -96,7 +96,7 @@ fn proc_field_kb(path: &str, name: &str) -> Result<i64> {
 }
 
 /// `Rss:                 256 kB` → ("Rss", 256).
-fn field(line: &str) -> Option<(&str, &str)> {
+pub(crate) fn field(line: &str) -> Option<(&str, &str)> {
     let (name, rest) = line.split_once(':')?;
     let mut words = rest.split_ascii_whitespace();
     let value = words.next()?;

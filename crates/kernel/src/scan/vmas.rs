@@ -1,0 +1,160 @@
+//! The VMAs of a process with the smaps fields a scan needs, from
+//! `/proc/PID/smaps` (Linux 6.18 `fs/proc/task_mmu.c`: `show_map_vma` for the
+//! header line, `__show_smap` for the fields, `show_smap_vma_flags` for
+//! `VmFlags`).
+
+use crate::error::{KernelError, Result};
+use crate::smaps::{field, vma_header};
+use serde::Serialize;
+use std::io;
+
+/// One VMA: its header line and the smaps fields the scan uses, in kB.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Vma {
+    pub start: u64,
+    pub end: u64,
+    /// `rwxp` as printed.
+    pub perms: String,
+    pub offset: u64,
+    /// `major:minor` as printed (hex).
+    pub dev: String,
+    pub inode: u64,
+    /// The path or `[heap]`-style name; empty for anonymous memory.
+    pub name: String,
+    pub rss_kb: u64,
+    pub anonymous_kb: u64,
+    pub anon_huge_kb: u64,
+    pub shmem_pmd_kb: u64,
+    pub file_pmd_kb: u64,
+    /// `VmFlags` has `lo` (VM_LOCKED).
+    pub locked: bool,
+    /// `VmFlags` has `ht` (a HugeTLB VMA: its pages are no THPs).
+    pub hugetlb: bool,
+}
+
+impl Vma {
+    /// thpmaps scans only VMAs that are accessible and have resident pages.
+    pub fn accessible(&self) -> bool {
+        self.perms.as_bytes()[..3].iter().any(|&c| c != b'-')
+    }
+    /// Private anonymous memory (no file, not shared): where the under-used
+    /// shrinker's folios live, and where a PMD maps an anon THP.
+    pub fn private_anon(&self) -> bool {
+        self.inode == 0 && self.perms.as_bytes().get(3) == Some(&b'p')
+    }
+}
+
+/// The VMAs of process `pid`.
+pub fn read_vmas(pid: i32) -> Result<Vec<Vma>> {
+    let path = format!("/proc/{pid}/smaps");
+    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
+    parse_vmas(&text)
+        .map_err(|msg| KernelError::io(&path, io::Error::new(io::ErrorKind::InvalidData, msg)))
+}
+
+/// The parser behind [`read_vmas`], on the text of an smaps file.
+pub fn parse_vmas(text: &str) -> std::result::Result<Vec<Vma>, String> {
+    let mut vmas: Vec<Vma> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let bad = |what: &str| format!("line {}: {what}: {line:?}", n + 1);
+        if let Some((start, end)) = vma_header(line) {
+            let mut w = line.split_ascii_whitespace().skip(1);
+            let perms = w
+                .next()
+                .filter(|p| p.len() == 4)
+                .ok_or_else(|| bad("no permissions"))?;
+            let offset = w
+                .next()
+                .and_then(|o| u64::from_str_radix(o, 16).ok())
+                .ok_or_else(|| bad("no offset"))?;
+            let dev = w.next().ok_or_else(|| bad("no device"))?;
+            let inode = w
+                .next()
+                .and_then(|i| i.parse().ok())
+                .ok_or_else(|| bad("no inode"))?;
+            let name = w.collect::<Vec<_>>().join(" ");
+            vmas.push(Vma {
+                start,
+                end,
+                perms: perms.to_string(),
+                offset,
+                dev: dev.to_string(),
+                inode,
+                name,
+                ..Vma::default()
+            });
+            continue;
+        }
+        let Some(vma) = vmas.last_mut() else {
+            return Err(bad("a field before the first VMA"));
+        };
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            vma.locked = flags.split_ascii_whitespace().any(|f| f == "lo");
+            vma.hugetlb = flags.split_ascii_whitespace().any(|f| f == "ht");
+            continue;
+        }
+        let Some((name, value)) = field(line) else {
+            continue;
+        };
+        let slot = match name {
+            "Rss" => &mut vma.rss_kb,
+            "Anonymous" => &mut vma.anonymous_kb,
+            "AnonHugePages" => &mut vma.anon_huge_kb,
+            "ShmemPmdMapped" => &mut vma.shmem_pmd_kb,
+            "FilePmdMapped" => &mut vma.file_pmd_kb,
+            _ => continue,
+        };
+        *slot = value.parse().map_err(|_| bad("not a number of kB"))?;
+    }
+    Ok(vmas)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "\
+55d0c0a00000-55d0c0a21000 r-xp 00002000 fd:01 1183 /usr/bin/cat
+Rss:                 132 kB
+Anonymous:             0 kB
+AnonHugePages:         0 kB
+ShmemPmdMapped:        0 kB
+FilePmdMapped:         0 kB
+VmFlags: rd ex mr mw me
+7f0000000000-7f0000400000 rw-p 00000000 00:00 0 
+Rss:                4096 kB
+Anonymous:          4096 kB
+AnonHugePages:      2048 kB
+ShmemPmdMapped:        0 kB
+FilePmdMapped:         0 kB
+VmFlags: rd wr mr mw me lo ac hg
+7ffc00000000-7ffc00021000 ---p 00000000 00:00 0 [stack guard]
+Rss:                   0 kB
+VmFlags: mr mw me
+";
+
+    #[test]
+    fn parses_headers_fields_and_flags() {
+        let v = parse_vmas(SAMPLE).unwrap();
+        assert_eq!(v.len(), 3);
+        assert_eq!(v[0].name, "/usr/bin/cat");
+        assert_eq!(
+            (v[0].offset, v[0].inode, v[0].dev.as_str()),
+            (0x2000, 1183, "fd:01")
+        );
+        assert!(!v[0].private_anon() && v[0].accessible());
+        assert_eq!(
+            (v[1].rss_kb, v[1].anonymous_kb, v[1].anon_huge_kb),
+            (4096, 4096, 2048)
+        );
+        assert!(v[1].locked && v[1].private_anon());
+        assert_eq!(v[2].name, "[stack guard]");
+        assert!(!v[2].accessible());
+    }
+
+    #[test]
+    fn a_field_before_any_vma_is_an_error() {
+        let e = parse_vmas("Rss: 4 kB\n").unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+    }
+}

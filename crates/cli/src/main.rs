@@ -10,6 +10,7 @@ mod run;
 mod scan;
 mod settings;
 mod table;
+mod utilization_view;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

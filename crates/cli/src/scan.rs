@@ -4,13 +4,11 @@
 //! the kernel crate's readers.
 
 use crate::table;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_kernel::scan::{self, shape::Shape, ProcessScan, ScanOptions};
 use hugelab_workload::units::{PAGE_SHIFT, PMD_SHIFT};
-use hugelab_workload::utilization::{
-    utilization_report, FolioUse, UtilizationReport, DEFAULT_BUCKETS,
-};
+use hugelab_workload::utilization::{utilization_report, FolioUse, DEFAULT_BUCKETS};
 use hugelab_workload::Size;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -94,15 +92,17 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
         cont_orders: cont_orders.clone(),
     };
     let mut scans = Vec::new();
-    let mut gone = 0;
+    let (mut gone, mut denied) = (0, 0);
     for pid in pids {
         match scan::scan_process(pid, &opts) {
+            Ok(s) if !strict && s.vmas.is_empty() => {}
             Ok(s) => scans.push(s),
             Err(e) if !strict && scan::is_gone(&e) => gone += 1,
+            Err(e) if !strict && scan::is_denied(&e) => denied += 1,
             Err(e) if scan::is_gone(&e) => {
                 bail!("process {pid} does not exist or exited during the scan ({e})")
             }
-            Err(e) => return Err(e).with_context(|| format!("scanning process {pid}")),
+            Err(e) => bail!("scanning process {pid}: {e}"),
         }
     }
     let report_of = |folios: &mut dyn Iterator<Item = &FolioUse>| {
@@ -110,7 +110,7 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     };
     let rollup_report = report_of(&mut scans.iter().flat_map(|s| s.folios.iter()));
     if let Some(path) = &args.svg {
-        bail!("--svg {}: not wired yet", path.display());
+        crate::utilization_view::write_svg(&[("scan", &rollup_report)], path)?;
     }
     if args.json {
         let procs: Vec<Value> = scans
@@ -144,7 +144,12 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
                 p
             })
             .collect();
-        let mut out = json!({ "content_read": !args.shape_only, "processes": procs, "exited_during_scan": gone });
+        let mut out = json!({
+            "content_read": !args.shape_only,
+            "processes": procs,
+            "exited_during_scan": gone,
+            "not_readable": denied,
+        });
         if args.rollup {
             let shape = rollup_shape(&scans, &cont_orders);
             out["rollup"] = json!({
@@ -175,7 +180,10 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
         unclassified_note(scans.iter().map(ProcessScan::unclassified_kb).sum());
         if !args.shape_only {
             println!();
-            print!("{}", render_report(&rollup_report, "utilization"));
+            print!(
+                "{}",
+                crate::utilization_view::render_table(&rollup_report, &format!("rollup of {what}"))
+            );
         }
     } else {
         for s in &scans {
@@ -208,9 +216,9 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
                 println!();
                 print!(
                     "{}",
-                    render_report(
+                    crate::utilization_view::render_table(
                         &report_of(&mut s.folios.iter()),
-                        &format!("utilization of {}", s.pid)
+                        &format!("process {} ({})", s.pid, s.comm)
                     )
                 );
             }
@@ -219,6 +227,9 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     }
     if gone > 0 {
         println!("{gone} process(es) exited during the scan and are not counted.");
+    }
+    if denied > 0 {
+        println!("{denied} process(es) refused to be read (EACCES/EPERM, e.g. another namespace's init) and are not counted.");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -275,36 +286,4 @@ fn unclassified_note(kb: u64) {
     if kb > 0 {
         println!("{kb} kB of mapped memory could not be classified: /proc/kpageflags reads 0 for it (whole 2 MiB blocks on some VMs); it is counted in no figure above.");
     }
-}
-
-/// Interim rendering until utilization_view lands.
-fn render_report(r: &UtilizationReport, title: &str) -> String {
-    let mut rows = Vec::new();
-    for s in &r.sizes {
-        for b in &s.buckets {
-            rows.push(vec![
-                format!("{} kB", s.size_kb),
-                format!("{}-{}", b.lo, b.hi),
-                b.folios.to_string(),
-                b.zero_pages.to_string(),
-            ]);
-        }
-        rows.push(vec![
-            format!("{} kB", s.size_kb),
-            "partial".into(),
-            s.partial_folios.to_string(),
-            s.partial_zero_pages.to_string(),
-        ]);
-    }
-    let mut out = format!("{title}\n");
-    out += &table::render(
-        &["size", "used", "folios", "zero-filled"].map(String::from),
-        &rows,
-    );
-    out += &format!(
-        "give back at max_ptes_none={}: {} kB\n",
-        r.settings.max_ptes_none,
-        r.give_back.rss_kb()
-    );
-    out
 }

@@ -96,7 +96,9 @@ fn run_until(kb: &mut KernelBackend, stmts: &[Stmt], label: &str) -> usize {
         match &s.kind {
             StmtKind::Snapshot { label: l } if l == label => return i + 1,
             StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {}
-            _ => kb.execute(s).unwrap_or_else(|e| panic!("line {}: {e:?}", s.pos.line)),
+            _ => kb
+                .execute(s)
+                .unwrap_or_else(|e| panic!("line {}: {e:?}", s.pos.line)),
         }
     }
     panic!("no snapshot {label}");
@@ -127,12 +129,20 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     };
     let seen = fingerprint(*pid, start, len);
     let s = scan::scan_process(*pid, &opts).unwrap();
-    assert_eq!(fingerprint(*pid, start, len), seen, "the scan changed the process");
+    assert_eq!(
+        fingerprint(*pid, start, len),
+        seen,
+        "the scan changed the process"
+    );
 
     // Utilization against the known content. kpageflags reads 0 for some
     // memory on these VMs: a PTE-mapped THP there is unclassified, and
     // then the test cannot check it.
-    let thps: Vec<&FolioUse> = s.folios.iter().filter(|f| f.order == HPAGE_PMD_ORDER).collect();
+    let thps: Vec<&FolioUse> = s
+        .folios
+        .iter()
+        .filter(|f| f.order == HPAGE_PMD_ORDER)
+        .collect();
     let mut got: Vec<(u32, u32)> = thps.iter().map(|f| (f.zero, f.mapped)).collect();
     got.sort_unstable();
     let mut want = KNOWN.to_vec();
@@ -143,7 +153,11 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
         eprintln!("{} kB unclassified (kpageflags 0)", s.unclassified_kb());
         assert!(got.iter().all(|g| want.contains(g)), "{got:?} vs {want:?}");
     }
-    assert_eq!(thps.iter().filter(|f| f.pmd_mapped).count(), 6, "T5 alone lost its PMD");
+    assert_eq!(
+        thps.iter().filter(|f| f.pmd_mapped).count(),
+        6,
+        "T5 alone lost its PMD"
+    );
 
     let settings = scan::shrinker_settings().unwrap();
     assert_eq!(settings.max_ptes_none, 409);
@@ -165,7 +179,10 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
         report.give_back.rss_kb(),
         "predicted give-back vs measured Rss drop"
     );
-    assert_eq!((splits1 - splits0) as u64, report.give_back.underused_folios);
+    assert_eq!(
+        (splits1 - splits0) as u64,
+        report.give_back.underused_folios
+    );
 
     // The shrinker examines a fully mapped THP once: T2 (409 zero-filled)
     // and T6 (256) were kept at 409 and left the queue, so at 100 they
@@ -176,9 +193,52 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let report = utilization_report(s.folios.iter(), scan::shrinker_settings().unwrap(), 10);
     assert_eq!(report.give_back.underused_folios, 2);
     run_until(&mut kb, &stmts[at..], "again");
-    assert_eq!(counter(&mut kb, rss), rss1, "an examined THP was split again");
+    assert_eq!(
+        counter(&mut kb, rss),
+        rss1,
+        "an examined THP was split again"
+    );
     assert_eq!(counter(&mut kb, splits), splits1);
 
     kb.finish().unwrap();
     let _ = std::fs::remove_dir_all(&state);
+}
+
+fn hugelab(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(args)
+        .output()
+        .expect("the hugelab binary runs")
+}
+
+/// Bad input: one sentence on stderr, exit 2, nothing on stdout.
+#[test]
+fn bad_scan_arguments_are_one_sentence() {
+    let cases: [(&[&str], &str); 5] = [
+        (&["scan"], "say what to scan"),
+        (&["scan", "--pid", "1", "--all"], "exactly one"),
+        (&["scan", "--pid", "1", "--cont", "12K"], "--cont 12K"),
+        (&["scan", "--pid", "1", "--buckets", "0"], "--buckets"),
+        (&["scan", "--pid", "1", "--max-ptes-none", "600"], "0 to 511"),
+    ];
+    for (args, want) in cases {
+        let out = hugelab(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn a_process_that_does_not_exist_is_named() {
+    if cannot_run().is_some() {
+        return;
+    }
+    // pid_max is at most 2^22: this pid cannot exist.
+    let out = hugelab(&["scan", "--pid", "9999999"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("process 9999999 does not exist"), "{err}");
 }

@@ -26,61 +26,84 @@ use std::os::unix::fs::FileExt;
 
 /// Largest read in one pread: 2 MiB, one PMD-sized THP.
 const READ_PAGES: usize = 512;
+const WORDS: usize = PAGE_SIZE as usize / 8;
 
 pub struct ContentReader {
     file: File,
     path: String,
-    buf: Vec<u64>,
+    threads: usize,
 }
 
 impl ContentReader {
     pub fn open(pid: i32) -> Result<ContentReader> {
         let path = format!("/proc/{pid}/mem");
         let file = File::open(&path).map_err(|e| KernelError::io(&path, e))?;
+        // The kernel copies each page twice (into a bounce page, then to
+        // us): that is the cost of a scan, so spread it over the CPUs.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
         Ok(ContentReader {
             file,
             path,
-            buf: vec![0; READ_PAGES * PAGE_SIZE as usize / 8],
+            threads,
         })
     }
 
-    /// For `n` present pages from virtual address `addr`, calls `each(i,
-    /// zero)` with whether page `i` is zero-filled.
-    pub fn zero_pages(
-        &mut self,
-        addr: u64,
-        n: usize,
-        mut each: impl FnMut(usize, bool),
-    ) -> Result<()> {
-        let words = PAGE_SIZE as usize / 8;
-        let mut done = 0;
-        while done < n {
-            let k = (n - done).min(READ_PAGES);
-            let at = addr + (done as u64) * PAGE_SIZE;
-            let buf = &mut self.buf[..k * words];
-            read_exact_at(&self.file, buf, at).map_err(|e| read_error(&self.path, at, e))?;
-            for (i, page) in buf.chunks_exact(words).enumerate() {
-                each(done + i, is_zero(page));
+    /// For runs `(addr, n)` of present pages, fills `zero` (one entry per
+    /// page, the runs one after another) with whether each is zero-filled.
+    pub fn zero_pages(&self, runs: &[(u64, usize)], zero: &mut [bool]) -> Result<()> {
+        // Cut the runs into reads of at most READ_PAGES, each with its slice
+        // of `zero`, and deal them out to the threads round-robin.
+        let mut pieces: Vec<(u64, &mut [bool])> = Vec::new();
+        let mut rest = zero;
+        for &(addr, n) in runs {
+            let mut done = 0;
+            while done < n {
+                let k = (n - done).min(READ_PAGES);
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(k);
+                pieces.push((addr + done as u64 * PAGE_SIZE, head));
+                rest = tail;
+                done += k;
             }
-            done += k;
         }
-        Ok(())
+        let threads = self.threads.min(pieces.len()).max(1);
+        let mut shares: Vec<Vec<(u64, &mut [bool])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, p) in pieces.into_iter().enumerate() {
+            shares[i % threads].push(p);
+        }
+        let work = |share: Vec<(u64, &mut [bool])>| -> Result<()> {
+            let mut buf = vec![0u64; READ_PAGES * WORDS];
+            for (at, out) in share {
+                let buf = &mut buf[..out.len() * WORDS];
+                read_exact_at(&self.file, buf, at).map_err(|e| read_error(&self.path, at, e))?;
+                for (z, page) in out.iter_mut().zip(buf.chunks_exact(WORDS)) {
+                    *z = is_zero(page);
+                }
+            }
+            Ok(())
+        };
+        if threads == 1 {
+            return shares.into_iter().try_for_each(work);
+        }
+        std::thread::scope(|s| {
+            let handles: Vec<_> = shares.into_iter().map(|sh| s.spawn(|| work(sh))).collect();
+            handles
+                .into_iter()
+                .try_for_each(|h| h.join().expect("a content reader thread panicked"))
+        })
     }
 }
 
 fn read_error(path: &str, at: u64, e: io::Error) -> KernelError {
-    {
-        // mem_rw reads nothing once the mm is gone: the process exited.
-        let e = if e.kind() == io::ErrorKind::UnexpectedEof {
-            io::Error::from_raw_os_error(libc::ESRCH)
-        } else {
-            e
-        };
-        KernelError::io(
-            path,
-            io::Error::new(e.kind(), format!("reading {at:#x}: {e}")),
-        )
-    }
+    // mem_rw reads nothing once the mm is gone: the process exited.
+    let e = if e.kind() == io::ErrorKind::UnexpectedEof {
+        io::Error::from_raw_os_error(libc::ESRCH)
+    } else {
+        e
+    };
+    KernelError::io(
+        path,
+        io::Error::new(e.kind(), format!("reading {at:#x}: {e}")),
+    )
 }
 
 fn read_exact_at(file: &File, buf: &mut [u64], at: u64) -> io::Result<()> {
@@ -121,14 +144,15 @@ mod tests {
     #[test]
     fn reads_own_pages() {
         // Our own memory through /proc/self/mem: one zero page, one not.
-        let mut mem = vec![0u8; 3 * PAGE_SIZE as usize];
+        let mut mem = vec![0u8; 4 * PAGE_SIZE as usize];
         let base = (mem.as_ptr() as u64).next_multiple_of(PAGE_SIZE);
         let off = (base - mem.as_ptr() as u64) as usize;
         mem[off + PAGE_SIZE as usize + 7] = 1;
-        let mut r = ContentReader::open(std::process::id() as i32).unwrap();
-        let mut got = Vec::new();
-        r.zero_pages(base, 2, |i, z| got.push((i, z))).unwrap();
-        assert_eq!(got, [(0, true), (1, false)]);
+        let r = ContentReader::open(std::process::id() as i32).unwrap();
+        let mut got = [false; 3];
+        r.zero_pages(&[(base, 1), (base + PAGE_SIZE, 2)], &mut got)
+            .unwrap();
+        assert_eq!(got, [true, false, true]);
         std::hint::black_box(&mem);
     }
 }

@@ -112,19 +112,24 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
         .trim_end()
         .to_string();
     let vmas = vmas::read_vmas(pid)?;
-    let mut pagemap = Pagemap::open(pid)?;
-    let kpf = File::open(KPAGEFLAGS).map_err(|e| KernelError::io(KPAGEFLAGS, e))?;
-    let mut content = if opts.content {
-        Some(ContentReader::open(pid)?)
-    } else {
-        None
-    };
     let mut out = ProcessScan {
         pid,
         comm,
         vmas: Vec::new(),
         folios: Vec::new(),
         folio_pages: 0,
+    };
+    if vmas.is_empty() {
+        // A kernel thread (no mm): nothing to scan, and its mem and
+        // pagemap files refuse to open.
+        return Ok(out);
+    }
+    let mut pagemap = Pagemap::open(pid)?;
+    let kpf = File::open(KPAGEFLAGS).map_err(|e| KernelError::io(KPAGEFLAGS, e))?;
+    let content = if opts.content {
+        Some(ContentReader::open(pid)?)
+    } else {
+        None
     };
     let mut folios: HashMap<u64, FolioUse, PfnBuild> = HashMap::default();
     for vma in vmas {
@@ -140,7 +145,7 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
         let mut walk = VmaWalk {
             pagemap: &mut pagemap,
             kpf: &kpf,
-            content: content.as_mut(),
+            content: content.as_ref(),
             folios: &mut folios,
             folio_pages: &mut out.folio_pages,
         };
@@ -168,7 +173,7 @@ enum Map {
 struct VmaWalk<'a> {
     pagemap: &'a mut Pagemap,
     kpf: &'a File,
-    content: Option<&'a mut ContentReader>,
+    content: Option<&'a ContentReader>,
     folios: &'a mut HashMap<u64, FolioUse, PfnBuild>,
     folio_pages: &'a mut u64,
 }
@@ -324,25 +329,39 @@ impl VmaWalk<'_> {
         Ok(out)
     }
 
-    /// Adds the chunk's anon large-folio pages to their folios, reading
-    /// their content in runs of consecutive addresses.
+    /// Adds the chunk's anon large-folio pages to their folios, their
+    /// content read in runs of consecutive addresses.
     fn account(&mut self, pages: &[Page], keys: &[Option<(u64, u8)>], locked: bool) -> Result<()> {
-        let mut i = 0;
-        while i < pages.len() {
-            if keys[i].is_none() {
-                i += 1;
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            if k.is_none() {
                 continue;
             }
-            let mut j = i + 1;
-            while j < pages.len() && keys[j].is_some() && pages[j].vfn == pages[j - 1].vfn + 1 {
-                j += 1;
+            match runs.last_mut() {
+                Some((_, end)) if *end == i && pages[i].vfn == pages[i - 1].vfn + 1 => *end += 1,
+                _ => runs.push((i, i + 1)),
             }
-            let mut zero = vec![false; j - i];
-            if let Some(c) = self.content.as_deref_mut() {
-                c.zero_pages(pages[i].vfn * PAGE_SIZE, j - i, |k, z| zero[k] = z)?;
-            }
-            for k in i..j {
-                let (head, order) = keys[k].unwrap();
+        }
+        let total: usize = runs.iter().map(|r| r.1 - r.0).sum();
+        let mut zero = vec![false; total];
+        if let Some(c) = self.content.as_deref() {
+            let addrs: Vec<(u64, usize)> = runs
+                .iter()
+                .map(|&(i, j)| (pages[i].vfn * PAGE_SIZE, j - i))
+                .collect();
+            c.zero_pages(&addrs, &mut zero)?;
+        }
+        // One folio-table update per stretch of pages of the same folio.
+        let mut z = 0;
+        for &(i, j) in &runs {
+            let mut k = i;
+            while k < j {
+                let key = keys[k];
+                let mut m = k + 1;
+                while m < j && keys[m] == key {
+                    m += 1;
+                }
+                let (head, order) = key.expect("runs hold folio pages");
                 let f = self.folios.entry(head).or_insert(FolioUse {
                     order,
                     mapped: 0,
@@ -352,13 +371,14 @@ impl VmaWalk<'_> {
                     cause: None,
                     never_written: None,
                 });
-                f.mapped += 1;
-                f.zero += u32::from(zero[k - i]);
+                f.mapped += (m - k) as u32;
+                f.zero += zero[z + k - i..z + m - i].iter().filter(|&&b| b).count() as u32;
                 f.locked |= locked;
+                k = m;
             }
-            *self.folio_pages += (j - i) as u64;
-            i = j;
+            z += j - i;
         }
+        *self.folio_pages += total as u64;
         Ok(())
     }
 }
@@ -423,6 +443,16 @@ pub fn all_pids() -> Result<Vec<i32>> {
         .collect();
     pids.sort_unstable();
     Ok(pids)
+}
+
+/// True if the kernel refused to let us read the process.
+pub fn is_denied(e: &KernelError) -> bool {
+    match e {
+        KernelError::Io { source, .. } => {
+            matches!(source.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+        }
+        _ => false,
+    }
 }
 
 /// True if the error says the process is gone (it exited mid-scan).

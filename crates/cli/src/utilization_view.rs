@@ -1,0 +1,853 @@
+//! Renderings of a [`UtilizationReport`] for `hugelab scan` and
+//! `hugelab utilization`: a text table and an SVG chart.
+//!
+//! The text table ([`render_table`]) has one block per folio size (a row per
+//! bucket of subpages in use, then a `partially mapped` row), the under-used
+//! shrinker's predicted give-back with the settings it assumes, and, when the
+//! report has any, never-written memory by cause and size.
+//!
+//! The SVG ([`write_svg`]) compares one or more reports (model and kernel,
+//! before and after). From top to bottom:
+//!
+//! - a header: the figure title, a legend with one colour per report, and
+//!   two lines saying what the bars and their labels are;
+//! - one panel per folio size found in any report, smallest size first. Each
+//!   panel's title is the size (`2048 kB folios`), under it one line per
+//!   report in that report's colour with its totals for the size: folios,
+//!   partially mapped folios, zero-filled memory;
+//! - in each panel the x axis is the report's buckets of subpages in use
+//!   (mapped and not zero-filled: `0-50` … `460-512` for 2048 kB folios, one
+//!   bucket per count for folios of fewer pages than buckets), the y axis the
+//!   number of fully mapped folios in the bucket. Several reports give
+//!   grouped bars, one per report in its colour, in legend order. Above each
+//!   non-empty bar is the zero-filled memory of that bucket's folios, which
+//!   the count alone does not tell.
+//!
+//! The y axis is logarithmic (ticks 1, 10, 100, …) when a panel's largest bar
+//! is at least 20 times its smallest non-empty one: utilization histograms are
+//! bimodal, most folios in the first and last buckets, and a linear scale
+//! would flatten the middle buckets to nothing. Otherwise it is linear from 0.
+//! Partially mapped folios are not bucketed (the content of their unmapped
+//! subpages is not visible), so they appear only in the panel title lines.
+//! With no large folio in any report, one panel says `no large folios`.
+
+use anyhow::{bail, Context, Result};
+use hugelab_workload::units::PAGE_SIZE;
+use hugelab_workload::utilization::{
+    Bloat, FolioCause, SizeUtilization, UtilizationReport, HPAGE_PMD_ORDER, MAX_PTES_NONE_OFF,
+};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::table;
+
+const PAGE_KB: u64 = PAGE_SIZE / 1024;
+
+/// `512 kB`, `12.3 MiB`, `1.25 GiB`: readable sizes for tables and labels.
+fn fmt_kb(kb: u64) -> String {
+    if kb < 1024 {
+        format!("{kb} kB")
+    } else if kb < 1024 * 1024 {
+        format!("{:.1} MiB", kb as f64 / 1024.0)
+    } else {
+        format!("{:.2} GiB", kb as f64 / (1024.0 * 1024.0))
+    }
+}
+
+/// Exact kB, with the readable size too when it says more.
+fn kb_exact(kb: u64) -> String {
+    if kb < 1024 {
+        format!("{kb} kB")
+    } else {
+        format!("{kb} kB ({})", fmt_kb(kb))
+    }
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn bucket_label(lo: u32, hi: u32) -> String {
+    if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}-{hi}")
+    }
+}
+
+fn share(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+pub fn render_table(report: &UtilizationReport, title: &str) -> String {
+    let s = report.settings;
+    let mut out = format!(
+        "THP utilization: {title}\nsettings: max_ptes_none={}, shrink_underused={}\n",
+        s.max_ptes_none,
+        u8::from(s.shrink_underused)
+    );
+    if report.sizes.is_empty() {
+        out.push_str("no large folios: nothing to bucket, nothing for the shrinker to split\n");
+    } else {
+        for size in &report.sizes {
+            out.push('\n');
+            out.push_str(&size_block(size));
+        }
+        out.push('\n');
+        out.push_str(&give_back(report));
+    }
+    if !report.bloat.is_empty() {
+        out.push('\n');
+        out.push_str(&bloat_table(&report.bloat));
+    }
+    out
+}
+
+/// One size's histogram: a row per bucket, then the partially mapped folios.
+fn size_block(size: &SizeUtilization) -> String {
+    let zero_total = size.zero_pages();
+    let mut heading = format!(
+        "{} kB folios: {}, {} partially mapped",
+        size.size_kb,
+        size.folios(),
+        size.partial_folios
+    );
+    // Only PMD-sized folios can be PMD-mapped; saying 0 for mTHPs is noise.
+    if size.order == HPAGE_PMD_ORDER {
+        heading.push_str(&format!(
+            ", {} of the fully mapped ones PMD-mapped",
+            size.pmd_mapped
+        ));
+    }
+    heading.push_str(&format!(
+        "; {} zero-filled subpages ({})\n",
+        zero_total,
+        fmt_kb(zero_total * PAGE_KB)
+    ));
+    let header: Vec<String> = [
+        "used subpages",
+        "folios",
+        "zero-filled subpages",
+        "zero-filled",
+        "share of zero-filled",
+    ]
+    .map(String::from)
+    .to_vec();
+    let row = |label: String, folios: u64, zero: u64| {
+        vec![
+            label,
+            folios.to_string(),
+            zero.to_string(),
+            fmt_kb(zero * PAGE_KB),
+            share(zero, zero_total),
+        ]
+    };
+    let mut rows: Vec<Vec<String>> = size
+        .buckets
+        .iter()
+        .map(|b| row(bucket_label(b.lo, b.hi), b.folios, b.zero_pages))
+        .collect();
+    rows.push(row(
+        "partially mapped".into(),
+        size.partial_folios,
+        size.partial_zero_pages,
+    ));
+    let mut out = heading + &table::render(&header, &rows);
+    if size.partial_folios > 0 {
+        out.push_str(&format!(
+            "partially mapped folios are not bucketed: {} of their subpages are mapped, and the \
+             content of the unmapped ones is not visible.\n",
+            size.partial_mapped_pages
+        ));
+    }
+    out
+}
+
+/// What the deferred split shrinker would split and give back, and why
+/// nothing is split as under-used when the settings rule it out.
+fn give_back(report: &UtilizationReport) -> String {
+    let s = report.settings;
+    let g = &report.give_back;
+    let mut out = format!(
+        "Under-used THP shrinker at max_ptes_none={}, shrink_underused={}: it would split {} \
+         as under-used (more than {} zero-filled subpages) and free {}; partially mapped: it \
+         would split {} and free {} of their zero-filled subpages. The Rss of what was scanned \
+         would drop by {}.\n",
+        s.max_ptes_none,
+        u8::from(s.shrink_underused),
+        plural(g.underused_folios, "THP", "THPs"),
+        s.max_ptes_none,
+        kb_exact(g.underused_kb),
+        plural(g.partial_folios, "folio", "folios"),
+        kb_exact(g.partial_kb),
+        kb_exact(g.rss_kb()),
+    );
+    let off = s.max_ptes_none >= MAX_PTES_NONE_OFF;
+    let why = match (s.shrink_underused, off) {
+        (false, true) => Some(format!(
+            "shrink_underused is 0, so no fully mapped THP is queued for the shrinker, and at \
+             max_ptes_none={MAX_PTES_NONE_OFF} thp_underused() is always false anyway"
+        )),
+        (false, false) => Some(
+            "shrink_underused is 0, so no fully mapped THP is queued for the shrinker".to_string(),
+        ),
+        (true, true) => Some(format!(
+            "at max_ptes_none={MAX_PTES_NONE_OFF} thp_underused() is always false"
+        )),
+        (true, false) => None,
+    };
+    if let Some(why) = why {
+        out.push_str(&format!("Nothing is split as under-used: {why}.\n"));
+    }
+    out.push_str(
+        "This assumes every candidate is still on the deferred split queue and none is pinned; \
+         only PMD-sized THPs are judged under-used, and locked ones keep their zero-filled \
+         subpages.\n",
+    );
+    out
+}
+
+/// Never-written memory as a cause × size table, with totals both ways.
+fn bloat_table(bloat: &[Bloat]) -> String {
+    let mut sizes: Vec<u64> = bloat.iter().map(|b| b.size_kb).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let causes: Vec<FolioCause> = FolioCause::ALL
+        .into_iter()
+        .filter(|c| bloat.iter().any(|b| b.cause == *c))
+        .collect();
+    // (folios, never-written kB) of the entries matching a filter.
+    let sum = |keep: &dyn Fn(&Bloat) -> bool| {
+        bloat
+            .iter()
+            .filter(|b| keep(b))
+            .fold((0, 0), |(f, kb), b| (f + b.folios, kb + b.never_written_kb))
+    };
+    let cell = |(folios, kb): (u64, u64)| {
+        if folios == 0 {
+            "-".to_string()
+        } else {
+            format!("{} ({folios})", fmt_kb(kb))
+        }
+    };
+    let mut header = vec!["cause".to_string()];
+    header.extend(sizes.iter().map(|s| format!("{s} kB")));
+    header.push("all sizes".into());
+    let mut rows: Vec<Vec<String>> = causes
+        .iter()
+        .map(|&c| {
+            let mut row = vec![c.name().to_string()];
+            row.extend(
+                sizes
+                    .iter()
+                    .map(|&s| cell(sum(&|b| b.cause == c && b.size_kb == s))),
+            );
+            row.push(cell(sum(&|b| b.cause == c)));
+            row
+        })
+        .collect();
+    let mut total = vec!["all causes".to_string()];
+    total.extend(sizes.iter().map(|&s| cell(sum(&|b| b.size_kb == s))));
+    total.push(cell(sum(&|_| true)));
+    rows.push(total);
+    format!(
+        "Never-written memory by cause and size (model only; cells: never-written memory \
+         (folios); a write of zero bytes is a write):\n{}",
+        table::render(&header, &rows)
+    )
+}
+
+/// The report colours, in legend order (the usual categorical palette).
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+fn colour(i: usize) -> RGBColor {
+    COLOURS[i % COLOURS.len()]
+}
+
+const HEADER_PX: u32 = 112;
+const CHART_PX: u32 = 300;
+const TITLE_PX: u32 = 32;
+const LINE_PX: u32 = 20;
+/// Room per bar so the zero-filled labels above neighbouring bars stay apart.
+const BAR_PX: u32 = 54;
+/// A largest/smallest bar ratio from which the y axis is logarithmic.
+const LOG_RATIO: u64 = 20;
+/// The top of the y axis in bar-height units: room for the bar labels.
+const Y_TOP: f64 = 1.15;
+/// Chart units per bucket and per full bar height.
+const X_UNIT: f64 = 1000.0;
+const Y_UNIT: f64 = 10000.0;
+
+/// One folio size: the buckets and, per report, its histogram if it has one.
+struct Panel<'a> {
+    size_kb: u64,
+    bounds: Vec<(u32, u32)>,
+    per_report: Vec<Option<&'a SizeUtilization>>,
+}
+
+/// The panels of every size in any report; grouped bars need the same
+/// buckets in every report, so differing ones are an error.
+fn panels<'a>(reports: &[(&str, &'a UtilizationReport)]) -> Result<Vec<Panel<'a>>> {
+    let mut by_order: BTreeMap<u8, Panel<'a>> = BTreeMap::new();
+    let mut first_name: BTreeMap<u8, &str> = BTreeMap::new();
+    for (r, (name, report)) in reports.iter().enumerate() {
+        for size in &report.sizes {
+            let bounds: Vec<(u32, u32)> = size.buckets.iter().map(|b| (b.lo, b.hi)).collect();
+            let panel = by_order.entry(size.order).or_insert_with(|| Panel {
+                size_kb: size.size_kb,
+                bounds: bounds.clone(),
+                per_report: vec![None; reports.len()],
+            });
+            let first = *first_name.entry(size.order).or_insert(name);
+            if panel.bounds != bounds {
+                bail!(
+                    "{name} and {first} bucket {} kB folios differently ({} and {} buckets), \
+                     so their bars cannot be grouped",
+                    size.size_kb,
+                    bounds.len(),
+                    panel.bounds.len()
+                );
+            }
+            panel.per_report[r] = Some(size);
+        }
+    }
+    Ok(by_order.into_values().collect())
+}
+
+/// Folio counts to bar heights in `0..=1`, and the y axis ticks.
+enum YScale {
+    Linear {
+        top: u64,
+    },
+    /// Bars start at 0.5 so that a bucket of one folio is still visible.
+    Log {
+        top: u64,
+    },
+}
+
+impl YScale {
+    fn new(counts: impl Iterator<Item = u64> + Clone) -> YScale {
+        let max = counts.clone().max().unwrap_or(0);
+        let min = counts.filter(|&n| n > 0).min().unwrap_or(0);
+        if min > 0 && max >= min * LOG_RATIO {
+            // The smallest power of ten not below the largest bar.
+            let e = max.ilog10();
+            YScale::Log {
+                top: if 10u64.pow(e) == max {
+                    max
+                } else {
+                    10u64.pow(e + 1)
+                },
+            }
+        } else {
+            YScale::Linear {
+                top: Self::linear_ticks(max).last().copied().unwrap_or(1),
+            }
+        }
+    }
+
+    /// 0 and multiples of a 1, 2 or 5 × 10^k step up to at least `max`.
+    fn linear_ticks(max: u64) -> Vec<u64> {
+        let max = max.max(1);
+        let raw = max.div_ceil(5);
+        let mag = 10u64.pow(raw.ilog10());
+        let step = [1, 2, 5, 10]
+            .into_iter()
+            .map(|m| m * mag)
+            .find(|&s| s >= raw)
+            .unwrap_or(10 * mag);
+        (0..=max.div_ceil(step)).map(|k| k * step).collect()
+    }
+
+    fn ticks(&self) -> Vec<u64> {
+        match *self {
+            YScale::Linear { top } => Self::linear_ticks(top),
+            YScale::Log { top } => (0..=top.ilog10()).map(|e| 10u64.pow(e)).collect(),
+        }
+    }
+
+    fn pos(&self, n: u64) -> f64 {
+        match *self {
+            YScale::Linear { top } => n as f64 / top as f64,
+            YScale::Log { top } if n > 0 => (n as f64 / 0.5).ln() / (top as f64 / 0.5).ln(),
+            YScale::Log { .. } => 0.0,
+        }
+    }
+
+    fn desc(&self) -> &'static str {
+        match self {
+            YScale::Linear { .. } => "folios",
+            YScale::Log { .. } => "folios (log scale)",
+        }
+    }
+}
+
+pub fn write_svg(reports: &[(&str, &UtilizationReport)], path: &Path) -> Result<()> {
+    let svg = render_svg(reports)?;
+    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+fn render_svg(reports: &[(&str, &UtilizationReport)]) -> Result<String> {
+    let panels = panels(reports)?;
+    let nrep = reports.len().max(1) as u32;
+    let nbuckets = panels.iter().map(|p| p.bounds.len()).max().unwrap_or(1) as u32;
+    let width = (130 + nbuckets * nrep * BAR_PX).max(960);
+    let panel_px = TITLE_PX + LINE_PX * nrep + CHART_PX;
+    // "No large folios" needs only its title lines.
+    let height = if panels.is_empty() {
+        HEADER_PX + TITLE_PX + LINE_PX * nrep + 16
+    } else {
+        HEADER_PX + panel_px * panels.len() as u32
+    };
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (head, body) = root.split_vertically(HEADER_PX);
+        draw_header(&head, reports)?;
+        if panels.is_empty() {
+            draw_empty(&body, reports)?;
+        } else {
+            for (area, panel) in body.split_evenly((panels.len(), 1)).iter().zip(&panels) {
+                draw_panel(area, panel, reports)?;
+            }
+        }
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+fn draw_header(area: &Area, reports: &[(&str, &UtilizationReport)]) -> Result<()> {
+    area.draw(&Text::new(
+        "THP utilization: folios by subpages in use, a panel per folio size",
+        (12, 10),
+        ("sans-serif", 22, FontStyle::Bold),
+    ))?;
+    let mut x = 12;
+    for (i, (name, _)) in reports.iter().enumerate() {
+        area.draw(&Rectangle::new([(x, 42), (x + 15, 57)], colour(i).filled()))?;
+        area.draw(&Text::new(
+            name.to_string(),
+            (x + 21, 42),
+            ("sans-serif", 17),
+        ))?;
+        // Without a font library text widths are unknown: ~9 px a character.
+        x += 21 + 9 * name.chars().count() as i32 + 28;
+    }
+    let notes = [
+        "Bars: fully mapped folios per bucket of subpages in use (mapped and not zero-filled).",
+        "Bar labels: their zero-filled memory. Partially mapped folios: counted under each title, not bucketed.",
+    ];
+    for (i, note) in notes.into_iter().enumerate() {
+        area.draw(&Text::new(
+            note,
+            (12, 68 + 20 * i as i32),
+            ("sans-serif", 15).into_font().color(&BLACK.mix(0.7)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// The title lines of a panel: the heading, then one line per report.
+fn draw_titles(area: &Area, heading: &str, lines: &[String]) -> Result<()> {
+    area.draw(&Text::new(
+        heading.to_string(),
+        (12, 6),
+        ("sans-serif", 20, FontStyle::Bold),
+    ))?;
+    for (i, line) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            line.clone(),
+            (24, TITLE_PX as i32 + LINE_PX as i32 * i as i32),
+            ("sans-serif", 16).into_font().color(&colour(i)),
+        ))?;
+    }
+    Ok(())
+}
+
+fn draw_empty(area: &Area, reports: &[(&str, &UtilizationReport)]) -> Result<()> {
+    let lines: Vec<String> = reports
+        .iter()
+        .map(|(name, _)| format!("{name}: no large folios"))
+        .collect();
+    draw_titles(area, "no large folios", &lines)
+}
+
+fn draw_panel(area: &Area, panel: &Panel, reports: &[(&str, &UtilizationReport)]) -> Result<()> {
+    let nrep = reports.len().max(1);
+    let lines: Vec<String> = reports
+        .iter()
+        .zip(&panel.per_report)
+        .map(|((name, _), size)| match size {
+            Some(s) => format!(
+                "{name}: {} folios, {} partially mapped; {} zero-filled",
+                s.folios(),
+                s.partial_folios,
+                fmt_kb(s.zero_pages() * PAGE_KB)
+            ),
+            None => format!("{name}: no {} kB folios", panel.size_kb),
+        })
+        .collect();
+    let (titles, chart_area) = area.split_vertically(TITLE_PX + LINE_PX * nrep as u32);
+    draw_titles(&titles, &format!("{} kB folios", panel.size_kb), &lines)?;
+
+    let counts = panel
+        .per_report
+        .iter()
+        .flatten()
+        .flat_map(|s| s.buckets.iter().map(|b| b.folios));
+    let scale = YScale::new(counts);
+    let ticks = scale.ticks();
+    // A hand-built report may have no buckets: one empty one keeps the axis.
+    let nb = panel.bounds.len().max(1);
+    // Chart coordinates are fixed point: plotters formats labels of bound
+    // key points for integer axes only.
+    let xc = |x: f64| (x * X_UNIT).round() as i32;
+    let yc = |y: f64| (y * Y_UNIT).round() as i32;
+    let centres: Vec<i32> = (0..nb).map(|i| xc(i as f64 + 0.5)).collect();
+    let mut chart = ChartBuilder::on(&chart_area)
+        .margin_left(12)
+        .margin_right(24)
+        .margin_bottom(8)
+        .x_label_area_size(44)
+        .y_label_area_size(72)
+        .build_cartesian_2d(
+            (0..xc(nb as f64)).with_key_points(centres),
+            (0..yc(Y_TOP)).with_key_points(ticks.iter().map(|&t| yc(scale.pos(t))).collect()),
+        )?;
+    let x_label = |x: &i32| {
+        let i = (*x as f64 / X_UNIT).floor() as usize;
+        panel
+            .bounds
+            .get(i)
+            .map_or(String::new(), |&(lo, hi)| bucket_label(lo, hi))
+    };
+    // Key points are tick positions: label each with its folio count.
+    let y_label = |y: &i32| {
+        ticks
+            .iter()
+            .min_by_key(|&&t| (yc(scale.pos(t)) - y).abs())
+            .map_or(String::new(), u64::to_string)
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("subpages in use")
+        .y_desc(scale.desc())
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&y_label)
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()?;
+
+    // A bucket's group takes 80% of its width, split evenly between reports.
+    let bar_w = 0.8 / nrep as f64;
+    let label_style = TextStyle::from(("sans-serif", 13).into_font())
+        .pos(Pos::new(HPos::Center, VPos::Bottom))
+        .color(&BLACK);
+    for (r, size) in panel.per_report.iter().enumerate() {
+        let Some(size) = size else { continue };
+        let left = |i: usize| i as f64 + 0.1 + r as f64 * bar_w;
+        let bars = size
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.folios > 0);
+        chart.draw_series(bars.clone().map(|(i, b)| {
+            Rectangle::new(
+                [
+                    (xc(left(i) + bar_w * 0.05), 0),
+                    (xc(left(i) + bar_w * 0.95), yc(scale.pos(b.folios))),
+                ],
+                colour(r).filled(),
+            )
+        }))?;
+        chart.draw_series(bars.map(|(i, b)| {
+            EmptyElement::at((xc(left(i) + bar_w / 2.0), yc(scale.pos(b.folios))))
+                + Text::new(fmt_kb(b.zero_pages * PAGE_KB), (0, -3), label_style.clone())
+        }))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugelab_workload::utilization::{
+        bucket_bounds, Bucket, GiveBack, ShrinkerSettings, DEFAULT_BUCKETS,
+    };
+
+    fn size(order: u8, folios: &[u64], partial: u64) -> SizeUtilization {
+        let nr = 1u32 << order;
+        SizeUtilization {
+            order,
+            size_kb: PAGE_KB << order,
+            buckets: bucket_bounds(nr, DEFAULT_BUCKETS)
+                .into_iter()
+                .enumerate()
+                .map(|(i, (lo, hi))| {
+                    let n = folios.get(i).copied().unwrap_or(0);
+                    Bucket {
+                        lo,
+                        hi,
+                        folios: n,
+                        // Every folio of the bucket at its fewest used pages.
+                        zero_pages: n * u64::from(nr - lo),
+                    }
+                })
+                .collect(),
+            partial_folios: partial,
+            partial_mapped_pages: partial * u64::from(nr / 2),
+            partial_zero_pages: partial * 3,
+            pmd_mapped: folios.iter().sum(),
+        }
+    }
+
+    fn report_at(max_ptes_none: u32, shrink_underused: bool) -> UtilizationReport {
+        UtilizationReport {
+            settings: ShrinkerSettings {
+                max_ptes_none,
+                shrink_underused,
+            },
+            buckets: DEFAULT_BUCKETS,
+            sizes: vec![
+                size(4, &[3, 0, 0, 0, 0, 0, 0, 0, 0, 5], 2),
+                size(9, &[1200, 7, 0, 0, 3, 0, 0, 0, 0, 5400], 12),
+            ],
+            give_back: GiveBack {
+                underused_folios: 1207,
+                underused_kb: 2_459_000,
+                partial_folios: 14,
+                partial_kb: 168,
+            },
+            bloat: vec![
+                Bloat {
+                    cause: FolioCause::Fault,
+                    size_kb: 64,
+                    folios: 8,
+                    never_written_kb: 192,
+                },
+                Bloat {
+                    cause: FolioCause::Fault,
+                    size_kb: 2048,
+                    folios: 6000,
+                    never_written_kb: 2_400_000,
+                },
+                Bloat {
+                    cause: FolioCause::Khugepaged,
+                    size_kb: 2048,
+                    folios: 600,
+                    never_written_kb: 70_000,
+                },
+            ],
+        }
+    }
+
+    fn empty() -> UtilizationReport {
+        UtilizationReport {
+            sizes: vec![],
+            give_back: GiveBack::default(),
+            bloat: vec![],
+            ..report_at(409, true)
+        }
+    }
+
+    /// The cells of the first table row whose first cell is `first`.
+    fn cells(table: &str, first: &str) -> Vec<String> {
+        table
+            .lines()
+            .map(|l| {
+                l.trim_matches('|')
+                    .split('|')
+                    .map(|c| c.trim().to_string())
+                    .collect::<Vec<_>>()
+            })
+            .find(|c| c[0] == first)
+            .unwrap_or_else(|| panic!("no {first} row in\n{table}"))
+    }
+
+    #[test]
+    fn table_has_seed_buckets_and_numbers() {
+        let t = render_table(&report_at(409, true), "test");
+        for range in [
+            "0-50", "51-101", "102-152", "153-203", "204-255", "256-306", "307-357", "358-408",
+            "409-459", "460-512",
+        ] {
+            assert!(t.contains(&format!("| {range} ")), "no {range} row:\n{t}");
+        }
+        // The first 2048 kB bucket: 1200 folios, 1200 * 512 zero-filled pages.
+        assert_eq!(
+            cells(&t, "0-50"),
+            ["0-50", "1200", "614400", "2.34 GiB", "68.3%"]
+        );
+        assert_eq!(cells(&t, "460-512")[1], "5400");
+        assert_eq!(
+            cells(&t, "partially mapped"),
+            ["partially mapped", "2", "6", "24 kB", "9.4%"]
+        );
+        assert!(
+            t.contains("2048 kB folios: 6622, 12 partially mapped"),
+            "{t}"
+        );
+        assert!(t.contains("64 kB folios: 10, 2 partially mapped;"), "{t}");
+        assert!(t.contains("max_ptes_none=409, shrink_underused=1: it would split 1207 THPs"));
+        assert!(t.contains("free 2459000 kB (2.35 GiB)"), "{t}");
+        assert!(
+            t.contains("it would split 14 folios and free 168 kB"),
+            "{t}"
+        );
+        assert!(!t.contains("Nothing is split as under-used"), "{t}");
+        // Never-written memory: by cause and size, totals both ways.
+        assert!(t.contains("Never-written memory by cause and size"), "{t}");
+        assert_eq!(
+            cells(&t, "khugepaged"),
+            ["khugepaged", "-", "68.4 MiB (600)", "68.4 MiB (600)"]
+        );
+        assert_eq!(
+            cells(&t, "all causes"),
+            [
+                "all causes",
+                "192 kB (8)",
+                "2.36 GiB (6600)",
+                "2.36 GiB (6608)"
+            ]
+        );
+    }
+
+    #[test]
+    fn table_says_why_nothing_is_split_as_underused() {
+        let t = render_table(&report_at(511, true), "off");
+        assert!(t.contains("Nothing is split as under-used: at max_ptes_none=511"));
+        let t = render_table(&report_at(409, false), "disabled");
+        assert!(t.contains("Nothing is split as under-used: shrink_underused is 0"));
+    }
+
+    #[test]
+    fn table_of_no_large_folios() {
+        let t = render_table(&empty(), "empty");
+        assert!(t.contains("no large folios"), "{t}");
+        assert!(!t.contains("Never-written"), "{t}");
+    }
+
+    #[test]
+    fn y_scale() {
+        assert_eq!(YScale::linear_ticks(7), [0, 2, 4, 6, 8]);
+        assert_eq!(YScale::linear_ticks(0), [0, 1]);
+        let log = YScale::new([1200u64, 7, 0, 5400].into_iter());
+        assert!(matches!(log, YScale::Log { top: 10000 }));
+        assert_eq!(log.ticks(), [1, 10, 100, 1000, 10000]);
+        assert!(log.pos(1) > 0.0 && (log.pos(10000) - 1.0).abs() < 1e-9);
+        assert!(matches!(
+            YScale::new([3u64, 5].into_iter()),
+            YScale::Linear { top: 5 }
+        ));
+    }
+
+    /// The text of the `<text>` elements, checking on the way that the SVG
+    /// is one `<svg>` element whose tags open and close in order.
+    fn check_tags(svg: &str) -> Vec<String> {
+        let mut open: Vec<&str> = Vec::new();
+        let mut texts = Vec::new();
+        let mut rest = svg;
+        while let Some(start) = rest.find('<') {
+            if open.last() == Some(&"text") {
+                texts.push(rest[..start].trim().to_string());
+            }
+            let end = rest[start..].find('>').expect("unclosed tag") + start;
+            let tag = &rest[start + 1..end];
+            if let Some(name) = tag.strip_prefix('/') {
+                assert_eq!(open.pop(), Some(name.trim()), "misnested </{name}>");
+                if open.is_empty() {
+                    assert!(rest[end + 1..].trim().is_empty(), "content after </svg>");
+                }
+            } else {
+                let name = tag.split_whitespace().next().unwrap_or("");
+                let name = name.trim_end_matches('/');
+                assert!(open.is_empty() == (name == "svg"), "<{name}> out of <svg>");
+                if !tag.ends_with('/') {
+                    open.push(name);
+                }
+            }
+            rest = &rest[end + 1..];
+        }
+        assert!(open.is_empty(), "unclosed {open:?}");
+        texts
+    }
+
+    fn temp_svg(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "hugelab-utilization-view-{name}-{}.svg",
+            std::process::id()
+        ))
+    }
+
+    #[test]
+    fn svg_has_a_panel_per_size_and_a_legend() {
+        let before = report_at(409, true);
+        let mut after = report_at(409, true);
+        after.sizes.truncate(1);
+        let path = temp_svg("two");
+        write_svg(&[("before", &before), ("after", &after)], &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(svg.starts_with("<svg"), "{svg}");
+        let texts = check_tags(&svg);
+        let has = |t: &str| texts.iter().any(|x| x == t);
+        // One title per size, the legend, one totals line per report.
+        assert!(has("64 kB folios") && has("2048 kB folios"), "{texts:?}");
+        assert!(has("before") && has("after"), "{texts:?}");
+        assert!(has("after: no 2048 kB folios"), "{texts:?}");
+        assert!(has(
+            "before: 6622 folios, 12 partially mapped; 3.43 GiB zero-filled"
+        ));
+        assert!(has("460-512") && has("subpages in use") && has("folios (log scale)"));
+        // A zero-filled label: 1200 folios of bucket 0-50, 512 zero pages each.
+        assert!(has("2.34 GiB"), "{texts:?}");
+    }
+
+    #[test]
+    fn svg_of_no_large_folios() {
+        let path = temp_svg("empty");
+        write_svg(&[("model", &empty())], &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let texts = check_tags(&svg);
+        assert!(texts.iter().any(|t| t == "no large folios"), "{texts:?}");
+        assert!(texts.iter().any(|t| t == "model"), "{texts:?}");
+        assert!(!svg.contains("kB folios"));
+    }
+
+    #[test]
+    fn svg_write_error_names_the_path() {
+        let path = Path::new("/nonexistent-dir/utilization.svg");
+        let err = write_svg(&[("model", &empty())], path).unwrap_err();
+        assert!(format!("{err:#}").contains("/nonexistent-dir/utilization.svg"));
+    }
+
+    #[test]
+    fn svg_refuses_different_buckets() {
+        let a = report_at(409, true);
+        let mut b = report_at(409, true);
+        b.sizes[1].buckets.truncate(5);
+        let err = render_svg(&[("a", &a), ("b", &b)]).unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("bucket 2048 kB folios differently"));
+    }
+}

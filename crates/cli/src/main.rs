@@ -10,6 +10,7 @@ mod run;
 mod scan;
 mod settings;
 mod table;
+mod utilization;
 mod utilization_view;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,9 @@ enum Command {
     Counters(counters::CountersArgs),
     /// The huge pages of running processes: shape, utilization, what the shrinker would free.
     Scan(scan::ScanArgs),
+    /// How full each large folio is at a snapshot, why it exists, and what the
+    /// under-used THP shrinker would give back.
+    Utilization(utilization::UtilizationArgs),
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Command::Counters(args) => counters::main(args),
         Command::Scan(args) => scan::main(args),
         Command::Settings(cmd) => settings::main(cmd),
+        Command::Utilization(args) => utilization::main(args),
     };
     match result {
         Ok(code) => code,

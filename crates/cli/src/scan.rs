@@ -90,6 +90,7 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     let opts = ScanOptions {
         content: !args.shape_only,
         cont_orders: cont_orders.clone(),
+        range: None,
     };
     let mut scans = Vec::new();
     let (mut gone, mut denied) = (0, 0);

@@ -51,14 +51,19 @@ fn machine_state(state: &Path) -> String {
         .collect()
 }
 
+/// Every workload with kernel-derived expectations: scenarios/ and workloads/.
 fn scenario_files() -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
-    let mut files: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "hlw"))
-        .map(|p| p.to_str().unwrap().to_string())
-        .collect();
+    let mut files = Vec::new();
+    for dir in ["../../scenarios", "../../workloads"] {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        files.extend(
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "hlw"))
+                .map(|p| p.to_str().unwrap().to_string()),
+        );
+    }
     files.sort();
     files
 }

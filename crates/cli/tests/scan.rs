@@ -121,11 +121,12 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let mut at = run_until(&mut kb, stmts, "before");
 
     let procs = kb.processes();
-    let (_, pid, regions) = &procs[0];
-    let (start, len) = regions["buf"];
+    let pid = &procs[0].pid;
+    let (start, len) = procs[0].regions["buf"];
     let opts = ScanOptions {
         content: true,
         cont_orders: vec![4],
+        range: None,
     };
     let seen = fingerprint(*pid, start, len);
     let s = scan::scan_process(*pid, &opts).unwrap();
@@ -219,7 +220,10 @@ fn bad_scan_arguments_are_one_sentence() {
         (&["scan", "--pid", "1", "--all"], "exactly one"),
         (&["scan", "--pid", "1", "--cont", "12K"], "--cont 12K"),
         (&["scan", "--pid", "1", "--buckets", "0"], "--buckets"),
-        (&["scan", "--pid", "1", "--max-ptes-none", "600"], "0 to 511"),
+        (
+            &["scan", "--pid", "1", "--max-ptes-none", "600"],
+            "0 to 511",
+        ),
     ];
     for (args, want) in cases {
         let out = hugelab(args);
@@ -241,4 +245,45 @@ fn a_process_that_does_not_exist_is_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(err.contains("process 9999999 does not exist"), "{err}");
+}
+
+/// The bimodal workload at `before`: the model's report and the live scan of
+/// the kernel's processes agree, and both predict the give-back derived in
+/// the workload's header from Linux 6.18 (whose `expect` lines, checked by
+/// the kernel test's `hugelab diff`, show the kernel's Rss dropping by it).
+#[test]
+fn model_and_kernel_reports_agree_on_the_bimodal_workload() {
+    if cannot_run().is_some() {
+        return;
+    }
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../workloads/bimodal-utilization.hlw"
+    );
+    let out = hugelab(&[
+        "utilization",
+        file,
+        "--snapshot",
+        "before",
+        "--backend",
+        "both",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (model, kernel) = (&v["model"], &v["kernel"]);
+    for r in [model, kernel] {
+        assert_eq!(r["give_back"]["underused_folios"], 16);
+        assert_eq!(r["give_back"]["underused_kb"], 32084);
+        let b = &r["sizes"][0]["buckets"];
+        assert_eq!(
+            (&b[0]["folios"], &b[2]["folios"], &b[9]["folios"]),
+            (&15.into(), &2.into(), &13.into())
+        );
+    }
+    assert_eq!(model["sizes"], kernel["sizes"]);
 }

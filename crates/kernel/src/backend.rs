@@ -44,6 +44,14 @@ pub(crate) struct Agents {
     procs: BTreeMap<String, Proc>,
 }
 
+/// One of the workload's processes as it runs on the kernel.
+pub struct LiveProcess {
+    pub name: String,
+    pub pid: i32,
+    /// Each region's start address and length.
+    pub regions: BTreeMap<String, (u64, u64)>,
+}
+
 pub struct KernelBackend {
     exe: PathBuf,
     guard: SettingsGuard,
@@ -165,13 +173,17 @@ impl KernelBackend {
         Ok(backend)
     }
 
-    /// The workload's live processes: name and pid, and each region's start
-    /// and length. What `hugelab utilization --kernel` scans between statements.
-    pub fn processes(&self) -> Vec<(String, i32, BTreeMap<String, (u64, u64)>)> {
+    /// The workload's live processes: what `hugelab utilization --backend
+    /// kernel` scans between statements.
+    pub fn processes(&self) -> Vec<LiveProcess> {
         self.agents
             .procs
             .iter()
-            .map(|(name, p)| (name.clone(), p.agent.pid, p.regions.clone()))
+            .map(|(name, p)| LiveProcess {
+                name: name.clone(),
+                pid: p.agent.pid,
+                regions: p.regions.clone(),
+            })
             .collect()
     }
 

@@ -307,7 +307,12 @@ impl Model {
                 &vma,
                 addr,
                 piece_end,
-                Access { step, write, zero },
+                Access {
+                    step,
+                    write,
+                    zero,
+                    stores: write,
+                },
             )
             .map_err(|f| match f {
                 Fault::Sigsegv { addr, write } => failed(

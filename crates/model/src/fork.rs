@@ -25,7 +25,7 @@
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
 use crate::internal::folio_pte_batch;
-use crate::mm_types::{page_folio, pg, Fault, Pfn, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{page_folio, Fault, Pfn, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
@@ -184,9 +184,7 @@ fn copy_present_page(
     page: Pfn,
 ) -> Result<(), Fault> {
     let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
-    if !m.zone.memmap.page(page).test(pg::ZEROED) {
-        m.zone.memmap.page_mut(new).clear(pg::ZEROED);
-    }
+    crate::thp_utilization::copy_content(m, page, new);
     rmap::folio_add_new_anon_rmap(m, new, 0, false);
     set_pte(dst, index, i, Pte::new(new, vma.flags & Vma::VM_WRITE != 0));
     Ok(())

@@ -63,6 +63,7 @@ pub fn pin_user_pages(
             step: PAGE_SIZE,
             write: true,
             zero: true,
+            stores: false,
         };
         access_range(m, mm, &vma, addr, piece_end, write).map_err(|f| match f {
             Fault::Sigsegv { .. } => PinError::Efault,

@@ -194,8 +194,6 @@ pub fn do_huge_pmd_anonymous_page(
         }
     };
     map_anon_folio_pmd(m, mm, vma, folio, haddr, deposit);
-    // A fresh PMD THP is a candidate for the underused shrinker.
-    deferred_split_folio(m, folio, false);
     Ok(PmdFault::Done)
 }
 
@@ -213,7 +211,8 @@ fn vma_alloc_anon_folio_pmd(m: &mut Machine) -> Option<Pfn> {
     }
 }
 
-/// map_anon_folio_pmd: installs a new exclusive THP and counts the fault.
+/// map_anon_folio_pmd: installs a new exclusive THP, counts the fault and
+/// queues the THP for the under-used shrinker.
 fn map_anon_folio_pmd(
     m: &mut Machine,
     mm: &mut MmStruct,
@@ -224,6 +223,7 @@ fn map_anon_folio_pmd(
 ) {
     let writable = vma.flags & Vma::VM_WRITE != 0;
     rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true);
+    crate::thp_utilization::set_folio_cause(m, folio, crate::thp_utilization::FolioCause::Fault);
     mm.anon_rss += HPAGE_PMD_NR;
     mm.pmds.insert(
         haddr / PMD_SIZE,
@@ -236,6 +236,12 @@ fn map_anon_folio_pmd(
     m.stat.count_vm_event(VmEvent::ThpFaultAlloc);
     m.stat
         .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc);
+    // A fresh PMD THP is a candidate for the underused shrinker, from either
+    // fault path: the 6.18 stable updates since December 2025 carry upstream
+    // 2a1351cd ("mm/huge_memory: add pmd folio to ds_queue in
+    // do_huge_zero_wp_pmd()"), which moved the queueing here from
+    // __do_huge_pmd_anonymous_page (the kernel backend's 6.18.44 has it).
+    deferred_split_folio(m, folio, false);
 }
 
 /// do_huge_zero_wp_pmd: a write to the huge zero page. Allocates a THP for the
@@ -254,8 +260,8 @@ pub fn do_huge_zero_wp_pmd(
     let deposit = *deposit;
     match vma_alloc_anon_folio_pmd(m) {
         Some(folio) => {
-            // Not queued for the underused shrinker: 6.18 does not call
-            // deferred_split_folio() on this path.
+            // Queued for the under-used shrinker by map_anon_folio_pmd (the
+            // first 6.18 releases, before upstream 2a1351cd, did not).
             map_anon_folio_pmd(m, mm, vma, folio, haddr, deposit);
             Ok(PmdFault::Done)
         }
@@ -559,7 +565,9 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bo
     for i in 0..nr {
         let pfn = Pfn(folio.0 + i);
         let page = m.zone.memmap.page_mut(pfn);
-        let keep = [pg::ANON, pg::ANON_EXCLUSIVE, pg::ZEROED]
+        // The pieces keep their content and whether the workload wrote
+        // them; the head's cause goes (order-0 folios have none).
+        let keep = [pg::ANON, pg::ANON_EXCLUSIVE, pg::ZEROED, pg::WRITTEN]
             .into_iter()
             .filter(|f| page.test(*f))
             .fold(0, |a, f| a | f);

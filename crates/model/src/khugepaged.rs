@@ -42,12 +42,13 @@
 use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
 use crate::memory::zap_pte_range;
 use crate::mm_types::{
-    page_folio, pg, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
+    page_folio, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
 };
 use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::Pmd;
 use crate::rmap;
+use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::vmstat::VmEvent;
 use crate::Machine;
 use hugelab_workload::{ThpEnabled, ThpSizeEnabled};
@@ -277,31 +278,28 @@ fn collapse_huge_page(
     };
     m.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
     let index = haddr / PMD_SIZE;
-    // __collapse_huge_page_copy: which subpages receive non-zero data.
-    let dirty: Vec<bool> = match mm.pmds.get(&index) {
-        Some(Pmd::Table(t)) => t
-            .ptes
-            .iter()
-            .map(|pte| {
-                pte.pfn()
-                    .is_some_and(|p| !m.zone.memmap.page(p).test(pg::ZEROED))
-            })
-            .collect(),
+    // __collapse_huge_page_copy: the old page copied into each subpage, if
+    // any (none and zero-page PTEs become zero-filled, never-written pages).
+    let old: Vec<Option<crate::mm_types::Pfn>> = match mm.pmds.get(&index) {
+        Some(Pmd::Table(t)) => t.ptes.iter().map(|pte| pte.pfn()).collect(),
         _ => unreachable!("collapse of a range without a PTE table"),
     };
+    for (i, page) in old.iter().enumerate() {
+        if let Some(page) = page {
+            copy_content(m, *page, crate::mm_types::Pfn(folio.0 + i as u64));
+        }
+    }
     zap_pte_range(m, mm, index, haddr, haddr + PMD_SIZE);
     let Some(Pmd::Table(table)) = mm.pmds.remove(&index) else {
         unreachable!("the PTE table went away during collapse");
     };
-    for (i, d) in dirty.iter().enumerate() {
-        if *d {
-            m.zone
-                .memmap
-                .page_mut(crate::mm_types::Pfn(folio.0 + i as u64))
-                .clear(pg::ZEROED);
-        }
-    }
     rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true);
+    let cause = if khugepaged {
+        FolioCause::Khugepaged
+    } else {
+        FolioCause::MadviseCollapse
+    };
+    set_folio_cause(m, folio, cause);
     mm.anon_rss += HPAGE_PMD_NR;
     mm.pmds.insert(
         index,

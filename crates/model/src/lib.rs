@@ -8,7 +8,9 @@
 //! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator,
 //! folio allocation and free), `internal` (folio_pte_batch, from
 //! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
-//! (memmap), `vmstat`, `task_mmu` (smaps), `debug_vm` (invariant checks).
+//! (memmap), `vmstat`, `task_mmu` (smaps), `thp_utilization` (folio
+//! causes and written subpages for the utilization report), `debug_vm`
+//! (invariant checks).
 //! Each module's doc comment names the kernel code it follows and what it
 //! leaves out.
 //!
@@ -37,6 +39,7 @@ pub mod pgtable;
 pub mod rmap;
 pub mod sparse;
 pub mod task_mmu;
+pub mod thp_utilization;
 pub mod vmscan;
 pub mod vmstat;
 

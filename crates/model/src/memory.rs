@@ -31,7 +31,9 @@
 //! extra reference they hold is what `lru_add_drain` in the reuse check
 //! drops, so the model starts where the kernel ends up); page content is one
 //! bit, all zero or not: a store of non-zero data clears it, a store of zero
-//! leaves it.
+//! leaves it. For the utilization report (`thp_utilization`) every store of
+//! the workload, zero or not, also marks the page written (`pg::WRITTEN`);
+//! GUP's write fault (`Access::stores` false) stores nothing and marks nothing.
 
 use crate::huge_memory::{
     do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
@@ -43,6 +45,7 @@ use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::{alloc_folio, free_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
+use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 
@@ -145,6 +148,7 @@ fn do_anonymous_page(
     rmap::folio_add_new_anon_rmap(m, folio, order, false);
     if order > 0 {
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
+        set_folio_cause(m, folio, FolioCause::Fault);
     }
     mm.anon_rss += nr;
     let writable = vma.flags & Vma::VM_WRITE != 0;
@@ -239,9 +243,7 @@ fn wp_page_copy(
 ) -> Result<(), Fault> {
     let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
     if let Some((_, page)) = old {
-        if !m.zone.memmap.page(page).test(pg::ZEROED) {
-            m.zone.memmap.page_mut(new).clear(pg::ZEROED);
-        }
+        copy_content(m, page, new);
     }
     rmap::folio_add_new_anon_rmap(m, new, 0, false);
     let writable = vma.flags & Vma::VM_WRITE != 0;
@@ -265,6 +267,19 @@ pub struct Access {
     pub write: bool,
     /// A store of a zero byte (the page content stays as it was).
     pub zero: bool,
+    /// A write stores a byte (the workload's store, which marks the page
+    /// `pg::WRITTEN`); false for a write fault that stores nothing (GUP).
+    pub stores: bool,
+}
+
+/// One store into `page`: written, and no longer all zeroes unless `zero`.
+#[inline]
+fn store(m: &mut Machine, page: Pfn, zero: bool) {
+    let p = m.zone.memmap.page_mut(page);
+    p.set(pg::WRITTEN);
+    if !zero {
+        p.clear(pg::ZEROED);
+    }
 }
 
 /// Loads or stores one byte every `step` bytes of `[start, end)` inside `vma`,
@@ -278,7 +293,12 @@ pub fn access_range(
     end: u64,
     access: Access,
 ) -> Result<(), Fault> {
-    let Access { step, write, zero } = access;
+    let Access {
+        step,
+        write,
+        zero,
+        stores,
+    } = access;
     let allowed = if write {
         vma.flags & Vma::VM_WRITE != 0
     } else {
@@ -292,7 +312,7 @@ pub fn access_range(
         // faults nowhere finds it there already.
         mm.anon_vma_prepare(start);
     }
-    let dirty = write && !zero;
+    let stores = write && stores;
     let mut addr = start;
     while addr < end {
         let slot_end = ((addr / PMD_SIZE) + 1) * PMD_SIZE;
@@ -310,8 +330,8 @@ pub fn access_range(
                     if write && !pte.is_writable() {
                         break;
                     }
-                    if dirty {
-                        m.zone.memmap.page_mut(pfn).clear(pg::ZEROED);
+                    if stores {
+                        store(m, pfn, zero);
                     }
                     addr += step;
                 }
@@ -322,9 +342,8 @@ pub fn access_range(
             Some(Pmd::Huge { pfn, writable, .. }) if !write || *writable => {
                 let pfn = *pfn;
                 while addr < limit {
-                    if dirty {
-                        let page = Pfn(pfn.0 + pte_index(addr) as u64);
-                        m.zone.memmap.page_mut(page).clear(pg::ZEROED);
+                    if stores {
+                        store(m, Pfn(pfn.0 + pte_index(addr) as u64), zero);
                     }
                     addr += step;
                 }

@@ -64,6 +64,13 @@ pub mod pg {
     pub const PARTIALLY_MAPPED: u16 = 1 << 7;
     /// A page-table page (PageTable).
     pub const PGTABLE: u16 = 1 << 8;
+    /// The workload stored to this page (a store of zero bytes counts): not
+    /// a kernel flag, hugelab's utilization bookkeeping (`thp_utilization`).
+    pub const WRITTEN: u16 = 1 << 9;
+    /// Head of a large folio: why it exists (`thp_utilization::FOLIO_CAUSE_*`),
+    /// two bits; 0 on order-0 folios and on every other page.
+    pub const CAUSE_SHIFT: u32 = 10;
+    pub const CAUSE_MASK: u16 = 0b11 << CAUSE_SHIFT;
     /// Bits 12..16 hold the order of a head or free block.
     pub const ORDER_SHIFT: u32 = 12;
     pub const FLAGS_MASK: u16 = (1 << ORDER_SHIFT) - 1;
@@ -91,6 +98,15 @@ impl Page {
     #[inline]
     pub fn clear(&mut self, flag: u16) {
         self.flags &= !flag;
+    }
+    /// The `pg::CAUSE_MASK` field, shifted down (see `thp_utilization`).
+    #[inline]
+    pub fn cause_bits(&self) -> u16 {
+        (self.flags & pg::CAUSE_MASK) >> pg::CAUSE_SHIFT
+    }
+    #[inline]
+    pub fn set_cause_bits(&mut self, bits: u16) {
+        self.flags = (self.flags & !pg::CAUSE_MASK) | ((bits << pg::CAUSE_SHIFT) & pg::CAUSE_MASK);
     }
     #[inline]
     pub fn order(&self) -> u32 {

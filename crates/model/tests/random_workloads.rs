@@ -20,6 +20,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use std::cell::RefCell;
 
+mod prediction;
+
 /// Region sizes, in 4K pages: below, at and above the mTHP and PMD sizes.
 const SIZES: [u64; 9] = [1, 4, 16, 48, 256, 512, 512, 514, 1024];
 const ALIGNS: [&str; 3] = ["", " align=64K", " align=2M"];
@@ -526,4 +528,61 @@ fn a_skipped_mapcount_update_is_caught() {
         Err(e) => panic!("unexpected: {e}"),
         Ok(()) => panic!("10,000 random workloads missed the injected mapcount bug"),
     }
+}
+
+/// A random workload made to leave THPs under-used: max_ptes_none 409 from
+/// the start, and every other `write` one byte per 128K (4 pages per THP).
+fn sparse(text: &str) -> String {
+    let mut out = String::new();
+    let mut writes = 0;
+    for line in text.lines() {
+        let mut words: Vec<&str> = line.split(' ').collect();
+        if words.get(1) == Some(&"write") {
+            writes += 1;
+            if writes % 2 == 1 {
+                words.insert(3, "step=128K");
+            }
+        }
+        out.push_str(&words.join(" "));
+        out.push('\n');
+        if line.starts_with("machine ") {
+            out.push_str("set transparent_hugepage/khugepaged/max_ptes_none 409\n");
+        }
+    }
+    out
+}
+
+/// The utilization report's give-back prediction comes true at the first
+/// `reclaim` of random workloads, for every process whose case meets the
+/// prediction's stated assumptions (see `prediction`).
+#[test]
+fn utilization_prediction_comes_true_in_random_workloads() {
+    let cases = env_u64("HUGELAB_RANDOM_WORKLOADS", 10_000) as u32;
+    let totals = RefCell::new((0u64, 0u64, 0u64));
+    let result = runner(cases).run(&workload(), |(settings, ops)| {
+        let text = sparse(&render(&settings, &ops));
+        let out = prediction::check_predictions(&text);
+        if let Some((line, proc, want, got)) = out.mismatches().next() {
+            return Err(TestCaseError::fail(format!(
+                "reclaim at line {line}: {proc} was predicted to give back {want} kB, \
+                 its Rss dropped by {got} kB\nworkload:\n{text}"
+            )));
+        }
+        let mut t = totals.borrow_mut();
+        t.0 += out.checked.len() as u64;
+        t.1 += out.checked.iter().filter(|c| c.2 > 0).count() as u64;
+        t.2 += out.skipped;
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let (checked, giving, skipped) = totals.into_inner();
+    eprintln!(
+        "{cases} random workloads: {checked} process reclaims checked \
+         ({giving} giving memory back), {skipped} left out by the assumptions"
+    );
+    // Not vacuous: many checks, and many with something to give back.
+    assert!(checked * 2 >= u64::from(cases), "only {checked} checks");
+    assert!(giving * 100 >= u64::from(cases), "only {giving} give-backs");
 }

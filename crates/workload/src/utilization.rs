@@ -18,13 +18,16 @@
 //! the process's Rss drops by them. Deliberate limits, stated in the report:
 //!
 //! - only PMD-sized THPs are queued as under-used candidates (at fault, by
-//!   khugepaged and MADV_COLLAPSE), and only while `shrink_underused` is 1;
-//!   fully mapped mTHPs are never queued;
+//!   khugepaged and MADV_COLLAPSE), and only if `shrink_underused` was 1 when
+//!   they were queued (the shrinker itself never reads the knob: a THP
+//!   queued before it was turned off is still split); fully mapped mTHPs are
+//!   never queued;
 //! - the shrinker looks at a fully mapped THP once: if it is not under-used
 //!   then, it leaves the queue for good, so a THP already examined (at any
 //!   earlier reclaim, or at any reclaim while `max_ptes_none` was 511) is not
 //!   split even if it qualifies now. Userspace cannot see queue membership:
-//!   the prediction assumes every candidate is still queued;
+//!   a live scan assumes every candidate is queued if `shrink_underused` is
+//!   1 now; the model knows (`FolioUse::queued`);
 //! - a pinned folio fails to split (pins are invisible from userspace);
 //! - "partially mapped" is judged from the pages mapped in what was scanned:
 //!   a folio also mapped by a process not scanned may be fully mapped there.
@@ -80,6 +83,8 @@ pub struct FolioUse {
     /// Subpages the workload never wrote (model only; a write of zero bytes
     /// is a write, so this can be less than `zero`).
     pub never_written: Option<u32>,
+    /// On the deferred split queue (model only; a live scan cannot see it).
+    pub queued: Option<bool>,
 }
 
 impl FolioUse {
@@ -115,19 +120,22 @@ pub enum ShrinkerVerdict {
     SplitUnderused,
 }
 
-/// `thp_underused` and the queueing rules of `deferred_split_folio` (see
-/// the module comment for what userspace cannot know).
+/// `deferred_split_scan` and `thp_underused` on one folio. Whether it is
+/// queued is the folio's `queued` when known; else a partially mapped folio
+/// is (every partial unmap queues it), and a fully mapped one is if it is
+/// PMD-sized and `shrink_underused` is 1 now (see the module comment).
 pub fn shrinker_verdict(f: &FolioUse, s: ShrinkerSettings) -> ShrinkerVerdict {
     if f.order <= 1 {
+        return ShrinkerVerdict::Kept;
+    }
+    let queued = f.queued.unwrap_or_else(|| {
+        f.partially_mapped() || (f.order == HPAGE_PMD_ORDER && s.shrink_underused)
+    });
+    if !queued {
         ShrinkerVerdict::Kept
     } else if f.partially_mapped() {
         ShrinkerVerdict::SplitPartial
-    } else if f.order == HPAGE_PMD_ORDER
-        && s.shrink_underused
-        && !f.locked
-        && s.max_ptes_none < MAX_PTES_NONE_OFF
-        && f.zero > s.max_ptes_none
-    {
+    } else if !f.locked && s.max_ptes_none < MAX_PTES_NONE_OFF && f.zero > s.max_ptes_none {
         ShrinkerVerdict::SplitUnderused
     } else {
         ShrinkerVerdict::Kept
@@ -331,6 +339,7 @@ mod tests {
             locked: false,
             cause: None,
             never_written: None,
+            queued: None,
         }
     }
 

@@ -58,6 +58,8 @@ pub struct ScanOptions {
     pub content: bool,
     /// `--cont` block orders.
     pub cont_orders: Vec<u32>,
+    /// Only the VMAs inside `[start, end)` (a workload's region).
+    pub range: Option<(u64, u64)>,
 }
 
 /// One VMA's figures.
@@ -135,6 +137,11 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
     for vma in vmas {
         if !vma.accessible() || vma.rss_kb == 0 {
             continue;
+        }
+        if let Some((lo, hi)) = opts.range {
+            if vma.start < lo || vma.end > hi {
+                continue;
+            }
         }
         let mut v = VmaScan {
             shape: Shape::new(&opts.cont_orders),
@@ -259,7 +266,7 @@ impl VmaWalk<'_> {
                     }
                     Map::Pmd => {
                         walker.close();
-                        keys.push(anon_vma.then(|| (p.pfn & !(HPAGE_PMD_NR - 1), 9)));
+                        keys.push(anon_vma.then_some((p.pfn & !(HPAGE_PMD_NR - 1), 9)));
                         continue;
                     }
                     Map::Pte => {}
@@ -344,7 +351,7 @@ impl VmaWalk<'_> {
         }
         let total: usize = runs.iter().map(|r| r.1 - r.0).sum();
         let mut zero = vec![false; total];
-        if let Some(c) = self.content.as_deref() {
+        if let Some(c) = self.content {
             let addrs: Vec<(u64, usize)> = runs
                 .iter()
                 .map(|&(i, j)| (pages[i].vfn * PAGE_SIZE, j - i))
@@ -370,6 +377,7 @@ impl VmaWalk<'_> {
                     locked,
                     cause: None,
                     never_written: None,
+                    queued: None,
                 });
                 f.mapped += (m - k) as u32;
                 f.zero += zero[z + k - i..z + m - i].iter().filter(|&&b| b).count() as u32;

@@ -237,7 +237,7 @@ impl<'a> ShapeWalker<'a> {
             }
             let nr = 1u64 << self.shape.cont_orders[k];
             let b = &mut self.blocks[k];
-            if vfn % nr == 0 {
+            if vfn.is_multiple_of(nr) {
                 *b = Block {
                     active: true,
                     pos: 0,
@@ -283,7 +283,7 @@ impl<'a> ShapeWalker<'a> {
         let t = self.shape.of(f.anon);
         if order >= ORDERS {
             t.partial += f.nr;
-        } else if f.vfn % nr == 0 {
+        } else if f.vfn.is_multiple_of(nr) {
             t.aligned[order] += nr;
         } else {
             t.unaligned[order] += nr;

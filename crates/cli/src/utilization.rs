@@ -1,0 +1,280 @@
+//! `hugelab utilization`: how full the large folios are at a point of a
+//! workload, why they exist, and what the under-used THP shrinker would give
+//! back at the next `reclaim` (the report of `hugelab_workload::utilization`).
+//!
+//! The workload runs up to its `snapshot NAME` statement (default: its end)
+//! on a backend, which is then scanned for its large folios. The scan is a
+//! closure ([`report_at_snapshot`]), so the kernel backend can scan its agent
+//! processes at the same point; only the model is wired here.
+
+use crate::utilization_view;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use hugelab_kernel::scan::{self, ScanOptions};
+use hugelab_kernel::KernelBackend;
+use hugelab_model::thp_utilization::Scope;
+use hugelab_model::Model;
+use hugelab_workload::utilization::{
+    utilization_report, FolioUse, ShrinkerSettings, UtilizationReport, DEFAULT_BUCKETS,
+    MAX_PTES_NONE_OFF,
+};
+use hugelab_workload::{parse_file, run, Observation, StmtKind, Workload};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct UtilizationArgs {
+    /// The workload file (.hlw).
+    file: PathBuf,
+    /// Stop at this `snapshot` statement (default: the end of the workload).
+    #[arg(long)]
+    snapshot: Option<String>,
+    /// Only this process (default: every process, each on its own).
+    #[arg(long)]
+    proc: Option<String>,
+    /// Only this region of the process given with --proc.
+    #[arg(long, requires = "proc")]
+    region: Option<String>,
+    /// Also show the never-written memory by cause and folio size (always in --json).
+    #[arg(long)]
+    why: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also draw the histograms into this SVG file.
+    #[arg(long)]
+    svg: Option<PathBuf>,
+    /// Buckets per folio size (the seed's 10 by default).
+    #[arg(long, default_value_t = DEFAULT_BUCKETS as u16, value_parser = clap::value_parser!(u16).range(1..=512))]
+    buckets: u16,
+    /// Where to run the workload: the model, this machine's kernel (root;
+    /// its processes are scanned live at the snapshot), or both side by side.
+    #[arg(long, value_enum, default_value_t = Where::Model)]
+    backend: Where,
+    /// Predict at this khugepaged/max_ptes_none instead of the workload's.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_PTES_NONE_OFF)))]
+    max_ptes_none: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Where {
+    Model,
+    Kernel,
+    Both,
+}
+
+/// What a backend's scan at the snapshot found.
+pub struct Scan {
+    pub folios: Vec<FolioUse>,
+    /// The shrinker settings in force at the snapshot.
+    pub settings: ShrinkerSettings,
+}
+
+/// The workload's statements before the `snapshot` labelled `snapshot`
+/// (`None` or `end`: all of them).
+pub fn until_snapshot(workload: &Workload, snapshot: Option<&str>) -> Result<Workload> {
+    let label = match snapshot {
+        None | Some("end") => return Ok(workload.clone()),
+        Some(label) => label,
+    };
+    let labels: Vec<&str> = workload
+        .stmts
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StmtKind::Snapshot { label } => Some(label.as_str()),
+            _ => None,
+        })
+        .collect();
+    let at = workload
+        .stmts
+        .iter()
+        .position(|s| matches!(&s.kind, StmtKind::Snapshot { label: l } if l == label));
+    let Some(at) = at else {
+        let known = if labels.is_empty() {
+            "it has none but the implicit 'end'".to_string()
+        } else {
+            let quoted: Vec<String> = labels.iter().map(|l| format!("'{l}'")).collect();
+            format!("its snapshots are {} and 'end'", quoted.join(", "))
+        };
+        bail!("{} has no snapshot named '{label}': {known}", workload.file);
+    };
+    Ok(Workload {
+        file: workload.file.clone(),
+        stmts: workload.stmts[..at].to_vec(),
+    })
+}
+
+/// Runs `workload` up to `snapshot` through `scan` (which runs the part it is
+/// given on its backend and scans the backend then) and builds the report,
+/// at the scanned settings unless `max_ptes_none` overrides them.
+pub fn report_at_snapshot(
+    workload: &Workload,
+    snapshot: Option<&str>,
+    max_ptes_none: Option<u32>,
+    buckets: usize,
+    scan: impl FnOnce(&Workload) -> Result<Scan>,
+) -> Result<UtilizationReport> {
+    let part = until_snapshot(workload, snapshot)?;
+    let Scan {
+        folios,
+        mut settings,
+    } = scan(&part)?;
+    if let Some(n) = max_ptes_none {
+        settings.max_ptes_none = n;
+    }
+    Ok(utilization_report(&folios, settings, buckets))
+}
+
+/// Failed `expect` lines before the snapshot, as warnings (the report is
+/// printed all the same).
+fn warn_failed_expects(obs: &Observation) {
+    for e in obs.failed_expects() {
+        let actual = e
+            .actual
+            .map_or("not reported by this backend".to_string(), |a| e.show(a));
+        eprintln!(
+            "hugelab: warning: {}:{}:{}: expect {} {} {} failed: actual {actual}",
+            obs.workload,
+            e.line,
+            e.col,
+            e.counter,
+            e.op,
+            e.show(e.expected)
+        );
+    }
+}
+
+/// "snapshot 'NAME'" or "the end", for messages.
+fn describe_snapshot(snapshot: Option<&str>) -> String {
+    snapshot.map_or("the end".to_string(), |s| format!("snapshot '{s}'"))
+}
+
+/// The model's scan: runs `part` (the workload up to `snapshot`) on a fresh
+/// model, then lists the folios of `scope`.
+fn scan_model(part: &Workload, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
+    let mut model = Model::default();
+    let obs = run(&mut model, part)?;
+    warn_failed_expects(&obs);
+    let folios = model
+        .folio_uses(scope)
+        .with_context(|| format!("{} at {}", part.file, describe_snapshot(snapshot)))?;
+    Ok(Scan {
+        folios,
+        settings: model.shrinker_settings(),
+    })
+}
+
+/// The kernel's scan: runs `part` on this machine's kernel, then scans the
+/// workload's live processes (those of `scope`) with `hugelab scan`'s reader
+/// before the backend ends them and restores the tunables.
+fn scan_kernel(part: &Workload, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
+    let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
+    let mut kernel = KernelBackend::new(exe)?;
+    let obs = run(&mut kernel, part)?;
+    warn_failed_expects(&obs);
+    let at = || format!("{} at {}", part.file, describe_snapshot(snapshot));
+    let mut targets = Vec::new();
+    for hugelab_kernel::backend::LiveProcess { name, pid, regions } in kernel.processes() {
+        let range = match scope {
+            Scope::All => None,
+            Scope::Process(p) if p == name => None,
+            Scope::Region { proc, region } if proc == name => match regions.get(region) {
+                Some(&(start, len)) => Some((start, start + len)),
+                None => bail!("{}: process '{proc}' has no region '{region}'", at()),
+            },
+            _ => continue,
+        };
+        targets.push((pid, range));
+    }
+    if let (true, Scope::Process(p) | Scope::Region { proc: p, .. }) = (targets.is_empty(), scope) {
+        bail!(
+            "{}: no process '{p}' at this point of the workload (never spawned, or exited)",
+            at()
+        );
+    }
+    let mut folios = Vec::new();
+    for (pid, range) in targets {
+        let opts = ScanOptions {
+            content: true,
+            cont_orders: Vec::new(),
+            range,
+        };
+        let s = scan::scan_process(pid, &opts).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
+        if s.unclassified_kb() > 0 {
+            eprintln!(
+                "hugelab: warning: {} kB of process {pid} could not be classified (kpageflags reads 0 there): its large folios are missing from the report",
+                s.unclassified_kb()
+            );
+        }
+        folios.extend(s.folios);
+    }
+    let settings = scan::shrinker_settings()?;
+    kernel.finish()?;
+    Ok(Scan { folios, settings })
+}
+
+pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
+    let workload = parse_file(&args.file)?;
+    let scope = match (&args.proc, &args.region) {
+        (Some(proc), Some(region)) => Scope::Region { proc, region },
+        (Some(proc), None) => Scope::Process(proc),
+        _ => Scope::All,
+    };
+    let snapshot = args.snapshot.as_deref();
+    let mut reports: Vec<(&str, UtilizationReport)> = Vec::new();
+    let buckets = usize::from(args.buckets);
+    if args.backend != Where::Kernel {
+        let r = report_at_snapshot(&workload, snapshot, args.max_ptes_none, buckets, |part| {
+            scan_model(part, snapshot, scope)
+        })?;
+        reports.push(("model", r));
+    }
+    if args.backend != Where::Model {
+        let r = report_at_snapshot(&workload, snapshot, args.max_ptes_none, buckets, |part| {
+            scan_kernel(part, snapshot, scope)
+        })?;
+        reports.push(("kernel", r));
+    }
+    if let Some(svg) = &args.svg {
+        let refs: Vec<(&str, &UtilizationReport)> = reports.iter().map(|(n, r)| (*n, r)).collect();
+        utilization_view::write_svg(&refs, svg)?;
+    }
+    if args.json {
+        // One backend: the report itself; both: keyed by backend.
+        if let [(_, r)] = reports.as_slice() {
+            println!("{}", serde_json::to_string_pretty(r)?);
+        } else {
+            let both: std::collections::BTreeMap<&str, &UtilizationReport> =
+                reports.iter().map(|(n, r)| (*n, r)).collect();
+            println!("{}", serde_json::to_string_pretty(&both)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (i, (name, r)) in reports.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        let title = format!(
+            "{} at {} ({name}), {}",
+            workload.file,
+            describe_snapshot(snapshot),
+            describe_scope(scope)
+        );
+        let mut shown = r.clone();
+        if !args.why {
+            shown.bloat.clear();
+        } else if shown.bloat.is_empty() && *name == "kernel" {
+            println!("(kernel: a live scan cannot tell why a folio exists; only the model attributes never-written memory)");
+        }
+        print!("{}", utilization_view::render_table(&shown, &title));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe_scope(scope: Scope<'_>) -> String {
+    match scope {
+        Scope::All => "every process".to_string(),
+        Scope::Process(p) => format!("process {p}"),
+        Scope::Region { proc, region } => format!("region {proc}.{region}"),
+    }
+}

@@ -1,0 +1,165 @@
+//! `hugelab utilization`: the report of the bimodal workload, and bad input.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+const BIMODAL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../workloads/bimodal-utilization.hlw"
+);
+
+fn hugelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(args)
+        .output()
+        .expect("the hugelab binary runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `hugelab utilization BIMODAL --json` with `extra` arguments: the report.
+fn report(extra: &[&str]) -> Value {
+    let mut args = vec!["utilization", BIMODAL, "--json"];
+    args.extend_from_slice(extra);
+    let o = hugelab(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).expect("the report is JSON")
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+#[test]
+fn bimodal_heap_is_bimodal_and_the_give_back_is_the_rss_drop_at_reclaim() {
+    let r = report(&["--snapshot", "before"]);
+    let sizes = r["sizes"].as_array().unwrap();
+    assert_eq!(sizes.len(), 1, "{r}");
+    let thp = &sizes[0];
+    assert_eq!(u(&thp["size_kb"]), 2048);
+    let buckets = thp["buckets"].as_array().unwrap();
+    assert_eq!(buckets.len(), 10);
+    let folios: Vec<u64> = buckets.iter().map(|b| u(&b["folios"])).collect();
+    let total: u64 = folios.iter().sum();
+    assert_eq!(total, 30, "{folios:?}");
+    // Most THPs nearly empty or nearly full; the two at max_ptes_none's
+    // edge (409 and 410 zero-filled pages) in between.
+    assert_eq!((folios[0], folios[9]), (15, 13), "{folios:?}");
+    assert_eq!(folios[2], 2, "{folios:?}");
+    let g = &r["give_back"];
+    assert_eq!(u(&g["underused_folios"]), 16);
+    assert_eq!(u(&g["underused_kb"]), 32084);
+    assert_eq!(u(&g["partial_folios"]), 0);
+    // The bloat section is always in the JSON: faulted and collapsed THPs.
+    let bloat = r["bloat"].as_array().unwrap();
+    let by_cause: Vec<(&str, u64)> = bloat
+        .iter()
+        .map(|b| (b["cause"].as_str().unwrap(), u(&b["never_written_kb"])))
+        .collect();
+    assert_eq!(by_cause, [("fault", 29704), ("madvise_collapse", 1968)]);
+
+    // The model's Rss of the process at `before` and after the reclaim
+    // (`hugelab run`): the drop is what was predicted.
+    let o = hugelab(&["run", BIMODAL, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let obs: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rss = |label: &str| {
+        let snap = obs["snapshots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["label"] == label)
+            .unwrap_or_else(|| panic!("no snapshot {label}"));
+        u(&snap["counters"]["smaps.a.Rss"])
+    };
+    assert_eq!(rss("before") - rss("end"), u(&g["underused_kb"]));
+}
+
+#[test]
+fn settings_override_scope_and_end_snapshot() {
+    // At max_ptes_none 511 the under-used check is off.
+    let r = report(&["--snapshot", "before", "--max-ptes-none", "511"]);
+    assert_eq!(u(&r["settings"]["max_ptes_none"]), 511);
+    assert_eq!(u(&r["give_back"]["underused_folios"]), 0);
+    // One region: the THP of the huge zero PMD write, one page written.
+    let r = report(&["--snapshot", "before", "--proc", "a", "--region", "lazy"]);
+    let b = &r["sizes"][0]["buckets"][0];
+    assert_eq!((u(&b["folios"]), u(&b["zero_pages"])), (1, 511));
+    assert_eq!(u(&r["give_back"]["underused_kb"]), 511 * 4);
+    // At the end, after the reclaim: 14 THPs left, none of them under-used.
+    let r = report(&[]);
+    let total: u64 = r["sizes"][0]["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| u(&b["folios"]))
+        .sum();
+    assert_eq!(total, 14);
+    assert_eq!(u(&r["give_back"]["underused_folios"]), 0);
+}
+
+#[test]
+fn text_report_has_the_histogram_the_give_back_and_with_why_the_bloat() {
+    let o = hugelab(&["utilization", BIMODAL, "--snapshot", "before", "--why"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("| 460-512"), "{out}");
+    assert!(
+        out.contains("it would split 16 THPs as under-used"),
+        "{out}"
+    );
+    assert!(out.contains("would drop by 32084 kB"), "{out}");
+    assert!(out.contains("madvise_collapse"), "{out}");
+}
+
+/// Exit 2 and one line on stderr that contains every part of `want`.
+fn fails_with(args: &[&str], want: &[&str]) {
+    let o = hugelab(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    for w in want {
+        assert!(err.contains(w), "{err} lacks {w}");
+    }
+}
+
+#[test]
+fn bad_input_is_one_sentence_and_exit_2() {
+    fails_with(
+        &["utilization", "/nonexistent/w.hlw"],
+        &["/nonexistent/w.hlw"],
+    );
+    fails_with(
+        &["utilization", BIMODAL, "--snapshot", "nope"],
+        &["no snapshot named 'nope'", "before"],
+    );
+    fails_with(
+        &["utilization", BIMODAL, "--proc", "zz"],
+        &["no process 'zz'"],
+    );
+    fails_with(
+        &["utilization", BIMODAL, "--proc", "a", "--region", "nope"],
+        &["no region 'nope'"],
+    );
+    let dir = std::env::temp_dir().join(format!("hugelab-util-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.hlw");
+    std::fs::write(&bad, "spawn a\na mmap buf 8M\na madvise buf HUGE\n").unwrap();
+    let bad = bad.to_str().unwrap();
+    fails_with(
+        &["utilization", bad],
+        &[&format!("{bad}:3:"), "unknown advice 'HUGE'"],
+    );
+    // A statement the model cannot run: file:line:col too.
+    let unsupported = dir.join("unsupported.hlw");
+    std::fs::write(&unsupported, "spawn a\na mmap buf 8M\na write nope\n").unwrap();
+    let unsupported = unsupported.to_str().unwrap();
+    fails_with(
+        &["utilization", unsupported],
+        &[&format!("{unsupported}:3:")],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

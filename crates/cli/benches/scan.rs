@@ -456,18 +456,15 @@ fn workspace() -> PathBuf {
 
 /// thpmaps and a Python with numpy, or why not.
 fn find_thpmaps() -> Result<Thpmaps, String> {
-    let script = workspace().join("benches/thpmaps/thpmaps");
-    if !script.exists() {
-        return Err(format!(
-            "{} is missing: put tools/mm/thpmaps of the Linux tree there (see benches/thpmaps/README.md)",
-            script.display()
-        ));
-    }
     // target/release/hugelab → target/bench-venv
     let target_dir = Path::new(HUGELAB)
         .parent()
         .and_then(Path::parent)
         .ok_or("no target directory")?;
+    let mut script = workspace().join("benches/thpmaps/thpmaps");
+    if !script.exists() {
+        script = thpmaps_from_debian(&target_dir.join("bench-thpmaps"))?;
+    }
     let venv = target_dir.join("bench-venv");
     let python = venv.join("bin/python");
     let has_numpy = |py: &Path| {
@@ -494,6 +491,54 @@ fn find_thpmaps() -> Result<Thpmaps, String> {
         }
     }
     Ok(Thpmaps { python, script })
+}
+
+/// Debian's package of the Linux 6.12 source carries `tools/mm/thpmaps`
+/// (byte for byte the one of the README's commit): `apt-get download` it
+/// (nothing is installed) and extract the script into `dir`, once.
+fn thpmaps_from_debian(dir: &Path) -> Result<PathBuf, String> {
+    const PACKAGE: &str = "linux-source-6.12";
+    let script = dir.join("thpmaps");
+    if script.exists() {
+        return Ok(script);
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    println!(
+        "fetching tools/mm/thpmaps from the Debian package {PACKAGE} (apt-get download, once)"
+    );
+    let got = Command::new("apt-get")
+        .args(["download", PACKAGE])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let deb = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "deb"));
+    let Some(deb) = deb.filter(|_| got) else {
+        return Err(format!(
+            "no thpmaps: benches/thpmaps/thpmaps is missing and `apt-get download {PACKAGE}` failed (see benches/thpmaps/README.md)"
+        ));
+    };
+    let tmp = dir.join("thpmaps.part");
+    let pipeline = format!(
+        "dpkg-deb --fsys-tarfile '{}' | tar -xO ./usr/src/{PACKAGE}.tar.xz | tar -xJO {PACKAGE}/tools/mm/thpmaps > '{}'",
+        deb.display(),
+        tmp.display()
+    );
+    let ok = Command::new("sh")
+        .args(["-c", &pipeline])
+        .status()
+        .is_ok_and(|s| s.success());
+    let _ = std::fs::remove_file(&deb);
+    if !ok {
+        return Err(format!("extracting thpmaps from {} failed", deb.display()));
+    }
+    std::fs::rename(&tmp, &script).map_err(|e| format!("{}: {e}", script.display()))?;
+    Ok(script)
 }
 
 /// Whether this build of hugelab has the `scan` subcommand.

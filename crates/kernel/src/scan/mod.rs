@@ -150,6 +150,7 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
             zero_page_kb: 0,
         };
         let mut walk = VmaWalk {
+            pid,
             pagemap: &mut pagemap,
             kpf: &kpf,
             content: content.as_ref(),
@@ -178,6 +179,7 @@ enum Map {
 }
 
 struct VmaWalk<'a> {
+    pid: i32,
     pagemap: &'a mut Pagemap,
     kpf: &'a File,
     content: Option<&'a ContentReader>,
@@ -198,119 +200,114 @@ impl VmaWalk<'_> {
         let (start, end) = (v.vma.start, v.vma.end);
         let special = pagemap_scan(self.pagemap, start, end)?;
         let anon_vma = v.vma.private_anon() && !v.vma.hugetlb;
-        let mut walker = ShapeWalker::new(&mut v.shape);
-        let mut si = 0;
-        let mut addr = start;
-        while addr < end {
-            let n = ((end - addr) / PAGE_SIZE).min(CHUNK);
-            let chunk_end = addr + n * PAGE_SIZE;
-            // 1-2: the present pages of the chunk and how each is mapped.
-            let mut pages = Vec::new();
-            {
-                let entries = self.pagemap.read(addr, n as usize)?;
-                for (i, &e) in entries.iter().enumerate() {
-                    if e & PM_PRESENT == 0 {
-                        continue;
-                    }
-                    let at = addr + i as u64 * PAGE_SIZE;
-                    while si < special.len() && special[si].end <= at {
-                        si += 1;
-                    }
-                    let map = match special.get(si) {
-                        Some(r) if r.start <= at => region_map(r),
-                        _ => Map::Pte,
-                    };
-                    let pfn = e & PM_PFN_MASK;
-                    if pfn == 0 && map != Map::Zero {
-                        return Err(no_pfns(&self.pagemap.path));
-                    }
-                    pages.push(Page {
-                        vfn: at / PAGE_SIZE,
-                        pfn,
-                        map,
-                    });
-                }
+        let mut shape = std::mem::take(&mut v.shape);
+        let mut walker = ShapeWalker::new(&mut shape);
+        let chunks: Vec<(u64, u64)> = (start..end)
+            .step_by((CHUNK * PAGE_SIZE) as usize)
+            .map(|a| (a, ((end - a) / PAGE_SIZE).min(CHUNK)))
+            .collect();
+        // Reading pagemap and kpageflags is the kernel's work, one entry at a
+        // time: read a wave of chunks on every CPU, then walk them in order.
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+        for wave in chunks.chunks(threads) {
+            let read: Vec<Chunk> = if wave.len() == 1 {
+                vec![read_chunk(self.pagemap, self.kpf, &special, wave[0])?]
+            } else {
+                let pid = self.pid;
+                let (kpf, special) = (self.kpf, &special);
+                std::thread::scope(|sc| {
+                    let handles: Vec<_> = wave
+                        .iter()
+                        .map(|&c| {
+                            sc.spawn(move || {
+                                let mut pm = Pagemap::open(pid)?;
+                                read_chunk(&mut pm, kpf, special, c)
+                            })
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("a pagemap reader thread panicked"))
+                        .collect::<Result<Vec<Chunk>>>()
+                })?
+            };
+            for chunk in read {
+                self.walk_chunk(v, &mut walker, anon_vma, chunk)?;
             }
-            // 3: the flags of each PTE-mapped page, and of the physical page
-            // after each that ends a contiguous stretch.
-            let mut lookups = Vec::with_capacity(pages.len() + pages.len() / 8);
-            let mut slot = Vec::with_capacity(pages.len());
-            for (i, p) in pages.iter().enumerate() {
-                if p.map != Map::Pte {
-                    slot.push(usize::MAX);
+        }
+        drop(walker);
+        v.shape = shape;
+        Ok(())
+    }
+
+    /// Classifies one chunk's pages, feeds the shape walker and the folio
+    /// table, reading page contents when asked.
+    fn walk_chunk(
+        &mut self,
+        v: &mut VmaScan,
+        walker: &mut ShapeWalker<'_>,
+        anon_vma: bool,
+        chunk: Chunk,
+    ) -> Result<()> {
+        let Chunk { pages, slot, flags } = chunk;
+        let (resolved, layouts) = if anon_vma {
+            let resolved = resolve_in_runs(&pages, &slot, &flags);
+            let layouts = self.layouts(&pages, &slot, &flags, &resolved)?;
+            (resolved, layouts)
+        } else {
+            (vec![None; pages.len()], HashMap::default())
+        };
+        // Classify, then read the content of anon large-folio pages.
+        let mut keys: Vec<Option<(u64, u8)>> = Vec::with_capacity(pages.len());
+        for (i, p) in pages.iter().enumerate() {
+            match p.map {
+                Map::Zero => {
+                    walker.close();
+                    keys.push(None);
                     continue;
                 }
-                slot.push(lookups.len());
-                lookups.push(p.pfn);
-                let next_follows = pages
-                    .get(i + 1)
-                    .is_some_and(|q| q.map == Map::Pte && q.vfn == p.vfn + 1 && q.pfn == p.pfn + 1);
-                if !next_follows {
-                    lookups.push(p.pfn + 1);
+                Map::Pmd => {
+                    walker.close();
+                    keys.push(anon_vma.then_some((p.pfn & !(HPAGE_PMD_NR - 1), 9)));
+                    continue;
+                }
+                Map::Pte => {}
+            }
+            let k = slot[i];
+            let f = flags[k];
+            // Entry k+1 is the physical page after: either looked up for
+            // it, or the next page's own when that follows contiguously.
+            let after = flags[k + 1];
+            walker.page(p.vfn, p.pfn, f, after);
+            keys.push(None);
+            if f == 0 {
+                v.unclassified_kb += PAGE_KB;
+            } else if anon_vma
+                && f & ANON != 0
+                && f & (HEAD | TAIL) != 0
+                && f & (1 << KPF_HUGE) == 0
+            {
+                if let Some(key) = resolved[i] {
+                    *keys.last_mut().unwrap() = (key.1 >= 2).then_some(key);
+                    continue;
+                }
+                let block = p.pfn / HPAGE_PMD_NR;
+                match layouts[&block][(p.pfn % HPAGE_PMD_NR) as usize] {
+                    Slot::Folio { head, order } if order >= 2 => {
+                        *keys.last_mut().unwrap() =
+                            Some((block * HPAGE_PMD_NR + u64::from(head), order));
+                    }
+                    Slot::Folio { .. } => {}
+                    Slot::Unknown | Slot::Bad { .. } => v.unclassified_kb += PAGE_KB,
                 }
             }
-            let flags = read_flags(self.kpf, &lookups)?;
-            let (resolved, layouts) = if anon_vma {
-                let resolved = resolve_in_runs(&pages, &slot, &flags);
-                let layouts = self.layouts(&pages, &slot, &flags, &resolved)?;
-                (resolved, layouts)
-            } else {
-                (vec![None; pages.len()], HashMap::default())
-            };
-            // 4: classify, then read the content of anon large-folio pages.
-            let mut keys: Vec<Option<(u64, u8)>> = Vec::with_capacity(pages.len());
-            for (i, p) in pages.iter().enumerate() {
-                match p.map {
-                    Map::Zero => {
-                        walker.close();
-                        keys.push(None);
-                        continue;
-                    }
-                    Map::Pmd => {
-                        walker.close();
-                        keys.push(anon_vma.then_some((p.pfn & !(HPAGE_PMD_NR - 1), 9)));
-                        continue;
-                    }
-                    Map::Pte => {}
-                }
-                let k = slot[i];
-                let f = flags[k];
-                // Entry k+1 is the physical page after: either looked up for
-                // it, or the next page's own when that follows contiguously.
-                let after = flags[k + 1];
-                walker.page(p.vfn, p.pfn, f, after);
-                keys.push(None);
-                if f == 0 {
-                    v.unclassified_kb += PAGE_KB;
-                } else if anon_vma
-                    && f & ANON != 0
-                    && f & (HEAD | TAIL) != 0
-                    && f & (1 << KPF_HUGE) == 0
-                {
-                    if let Some(key) = resolved[i] {
-                        *keys.last_mut().unwrap() = (key.1 >= 2).then_some(key);
-                        continue;
-                    }
-                    let block = p.pfn / HPAGE_PMD_NR;
-                    match layouts[&block][(p.pfn % HPAGE_PMD_NR) as usize] {
-                        Slot::Folio { head, order } if order >= 2 => {
-                            *keys.last_mut().unwrap() =
-                                Some((block * HPAGE_PMD_NR + u64::from(head), order));
-                        }
-                        Slot::Folio { .. } => {}
-                        Slot::Unknown | Slot::Bad { .. } => v.unclassified_kb += PAGE_KB,
-                    }
-                }
-            }
-            for p in &pages {
-                if p.map == Map::Zero {
-                    v.zero_page_kb += PAGE_KB;
-                }
-            }
-            self.account(&pages, &keys, v.vma.locked)?;
-            addr = chunk_end;
         }
-        walker.close();
+        for p in &pages {
+            if p.map == Map::Zero {
+                v.zero_page_kb += PAGE_KB;
+            }
+        }
+        self.account(&pages, &keys, v.vma.locked)?;
         Ok(())
     }
 
@@ -397,6 +394,70 @@ impl VmaWalk<'_> {
         *self.folio_pages += total as u64;
         Ok(())
     }
+}
+
+/// The present pages of a chunk and the kpageflags of the PTE-mapped ones.
+struct Chunk {
+    pages: Vec<Page>,
+    /// Index into `flags` of each PTE-mapped page (`usize::MAX` otherwise);
+    /// entry `slot + 1` is always the physical page after it.
+    slot: Vec<usize>,
+    flags: Vec<u64>,
+}
+
+/// Reads the chunk `(addr, pages)`: pagemap for where each page is, the
+/// PAGEMAP_SCAN ranges `special` for how, kpageflags for what.
+fn read_chunk(
+    pagemap: &mut Pagemap,
+    kpf: &File,
+    special: &[PageRegion],
+    (addr, n): (u64, u64),
+) -> Result<Chunk> {
+    let mut pages = Vec::new();
+    let mut si = special.partition_point(|r| r.end <= addr);
+    let entries = pagemap.read(addr, n as usize)?;
+    for (i, &e) in entries.iter().enumerate() {
+        if e & PM_PRESENT == 0 {
+            continue;
+        }
+        let at = addr + i as u64 * PAGE_SIZE;
+        while si < special.len() && special[si].end <= at {
+            si += 1;
+        }
+        let map = match special.get(si) {
+            Some(r) if r.start <= at => region_map(r),
+            _ => Map::Pte,
+        };
+        let pfn = e & PM_PFN_MASK;
+        if pfn == 0 && map != Map::Zero {
+            return Err(no_pfns(&pagemap.path));
+        }
+        pages.push(Page {
+            vfn: at / PAGE_SIZE,
+            pfn,
+            map,
+        });
+    }
+    // The flags of each PTE-mapped page, and of the physical page after
+    // each that ends a contiguous stretch.
+    let mut lookups = Vec::with_capacity(pages.len() + pages.len() / 8);
+    let mut slot = Vec::with_capacity(pages.len());
+    for (i, p) in pages.iter().enumerate() {
+        if p.map != Map::Pte {
+            slot.push(usize::MAX);
+            continue;
+        }
+        slot.push(lookups.len());
+        lookups.push(p.pfn);
+        let next_follows = pages
+            .get(i + 1)
+            .is_some_and(|q| q.map == Map::Pte && q.vfn == p.vfn + 1 && q.pfn == p.pfn + 1);
+        if !next_follows {
+            lookups.push(p.pfn + 1);
+        }
+    }
+    let flags = read_flags(kpf, &lookups)?;
+    Ok(Chunk { pages, slot, flags })
 }
 
 /// Head and order of the PTE-mapped pages of folios mapped whole and

@@ -210,6 +210,25 @@ fn invalid(path: &str, msg: String) -> KernelError {
 /// The present ranges of `[start, end)` that are PMD-mapped or map a zero
 /// page, in address order. Everything else present is an ordinary PTE.
 pub(crate) fn pagemap_scan(pagemap: &Pagemap, start: u64, end: u64) -> Result<Vec<PageRegion>> {
+    pagemap_scan_masked(
+        pagemap,
+        start,
+        end,
+        PAGE_IS_HUGE | PAGE_IS_PFNZERO,
+        PAGE_IS_PRESENT | PAGE_IS_HUGE | PAGE_IS_PFNZERO,
+    )
+}
+
+/// The present ranges of `[start, end)` that have any of `anyof` (0: all),
+/// with the categories of `returned`, in address order; consecutive pages
+/// of the same categories form one range.
+pub(crate) fn pagemap_scan_masked(
+    pagemap: &Pagemap,
+    start: u64,
+    end: u64,
+    anyof: u64,
+    returned: u64,
+) -> Result<Vec<PageRegion>> {
     let mut out = Vec::new();
     let mut vec = vec![PageRegion::default(); 1024];
     let mut from = start;
@@ -221,8 +240,8 @@ pub(crate) fn pagemap_scan(pagemap: &Pagemap, start: u64, end: u64) -> Result<Ve
             vec: vec.as_mut_ptr() as u64,
             vec_len: vec.len() as u64,
             category_mask: PAGE_IS_PRESENT,
-            category_anyof_mask: PAGE_IS_HUGE | PAGE_IS_PFNZERO,
-            return_mask: PAGE_IS_PRESENT | PAGE_IS_HUGE | PAGE_IS_PFNZERO,
+            category_anyof_mask: anyof,
+            return_mask: returned,
             ..PmScanArg::default()
         };
         // SAFETY: `arg` is a live, correctly sized pm_scan_arg and `vec`

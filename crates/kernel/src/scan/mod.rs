@@ -3,14 +3,18 @@
 //! many subpages of every large folio are zero-filled ([`content`]), which
 //! is what the under-used THP shrinker acts on.
 //!
-//! One pass per VMA, in chunks of 256 MiB of address space, so memory stays
-//! bounded by the chunk and the folio table:
+//! One pass per VMA, in chunks of 256 MiB of present memory read on every
+//! CPU, so memory stays bounded by the chunks and the folio table:
 //!
-//! 1. `PAGEMAP_SCAN` finds the ranges mapped by huge PMDs and the zero page;
+//! 1. `PAGEMAP_SCAN` finds the present ranges, which of them are mapped by
+//!    huge PMDs, by the zero page or hold file pages: holes cost nothing, and
+//!    the VMA's smaps fields (Rss, Anonymous, AnonHugePages) come from them
+//!    (see [`vmas`]);
 //! 2. `/proc/PID/pagemap` gives each present page its PFN;
 //! 3. `/proc/kpageflags` gives each PTE-mapped page its flags (and the page
-//!    after it, for thpmaps's partial-folio rule), and, for pages of anon
-//!    large folios, the whole 2 MiB PFN block so head and order are known;
+//!    after it, for thpmaps's partial-folio rule); a folio mapped whole and
+//!    contiguously is resolved from those, others (partial, scattered) from
+//!    a read of their whole 2 MiB PFN block;
 //! 4. `/proc/PID/mem` reads the anon large-folio pages' content.
 //!
 //! kpageflags reads 0 for whole 2 MiB PFN blocks on these VMs (see
@@ -26,8 +30,9 @@ pub mod vmas;
 use crate::error::{KernelError, Result};
 use crate::pagemap::{block_layout, pread_u64s, PageRegion, Slot};
 use crate::pagemap::{
-    no_pfns, pagemap_scan, read_flags, Pagemap, PfnBuild, KPAGEFLAGS, KPF_ANON, KPF_COMPOUND_HEAD,
-    KPF_COMPOUND_TAIL, KPF_HUGE, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PM_PFN_MASK, PM_PRESENT,
+    no_pfns, pagemap_scan_masked, read_flags, Pagemap, PfnBuild, KPAGEFLAGS, KPF_ANON,
+    KPF_COMPOUND_HEAD, KPF_COMPOUND_TAIL, KPF_HUGE, PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PFNZERO,
+    PAGE_IS_PRESENT, PM_PFN_MASK, PM_PRESENT,
 };
 use crate::sysfs;
 use content::ContentReader;
@@ -134,14 +139,31 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
         None
     };
     let mut folios: HashMap<u64, FolioUse, PfnBuild> = HashMap::default();
-    for vma in vmas {
-        if !vma.accessible() || vma.rss_kb == 0 {
+    for mut vma in vmas {
+        // [vsyscall] is the gate area, above user space: not the process's
+        // memory, and PAGEMAP_SCAN refuses it (EFAULT).
+        if !vma.accessible() || vma.hugetlb || vma.name == "[vsyscall]" {
             continue;
         }
         if let Some((lo, hi)) = opts.range {
             if vma.start < lo || vma.end > hi {
                 continue;
             }
+        }
+        // The present ranges and how each is mapped: the VMA's smaps fields
+        // and what the walk reads, holes skipped.
+        let present = pagemap_scan_masked(
+            &pagemap,
+            vma.start,
+            vma.end,
+            0,
+            PAGE_IS_PRESENT | PAGE_IS_HUGE | PAGE_IS_PFNZERO | PAGE_IS_FILE,
+        )?;
+        for r in &present {
+            vma.account_present(r.categories, (r.end - r.start) / PAGE_SIZE);
+        }
+        if vma.rss_kb == 0 {
+            continue;
         }
         let mut v = VmaScan {
             shape: Shape::new(&opts.cont_orders),
@@ -157,7 +179,7 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
             folios: &mut folios,
             folio_pages: &mut out.folio_pages,
         };
-        walk.vma(&mut v)?;
+        walk.vma(&mut v, &present)?;
         v.shape.anon.pmd_kb = v.vma.anon_huge_kb;
         v.shape.file.pmd_kb = v.vma.shmem_pmd_kb + v.vma.file_pmd_kb;
         v.shape.anon_total_kb = v.vma.anonymous_kb;
@@ -196,32 +218,46 @@ struct Page {
 }
 
 impl VmaWalk<'_> {
-    fn vma(&mut self, v: &mut VmaScan) -> Result<()> {
-        let (start, end) = (v.vma.start, v.vma.end);
-        let special = pagemap_scan(self.pagemap, start, end)?;
+    fn vma(&mut self, v: &mut VmaScan, present: &[PageRegion]) -> Result<()> {
         let anon_vma = v.vma.private_anon() && !v.vma.hugetlb;
         let mut shape = std::mem::take(&mut v.shape);
         let mut walker = ShapeWalker::new(&mut shape);
-        let chunks: Vec<(u64, u64)> = (start..end)
-            .step_by((CHUNK * PAGE_SIZE) as usize)
-            .map(|a| (a, ((end - a) / PAGE_SIZE).min(CHUNK)))
-            .collect();
+        // Chunks of at most CHUNK present pages, cut from the present ranges.
+        let mut chunks: Vec<Vec<Piece>> = vec![Vec::new()];
+        let mut filled = 0;
+        for r in present {
+            let mut at = r.start;
+            while at < r.end {
+                let n = ((r.end - at) / PAGE_SIZE).min(CHUNK - filled);
+                chunks.last_mut().unwrap().push(Piece {
+                    addr: at,
+                    pages: n,
+                    map: region_map(r),
+                });
+                filled += n;
+                at += n * PAGE_SIZE;
+                if filled == CHUNK {
+                    chunks.push(Vec::new());
+                    filled = 0;
+                }
+            }
+        }
         // Reading pagemap and kpageflags is the kernel's work, one entry at a
         // time: read a wave of chunks on every CPU, then walk them in order.
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
         for wave in chunks.chunks(threads) {
             let read: Vec<Chunk> = if wave.len() == 1 {
-                vec![read_chunk(self.pagemap, self.kpf, &special, wave[0])?]
+                vec![read_chunk(self.pagemap, self.kpf, &wave[0])?]
             } else {
                 let pid = self.pid;
-                let (kpf, special) = (self.kpf, &special);
+                let kpf = self.kpf;
                 std::thread::scope(|sc| {
                     let handles: Vec<_> = wave
                         .iter()
-                        .map(|&c| {
+                        .map(|c| {
                             sc.spawn(move || {
                                 let mut pm = Pagemap::open(pid)?;
-                                read_chunk(&mut pm, kpf, special, c)
+                                read_chunk(&mut pm, kpf, c)
                             })
                         })
                         .collect();
@@ -405,38 +441,34 @@ struct Chunk {
     flags: Vec<u64>,
 }
 
-/// Reads the chunk `(addr, pages)`: pagemap for where each page is, the
-/// PAGEMAP_SCAN ranges `special` for how, kpageflags for what.
-fn read_chunk(
-    pagemap: &mut Pagemap,
-    kpf: &File,
-    special: &[PageRegion],
-    (addr, n): (u64, u64),
-) -> Result<Chunk> {
+/// A present range, or part of one, and how its pages are mapped.
+struct Piece {
+    addr: u64,
+    pages: u64,
+    map: Map,
+}
+
+/// Reads a chunk's pieces: pagemap for each page's PFN, kpageflags for the
+/// PTE-mapped ones.
+fn read_chunk(pagemap: &mut Pagemap, kpf: &File, pieces: &[Piece]) -> Result<Chunk> {
     let mut pages = Vec::new();
-    let mut si = special.partition_point(|r| r.end <= addr);
-    let entries = pagemap.read(addr, n as usize)?;
-    for (i, &e) in entries.iter().enumerate() {
-        if e & PM_PRESENT == 0 {
-            continue;
+    for piece in pieces {
+        let entries = pagemap.read(piece.addr, piece.pages as usize)?;
+        for (i, &e) in entries.iter().enumerate() {
+            // Present a moment ago; gone now if the process unmapped it.
+            if e & PM_PRESENT == 0 {
+                continue;
+            }
+            let pfn = e & PM_PFN_MASK;
+            if pfn == 0 && piece.map != Map::Zero {
+                return Err(no_pfns(&pagemap.path));
+            }
+            pages.push(Page {
+                vfn: piece.addr / PAGE_SIZE + i as u64,
+                pfn,
+                map: piece.map,
+            });
         }
-        let at = addr + i as u64 * PAGE_SIZE;
-        while si < special.len() && special[si].end <= at {
-            si += 1;
-        }
-        let map = match special.get(si) {
-            Some(r) if r.start <= at => region_map(r),
-            _ => Map::Pte,
-        };
-        let pfn = e & PM_PFN_MASK;
-        if pfn == 0 && map != Map::Zero {
-            return Err(no_pfns(&pagemap.path));
-        }
-        pages.push(Page {
-            vfn: at / PAGE_SIZE,
-            pfn,
-            map,
-        });
     }
     // The flags of each PTE-mapped page, and of the physical page after
     // each that ends a contiguous stretch.

@@ -1,7 +1,12 @@
-//! The VMAs of a process with the smaps fields a scan needs, from
-//! `/proc/PID/smaps` (Linux 6.18 `fs/proc/task_mmu.c`: `show_map_vma` for the
-//! header line, `__show_smap` for the fields, `show_smap_vma_flags` for
-//! `VmFlags`).
+//! The VMAs of a process, from `/proc/PID/maps` (Linux 6.18
+//! `fs/proc/task_mmu.c`: `show_map_vma`), with the smaps fields a scan needs.
+//!
+//! `/proc/PID/smaps` walks every page table to sum its fields: for a large
+//! process that costs as much as the scan itself, so the scan computes
+//! `Rss`, `Anonymous` and the PMD-mapped amounts from its own PAGEMAP_SCAN
+//! ranges instead ([`Vma::account_present`]). smaps is read only for
+//! `VmFlags` (`lo`, `ht`), and only when `/proc/PID/status` says some memory
+//! is locked or hugetlb.
 
 use crate::error::{KernelError, Result};
 use crate::smaps::{field, vma_header};
@@ -44,15 +49,64 @@ impl Vma {
     }
 }
 
-/// The VMAs of process `pid`.
+/// The VMAs of process `pid`, their smaps fields still zero.
 pub fn read_vmas(pid: i32) -> Result<Vec<Vma>> {
-    let path = format!("/proc/{pid}/smaps");
-    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
-    parse_vmas(&text)
-        .map_err(|msg| KernelError::io(&path, io::Error::new(io::ErrorKind::InvalidData, msg)))
+    let mut vmas = read_parsed(&format!("/proc/{pid}/maps"))?;
+    let status = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&status).map_err(|e| KernelError::io(&status, e))?;
+    let nonzero = |name: &str| {
+        text.lines()
+            .filter_map(field)
+            .any(|(n, v)| n == name && v != "0")
+    };
+    if nonzero("VmLck") || nonzero("HugetlbPages") {
+        let flagged = read_parsed(&format!("/proc/{pid}/smaps"))?;
+        for v in &mut vmas {
+            if let Some(f) = flagged
+                .iter()
+                .find(|f| f.start == v.start && f.end == v.end)
+            {
+                v.locked = f.locked;
+                v.hugetlb = f.hugetlb;
+            }
+        }
+    }
+    Ok(vmas)
 }
 
-/// The parser behind [`read_vmas`], on the text of an smaps file.
+fn read_parsed(path: &str) -> Result<Vec<Vma>> {
+    let text = std::fs::read_to_string(path).map_err(|e| KernelError::io(path, e))?;
+    parse_vmas(&text)
+        .map_err(|msg| KernelError::io(path, io::Error::new(io::ErrorKind::InvalidData, msg)))
+}
+
+impl Vma {
+    /// Adds the smaps fields of a present range of `pages` with PAGEMAP_SCAN
+    /// categories `cat`: as `smaps_account` counts them, the zero page is
+    /// in no field, a PMD-mapped anon THP is `AnonHugePages`, a PMD-mapped
+    /// file or shmem one `FilePmdMapped` (the scan only needs their sum).
+    pub fn account_present(&mut self, cat: u64, pages: u64) {
+        use crate::pagemap::{PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PFNZERO};
+        if cat & PAGE_IS_PFNZERO != 0 {
+            return;
+        }
+        let kb = pages * hugelab_workload::units::PAGE_SIZE / 1024;
+        self.rss_kb += kb;
+        let file = cat & PAGE_IS_FILE != 0;
+        if !file {
+            self.anonymous_kb += kb;
+        }
+        if cat & PAGE_IS_HUGE != 0 {
+            if file {
+                self.file_pmd_kb += kb;
+            } else {
+                self.anon_huge_kb += kb;
+            }
+        }
+    }
+}
+
+/// The parser behind [`read_vmas`], on the text of a maps or smaps file.
 pub fn parse_vmas(text: &str) -> std::result::Result<Vec<Vma>, String> {
     let mut vmas: Vec<Vma> = Vec::new();
     for (n, line) in text.lines().enumerate() {

@@ -48,8 +48,10 @@ use vmas::Vma;
 
 const HPAGE_PMD_NR: u64 = 1 << (PMD_SHIFT - PAGE_SHIFT);
 const PAGE_KB: u64 = PAGE_SIZE / 1024;
-/// Pages of address space per chunk: 256 MiB.
+/// Present pages per chunk: 256 MiB.
 const CHUNK: u64 = 64 * 1024;
+/// Widest hole between present ranges still read through with one pread.
+const MAX_HOLE: u64 = 512;
 
 const HEAD: u64 = 1 << KPF_COMPOUND_HEAD;
 const TAIL: u64 = 1 << KPF_COMPOUND_TAIL;
@@ -452,23 +454,45 @@ struct Piece {
 /// PTE-mapped ones.
 fn read_chunk(pagemap: &mut Pagemap, kpf: &File, pieces: &[Piece]) -> Result<Chunk> {
     let mut pages = Vec::new();
-    for piece in pieces {
-        let entries = pagemap.read(piece.addr, piece.pages as usize)?;
-        for (i, &e) in entries.iter().enumerate() {
-            // Present a moment ago; gone now if the process unmapped it.
-            if e & PM_PRESENT == 0 {
-                continue;
+    let mut i = 0;
+    while i < pieces.len() {
+        // One pread for pieces close together: a hole costs 8 bytes of
+        // pagemap, a pread far more (sparse memory is many short pieces).
+        let span_start = pieces[i].addr;
+        let mut j = i + 1;
+        while j < pieces.len() {
+            let prev_end = pieces[j - 1].addr + pieces[j - 1].pages * PAGE_SIZE;
+            let gap = (pieces[j].addr - prev_end) / PAGE_SIZE;
+            let span = (pieces[j].addr + pieces[j].pages * PAGE_SIZE - span_start) / PAGE_SIZE;
+            if gap > MAX_HOLE || span > CHUNK {
+                break;
             }
-            let pfn = e & PM_PFN_MASK;
-            if pfn == 0 && piece.map != Map::Zero {
-                return Err(no_pfns(&pagemap.path));
-            }
-            pages.push(Page {
-                vfn: piece.addr / PAGE_SIZE + i as u64,
-                pfn,
-                map: piece.map,
-            });
+            j += 1;
         }
+        let span_end = pieces[j - 1].addr + pieces[j - 1].pages * PAGE_SIZE;
+        let entries = pagemap.read(span_start, ((span_end - span_start) / PAGE_SIZE) as usize)?;
+        for piece in &pieces[i..j] {
+            let first = ((piece.addr - span_start) / PAGE_SIZE) as usize;
+            for (k, &e) in entries[first..first + piece.pages as usize]
+                .iter()
+                .enumerate()
+            {
+                // Present a moment ago; gone now if the process unmapped it.
+                if e & PM_PRESENT == 0 {
+                    continue;
+                }
+                let pfn = e & PM_PFN_MASK;
+                if pfn == 0 && piece.map != Map::Zero {
+                    return Err(no_pfns(&pagemap.path));
+                }
+                pages.push(Page {
+                    vfn: piece.addr / PAGE_SIZE + k as u64,
+                    pfn,
+                    map: piece.map,
+                });
+            }
+        }
+        i = j;
     }
     // The flags of each PTE-mapped page, and of the physical page after
     // each that ends a contiguous stretch.

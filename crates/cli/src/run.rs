@@ -77,18 +77,7 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
         }
         for e in obs.failed_expects() {
             failed = true;
-            let actual = e
-                .actual
-                .map_or("not reported by this backend".to_string(), |a| e.show(a));
-            eprintln!(
-                "{}:{}:{}: expect {} {} {} failed: actual {actual}",
-                obs.workload,
-                e.line,
-                e.col,
-                e.counter,
-                e.op,
-                e.show(e.expected)
-            );
+            eprintln!("{}", e.failure(&obs.workload));
         }
     }
     Ok(if failed {

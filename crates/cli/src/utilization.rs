@@ -129,18 +129,7 @@ pub fn report_at_snapshot(
 /// printed all the same).
 fn warn_failed_expects(obs: &Observation) {
     for e in obs.failed_expects() {
-        let actual = e
-            .actual
-            .map_or("not reported by this backend".to_string(), |a| e.show(a));
-        eprintln!(
-            "hugelab: warning: {}:{}:{}: expect {} {} {} failed: actual {actual}",
-            obs.workload,
-            e.line,
-            e.col,
-            e.counter,
-            e.op,
-            e.show(e.expected)
-        );
+        eprintln!("hugelab: warning: {}", e.failure(&obs.workload));
     }
 }
 

@@ -101,6 +101,21 @@ impl ExpectOutcome {
     }
 
     /// A value of this expectation as people read it: errnos by name.
+    /// `file:line:col: expect C OP V failed: actual A`, for a failed one.
+    pub fn failure(&self, file: &str) -> String {
+        let actual = self
+            .actual
+            .map_or("not reported by this backend".to_string(), |a| self.show(a));
+        format!(
+            "{file}:{}:{}: expect {} {} {} failed: actual {actual}",
+            self.line,
+            self.col,
+            self.counter,
+            self.op,
+            self.show(self.expected)
+        )
+    }
+
     pub fn show(&self, v: i64) -> String {
         if self.counter == ERRNO {
             Errno(v as i32).name()

@@ -183,7 +183,7 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
         };
         walk.vma(&mut v, &present)?;
         v.shape.anon.pmd_kb = v.vma.anon_huge_kb;
-        v.shape.file.pmd_kb = v.vma.shmem_pmd_kb + v.vma.file_pmd_kb;
+        v.shape.file.pmd_kb = v.vma.file_pmd_kb;
         v.shape.anon_total_kb = v.vma.anonymous_kb;
         v.shape.file_total_kb = v.vma.rss_kb.saturating_sub(v.vma.anonymous_kb);
         out.vmas.push(v);

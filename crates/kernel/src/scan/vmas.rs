@@ -13,7 +13,7 @@ use crate::smaps::{field, vma_header};
 use serde::Serialize;
 use std::io;
 
-/// One VMA: its header line and the smaps fields the scan uses, in kB.
+/// One VMA: its header line, its VmFlags and the smaps fields the scan uses, in kB.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Vma {
     pub start: u64,
@@ -26,10 +26,11 @@ pub struct Vma {
     pub inode: u64,
     /// The path or `[heap]`-style name; empty for anonymous memory.
     pub name: String,
+    /// smaps `Rss`, `Anonymous`, `AnonHugePages` and `ShmemPmdMapped +
+    /// FilePmdMapped`, as [`Vma::account_present`] computes them.
     pub rss_kb: u64,
     pub anonymous_kb: u64,
     pub anon_huge_kb: u64,
-    pub shmem_pmd_kb: u64,
     pub file_pmd_kb: u64,
     /// `VmFlags` has `lo` (VM_LOCKED).
     pub locked: bool,
@@ -147,18 +148,6 @@ pub fn parse_vmas(text: &str) -> std::result::Result<Vec<Vma>, String> {
             vma.hugetlb = flags.split_ascii_whitespace().any(|f| f == "ht");
             continue;
         }
-        let Some((name, value)) = field(line) else {
-            continue;
-        };
-        let slot = match name {
-            "Rss" => &mut vma.rss_kb,
-            "Anonymous" => &mut vma.anonymous_kb,
-            "AnonHugePages" => &mut vma.anon_huge_kb,
-            "ShmemPmdMapped" => &mut vma.shmem_pmd_kb,
-            "FilePmdMapped" => &mut vma.file_pmd_kb,
-            _ => continue,
-        };
-        *slot = value.parse().map_err(|_| bad("not a number of kB"))?;
     }
     Ok(vmas)
 }
@@ -188,7 +177,7 @@ VmFlags: mr mw me
 ";
 
     #[test]
-    fn parses_headers_fields_and_flags() {
+    fn parses_headers_and_flags() {
         let v = parse_vmas(SAMPLE).unwrap();
         assert_eq!(v.len(), 3);
         assert_eq!(v[0].name, "/usr/bin/cat");
@@ -197,13 +186,24 @@ VmFlags: mr mw me
             (0x2000, 1183, "fd:01")
         );
         assert!(!v[0].private_anon() && v[0].accessible());
-        assert_eq!(
-            (v[1].rss_kb, v[1].anonymous_kb, v[1].anon_huge_kb),
-            (4096, 4096, 2048)
-        );
-        assert!(v[1].locked && v[1].private_anon());
+        assert!(v[1].locked && v[1].private_anon() && !v[1].hugetlb);
         assert_eq!(v[2].name, "[stack guard]");
         assert!(!v[2].accessible());
+    }
+
+    #[test]
+    fn present_ranges_make_the_smaps_fields() {
+        use crate::pagemap::{PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT};
+        let mut v = Vma::default();
+        v.account_present(PAGE_IS_PRESENT, 3);
+        v.account_present(PAGE_IS_PRESENT | PAGE_IS_HUGE, 512);
+        v.account_present(PAGE_IS_PRESENT | PAGE_IS_PFNZERO, 10);
+        v.account_present(PAGE_IS_PRESENT | PAGE_IS_HUGE | PAGE_IS_PFNZERO, 512);
+        v.account_present(PAGE_IS_PRESENT | PAGE_IS_FILE, 2);
+        assert_eq!(
+            (v.rss_kb, v.anonymous_kb, v.anon_huge_kb, v.file_pmd_kb),
+            (517 * 4, 515 * 4, 2048, 0)
+        );
     }
 
     #[test]

@@ -123,18 +123,25 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let procs = kb.processes();
     let pid = &procs[0].pid;
     let (start, len) = procs[0].regions["buf"];
-    let opts = ScanOptions {
+    let whole = ScanOptions {
         content: true,
         cont_orders: vec![4],
         range: None,
     };
     let seen = fingerprint(*pid, start, len);
-    let s = scan::scan_process(*pid, &opts).unwrap();
+    scan::scan_process(*pid, &whole).unwrap();
     assert_eq!(
         fingerprint(*pid, start, len),
         seen,
         "the scan changed the process"
     );
+    // From here on the region alone: the agent's own memory may read 0 in
+    // kpageflags too, and must not be taken for T5.
+    let opts = ScanOptions {
+        range: Some((start, start + len)),
+        ..whole
+    };
+    let s = scan::scan_process(*pid, &opts).unwrap();
 
     // Utilization against the known content. kpageflags reads 0 for some
     // memory on these VMs: a PTE-mapped THP there is unclassified, and
@@ -148,12 +155,17 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     got.sort_unstable();
     let mut want = KNOWN.to_vec();
     want.sort_unstable();
-    if s.unclassified_kb() == 0 {
-        assert_eq!(got, want, "zero-filled and mapped subpages of each THP");
-    } else {
-        eprintln!("{} kB unclassified (kpageflags 0)", s.unclassified_kb());
-        assert!(got.iter().all(|g| want.contains(g)), "{got:?} vs {want:?}");
+    // The six PMD-mapped THPs are classified from PAGEMAP_SCAN alone; T5,
+    // PTE-mapped, needs kpageflags, which reads 0 for some 2 MiB blocks on
+    // these VMs: then all its 511 mapped pages are unclassified, and the
+    // scan says so instead of guessing.
+    let t5_seen = s.unclassified_kb() == 0;
+    if !t5_seen {
+        eprintln!("T5 unclassified (kpageflags reads 0 for its block)");
+        assert_eq!(s.unclassified_kb(), 511 * 4);
+        want.retain(|w| *w != KNOWN[5]);
     }
+    assert_eq!(got, want, "zero-filled and mapped subpages of each THP");
     assert_eq!(
         thps.iter().filter(|f| f.pmd_mapped).count(),
         6,
@@ -166,8 +178,9 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     // T0, T3, T4 under-used (more than 409 zero-filled), T5 partially mapped.
     assert_eq!(report.give_back.underused_folios, 3);
     assert_eq!(report.give_back.underused_kb, (508 + 410 + 511) * 4);
-    assert_eq!(report.give_back.partial_folios, 1);
-    assert_eq!(report.give_back.partial_kb, 411 * 4);
+    let t5_kb = 411 * 4;
+    assert_eq!(report.give_back.partial_folios, u64::from(t5_seen));
+    assert_eq!(report.give_back.partial_kb, if t5_seen { t5_kb } else { 0 });
 
     // The real shrinker: Rss drops by exactly the prediction.
     let rss = "smaps.a.buf.Rss";
@@ -175,9 +188,12 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let (rss0, splits0) = (counter(&mut kb, rss), counter(&mut kb, splits));
     at += run_until(&mut kb, &stmts[at..], "after");
     let (rss1, splits1) = (counter(&mut kb, rss), counter(&mut kb, splits));
+    // An unclassified T5 is missing from the prediction by exactly its
+    // zero-filled pages (the kernel splits it all the same).
+    let unseen = if t5_seen { 0 } else { t5_kb };
     assert_eq!(
         (rss0 - rss1) as u64,
-        report.give_back.rss_kb(),
+        report.give_back.rss_kb() + unseen,
         "predicted give-back vs measured Rss drop"
     );
     assert_eq!(

@@ -42,7 +42,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
-const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
+pub(crate) const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
 
 pub const KPAGEFLAGS: &str = "/proc/kpageflags";
 
@@ -58,8 +58,8 @@ pub const KPF_HUGE: u32 = 17;
 pub const KPF_THP: u32 = 22;
 pub const KPF_ZERO_PAGE: u32 = 24;
 
-const HEAD: u64 = 1 << KPF_COMPOUND_HEAD;
-const TAIL: u64 = 1 << KPF_COMPOUND_TAIL;
+pub(crate) const HEAD: u64 = 1 << KPF_COMPOUND_HEAD;
+pub(crate) const TAIL: u64 = 1 << KPF_COMPOUND_TAIL;
 const ZERO: u64 = 1 << KPF_ZERO_PAGE;
 
 /// PAGEMAP_SCAN categories (include/uapi/linux/fs.h).

@@ -28,15 +28,14 @@ pub mod shape;
 pub mod vmas;
 
 use crate::error::{KernelError, Result};
-use crate::pagemap::{block_layout, pread_u64s, PageRegion, Slot};
+use crate::pagemap::{block_layout, pread_u64s, PageRegion, Slot, HEAD, HPAGE_PMD_NR, TAIL};
 use crate::pagemap::{
-    no_pfns, pagemap_scan_masked, read_flags, Pagemap, PfnBuild, KPAGEFLAGS, KPF_ANON,
-    KPF_COMPOUND_HEAD, KPF_COMPOUND_TAIL, KPF_HUGE, PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PFNZERO,
-    PAGE_IS_PRESENT, PM_PFN_MASK, PM_PRESENT,
+    no_pfns, pagemap_scan_masked, read_flags, Pagemap, PfnBuild, KPAGEFLAGS, KPF_ANON, KPF_HUGE,
+    PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT, PM_PFN_MASK, PM_PRESENT,
 };
 use crate::sysfs;
 use content::ContentReader;
-use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT};
+use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::utilization::{FolioUse, ShrinkerSettings};
 use hugelab_workload::{KhugepagedKnob, Tunable};
 use serde::Serialize;
@@ -46,15 +45,12 @@ use std::fs::File;
 use std::io;
 use vmas::Vma;
 
-const HPAGE_PMD_NR: u64 = 1 << (PMD_SHIFT - PAGE_SHIFT);
 const PAGE_KB: u64 = PAGE_SIZE / 1024;
 /// Present pages per chunk: 256 MiB.
 const CHUNK: u64 = 64 * 1024;
 /// Widest hole between present ranges still read through with one pread.
 const MAX_HOLE: u64 = 512;
 
-const HEAD: u64 = 1 << KPF_COMPOUND_HEAD;
-const TAIL: u64 = 1 << KPF_COMPOUND_TAIL;
 const ANON: u64 = 1 << KPF_ANON;
 
 /// What to scan for.

@@ -99,6 +99,11 @@ impl Page {
     pub fn clear(&mut self, flag: u16) {
         self.flags &= !flag;
     }
+    /// Sets `set` and clears `clear` in one update.
+    #[inline]
+    pub fn set_clear(&mut self, set: u16, clear: u16) {
+        self.flags = (self.flags | set) & !clear;
+    }
     /// The `pg::CAUSE_MASK` field, shifted down (see `thp_utilization`).
     #[inline]
     pub fn cause_bits(&self) -> u16 {

@@ -61,14 +61,15 @@ struct JsonDoc<'a> {
     counters: BTreeMap<&'a str, &'a Counters>,
 }
 
-struct Setting {
-    name: String,
-    workload: Workload,
+pub(crate) struct Setting {
+    pub(crate) name: String,
+    /// The setting's `set` statements.
+    pub(crate) workload: Workload,
 }
 
 /// Parses `NAME:TUNABLE=VALUE,...` into `set` statements, checked by the
 /// workload parser like any other.
-fn parse_setting(spec: &str) -> Result<Setting> {
+pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
     let (name, assignments) = spec
         .split_once(':')
         .with_context(|| format!("--setting '{spec}': expected NAME:TUNABLE=VALUE,..."))?;

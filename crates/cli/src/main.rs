@@ -3,6 +3,7 @@
 //! The CLI is the only crate that knows the backends; it parses arguments,
 //! runs workloads through `hugelab_workload::run` and prints what comes back.
 
+mod bench_record;
 mod compare;
 mod counters;
 mod diff;

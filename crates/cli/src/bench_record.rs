@@ -3,9 +3,6 @@
 //! (`bench.rs`), the statistics and reports read them (`bench_stats.rs`,
 //! `bench_report.rs`).
 
-// Until the runner (bench.rs) uses every item.
-#![allow(dead_code)]
-
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -60,6 +57,7 @@ pub struct BenchResult {
 }
 
 /// A tabulated metric: its key, the seed's name for it, its unit.
+#[allow(dead_code)] // until bench_report.rs tabulates them
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Metric {
     pub key: &'static str,
@@ -67,6 +65,7 @@ pub struct Metric {
     pub unit: &'static str,
 }
 
+#[allow(dead_code)] // until bench_report.rs tabulates them
 /// The metrics of every bench, in the order of the seed's summary table
 /// (real-time, kern-time, user-time, memory) then the faults.
 pub const METRICS: [Metric; 6] = [

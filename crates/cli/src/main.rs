@@ -3,6 +3,7 @@
 //! The CLI is the only crate that knows the backends; it parses arguments,
 //! runs workloads through `hugelab_workload::run` and prints what comes back.
 
+mod bench;
 mod bench_record;
 mod compare;
 mod counters;
@@ -43,6 +44,8 @@ enum Command {
     /// How full each large folio is at a snapshot, why it exists, and what the
     /// under-used THP shrinker would give back.
     Utilization(utilization::UtilizationArgs),
+    /// A/B-test a command under huge-page settings, each run in its own memory cgroup.
+    Bench(bench::BenchArgs),
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => diff::main(args),
         Command::Counters(args) => counters::main(args),
         Command::Scan(args) => scan::main(args),
+        Command::Bench(args) => bench::main(args),
         Command::Settings(cmd) => settings::main(cmd),
         Command::Utilization(args) => utilization::main(args),
     };

@@ -14,6 +14,7 @@
 
 pub mod agent;
 pub mod backend;
+pub mod command;
 pub mod error;
 pub mod guard;
 mod khugepaged;

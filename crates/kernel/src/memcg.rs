@@ -73,6 +73,21 @@ impl Memcg {
         Ok(cg)
     }
 
+    /// The group's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The group's peak memory in kB (v2 memory.peak, v1
+    /// memory.max_usage_in_bytes), None where the kernel has no peak file.
+    pub fn peak_kb(&self) -> Result<Option<u64>> {
+        Ok(self
+            .counters()?
+            .into_iter()
+            .find(|(n, _)| n.ends_with(".memory.peak"))
+            .map(|(_, kb)| kb as u64))
+    }
+
     fn write(&self, file: &str, value: &str) -> Result<()> {
         let path = self.dir.join(file);
         fs::write(&path, value).map_err(|e| KernelError::io(path, e))
@@ -123,6 +138,32 @@ impl Drop for Memcg {
     }
 }
 
+/// SIGKILLs every process of the group at `dir` and waits (up to 5 s) for
+/// the group to be empty; true if it is. Safe to call from the signal
+/// thread: it only reads the group's task list and sends signals.
+pub fn kill_all(dir: &Path) -> bool {
+    let procs = dir.join("cgroup.procs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let Ok(text) = fs::read_to_string(&procs) else {
+            return true; // the group is gone
+        };
+        let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.is_empty() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        for pid in pids {
+            // SAFETY: kill has no memory effects; the pid is a member of a
+            // group only this run created.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Removes the groups of runs that are no longer alive; returns them.
 pub fn remove_stale() -> Vec<PathBuf> {
     let Some((root, _)) = hierarchy() else {
@@ -140,7 +181,9 @@ pub fn remove_stale() -> Vec<PathBuf> {
         let alive = pid
             .parse::<i32>()
             .is_ok_and(|p| Path::new(&format!("/proc/{p}")).exists());
-        if !alive && fs::remove_dir(entry.path()).is_ok() {
+        // What a killed run left in its groups (a benchmarked command) dies
+        // with it: a group with tasks cannot be removed.
+        if !alive && kill_all(&entry.path()) && fs::remove_dir(entry.path()).is_ok() {
             removed.push(entry.path());
         }
     }

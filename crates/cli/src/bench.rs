@@ -1,0 +1,397 @@
+//! `hugelab bench`: runs a real command under several huge-page settings and
+//! compares them as the mTHP series did (seed 000: a kernel build per
+//! setting, real/kern/user time and peak memory against a 4K baseline).
+//!
+//! Every tunable any setting names is journaled by the settings guard and
+//! restored on success, error, Ctrl-C and SIGTERM (`hugelab settings
+//! restore` after SIGKILL). A setting is applied before each of its runs:
+//! its own values, and the machine's original value for the tunables only
+//! other settings name. Runs are interleaved (A B C A B C …) so that drift —
+//! above all these VMs returning freed memory to the host, which makes the
+//! first touches after idle slow — hits every setting alike; warm-up runs
+//! (`--warmup`) come first and are recorded but not tabulated. Each run is
+//! one `hugelab_kernel::command::run_in_memcg`: a fresh memory cgroup,
+//! created before the run and removed after it.
+
+use crate::bench_record::{BenchResult, RunRecord, SettingSpec};
+use crate::compare::parse_setting;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use hugelab_kernel::command::run_in_memcg;
+use hugelab_kernel::guard::SettingsGuard;
+use hugelab_kernel::{memcg, sysfs};
+use hugelab_workload::{StmtKind, Tunable};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// A setting: NAME:TUNABLE=VALUE,... (repeat; the first is the baseline).
+    #[arg(
+        long = "setting",
+        value_name = "NAME:TUNABLE=VALUE,...",
+        required = true
+    )]
+    settings: Vec<String>,
+    /// Measured runs per setting.
+    #[arg(long, default_value_t = 5)]
+    runs: u32,
+    /// Warm-up runs per setting, before the measured ones (not tabulated).
+    #[arg(long, default_value_t = 1)]
+    warmup: u32,
+    /// Print every run's figures and the statistics as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Draw every run and each setting's mean and 95% interval into this SVG.
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
+    /// Print what would be changed and run, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Let the command's output through (default: discarded).
+    #[arg(long)]
+    show_output: bool,
+    /// Go on when the command exits non-zero (default: stop the bench).
+    #[arg(long)]
+    ignore_failure: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// A setting as applied: name and (tunable, value) pairs.
+struct Applied {
+    name: String,
+    values: Vec<(Tunable, String)>,
+}
+
+pub fn main(args: BenchArgs) -> Result<ExitCode> {
+    if args.runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    // Everything is checked before anything changes.
+    let mut settings = Vec::new();
+    for spec in &args.settings {
+        let s = parse_setting(spec)?;
+        if settings.iter().any(|o: &Applied| o.name == s.name) {
+            bail!("--setting '{spec}': the name '{}' is used twice", s.name);
+        }
+        let mut values = Vec::new();
+        for stmt in &s.workload.stmts {
+            if let StmtKind::Set { tunable, value } = &stmt.kind {
+                let file = sysfs::tunable_file(tunable);
+                if !file.exists() {
+                    bail!(
+                        "--setting '{spec}': this kernel has no {} ({} does not exist)",
+                        tunable.path(),
+                        file.display()
+                    );
+                }
+                values.push((tunable.clone(), value.to_string()));
+            }
+        }
+        settings.push(Applied {
+            name: s.name,
+            values,
+        });
+    }
+    let program = resolve(&args.command[0])?;
+    let mut argv = args.command.clone();
+    argv[0] = program.display().to_string();
+    // The union of the tunables, with the machine's values now.
+    let mut original: BTreeMap<String, (Tunable, String)> = BTreeMap::new();
+    for s in &settings {
+        for (t, _) in &s.values {
+            let now = sysfs::read_tunable(t)?;
+            original.entry(t.path()).or_insert((t.clone(), now));
+        }
+    }
+    let schedule = schedule(settings.len(), args.warmup, args.runs);
+    if args.dry_run {
+        print!("{}", dry_run(&settings, &original, &schedule, &argv));
+        return Ok(ExitCode::SUCCESS);
+    }
+    hugelab_kernel::guard::require_root(
+        "hugelab bench needs root: it sets kernel tunables and creates memory cgroups",
+    )?;
+    if memcg::hierarchy().is_none() {
+        bail!("this machine has no memory cgroup controller (neither v2 nor v1 is mounted)");
+    }
+
+    let mut result = BenchResult {
+        command: args.command.clone(),
+        settings: settings
+            .iter()
+            .map(|s| SettingSpec {
+                name: s.name.clone(),
+                tunables: s
+                    .values
+                    .iter()
+                    .map(|(t, v)| (t.path(), v.clone()))
+                    .collect(),
+            })
+            .collect(),
+        warmup: args.warmup,
+        runs_per_setting: args.runs,
+        runs: Vec::new(),
+        interrupted: false,
+    };
+    let mut guard = SettingsGuard::acquire()?;
+    *state() = Some(Interrupt {
+        child_group: None,
+        result: result.clone(),
+        json: args.json,
+    });
+    hugelab_kernel::guard::set_cleanup_hook(on_interrupt);
+
+    let bar = ProgressBar::new(schedule.len() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg} (ETA {eta})")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    let mut current: BTreeMap<String, String> = original
+        .iter()
+        .map(|(p, (_, v))| (p.clone(), v.clone()))
+        .collect();
+    for (n, step) in schedule.iter().enumerate() {
+        let s = &settings[step.setting];
+        let kind = if step.warmup { "warm-up" } else { "run" };
+        bar.set_message(format!("{} {kind} {}", s.name, step.run + 1));
+        // This setting's values; the original for what only others name.
+        for (path, (t, orig)) in &original {
+            let want = s
+                .values
+                .iter()
+                .find(|(u, _)| &u.path() == path)
+                .map_or(orig.as_str(), |(_, v)| v.as_str());
+            if current[path] != want {
+                guard
+                    .set(t, want)
+                    .with_context(|| format!("applying setting {}", s.name))?;
+                current.insert(path.clone(), want.to_string());
+            }
+        }
+        let group = format!("bench{n}");
+        let run = run_in_memcg(&argv, &group, args.show_output, |_, dir| {
+            if let Some(st) = state().as_mut() {
+                st.child_group = Some(dir.to_path_buf());
+            }
+        })?;
+        if let Some(st) = state().as_mut() {
+            st.child_group = None;
+        }
+        if run.exit_code != 0 && !args.ignore_failure {
+            bar.finish_and_clear();
+            guard.restore()?;
+            bail!(
+                "{} {kind} {}: `{}` exited with status {}; the bench stops (--ignore-failure goes on)",
+                s.name,
+                step.run + 1,
+                args.command.join(" "),
+                run.exit_code
+            );
+        }
+        result.runs.push(RunRecord {
+            setting: s.name.clone(),
+            run: step.run,
+            warmup: step.warmup,
+            exit_code: run.exit_code,
+            wall_s: run.wall_s,
+            user_s: run.user_s,
+            sys_s: run.sys_s,
+            peak_kb: run.peak_kb,
+            minflt: run.minflt,
+            majflt: run.majflt,
+            noisy: if run.noisy() {
+                run.counters.keys().cloned().collect()
+            } else {
+                Vec::new()
+            },
+            counters: run.counters,
+        });
+        if let Some(st) = state().as_mut() {
+            st.result = result.clone();
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    guard.restore()?;
+    *state() = None;
+    if let Some(path) = &args.plot {
+        write_plot(&result, path)?;
+    }
+    print!("{}", report(&result, args.json)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One run of the schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub setting: usize,
+    pub run: u32,
+    pub warmup: bool,
+}
+
+/// Warm-ups then measured runs, each round going through every setting.
+pub fn schedule(settings: usize, warmup: u32, runs: u32) -> Vec<Step> {
+    let round = |run, warmup| {
+        (0..settings).map(move |setting| Step {
+            setting,
+            run,
+            warmup,
+        })
+    };
+    (0..warmup)
+        .flat_map(|r| round(r, true))
+        .chain((0..runs).flat_map(|r| round(r, false)))
+        .collect()
+}
+
+/// The program to execute: a path as given, or found in PATH.
+fn resolve(program: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        if executable(&p) {
+            return Ok(p);
+        }
+        bail!("the command {program} does not exist or is not executable");
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| executable(p))
+        .with_context(|| format!("the command {program} is not found in PATH"))
+}
+
+fn dry_run(
+    settings: &[Applied],
+    original: &BTreeMap<String, (Tunable, String)>,
+    schedule: &[Step],
+    argv: &[String],
+) -> String {
+    let mut out = String::from("dry run: nothing is changed\n\n");
+    for (i, s) in settings.iter().enumerate() {
+        let role = if i == 0 { " (baseline)" } else { "" };
+        out.push_str(&format!("setting {}{role}:\n", s.name));
+        for (path, (_, orig)) in original {
+            let want = s
+                .values
+                .iter()
+                .find(|(u, _)| &u.path() == path)
+                .map_or(orig.as_str(), |(_, v)| v.as_str());
+            let change = if want == orig {
+                "(unchanged)".to_string()
+            } else {
+                format!("(now {orig})")
+            };
+            out.push_str(&format!("  {path} = {want} {change}\n"));
+        }
+    }
+    let root = memcg::hierarchy().map_or("no memory cgroup controller".to_string(), |(d, v)| {
+        format!("{} ({v:?})", d.display())
+    });
+    out.push_str(&format!(
+        "\n{} runs, each `{}` in a fresh memory cgroup under {root}:\n",
+        schedule.len(),
+        argv.join(" ")
+    ));
+    for st in schedule {
+        let kind = if st.warmup { "warm-up" } else { "run" };
+        out.push_str(&format!(
+            "  {} {kind} {}\n",
+            settings[st.setting].name,
+            st.run + 1
+        ));
+    }
+    out.push_str("then every tunable above is restored to its value now\n");
+    out
+}
+
+/// What the interrupt hook needs: the group of the run in flight and the
+/// runs so far.
+struct Interrupt {
+    child_group: Option<PathBuf>,
+    result: BenchResult,
+    json: bool,
+}
+
+static STATE: Mutex<Option<Interrupt>> = Mutex::new(None);
+
+fn state() -> std::sync::MutexGuard<'static, Option<Interrupt>> {
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Ctrl-C / SIGTERM (on the guard's signal thread, before it restores the
+/// tunables and exits): kill the run in flight, remove its group, print the
+/// runs finished so far.
+fn on_interrupt() {
+    let Some(mut st) = state().take() else {
+        return;
+    };
+    if let Some(dir) = st.child_group.take() {
+        memcg::kill_all(&dir);
+        let _ = std::fs::remove_dir(&dir);
+    }
+    st.result.interrupted = true;
+    eprintln!(
+        "hugelab: bench interrupted after {} runs",
+        st.result.runs.len()
+    );
+    match report(&st.result, st.json) {
+        Ok(text) => print!("{text}"),
+        Err(e) => eprintln!("hugelab: {e:#}"),
+    }
+}
+
+/// TODO(bench_report): the statistics tables land with bench_report.rs.
+fn report(result: &BenchResult, json: bool) -> Result<String> {
+    if json {
+        return Ok(serde_json::to_string_pretty(result)? + "\n");
+    }
+    let mut out = String::new();
+    for (name, v) in result.samples("real-time") {
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        out.push_str(&format!(
+            "{name}: {} runs, real-time mean {mean:.3} s\n",
+            v.len()
+        ));
+    }
+    Ok(out)
+}
+
+/// TODO(bench_plot): the plot lands with bench_plot.rs.
+fn write_plot(_result: &BenchResult, path: &Path) -> Result<()> {
+    bail!("--plot {}: not available yet", path.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_interleaves_settings_after_the_warmups() {
+        let s = schedule(2, 1, 2);
+        let short: Vec<(usize, u32, bool)> =
+            s.iter().map(|x| (x.setting, x.run, x.warmup)).collect();
+        assert_eq!(
+            short,
+            [
+                (0, 0, true),
+                (1, 0, true),
+                (0, 0, false),
+                (1, 0, false),
+                (0, 1, false),
+                (1, 1, false)
+            ]
+        );
+    }
+}

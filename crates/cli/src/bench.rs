@@ -181,8 +181,13 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
                 st.child_group = Some(dir.to_path_buf());
             }
         })?;
-        if let Some(st) = state().as_mut() {
-            st.child_group = None;
+        match state().as_mut() {
+            Some(st) => st.child_group = None,
+            // The interrupt hook took the state and killed this run: the
+            // signal thread restores the tunables and exits; wait for it.
+            None => loop {
+                std::thread::park();
+            },
         }
         if run.exit_code != 0 && !args.ignore_failure {
             bar.finish_and_clear();

@@ -7,49 +7,12 @@
 //! so its runs must not overlap. Skipped, with the reason printed, where the
 //! machine does not allow it (not root, read-only sysfs).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::{cannot_run, hugelab, machine_state, read, state_dir};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn hugelab(args: &[&str], state: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hugelab"))
-        .args(args)
-        .env("HUGELAB_STATE_DIR", state)
-        .output()
-        .expect("the hugelab binary runs")
-}
-
-/// Why the kernel backend cannot run here, if it cannot.
-fn cannot_run() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    let f = "/sys/kernel/mm/transparent_hugepage/enabled";
-    let c = std::ffi::CString::new(f).unwrap();
-    // SAFETY: access on a NUL-terminated path.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        return Some(format!("{f} is not writable"));
-    }
-    None
-}
-
-/// Every tunable hugelab knows, with its value (`settings show`), but
-/// vm.min_free_kbytes: the kernel itself recomputes it whenever khugepaged
-/// starts (start_stop_khugepaged -> set_recommended_min_free_kbytes, from
-/// the zones' managed pages, which these VMs change as memory is handed back
-/// and forth), so a run that turns THP on and off moves it without writing
-/// it. The scenarios never set it.
-fn machine_state(state: &Path) -> String {
-    let out = hugelab(&["settings", "show"], state);
-    assert!(out.status.success(), "settings show: {out:?}");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with("vm.min_free_kbytes "))
-        .map(|l| format!("{l}\n"))
-        .collect()
-}
 
 /// Every workload with kernel-derived expectations: scenarios/ and workloads/.
 fn scenario_files() -> Vec<String> {
@@ -66,20 +29,6 @@ fn scenario_files() -> Vec<String> {
     }
     files.sort();
     files
-}
-
-fn state_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hugelab-test-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn read(path: &str) -> String {
-    let text = std::fs::read_to_string(path).unwrap();
-    match (text.find('['), text.find(']')) {
-        (Some(a), Some(b)) => text[a + 1..b].to_string(),
-        _ => text.trim().to_string(),
-    }
 }
 
 /// No agent of ours is left running.

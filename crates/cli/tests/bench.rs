@@ -1,0 +1,267 @@
+//! `hugelab bench` on this machine: the JSON of a small command under two
+//! settings, Ctrl-C mid-run (tunables restored, no cgroup left, the runs so
+//! far printed), SIGKILL then `hugelab settings restore`, and bad input that
+//! changes nothing. Skipped where the machine does not allow it.
+
+mod common;
+
+use common::{cannot_run, hugelab, machine_state, read, state_dir};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The tests change machine-wide settings and look at them: one at a time.
+static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+/// Touches 16 MiB of anonymous memory, one byte per page.
+const TOUCH: &str = "b = bytearray(16 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n";
+
+/// hugelab's memory cgroups now (`hugelab.<pid>.<name>` under the v1 or v2
+/// root).
+fn groups() -> Vec<String> {
+    let mut out = Vec::new();
+    for root in ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"] {
+        for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("hugelab.") {
+                out.push(format!("{root}/{n}"));
+            }
+        }
+    }
+    out
+}
+
+fn settings() -> [&'static str; 4] {
+    [
+        "--setting",
+        "4K:transparent_hugepage/enabled=never",
+        "--setting",
+        "THP:transparent_hugepage/enabled=always",
+    ]
+}
+
+#[test]
+fn json_has_every_run_of_every_setting() {
+    let _one = one_at_a_time();
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let state = state_dir("bench-json");
+    let found = machine_state(&state);
+    let mut args = vec!["bench", "--runs", "3", "--warmup", "1", "--json"];
+    args.extend(settings());
+    args.extend(["--", "python3", "-c", TOUCH]);
+    let out = hugelab(&args, &state);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 8, "1 warm-up and 3 runs for each of 2 settings");
+    for (setting, thp) in [("4K", false), ("THP", true)] {
+        let measured: Vec<&serde_json::Value> = runs
+            .iter()
+            .filter(|r| r["setting"] == setting && r["warmup"] == false)
+            .collect();
+        assert_eq!(measured.len(), 3);
+        for r in measured {
+            for field in ["wall_s", "user_s", "sys_s"] {
+                assert!(r[field].as_f64().unwrap() > 0.0, "{field} in {r}");
+            }
+            // 16 MiB touched: the cgroup's peak holds it, the faults count it.
+            assert!(r["peak_kb"].as_u64().unwrap() >= 16 * 1024, "{r}");
+            assert_eq!(r["exit_code"], 0);
+            let faults = r["minflt"].as_u64().unwrap();
+            let allocs = r["counters"]["vmstat.thp_fault_alloc"].as_i64().unwrap();
+            if thp {
+                // THP always: 16 MiB is at most 8 PMD faults, not 4096.
+                assert!(allocs >= 4, "{r}");
+            } else {
+                assert!(faults >= 4096, "{r}");
+                if r["noisy"].as_array().unwrap().is_empty() {
+                    assert_eq!(allocs, 0, "{r}");
+                }
+            }
+        }
+    }
+    assert_eq!(
+        machine_state(&state),
+        found,
+        "the bench left a tunable changed"
+    );
+    assert!(groups().is_empty(), "cgroups left: {:?}", groups());
+}
+
+/// Waits until `cond` holds, for at most `secs`.
+fn wait_for(secs: u64, what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn spawn_bench(state: &Path, runs: &str, cmd: &[&str]) -> std::process::Child {
+    let mut args = vec!["bench", "--runs", runs, "--warmup", "0", "--json"];
+    args.extend(settings());
+    args.push("--");
+    args.extend(cmd);
+    Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(&args)
+        .env("HUGELAB_STATE_DIR", state)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn ctrl_c_restores_removes_the_group_and_prints_the_runs_so_far() {
+    let _one = one_at_a_time();
+    if cannot_run().is_some() {
+        return;
+    }
+    let state = state_dir("bench-sigint");
+    let found = machine_state(&state);
+    let before = read(ENABLED);
+    let child = spawn_bench(&state, "100", &["sleep", "0.3"]);
+    // Mid-run: a setting applied and a run's group alive.
+    wait_for(30, "a run in flight", || {
+        read(ENABLED) != before && !groups().is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["interrupted"], true);
+    assert!(
+        !v["runs"].as_array().unwrap().is_empty(),
+        "no run finished before the interrupt"
+    );
+    assert_eq!(read(ENABLED), before);
+    assert_eq!(machine_state(&state), found);
+    assert!(groups().is_empty(), "cgroups left: {:?}", groups());
+}
+
+#[test]
+fn sigkill_then_settings_restore_leaves_nothing() {
+    let _one = one_at_a_time();
+    if cannot_run().is_some() {
+        return;
+    }
+    let state = state_dir("bench-sigkill");
+    let found = machine_state(&state);
+    let before = read(ENABLED);
+    let mut child = spawn_bench(&state, "3", &["sleep", "30"]);
+    wait_for(30, "a run in flight", || {
+        read(ENABLED) != before && !groups().is_empty()
+    });
+    child.kill().unwrap(); // SIGKILL: no restore, the group and its sleep stay
+    child.wait().unwrap();
+    assert_ne!(read(ENABLED), before, "a SIGKILLed bench restores nothing");
+    assert!(!groups().is_empty());
+    let out = hugelab(&["settings", "restore"], &state);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(read(ENABLED), before);
+    assert_eq!(machine_state(&state), found);
+    assert!(groups().is_empty(), "cgroups left: {:?}", groups());
+}
+
+/// Bad input: one sentence, exit 2, and nothing changed.
+#[test]
+fn bad_input_changes_nothing() {
+    let _one = one_at_a_time();
+    let state = state_dir("bench-bad");
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &[
+                "bench",
+                "--setting",
+                "A:transparent_hugepage/bogus=1",
+                "--",
+                "true",
+            ],
+            "bogus",
+        ),
+        (
+            &["bench", "--setting", "no-colon", "--", "true"],
+            "NAME:TUNABLE=VALUE",
+        ),
+        (
+            &[
+                "bench",
+                "--setting",
+                "A:transparent_hugepage/enabled",
+                "--",
+                "true",
+            ],
+            "TUNABLE=VALUE",
+        ),
+        (
+            &[
+                "bench",
+                "--setting",
+                "A:transparent_hugepage/enabled=never",
+                "--",
+                "no-such-command-hl",
+            ],
+            "not found in PATH",
+        ),
+        (
+            &[
+                "bench",
+                "--setting",
+                "A:transparent_hugepage/enabled=never",
+                "--runs",
+                "0",
+                "--",
+                "true",
+            ],
+            "--runs",
+        ),
+    ];
+    let before = std::fs::read_to_string(ENABLED).unwrap();
+    for (args, want) in cases {
+        let out = hugelab(args, &state);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read_to_string(ENABLED).unwrap(), before);
+}
+
+#[test]
+fn dry_run_lists_changes_and_runs_and_changes_nothing() {
+    let _one = one_at_a_time();
+    let state = state_dir("bench-dry");
+    let before = std::fs::read_to_string(ENABLED).unwrap();
+    let mut args = vec!["bench", "--runs", "2", "--warmup", "1", "--dry-run"];
+    args.extend(settings());
+    args.extend(["--", "true"]);
+    let out = hugelab(&args, &state);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("transparent_hugepage/enabled = always"),
+        "{text}"
+    );
+    assert!(text.contains("6 runs"), "{text}");
+    assert!(text.contains("THP run 2"), "{text}");
+    assert_eq!(std::fs::read_to_string(ENABLED).unwrap(), before);
+}

@@ -33,9 +33,12 @@ pub struct BenchArgs {
     #[arg(
         long = "setting",
         value_name = "NAME:TUNABLE=VALUE,...",
-        required = true
+        required_unless_present = "from"
     )]
     settings: Vec<String>,
+    /// Run nothing: print the tables (and --plot) of a bench saved with --json.
+    #[arg(long, value_name = "FILE.json", conflicts_with_all = ["settings", "command", "dry_run"])]
+    from: Option<PathBuf>,
     /// Measured runs per setting.
     #[arg(long, default_value_t = 5)]
     runs: u32,
@@ -58,7 +61,7 @@ pub struct BenchArgs {
     #[arg(long)]
     ignore_failure: bool,
     /// The command and its arguments (after `--`).
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "from", value_name = "CMD")]
     command: Vec<String>,
 }
 
@@ -69,6 +72,17 @@ struct Applied {
 }
 
 pub fn main(args: BenchArgs) -> Result<ExitCode> {
+    if let Some(file) = &args.from {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
+        let result: BenchResult = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not the JSON of hugelab bench", file.display()))?;
+        if let Some(path) = &args.plot {
+            write_plot(&result, path)?;
+        }
+        print!("{}", report(&result, args.json)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }

@@ -3,7 +3,10 @@
 //! The CLI is the only crate that knows the backends; it parses arguments,
 //! runs workloads through `hugelab_workload::run` and prints what comes back.
 
+mod bench_plot;
 mod bench_record;
+mod bench_report;
+mod bench_stats;
 mod compare;
 mod counters;
 mod diff;

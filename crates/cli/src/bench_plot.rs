@@ -8,6 +8,7 @@
 //! · s/√n). Tables say whether settings differ; the plot shows why: a
 //! bimodal setting or one outlier run is visible here and hidden in a mean.
 
+use crate::svg_style::colour;
 use anyhow::{Context, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -15,20 +16,6 @@ use std::path::Path;
 
 use crate::bench_record::{BenchResult, Metric, METRICS};
 use crate::bench_stats::Summary;
-
-/// The palette of utilization_view.rs, one colour per setting in order.
-const COLOURS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
-
-fn colour(i: usize) -> RGBColor {
-    COLOURS[i % COLOURS.len()]
-}
 
 const COLUMNS: usize = 2;
 const HEADER_PX: u32 = 96;

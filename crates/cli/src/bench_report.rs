@@ -409,20 +409,7 @@ mod tests {
         &rest[..rest.find("\n\n").map_or(rest.len(), |i| i + 1)]
     }
 
-    /// The cells of the row whose first cell is `first`.
-    fn cells(table: &str, first: &str) -> Vec<String> {
-        table
-            .lines()
-            .filter(|l| l.starts_with('|'))
-            .map(|l| {
-                l.trim_matches('|')
-                    .split('|')
-                    .map(|c| c.trim().to_string())
-                    .collect::<Vec<_>>()
-            })
-            .find(|c| c[0] == first)
-            .unwrap_or_else(|| panic!("no {first} row in\n{table}"))
-    }
+    use crate::table::row_cells as cells;
 
     /// The table's cells with a `*`, as (row, column).
     fn starred(table: &str) -> Vec<(String, usize)> {

@@ -14,6 +14,7 @@ mod diff;
 mod run;
 mod scan;
 mod settings;
+mod svg_style;
 mod table;
 mod utilization;
 mod utilization_view;

@@ -48,3 +48,20 @@ fn render_aligned(header: &[String], rows: &[Vec<String>], left: usize) -> Strin
     }
     out
 }
+
+/// The cells of the first row of a rendered table whose first cell is
+/// `first` (tests read tables back with it).
+#[cfg(test)]
+pub fn row_cells(table: &str, first: &str) -> Vec<String> {
+    table
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .find(|c| c[0] == first)
+        .unwrap_or_else(|| panic!("no {first} row in\n{table}"))
+}

@@ -31,6 +31,7 @@
 //! subpages is not visible), so they appear only in the panel title lines.
 //! With no large folio in any report, one panel says `no large folios`.
 
+use crate::svg_style::colour;
 use anyhow::{bail, Context, Result};
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::utilization::{
@@ -262,20 +263,6 @@ fn bloat_table(bloat: &[Bloat]) -> String {
          (folios); a write of zero bytes is a write):\n{}",
         table::render(&header, &rows)
     )
-}
-
-/// The report colours, in legend order (the usual categorical palette).
-const COLOURS: [RGBColor; 6] = [
-    RGBColor(31, 119, 180),
-    RGBColor(255, 127, 14),
-    RGBColor(44, 160, 44),
-    RGBColor(214, 39, 40),
-    RGBColor(148, 103, 189),
-    RGBColor(140, 86, 75),
-];
-
-fn colour(i: usize) -> RGBColor {
-    COLOURS[i % COLOURS.len()]
 }
 
 const HEADER_PX: u32 = 112;
@@ -668,19 +655,7 @@ mod tests {
         }
     }
 
-    /// The cells of the first table row whose first cell is `first`.
-    fn cells(table: &str, first: &str) -> Vec<String> {
-        table
-            .lines()
-            .map(|l| {
-                l.trim_matches('|')
-                    .split('|')
-                    .map(|c| c.trim().to_string())
-                    .collect::<Vec<_>>()
-            })
-            .find(|c| c[0] == first)
-            .unwrap_or_else(|| panic!("no {first} row in\n{table}"))
-    }
+    use crate::table::row_cells as cells;
 
     #[test]
     fn table_has_seed_buckets_and_numbers() {

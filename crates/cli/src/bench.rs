@@ -13,7 +13,9 @@
 //! one `hugelab_kernel::command::run_in_memcg`: a fresh memory cgroup,
 //! created before the run and removed after it.
 
+use crate::bench_plot::write_plot;
 use crate::bench_record::{BenchResult, RunRecord, SettingSpec};
+use crate::bench_report;
 use crate::compare::parse_setting;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -371,25 +373,19 @@ fn on_interrupt() {
     }
 }
 
-/// TODO(bench_report): the statistics tables land with bench_report.rs.
+/// The tables (the metrics, then the seed-shaped summary), or the JSON.
 fn report(result: &BenchResult, json: bool) -> Result<String> {
     if json {
-        return Ok(serde_json::to_string_pretty(result)? + "\n");
+        return Ok(serde_json::to_string_pretty(&bench_report::to_json(result))? + "\n");
     }
     let mut out = String::new();
-    for (name, v) in result.samples("real-time") {
-        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
-        out.push_str(&format!(
-            "{name}: {} runs, real-time mean {mean:.3} s\n",
-            v.len()
-        ));
+    if result.interrupted {
+        out.push_str("interrupted: the runs finished so far\n\n");
     }
+    out.push_str(&bench_report::metric_tables(result));
+    out.push('\n');
+    out.push_str(&bench_report::summary_table(result));
     Ok(out)
-}
-
-/// TODO(bench_plot): the plot lands with bench_plot.rs.
-fn write_plot(_result: &BenchResult, path: &Path) -> Result<()> {
-    bail!("--plot {}: not available yet", path.display())
 }
 
 #[cfg(test)]

@@ -57,7 +57,6 @@ pub struct BenchResult {
 }
 
 /// A tabulated metric: its key, the seed's name for it, its unit.
-#[allow(dead_code)] // until bench_report.rs tabulates them
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Metric {
     pub key: &'static str,
@@ -65,7 +64,6 @@ pub struct Metric {
     pub unit: &'static str,
 }
 
-#[allow(dead_code)] // until bench_report.rs tabulates them
 /// The metrics of every bench, in the order of the seed's summary table
 /// (real-time, kern-time, user-time, memory) then the faults.
 pub const METRICS: [Metric; 6] = [

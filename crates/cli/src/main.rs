@@ -4,7 +4,10 @@
 //! runs workloads through `hugelab_workload::run` and prints what comes back.
 
 mod bench;
+mod bench_plot;
 mod bench_record;
+mod bench_report;
+mod bench_stats;
 mod compare;
 mod counters;
 mod diff;

@@ -8,6 +8,8 @@
 //! never from the model; the kernel's own counters (smaps Rss,
 //! thp_underused_split_page) are the judge.
 
+mod common;
+
 use hugelab_kernel::scan::{self, ScanOptions};
 use hugelab_kernel::KernelBackend;
 use hugelab_workload::utilization::{utilization_report, FolioUse, HPAGE_PMD_ORDER};
@@ -249,6 +251,19 @@ fn bad_scan_arguments_are_one_sentence() {
         assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
         assert!(out.stdout.is_empty());
     }
+}
+
+#[test]
+fn a_user_who_is_not_root_is_told_so() {
+    let Some(out) = common::hugelab_as_nobody(&["scan", "--pid", "1"]) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("needs root") && err.contains("uid 65534"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -57,3 +57,18 @@ pub fn read(path: &str) -> String {
         _ => text.trim().to_string(),
     }
 }
+
+/// Runs hugelab as user nobody (uid 65534) through setpriv, or None where
+/// that is impossible (no setpriv, not root).
+pub fn hugelab_as_nobody(args: &[&str]) -> Option<Output> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
+        return None;
+    }
+    Command::new("/usr/bin/setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_hugelab"))
+        .args(args)
+        .output()
+        .ok()
+}

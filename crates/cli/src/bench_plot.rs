@@ -1,0 +1,342 @@
+//! The SVG plot of `hugelab bench` ([`write_plot`]): a header with the
+//! command and what the marks are, then one panel per metric of
+//! [`METRICS`], two to a row. In each panel the x axis is the settings in
+//! order (the baseline first), each in its colour; every measured run is a
+//! point, spread horizontally in run order so that equal values stay
+//! visible; a black tick across the points is the mean, and a black bar
+//! through it the 95% confidence interval of the mean (mean ± t_{0.975,n-1}
+//! · s/√n). Tables say whether settings differ; the plot shows why: a
+//! bimodal setting or one outlier run is visible here and hidden in a mean.
+
+use anyhow::{Context, Result};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+
+use crate::bench_record::{BenchResult, Metric, METRICS};
+use crate::bench_stats::Summary;
+
+/// The palette of utilization_view.rs, one colour per setting in order.
+const COLOURS: [RGBColor; 6] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+];
+
+fn colour(i: usize) -> RGBColor {
+    COLOURS[i % COLOURS.len()]
+}
+
+const COLUMNS: usize = 2;
+const HEADER_PX: u32 = 96;
+const TITLE_PX: u32 = 34;
+const PANEL_PX: u32 = 340;
+/// Room per setting on the x axis, for its name and its points.
+const SETTING_PX: u32 = 120;
+/// Chart units per setting: x is fixed point, see `draw_panel`.
+const X_UNIT: f64 = 1000.0;
+/// Half the width, in settings, of the points' spread and of the mean tick.
+const SPREAD: f64 = 0.2;
+const TICK: f64 = 0.3;
+const LEVEL: f64 = 0.95;
+
+/// Writes the plot of `result` to `path` as SVG.
+pub fn write_plot(result: &BenchResult, path: &Path) -> Result<()> {
+    let svg = render_plot(result).with_context(|| format!("plotting {}", path.display()))?;
+    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+
+fn render_plot(result: &BenchResult) -> Result<String> {
+    let nset = result.settings.len().max(1) as u32;
+    let width = COLUMNS as u32 * (140 + nset * SETTING_PX).max(520);
+    let rows = METRICS.len().div_ceil(COLUMNS);
+    let height = HEADER_PX + rows as u32 * PANEL_PX;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
+        root.fill(&WHITE)?;
+        let (head, body) = root.split_vertically(HEADER_PX);
+        draw_header(&head, result)?;
+        for (area, metric) in body.split_evenly((rows, COLUMNS)).iter().zip(&METRICS) {
+            draw_panel(area, metric, result)?;
+        }
+        root.present()?;
+    }
+    Ok(svg)
+}
+
+fn draw_header(area: &Area, result: &BenchResult) -> Result<()> {
+    area.draw(&Text::new(
+        format!("hugelab bench: {}", result.command.join(" ")),
+        (12, 10),
+        ("sans-serif", 22, FontStyle::Bold),
+    ))?;
+    let mut notes = vec![
+        "Points: every measured run, in run order left to right. Black tick: the mean; \
+         black bar: its 95% confidence interval (Student's t, n-1 df)."
+            .to_string(),
+    ];
+    if result.interrupted {
+        notes.push("Interrupted: the runs completed.".into());
+    }
+    for (i, note) in notes.into_iter().enumerate() {
+        area.draw(&Text::new(
+            note,
+            (12, 44 + 20 * i as i32),
+            ("sans-serif", 15).into_font().color(&BLACK.mix(0.7)),
+        ))?;
+    }
+    Ok(())
+}
+
+/// The y range of a panel: every point and interval end, with a margin.
+fn y_range(values: &[f64]) -> (f64, f64) {
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !(lo.is_finite() && hi.is_finite()) {
+        return (0.0, 1.0);
+    }
+    // All values equal (no major fault anywhere): a range around them.
+    let pad = if hi > lo {
+        (hi - lo) * 0.08
+    } else {
+        (lo.abs() * 0.05).max(1.0)
+    };
+    // Times, kB and counts are not negative: no negative axis under them,
+    // only a sliver so that points at 0 clear the axis line.
+    let y0 = if lo >= 0.0 {
+        (lo - pad).max(-0.03 * (hi + pad - lo))
+    } else {
+        lo - pad
+    };
+    (y0, hi + pad)
+}
+
+/// Decimals for y tick labels over `span`: enough to tell ticks about a
+/// tenth of the span apart, none for kB and counts in the thousands
+/// (plotters' default writes `150000.0`).
+fn tick_decimals(span: f64) -> usize {
+    if span > 0.0 && span.is_finite() {
+        (-(span / 10.0).log10()).ceil().clamp(0.0, 6.0) as usize
+    } else {
+        0
+    }
+}
+
+fn draw_panel(area: &Area, metric: &Metric, result: &BenchResult) -> Result<()> {
+    let (title, chart_area) = area.split_vertically(TITLE_PX);
+    title.draw(&Text::new(
+        format!("{} [{}]", metric.title, metric.unit),
+        (12, 8),
+        ("sans-serif", 18, FontStyle::Bold),
+    ))?;
+    let samples = result.samples(metric.key);
+    // (summary, confidence half-width) per setting.
+    let stats: Vec<(Option<Summary>, Option<f64>)> = samples
+        .iter()
+        .map(|(_, v)| {
+            let s = Summary::of(v);
+            (s, s.and_then(|s| s.confidence_half_width(LEVEL)))
+        })
+        .collect();
+    let mut extent: Vec<f64> = samples.iter().flat_map(|(_, v)| v.clone()).collect();
+    for (s, hw) in &stats {
+        if let (Some(s), Some(hw)) = (s, hw) {
+            extent.extend([s.mean - hw, s.mean + hw]);
+        }
+    }
+    let (y0, y1) = y_range(&extent);
+
+    // x is fixed point, as in utilization_view.rs: plotters labels key
+    // points of integer axes only, and the key points are the settings.
+    let k = samples.len().max(1);
+    let xc = |x: f64| (x * X_UNIT).round() as i32;
+    let centre = |i: usize| i as f64 + 0.5;
+    let mut chart = ChartBuilder::on(&chart_area)
+        .margin_left(12)
+        .margin_right(24)
+        .margin_bottom(8)
+        .x_label_area_size(36)
+        .y_label_area_size(80)
+        .build_cartesian_2d(
+            (0..xc(k as f64)).with_key_points((0..k).map(|i| xc(centre(i))).collect()),
+            y0..y1,
+        )?;
+    let x_label = |x: &i32| {
+        let i = (*x as f64 / X_UNIT).floor() as usize;
+        samples
+            .get(i)
+            .map_or(String::new(), |(name, _)| name.to_string())
+    };
+    let dec = tick_decimals(y1 - y0);
+    let y_label = |y: &f64| format!("{y:.dec$}");
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_label_formatter(&x_label)
+        .y_label_formatter(&y_label)
+        .y_desc(metric.unit)
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 16))
+        .draw()?;
+
+    let black = BLACK.stroke_width(2);
+    for (i, ((_, values), (summary, hw))) in samples.iter().zip(&stats).enumerate() {
+        // The interval first, so that the points stay on top of it.
+        if let (Some(s), Some(hw)) = (summary, hw) {
+            let x = centre(i);
+            let (lo, hi) = (s.mean - hw, s.mean + hw);
+            chart.draw_series([
+                PathElement::new(vec![(xc(x), lo), (xc(x), hi)], black),
+                PathElement::new(vec![(xc(x - 0.05), lo), (xc(x + 0.05), lo)], black),
+                PathElement::new(vec![(xc(x - 0.05), hi), (xc(x + 0.05), hi)], black),
+            ])?;
+        }
+        // Spread evenly in run order: deterministic, unlike random jitter,
+        // so the same bench plots the same.
+        let n = values.len();
+        let dx = |j: usize| {
+            if n > 1 {
+                -SPREAD + 2.0 * SPREAD * j as f64 / (n - 1) as f64
+            } else {
+                0.0
+            }
+        };
+        chart.draw_series(values.iter().enumerate().map(|(j, &v)| {
+            Circle::new((xc(centre(i) + dx(j)), v), 4, colour(i).mix(0.75).filled())
+        }))?;
+        if let Some(s) = summary {
+            let x = centre(i);
+            chart.draw_series([PathElement::new(
+                vec![(xc(x - TICK), s.mean), (xc(x + TICK), s.mean)],
+                BLACK.stroke_width(3),
+            )])?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_record::{RunRecord, SettingSpec};
+    use std::collections::BTreeMap;
+
+    fn result(runs: u32) -> BenchResult {
+        let run = |setting: &str, run: u32, wall_s: f64| RunRecord {
+            setting: setting.into(),
+            run,
+            warmup: false,
+            exit_code: 0,
+            wall_s,
+            user_s: 4.0,
+            sys_s: 1.0 + run as f64,
+            peak_kb: 102400,
+            minflt: 1000 + u64::from(run),
+            majflt: 0,
+            counters: BTreeMap::new(),
+            noisy: vec![],
+        };
+        let spec = |n: &str| SettingSpec {
+            name: n.into(),
+            tunables: vec![],
+        };
+        BenchResult {
+            command: vec!["make".into(), "-j8".into()],
+            settings: vec![spec("4K"), spec("64K & 2M")],
+            warmup: 0,
+            runs_per_setting: runs,
+            runs: (0..runs)
+                .flat_map(|r| [run("4K", r, 10.0 + r as f64), run("64K & 2M", r, 8.0)])
+                .collect(),
+            interrupted: false,
+        }
+    }
+
+    fn temp_svg(name: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "hugelab-bench-plot-{name}-{}.svg",
+            std::process::id()
+        ))
+    }
+
+    /// The text of every `<text>` element of the SVG, which must parse as
+    /// XML with an `<svg>` root.
+    fn texts(svg: &str) -> Vec<String> {
+        let doc = roxmltree::Document::parse(svg).expect("well-formed SVG");
+        assert_eq!(doc.root_element().tag_name().name(), "svg");
+        doc.descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .map(|n| n.text().unwrap_or("").trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_panel_per_metric() {
+        let path = temp_svg("three");
+        write_plot(&result(3), &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let texts = texts(&svg);
+        for m in METRICS {
+            let title = format!("{} [{}]", m.title, m.unit);
+            let n = texts.iter().filter(|t| **t == title).count();
+            assert_eq!(n, 1, "{title} {n} times in {texts:?}");
+        }
+        // The settings label every panel's x axis; the name is escaped.
+        let n = texts.iter().filter(|t| *t == "64K & 2M").count();
+        assert_eq!(n, METRICS.len(), "{texts:?}");
+        assert!(texts.iter().any(|t| t == "hugelab bench: make -j8"));
+        // 6 points per panel, all in the settings' colours.
+        let points = svg.matches("<circle").count();
+        assert_eq!(points, 6 * METRICS.len(), "{svg}");
+    }
+
+    #[test]
+    fn one_run_and_no_run_still_plot() {
+        // One run: no interval; no run: an empty panel.
+        for runs in [1, 0] {
+            let path = temp_svg(&format!("runs{runs}"));
+            write_plot(&result(runs), &path).unwrap();
+            let svg = std::fs::read_to_string(&path).unwrap();
+            std::fs::remove_file(&path).unwrap();
+            let texts = texts(&svg);
+            assert!(texts.iter().any(|t| t == "real-time [s]"), "{texts:?}");
+            assert_eq!(svg.matches("<circle").count(), 2 * runs as usize * 6);
+        }
+    }
+
+    #[test]
+    fn y_range_pads() {
+        assert_eq!(y_range(&[]), (0.0, 1.0));
+        // Zeros: 0 to 1, a sliver of 0.03 below.
+        let (lo, hi) = y_range(&[0.0, 0.0]);
+        assert!((lo + 0.03).abs() < 1e-12 && hi == 1.0, "{lo} {hi}");
+        // 10 to 20: 8% of the span either side.
+        let (lo, hi) = y_range(&[10.0, 20.0]);
+        assert!((lo - 9.2).abs() < 1e-12 && (hi - 20.8).abs() < 1e-12);
+        // A negative value keeps its margin.
+        assert_eq!(y_range(&[-5.0, 5.0]), (-5.8, 5.8));
+    }
+
+    #[test]
+    fn tick_labels() {
+        // Ticks about span/10 apart: 5000 kB, 0.1 s, 0.002 s.
+        assert_eq!(tick_decimals(50000.0), 0);
+        assert_eq!(tick_decimals(1.0), 1);
+        assert_eq!(tick_decimals(0.02), 3);
+        assert_eq!(tick_decimals(0.0), 0);
+    }
+
+    #[test]
+    fn write_error_names_the_path() {
+        let path = Path::new("/nonexistent-dir/bench.svg");
+        let err = write_plot(&result(2), path).unwrap_err();
+        assert!(format!("{err:#}").contains("/nonexistent-dir/bench.svg"));
+    }
+}

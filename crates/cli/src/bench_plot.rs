@@ -30,6 +30,19 @@ const SPREAD: f64 = 0.2;
 const TICK: f64 = 0.3;
 const LEVEL: f64 = 0.95;
 
+/// The longest command shown in the title: wider runs off the picture.
+const TITLE_CHARS: usize = 90;
+
+/// `text` cut to `max` characters, with `…` where it was cut.
+fn ellipsize(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(max - 1).collect();
+    s.push('…');
+    s
+}
+
 /// Writes the plot of `result` to `path` as SVG.
 pub fn write_plot(result: &BenchResult, path: &Path) -> Result<()> {
     let svg = render_plot(result).with_context(|| format!("plotting {}", path.display()))?;
@@ -59,7 +72,10 @@ fn render_plot(result: &BenchResult) -> Result<String> {
 
 fn draw_header(area: &Area, result: &BenchResult) -> Result<()> {
     area.draw(&Text::new(
-        format!("hugelab bench: {}", result.command.join(" ")),
+        format!(
+            "hugelab bench: {}",
+            ellipsize(&result.command.join(" "), TITLE_CHARS)
+        ),
         (12, 10),
         ("sans-serif", 22, FontStyle::Bold),
     ))?;

@@ -58,9 +58,24 @@ pub fn read(path: &str) -> String {
     }
 }
 
+/// Runs hugelab as user nobody (uid 65534) with `args` and checks the
+/// refusal: one sentence saying root is needed, exit 2. Does nothing where
+/// that cannot be arranged (no setpriv, not root).
+pub fn assert_refused_as_nobody(args: &[&str]) {
+    let Some(out) = hugelab_as_nobody(args) else {
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(
+        err.contains("needs root") && err.contains("uid 65534"),
+        "{args:?}: {err}"
+    );
+}
+
 /// Runs hugelab as user nobody (uid 65534) through setpriv, or None where
 /// that is impossible (no setpriv, not root).
-pub fn hugelab_as_nobody(args: &[&str]) -> Option<Output> {
+fn hugelab_as_nobody(args: &[&str]) -> Option<Output> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || !Path::new("/usr/bin/setpriv").exists() {
         return None;

@@ -17,10 +17,15 @@
 //! exactly the folios flagged as queued, a partially mapped folio is queued
 //! and really partially mapped; the per-size nr_anon and
 //! nr_anon_partially_mapped equal the folios found.
+//! The reverse map: a large folio's `_large_mapcount` equals its mappings;
+//! each of its pages is mapped only at its folio's index (plus the page's
+//! offset) and only by mms its anon_vma's tree reaches, so rmap walks miss
+//! nothing; each anon_vma counts the large folios pointing at it, is linked
+//! both ways with its parent, and is marked live exactly while its mm is.
 //! With no process left, every frame but the huge zero folio is free.
 //! Slow (a full walk): for tests and `--check`, not for benchmarks.
 
-use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
 use crate::pgtable::Pmd;
 use crate::rmap::{self, MmId, GUP_PIN_COUNTING_BIAS, MM_ID_DUMMY};
 use crate::vmstat::MthpStat;
@@ -36,6 +41,8 @@ pub fn check(model: &Model) -> Vec<String> {
     let mut tables = 0i64;
     // Mappings (PTEs plus PMDs) of each folio by each MM.
     let mut by_mm: BTreeMap<Pfn, BTreeMap<MmId, u64>> = BTreeMap::new();
+    // Where each page of a large folio is mapped: (mm, page, address).
+    let mut placed: Vec<(MmId, Pfn, u64)> = Vec::new();
     for (name, task) in &model.tasks {
         let mm = &task.mm;
         let mut count =
@@ -48,14 +55,20 @@ pub fn check(model: &Model) -> Vec<String> {
                 Pmd::Huge { pfn, .. } => {
                     *pmd_maps.entry(*pfn).or_default() += 1;
                     count(*pfn);
+                    placed.push((mm.mm_id, *pfn, index * PMD_SIZE));
                     rss += HPAGE_PMD_NR;
                 }
                 Pmd::HugeZero { .. } => {}
                 Pmd::Table(t) => {
-                    for pte in t.ptes.iter() {
+                    for (i, pte) in t.ptes.iter().enumerate() {
                         if let Some(pfn) = pte.pfn() {
                             *pte_maps.entry(pfn).or_default() += 1;
-                            count(page_folio(m, pfn));
+                            let folio = page_folio(m, pfn);
+                            count(folio);
+                            if m.zone.memmap.page(folio).order() > 0 {
+                                let addr = index * PMD_SIZE + i as u64 * PAGE_SIZE;
+                                placed.push((mm.mm_id, pfn, addr));
+                            }
                             rss += 1;
                         }
                     }
@@ -114,6 +127,13 @@ pub fn check(model: &Model) -> Vec<String> {
             anon_mapped += i64::from(found > 0 || entire > 0);
         }
         if order > 0 {
+            let large = m.zone.memmap.folio_ext(folio).large_mapcount;
+            if u64::from(large) != ptes + u64::from(entire) {
+                bad.push(format!(
+                    "{folio}: _large_mapcount {large} but {} mappings",
+                    ptes + u64::from(entire)
+                ));
+            }
             if rmap::folio_entire_mapcount(m, folio) != entire {
                 bad.push(format!(
                     "{folio}: entire mapcount {} but {entire} PMDs map it",
@@ -209,6 +229,7 @@ pub fn check(model: &Model) -> Vec<String> {
             m.stat.nr_pagetable
         ));
     }
+    check_anon_vmas(model, &folios, &placed, &mut bad);
     let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
     let used = frames + tables as u64 + zero;
     let total = m.zone.spanned_pages();
@@ -219,6 +240,80 @@ pub fn check(model: &Model) -> Vec<String> {
         ));
     }
     bad
+}
+
+/// The reverse map of large folios and the anon_vma tree: see the module
+/// doc. `placed` is every mapping of a page of a large folio found in the
+/// page tables.
+fn check_anon_vmas(
+    model: &Model,
+    folios: &BTreeSet<Pfn>,
+    placed: &[(MmId, Pfn, u64)],
+    bad: &mut Vec<String>,
+) {
+    let m = &model.machine;
+    let mut tree = Vec::new();
+    for &(mm, page, addr) in placed {
+        let folio = page_folio(m, page);
+        let ext = m.zone.memmap.folio_ext(folio);
+        let expected = (ext.index + (page.0 - folio.0)) * PAGE_SIZE;
+        if addr != expected {
+            bad.push(format!(
+                "{page} is mapped at {addr:#x} but its folio's index puts it at {expected:#x}"
+            ));
+        }
+        m.anon_vmas.tree(ext.anon_vma, &mut tree);
+        if !tree.contains(&mm) {
+            bad.push(format!(
+                "{folio} is mapped by mm {mm}, which an rmap walk from its anon_vma {} misses",
+                ext.anon_vma
+            ));
+        }
+    }
+    let mut folios_of: BTreeMap<MmId, u64> = BTreeMap::new();
+    for &folio in folios {
+        if m.zone.memmap.page(folio).order() > 0 {
+            *folios_of
+                .entry(m.zone.memmap.folio_ext(folio).anon_vma)
+                .or_default() += 1;
+        }
+    }
+    let live: BTreeSet<MmId> = model.tasks.values().map(|t| t.mm.mm_id).collect();
+    let mut ids: Vec<MmId> = live.iter().copied().collect();
+    ids.extend(folios_of.keys());
+    ids.sort_unstable();
+    ids.dedup();
+    for id in ids {
+        let Some(av) = m.anon_vmas.get(id) else {
+            bad.push(format!("anon_vma {id} is in use but was freed"));
+            continue;
+        };
+        let found = folios_of.get(&id).copied().unwrap_or(0);
+        if av.folios != found {
+            bad.push(format!(
+                "anon_vma {id} counts {} large folios but {found} point at it",
+                av.folios
+            ));
+        }
+        if av.mm_alive != live.contains(&id) {
+            bad.push(format!(
+                "anon_vma {id} says its mm is {} but it is {}",
+                if av.mm_alive { "alive" } else { "gone" },
+                if live.contains(&id) { "alive" } else { "gone" }
+            ));
+        }
+        if let Some(p) = av.parent {
+            if !m
+                .anon_vmas
+                .get(p)
+                .is_some_and(|pa| pa.children.contains(&id))
+            {
+                bad.push(format!(
+                    "anon_vma {id} is not among its parent {p}'s children"
+                ));
+            }
+        }
+    }
 }
 
 /// The invariants of one large folio's MM-ID slots and deferred-split state;

@@ -189,9 +189,8 @@ impl Model {
     /// split: debugfs split_huge_pages over the range, to order 0.
     fn split(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
         let (start, end) = resolve(stmt, proc, &self.task(stmt, proc)?.mm, range)?;
-        let target = self.tasks.keys().position(|name| name == proc);
-        let target = target.expect("task() found it");
-        let mut mms: Vec<&mut MmStruct> = self.tasks.values_mut().map(|t| &mut t.mm).collect();
+        let target = self.task(stmt, proc)?.mm.mm_id;
+        let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));
         split_huge_pages_pid(&mut self.machine, &mut mms, target, start, end);
         Ok(())
     }
@@ -405,6 +404,7 @@ impl Model {
                 }
                 self.started = true;
                 let mm = MmStruct::new(self.alloc_mm_id());
+                self.machine.anon_vmas.alloc(mm.mm_id);
                 self.tasks.insert(proc.clone(), Task { mm, min_flt: 0 });
             }
             StmtKind::Mmap {
@@ -512,6 +512,7 @@ impl Model {
                     .remove(proc)
                     .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
                 exit_mmap(&mut self.machine, &mut task.mm);
+                self.machine.anon_vmas.exit(task.mm.mm_id);
                 self.release_pins(proc);
             }
             StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
@@ -522,8 +523,7 @@ impl Model {
                 );
             }
             StmtKind::Reclaim => {
-                let mut mms: Vec<&mut crate::mmap::MmStruct> =
-                    self.tasks.values_mut().map(|t| &mut t.mm).collect();
+                let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));
                 crate::vmscan::drop_slab(&mut self.machine, &mut mms);
             }
             StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {

@@ -34,6 +34,13 @@ use crate::Machine;
 
 /// dup_mmap: `dst` (a new, empty mm with its own id) becomes a copy of `src`.
 pub fn dup_mmap(m: &mut Machine, src: &mut MmStruct, dst: &mut MmStruct) -> Result<(), Fault> {
+    // anon_vma_fork: the child's anon_vma hangs under the parent's, so an
+    // rmap walk of the parent's folios finds the child's mappings too.
+    if m.injected_bug == Some(crate::InjectedBug::ForkSkipsAnonVmaLink) {
+        m.anon_vmas.alloc(dst.mm_id);
+    } else {
+        m.anon_vmas.fork(src.mm_id, dst.mm_id);
+    }
     dst.vmas = src.vmas.clone();
     dst.regions = src.regions.clone();
     dst.mmap_cursor = src.mmap_cursor;
@@ -185,7 +192,7 @@ fn copy_present_page(
 ) -> Result<(), Fault> {
     let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
     crate::thp_utilization::copy_content(m, page, new);
-    rmap::folio_add_new_anon_rmap(m, new, 0, false);
+    rmap::folio_add_new_anon_rmap(m, new, 0, false, dst.mm_id, 0);
     set_pte(dst, index, i, Pte::new(new, vma.flags & Vma::VM_WRITE != 0));
     Ok(())
 }

@@ -18,9 +18,8 @@
 //! `defrag` is stored but the allocator has no compaction to apply it with;
 //! the vendor knob `anon_beside_full` is stored and must be 0 (the model
 //! refuses 1); folios are split to order 0 only (debugfs's new_order is not
-//! offered); the model keeps no reverse map, so split_folio walks every
-//! process's page tables to find the PMDs and the zero-filled pages it remaps
-//! to the zero page; a page's content is one bit, all zero or not
+//! offered); split_folio finds the PMDs and the zero-filled pages it remaps
+//! to the zero page by `rmap::rmap_walk_anon`; a page's content is one bit, all zero or not
 //! (`pg::ZEROED`), which is what thp_underused and that remap look at; the
 //! shrinkers run only from `vmscan::drop_slab` and walk their whole queue in
 //! one call.
@@ -31,7 +30,7 @@ use crate::mm_types::{
 use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::{alloc_folio, free_folio};
 use crate::pgtable::{Pmd, Pte, PteTable};
-use crate::rmap;
+use crate::rmap::{self, MmList};
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 use hugelab_workload::{ThpDefrag, ThpEnabled, ThpSizeEnabled};
@@ -222,7 +221,7 @@ fn map_anon_folio_pmd(
     deposit: Pfn,
 ) {
     let writable = vma.flags & Vma::VM_WRITE != 0;
-    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true);
+    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true, mm.mm_id, haddr);
     crate::thp_utilization::set_folio_cause(m, folio, crate::thp_utilization::FolioCause::Fault);
     mm.anon_rss += HPAGE_PMD_NR;
     mm.pmds.insert(
@@ -493,7 +492,7 @@ pub fn thp_underused(m: &Machine, folio: Pfn) -> bool {
 /// path asked for the split. Fails, counting thp_split_page_failed and the
 /// size's split_failed, when someone holds a reference that no mapping
 /// explains (can_split_folio: a pin); returns whether it split.
-pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bool {
+pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
     let order = m.zone.memmap.page(folio).order();
     let nr = 1u64 << order;
     if !rmap::folio_refs_all_mappings(m, folio) {
@@ -503,24 +502,21 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bo
         m.stat.count_mthp_stat(order, MthpStat::SplitFailed);
         return false;
     }
+    // The mappings are found through the folio's anon_vma and index: the
+    // one place in each mm of its fork family where its pages can be.
+    let (walk, addr) = rmap::rmap_walk_anon(m, folio);
+    let index = addr / PMD_SIZE;
     if rmap::folio_entire_mapcount(m, folio) > 0 {
-        for mm in mms.iter_mut() {
-            let pmds: Vec<u64> = mm
-                .pmds
-                .range(0..=u64::MAX)
-                .filter(|(_, p)| matches!(p, Pmd::Huge { pfn, .. } if *pfn == folio))
-                .map(|(i, _)| i)
-                .collect();
-            for index in pmds {
-                split_huge_pmd(m, mm, index * PMD_SIZE);
+        for &id in &walk {
+            let Some(mm) = mms.get_mut(id) else { continue };
+            if matches!(mm.pmds.get(&index), Some(Pmd::Huge { pfn, .. }) if *pfn == folio) {
+                split_huge_pmd(m, mm, addr);
             }
         }
     }
     // The new order-0 folios have no MM-ID slots: a stale entry would make a
     // large folio later allocated here look shared.
     m.folio_mm_ids.remove(&folio);
-    // The model keeps no reverse map: finding the PTEs of zero-filled pages
-    // walks every page table, so only when there is one.
     let any_zeroed = m
         .zone
         .memmap
@@ -528,27 +524,31 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bo
         .iter()
         .any(|p| p.test(pg::ZEROED));
     if any_zeroed {
-        let (lo, hi) = (folio.0, folio.0 + nr);
-        for mm in mms.iter_mut() {
+        let first = crate::pgtable::pte_index(addr);
+        for &id in &walk {
+            let Some(mm) = mms.get_mut(id) else { continue };
+            let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
+                continue;
+            };
             let mut dropped = 0u64;
-            for (_, pmd) in mm.pmds.range_mut(0..=u64::MAX) {
-                let Pmd::Table(t) = pmd else { continue };
-                for pte in t.ptes.iter_mut() {
-                    let Some(pfn) = pte.pfn().filter(|p| (lo..hi).contains(&p.0)) else {
-                        continue;
-                    };
-                    let page = m.zone.memmap.page_mut(pfn);
-                    if page.test(pg::ZEROED) {
-                        *pte = Pte::ZERO;
-                        page.mapcount -= 1;
-                        m.stat.nr_anon_mapped -= i64::from(page.mapcount == 0);
-                        dropped += 1;
-                    }
+            for (i, pte) in t.ptes[first..first + nr as usize].iter_mut().enumerate() {
+                let pfn = Pfn(folio.0 + i as u64);
+                if pte.pfn() != Some(pfn) {
+                    continue;
+                }
+                let page = m.zone.memmap.page_mut(pfn);
+                if page.test(pg::ZEROED) {
+                    *pte = Pte::ZERO;
+                    page.mapcount -= 1;
+                    m.stat.nr_anon_mapped -= i64::from(page.mapcount == 0);
+                    dropped += 1;
                 }
             }
             mm.anon_rss -= dropped;
         }
     }
+    let anon_vma = m.zone.memmap.folio_ext(folio).anon_vma;
+    m.anon_vmas.put_folio(anon_vma);
     if order == HPAGE_PMD_ORDER {
         m.stat.count_vm_event(VmEvent::ThpSplitPage);
     }
@@ -584,7 +584,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bo
 }
 
 /// split_huge_pages_pid: what writing `pid,start,end` to debugfs
-/// `split_huge_pages` does to the process `mms[target]`. Walks the range a page
+/// `split_huge_pages` does to the process whose mm id is `target`. Walks the range a page
 /// at a time (a THP is met again at each of its pages, and skipped once split);
 /// the walk ends at the first address no VMA covers. A large folio that
 /// can_split_folio refuses (a pin) is skipped without a split attempt, so
@@ -592,8 +592,8 @@ pub fn split_folio(m: &mut Machine, mms: &mut [&mut MmStruct], folio: Pfn) -> bo
 /// "split of total" the kernel logs.
 pub fn split_huge_pages_pid(
     m: &mut Machine,
-    mms: &mut [&mut MmStruct],
-    target: usize,
+    mms: &mut MmList,
+    target: crate::rmap::MmId,
     start: u64,
     end: u64,
 ) -> (u64, u64) {
@@ -601,7 +601,7 @@ pub fn split_huge_pages_pid(
     let mut addr = start & !(PAGE_SIZE - 1);
     let end = end & !(PAGE_SIZE - 1);
     while addr < end {
-        let mm = &*mms[target];
+        let mm = mms.get_mut(target).expect("the target mm");
         if mm.find_vma(addr).is_none() {
             break;
         }
@@ -665,7 +665,7 @@ pub fn folio_unqueue_deferred_split(m: &mut Machine, folio: Pfn, order: u32) {
 /// (then thp_underused_split_page), else it is simply dropped from the
 /// queue: the under-used check is made once. A partially mapped folio whose
 /// split fails (pinned) goes back to the tail of the queue.
-pub fn deferred_split_scan(m: &mut Machine, mms: &mut [&mut MmStruct]) {
+pub fn deferred_split_scan(m: &mut Machine, mms: &mut MmList) {
     for folio in m.deferred_split_queue.drain() {
         m.zone.memmap.page_mut(folio).clear(pg::DEFERRED);
         let partially_mapped = m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED);

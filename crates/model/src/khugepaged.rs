@@ -293,7 +293,7 @@ fn collapse_huge_page(
     let Some(Pmd::Table(table)) = mm.pmds.remove(&index) else {
         unreachable!("the PTE table went away during collapse");
     };
-    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true);
+    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true, mm.mm_id, haddr);
     let cause = if khugepaged {
         FolioCause::Khugepaged
     } else {

@@ -65,6 +65,8 @@ pub struct Machine {
     pub deferred_split_queue: DeferredSplitQueue,
     /// The MM-ID slots of large folios mapped by more than one MM (see rmap).
     pub folio_mm_ids: HashMap<Pfn, rmap::FolioMmIds>,
+    /// The anon_vmas large folios point at (see rmap).
+    pub anon_vmas: rmap::AnonVmas,
     /// A bug put in on purpose, to show the invariant checker catches it.
     #[doc(hidden)]
     pub injected_bug: Option<InjectedBug>,
@@ -77,6 +79,9 @@ pub enum InjectedBug {
     /// folio_try_dup_anon_rmap_ptes forgets the first page's `_mapcount`
     /// increment when fork shares a PTE-mapped large folio.
     DupRmapPtesSkipsMapcount,
+    /// dup_mmap gives the child an anon_vma of its own, not linked under
+    /// the parent's: rmap walks of shared folios miss the child.
+    ForkSkipsAnonVmaLink,
 }
 
 impl Machine {
@@ -89,6 +94,7 @@ impl Machine {
             huge_zero_refcount: 0,
             deferred_split_queue: DeferredSplitQueue::default(),
             folio_mm_ids: HashMap::new(),
+            anon_vmas: rmap::AnonVmas::default(),
             injected_bug: None,
         }
     }

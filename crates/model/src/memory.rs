@@ -145,7 +145,7 @@ fn do_anonymous_page(
     let (folio, order) = alloc_anon_folio(m, mm, vma, addr)?;
     let nr = 1u64 << order;
     let start = addr & !((PAGE_SIZE << order) - 1);
-    rmap::folio_add_new_anon_rmap(m, folio, order, false);
+    rmap::folio_add_new_anon_rmap(m, folio, order, false, mm.mm_id, start);
     if order > 0 {
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
         set_folio_cause(m, folio, FolioCause::Fault);
@@ -245,7 +245,7 @@ fn wp_page_copy(
     if let Some((_, page)) = old {
         copy_content(m, page, new);
     }
-    rmap::folio_add_new_anon_rmap(m, new, 0, false);
+    rmap::folio_add_new_anon_rmap(m, new, 0, false, mm.mm_id, addr);
     let writable = vma.flags & Vma::VM_WRITE != 0;
     table(mm, addr).ptes[pte_index(addr)] = Pte::new(new, writable);
     match old {

@@ -17,6 +17,13 @@
 //!
 //! Anonymous large folios have order >= 2 (THP_ORDERS_ALL_ANON), so heads 1..3
 //! always exist. Mapcounts start at 0 meaning "unmapped" (the kernel stores -1).
+//!
+//! The folio fields that only large folios need and that do not fit in 8
+//! bytes — `folio->mapping` (the anon_vma), `folio->index` and
+//! `_large_mapcount` — are a `FolioExt` beside the memory map (`sparse`),
+//! the way page_ext keeps extra per-page data beside it. Small folios have
+//! none: the model never walks the rmap of an order-0 folio (nothing splits
+//! it), and its mapcount is its page's.
 
 use crate::Machine;
 use std::fmt;
@@ -127,6 +134,22 @@ impl Page {
             private: 0,
         };
     }
+}
+
+/// The large-folio fields kept beside the memory map (see the module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FolioExt {
+    /// `folio->mapping` of an anon folio: the anon_vma of the mm it was
+    /// faulted (or collapsed, or copied) in, named by that mm's id
+    /// (`rmap::AnonVma`).
+    pub anon_vma: u32,
+    /// `_large_mapcount`: every page-table mapping of the folio, a PMD
+    /// counting once (plain count; the kernel stores it minus one).
+    pub large_mapcount: u32,
+    /// `folio->index` of an anon folio: its first page's virtual page number
+    /// (address >> PAGE_SHIFT), which is where it is mapped in every mm of
+    /// its anon_vma tree (the model has no mremap).
+    pub index: u64,
 }
 
 /// Why a fault could not complete (`enum vm_fault_reason`, the model's

@@ -17,8 +17,11 @@
 //!   model of a 1 TiB machine costs nothing before it is used (the kernel's
 //!   deferred struct page init does the same with its memmap);
 //! - free lists are LIFO stacks (the kernel adds freed pages at the head and
-//!   allocates from the head); a block merged away is left in its stack and
-//!   skipped when popped, so removal from the middle of a list costs nothing.
+//!   allocates from the head). Taking a block out of the middle of its list
+//!   (a merge with a freed buddy, `del_page_from_free_list`) moves the top
+//!   block into its slot: each free block's head page records its slot (the
+//!   kernel links `page->buddy_list` instead), so a free and every merge it
+//!   makes cost O(1) and the lists never hold stale entries.
 
 use crate::huge_memory::folio_unqueue_deferred_split;
 use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
@@ -28,9 +31,15 @@ use crate::Machine;
 
 #[derive(Default)]
 struct FreeArea {
-    /// Candidate block heads; an entry is live iff its page is PageBuddy of this order.
-    stack: Vec<u64>,
-    nr_free: u64,
+    /// The free blocks' head pfns; the last is the list's head (allocated
+    /// first). Each head page's `private` holds its slot here.
+    list: Vec<u32>,
+}
+
+impl FreeArea {
+    fn nr_free(&self) -> u64 {
+        self.list.len() as u64
+    }
 }
 
 pub struct Zone {
@@ -69,7 +78,7 @@ impl Zone {
     pub fn buddyinfo(&self) -> [u64; NR_PAGE_ORDERS] {
         let mut info = [0; NR_PAGE_ORDERS];
         for (o, area) in self.free_area.iter().enumerate() {
-            info[o] = area.nr_free;
+            info[o] = area.nr_free();
         }
         let mut pfn = self.frontier;
         while pfn < self.spanned {
@@ -106,9 +115,7 @@ impl Zone {
             if buddy >= self.frontier || !self.is_free_block(buddy, order) {
                 break;
             }
-            // del_page_from_free_list: the stack entry goes stale.
-            self.memmap.page_mut(Pfn(buddy)).init(0, 0);
-            self.free_area[order as usize].nr_free -= 1;
+            self.del_page_from_free_list(buddy, order);
             pfn &= !(1 << order);
             order += 1;
         }
@@ -121,41 +128,35 @@ impl Zone {
     }
 
     fn add_to_free_list(&mut self, pfn: u64, order: u32) {
-        self.memmap.page_mut(Pfn(pfn)).init(pg::BUDDY, order);
         let area = &mut self.free_area[order as usize];
-        area.stack.push(pfn);
-        area.nr_free += 1;
-        // Bound the stale entries left by merges: at most as many as live ones.
-        if area.stack.len() as u64 > 2 * area.nr_free + 64 {
-            self.compact_free_list(order);
+        let page = self.memmap.page_mut(Pfn(pfn));
+        page.init(pg::BUDDY, order);
+        page.private = area.list.len() as u32;
+        area.list.push(pfn as u32);
+    }
+
+    /// del_page_from_free_list: the block leaves its list from wherever it
+    /// is; the list's top block takes its slot.
+    fn del_page_from_free_list(&mut self, pfn: u64, order: u32) {
+        let area = &mut self.free_area[order as usize];
+        let slot = self.memmap.page(Pfn(pfn)).private as usize;
+        debug_assert_eq!(area.list[slot] as u64, pfn);
+        area.list.swap_remove(slot);
+        if let Some(&moved) = area.list.get(slot) {
+            self.memmap.page_mut(Pfn(u64::from(moved))).private = slot as u32;
         }
+        self.memmap.page_mut(Pfn(pfn)).init(0, 0);
     }
 
-    fn compact_free_list(&mut self, order: u32) {
-        let mut stack = std::mem::take(&mut self.free_area[order as usize].stack);
-        // Keep the last (most recently pushed) live entry of each block, in order.
-        let mut seen = std::collections::HashSet::with_capacity(stack.len());
-        stack.reverse();
-        stack.retain(|&pfn| self.is_free_block(pfn, order) && seen.insert(pfn));
-        stack.reverse();
-        debug_assert_eq!(stack.len() as u64, self.free_area[order as usize].nr_free);
-        self.free_area[order as usize].stack = stack;
-    }
-
-    /// __rmqueue_smallest: pops the first live block of order >= `order`.
+    /// __rmqueue_smallest: takes the head block of the first non-empty list
+    /// of order >= `order`.
     fn rmqueue_smallest(&mut self, order: u32) -> Option<(u64, u32)> {
         for o in order..=MAX_PAGE_ORDER {
-            if self.free_area[o as usize].nr_free == 0 {
-                continue;
+            if let Some(pfn) = self.free_area[o as usize].list.pop() {
+                let pfn = u64::from(pfn);
+                self.memmap.page_mut(Pfn(pfn)).init(0, 0);
+                return Some((pfn, o));
             }
-            while let Some(pfn) = self.free_area[o as usize].stack.pop() {
-                if self.is_free_block(pfn, o) {
-                    self.memmap.page_mut(Pfn(pfn)).init(0, 0);
-                    self.free_area[o as usize].nr_free -= 1;
-                    return Some((pfn, o));
-                }
-            }
-            unreachable!("free_area[{o}].nr_free > 0 with no live entry");
         }
         None
     }
@@ -200,8 +201,8 @@ impl Zone {
 
     /// Host bytes used by the model of this zone.
     pub fn footprint_bytes(&self) -> u64 {
-        let stacks: usize = self.free_area.iter().map(|a| a.stack.capacity() * 8).sum();
-        self.memmap.footprint_bytes() + stacks as u64
+        let lists: usize = self.free_area.iter().map(|a| a.list.capacity() * 4).sum();
+        self.memmap.footprint_bytes() + lists as u64
     }
 }
 
@@ -223,7 +224,8 @@ pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
 /// The end of folio_put for a folio whose last reference went: `__folio_put`
 /// (mm/swap.c) takes it off the deferred split queue, `free_pages_prepare`
 /// drops the size's nr_anon, and the buddy allocator takes the pages back.
-/// The model keeps a large folio's MM-ID slots beside the memmap: they go too.
+/// The model keeps a large folio's MM-ID slots beside the memmap: they go
+/// too, and its anon_vma loses the folio's reference.
 pub fn free_folio(m: &mut Machine, folio: Pfn) {
     let head = *m.zone.memmap.page(folio);
     let order = head.order();
@@ -232,6 +234,8 @@ pub fn free_folio(m: &mut Machine, folio: Pfn) {
         m.folio_mm_ids.remove(&folio);
         if head.test(pg::ANON) {
             m.stat.mod_mthp_stat(order, MthpStat::NrAnon, -1);
+            let anon_vma = m.zone.memmap.folio_ext(folio).anon_vma;
+            m.anon_vmas.put_folio(anon_vma);
         }
     }
     m.zone.free_pages(folio, order);

@@ -10,9 +10,20 @@
 //! `_mm_id` slots and FOLIO_MM_IDS_SHARED_BIT tracks which MMs map a large
 //! folio (`folio_add_return_large_mapcount`, `folio_sub_return_large_mapcount`).
 //!
-//! Simplifications: no anon_vma chains (the model finds mappings by walking
-//! page tables). `_large_mapcount` is not stored: it is the sum of the page
-//! mapcounts and the entire mapcount, computed when asked. The MM-ID slots of
+//! The reverse map of a large folio is what the kernel's is: its anon_vma
+//! and its index (`FolioExt`). `rmap_walk_anon` visits the mm of that
+//! anon_vma and of every anon_vma forked from it, and looks at the one
+//! address where each can map the folio, so splitting a folio or remapping
+//! its zero-filled pages costs the mms of one fork family, not a walk of
+//! every page table of every process.
+//!
+//! Simplifications: one anon_vma per mm instead of one per VMA with
+//! anon_vma_chain links (`AnonVma`, named by its mm's id): with no mremap,
+//! a folio of an mm's anon_vma is mapped only at its own address, in that mm
+//! or in mms forked from it, which is what the kernel's interval tree of
+//! VMAs under the anon_vma yields too. Only large folios record their
+//! anon_vma and index: nothing walks the rmap of an order-0 folio in the
+//! model (no reclaim, migration or KSM). The MM-ID slots of
 //! a large folio live in a side table (`Machine::folio_mm_ids`) and only while
 //! the folio is mapped by more than one MM or still marked shared: a folio
 //! without an entry is mapped exclusively by the one MM that maps it, which
@@ -20,9 +31,10 @@
 //! decides which free slot a third MM takes).
 
 use crate::huge_memory::deferred_split_folio;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR};
+use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, PAGE_SHIFT};
 use crate::vmstat::MthpStat;
 use crate::Machine;
+use std::collections::HashMap;
 
 /// An MM's id (`mm_struct.mm_id`); MM_ID_DUMMY (0) is a free slot.
 pub type MmId = u32;
@@ -39,6 +51,169 @@ pub struct FolioMmIds {
     pub mm_id: [MmId; 2],
     pub mapcount: [u64; 2],
     pub shared: bool,
+}
+
+/// An anon_vma: one per mm in the model (see the module doc), named by the
+/// id of the mm that made it, linked to the anon_vma of the mm it was forked
+/// from. It lives while its mm lives, a large folio points at it, or an
+/// anon_vma forked from it lives (the kernel's anon_vma refcount and
+/// `num_children`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnonVma {
+    pub parent: Option<MmId>,
+    /// The anon_vmas forked from this one, oldest first.
+    pub children: Vec<MmId>,
+    /// Whether its mm is alive.
+    pub mm_alive: bool,
+    /// Large folios whose `folio->mapping` it is.
+    pub folios: u64,
+}
+
+/// Every anon_vma of the machine, by id.
+#[derive(Default)]
+pub struct AnonVmas {
+    map: HashMap<MmId, AnonVma>,
+}
+
+impl AnonVmas {
+    /// anon_vma_prepare for a new mm (spawn).
+    pub fn alloc(&mut self, mm: MmId) {
+        self.map.insert(
+            mm,
+            AnonVma {
+                mm_alive: true,
+                ..AnonVma::default()
+            },
+        );
+    }
+
+    /// anon_vma_fork: the child's anon_vma, under the parent's.
+    pub fn fork(&mut self, parent: MmId, child: MmId) {
+        self.map.insert(
+            child,
+            AnonVma {
+                parent: Some(parent),
+                mm_alive: true,
+                ..AnonVma::default()
+            },
+        );
+        if let Some(p) = self.map.get_mut(&parent) {
+            p.children.push(child);
+        }
+    }
+
+    /// The mm of `id` exited (unlink_anon_vmas).
+    pub fn exit(&mut self, id: MmId) {
+        if let Some(av) = self.map.get_mut(&id) {
+            av.mm_alive = false;
+        }
+        self.put(id);
+    }
+
+    /// A large folio takes `id` as its anon_vma.
+    pub fn get_folio(&mut self, id: MmId) {
+        self.map.get_mut(&id).expect("a live anon_vma").folios += 1;
+    }
+
+    /// A large folio of anon_vma `id` was freed or split.
+    pub fn put_folio(&mut self, id: MmId) {
+        let av = self.map.get_mut(&id).expect("a folio's anon_vma");
+        av.folios -= 1;
+        self.put(id);
+    }
+
+    /// Frees `id` and then its parents while nothing holds them.
+    fn put(&mut self, mut id: MmId) {
+        loop {
+            let Some(av) = self.map.get(&id) else { return };
+            if av.mm_alive || av.folios > 0 || !av.children.is_empty() {
+                return;
+            }
+            let parent = av.parent;
+            self.map.remove(&id);
+            let Some(p) = parent else { return };
+            let siblings = &mut self.map.get_mut(&p).expect("a parent anon_vma").children;
+            let at = siblings.iter().position(|&c| c == id).expect("linked");
+            siblings.remove(at);
+            id = p;
+        }
+    }
+
+    pub fn get(&self, id: MmId) -> Option<&AnonVma> {
+        self.map.get(&id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The ids of the anon_vmas in the tree under `id` (itself included),
+    /// depth first, into `out`: the mms an rmap walk from `id` visits.
+    pub fn tree(&self, id: MmId, out: &mut Vec<MmId>) {
+        out.clear();
+        out.push(id);
+        let mut i = 0;
+        while i < out.len() {
+            if let Some(av) = self.map.get(&out[i]) {
+                out.extend_from_slice(&av.children);
+            }
+            i += 1;
+        }
+    }
+
+    /// The root of the tree holding `id` (the fork family's first mm).
+    pub fn root(&self, mut id: MmId) -> MmId {
+        while let Some(p) = self.map.get(&id).and_then(|av| av.parent) {
+            id = p;
+        }
+        id
+    }
+}
+
+/// The mms of the workload by id, for rmap walks (`rmap_walk_anon` finds an
+/// mm from an anon_vma through this).
+pub struct MmList<'a> {
+    mms: Vec<&'a mut crate::mmap::MmStruct>,
+    by_id: HashMap<MmId, usize>,
+}
+
+impl<'a> MmList<'a> {
+    pub fn new(mms: impl IntoIterator<Item = &'a mut crate::mmap::MmStruct>) -> Self {
+        let mms: Vec<_> = mms.into_iter().collect();
+        let by_id = mms
+            .iter()
+            .enumerate()
+            .map(|(i, mm)| (mm.mm_id, i))
+            .collect();
+        MmList { mms, by_id }
+    }
+
+    pub fn get_mut(&mut self, id: MmId) -> Option<&mut crate::mmap::MmStruct> {
+        let i = *self.by_id.get(&id)?;
+        Some(&mut *self.mms[i])
+    }
+
+    pub fn len(&self) -> usize {
+        self.mms.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mms.is_empty()
+    }
+}
+
+/// rmap_walk_anon: the live mms that may map `folio` (a large anon folio),
+/// in the order of its anon_vma tree, and the address of its first page.
+pub fn rmap_walk_anon(m: &Machine, folio: Pfn) -> (Vec<MmId>, u64) {
+    let ext = m.zone.memmap.folio_ext(folio);
+    let mut ids = Vec::new();
+    m.anon_vmas.tree(ext.anon_vma, &mut ids);
+    ids.retain(|id| m.anon_vmas.get(*id).is_some_and(|av| av.mm_alive));
+    (ids, ext.index << PAGE_SHIFT)
 }
 
 /// Folio-level fields overlaid on the first tail pages (see mm_types).
@@ -64,21 +239,25 @@ pub fn folio_pincount(m: &Machine, folio: Pfn) -> u32 {
 }
 
 /// folio_mapcount: every page-table mapping of the folio (a PMD counts
-/// once), i.e. `_large_mapcount` for a large folio.
+/// once): `_large_mapcount` for a large folio, the page's for a small one.
+#[inline]
 pub fn folio_mapcount(m: &Machine, folio: Pfn) -> u64 {
-    let order = m.zone.memmap.page(folio).order();
-    let ptes: u64 = m
-        .zone
-        .memmap
-        .pages(folio, 1 << order)
-        .iter()
-        .map(|p| u64::from(p.mapcount))
-        .sum();
-    if order == 0 {
-        ptes
+    let head = m.zone.memmap.page(folio);
+    if head.order() == 0 {
+        u64::from(head.mapcount)
     } else {
-        ptes + u64::from(folio_entire_mapcount(m, folio))
+        u64::from(m.zone.memmap.folio_ext(folio).large_mapcount)
     }
+}
+
+/// Adds `diff` (maybe negative) to `_large_mapcount`; the new value.
+#[inline]
+fn folio_mod_large_mapcount(m: &mut Machine, folio: Pfn, diff: i64) -> u64 {
+    let ext = m.zone.memmap.folio_ext_mut(folio);
+    let total = i64::from(ext.large_mapcount) + diff;
+    debug_assert!(total >= 0, "_large_mapcount underflow on {folio}");
+    ext.large_mapcount = total as u32;
+    total as u64
 }
 
 /// folio_expected_ref_count == folio_ref_count for an anon folio: every
@@ -106,20 +285,20 @@ pub fn folio_maybe_mapped_shared(m: &Machine, folio: Pfn) -> bool {
     m.folio_mm_ids.get(&folio).is_some_and(|ids| ids.shared) && folio_mapcount(m, folio) > 1
 }
 
-/// folio_add_return_large_mapcount for `diff` mappings by `mm`. `owner` is
-/// the MM that maps the folio now, for a folio with no slots entry yet (the
-/// fork path: the parent).
+/// folio_add_return_large_mapcount for `diff` mappings by `mm`, after which
+/// the folio has `total`. `owner` is the MM that maps the folio now, for a
+/// folio with no slots entry yet (the fork path: the parent).
 fn folio_add_large_mapcount(m: &mut Machine, folio: Pfn, diff: u64, mm: MmId, owner: MmId) {
+    let total = folio_mod_large_mapcount(m, folio, diff as i64);
     if m.folio_mm_ids.is_empty() && mm == owner {
         return;
     }
-    let before = folio_mapcount(m, folio) - diff;
+    let before = total - diff;
     let ids = m.folio_mm_ids.entry(folio).or_insert(FolioMmIds {
         mm_id: [owner, MM_ID_DUMMY],
         mapcount: [before, 0],
         shared: false,
     });
-    let total = before + diff;
     if ids.mm_id[0] == mm {
         ids.mapcount[0] += diff;
     } else if ids.mm_id[1] == mm {
@@ -140,13 +319,12 @@ fn folio_add_large_mapcount(m: &mut Machine, folio: Pfn, diff: u64, mm: MmId, ow
     }
 }
 
-/// folio_sub_return_large_mapcount for `diff` mappings by `mm`, called once
-/// the page mapcounts have dropped.
+/// folio_sub_return_large_mapcount for `diff` mappings by `mm`.
 fn folio_sub_large_mapcount(m: &mut Machine, folio: Pfn, diff: u64, mm: MmId) {
+    let total = folio_mod_large_mapcount(m, folio, -(diff as i64));
     if m.folio_mm_ids.is_empty() {
         return;
     }
-    let total = folio_mapcount(m, folio);
     let Some(ids) = m.folio_mm_ids.get_mut(&folio) else {
         return;
     };
@@ -173,8 +351,16 @@ fn folio_sub_large_mapcount(m: &mut Machine, folio: Pfn, diff: u64, mm: MmId) {
 }
 
 /// folio_add_new_anon_rmap(RMAP_EXCLUSIVE): a freshly allocated folio gets its
-/// first mapping — by one PMD when `pmd`, else by one PTE per page.
-pub fn folio_add_new_anon_rmap(m: &mut Machine, folio: Pfn, order: u32, pmd: bool) {
+/// first mapping — by one PMD when `pmd`, else by one PTE per page — at
+/// `addr` in the mm `mm`, whose anon_vma it joins (`__folio_set_anon`).
+pub fn folio_add_new_anon_rmap(
+    m: &mut Machine,
+    folio: Pfn,
+    order: u32,
+    pmd: bool,
+    mm: MmId,
+    addr: u64,
+) {
     let nr = 1u64 << order;
     let pages = m.zone.memmap.pages_mut(folio, nr);
     for page in pages.iter_mut() {
@@ -187,9 +373,17 @@ pub fn folio_add_new_anon_rmap(m: &mut Machine, folio: Pfn, order: u32, pmd: boo
         pages[1].private = u32::from(pmd);
         pages[2].private = if pmd { 0 } else { nr as u32 };
         pages[3].private = 0;
+        pages[0].private = if pmd { 1 } else { nr as u32 };
+        *m.zone.memmap.folio_ext_mut(folio) = crate::mm_types::FolioExt {
+            anon_vma: mm,
+            large_mapcount: if pmd { 1 } else { nr as u32 },
+            index: (addr >> PAGE_SHIFT) & !(nr - 1),
+        };
+        m.anon_vmas.get_folio(mm);
         m.stat.mod_mthp_stat(order, MthpStat::NrAnon, 1);
+    } else {
+        pages[0].private = 1;
     }
-    pages[0].private = if pmd { 1 } else { nr as u32 };
     m.stat.nr_anon_mapped += nr as i64;
     if pmd {
         m.stat.nr_anon_thps += nr as i64;

@@ -17,11 +17,11 @@
 //! either.
 
 use crate::huge_memory::{deferred_split_scan, shrink_huge_zero_folio_scan};
-use crate::mmap::MmStruct;
+use crate::rmap::MmList;
 use crate::Machine;
 
 /// drop_slab: the shrinkers that concern anonymous memory, in turn.
-pub fn drop_slab(m: &mut Machine, mms: &mut [&mut MmStruct]) {
+pub fn drop_slab(m: &mut Machine, mms: &mut MmList) {
     deferred_split_scan(m, mms);
     shrink_huge_zero_folio_scan(m);
 }

@@ -530,6 +530,35 @@ fn a_skipped_mapcount_update_is_caught() {
     }
 }
 
+/// The same test with the child's anon_vma left unlinked from its parent's
+/// at fork must fail: the reverse map then misses the child's mappings of
+/// the parent's large folios, which the invariant checker sees before a
+/// split could leave a stale PTE behind.
+#[test]
+fn an_unlinked_anon_vma_is_caught() {
+    let result = runner(10_000).run(&workload(), |(settings, ops)| {
+        run_checked(
+            &render(&settings, &ops),
+            Some(InjectedBug::ForkSkipsAnonVmaLink),
+            &RefCell::default(),
+        )
+    });
+    match result {
+        Err(TestError::Fail(why, (settings, ops))) => {
+            let why = why.to_string();
+            assert!(
+                why.contains("an rmap walk from its anon_vma"),
+                "caught, but not as an rmap miss: {why}"
+            );
+            let text = render(&settings, &ops);
+            eprintln!("the injected bug, shrunk to:\n{text}\n{why}");
+            assert!(text.lines().count() < 20, "not shrunk: {text}");
+        }
+        Err(e) => panic!("unexpected: {e}"),
+        Ok(()) => panic!("10,000 random workloads missed the unlinked anon_vma"),
+    }
+}
+
 /// A random workload made to leave THPs under-used: max_ptes_none 409 from
 /// the start, and every other `write` one byte per 128K (4 pages per THP).
 fn sparse(text: &str) -> String {

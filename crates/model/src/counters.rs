@@ -8,9 +8,10 @@
 //! kernel itself).
 
 use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::reading_cache::ReadingCache;
 use crate::task_mmu::{walk_range, FolioCounts, MemSizeStats};
 use crate::vmstat::{MthpStat, VmEvent};
-use crate::Model;
+use crate::{Machine, Model, Task};
 use hugelab_workload::Counters;
 
 /// `<size>kB` as the kernel names a folio size in sysfs.
@@ -23,7 +24,10 @@ fn anon_orders() -> impl Iterator<Item = u32> {
     std::iter::once(0).chain(2..=HPAGE_PMD_ORDER)
 }
 
-pub fn collect(model: &Model) -> Counters {
+/// Every counter of the model now. The machine-wide ones are read afresh
+/// (a fixed number); each process's come from `cache` unless a statement
+/// since they were computed may have changed them (`reading_cache`).
+pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
     let m = &model.machine;
     let mut c = Counters::new();
     let mut put = |name: String, v: i64| {
@@ -61,44 +65,56 @@ pub fn collect(model: &Model) -> Counters {
     put("meminfo.AnonHugePages".into(), kb(m.stat.nr_anon_thps));
     put("meminfo.PageTables".into(), kb(m.stat.nr_pagetable));
 
+    cache.retain_live(&model.tasks);
     for (proc, task) in &model.tasks {
-        let mm = &task.mm;
-        put(format!("stat.{proc}.minflt"), task.min_flt as i64);
-        // /proc/PID/smaps prints each VMA in whole kB: a region's fields
-        // are the sum of its VMAs' printed values, and the process's the sum
-        // of its regions' (every VMA lies in one region; the agent's own
-        // mappings, which smaps_rollup would add, are not the workload's).
-        let mut rollup = MemSizeStats::default().fields();
-        for (region, r) in &mm.regions {
-            let mut fields = MemSizeStats::default().fields();
-            let mut folios = FolioCounts::default();
-            for vma in mm.vmas_in(r.start, r.start + r.len) {
-                let mut mss = MemSizeStats::default();
-                walk_range(m, mm, vma.start, vma.end, &mut mss, &mut folios);
-                for (i, (_, kb)) in mss.fields().into_iter().enumerate() {
-                    fields[i].1 += kb;
-                    rollup[i].1 += kb;
-                }
-            }
-            for (field, kb) in fields {
-                put(format!("smaps.{proc}.{region}.{field}"), kb as i64);
-            }
-            for order in anon_orders() {
-                let (total, pmd) = (
-                    folios.total[order as usize] as i64,
-                    folios.pmd_mapped[order as usize] as i64,
-                );
-                let size = size_name(order);
-                put(format!("folios.{proc}.{region}.{size}"), total);
-                put(format!("folios.{proc}.{region}.{size}.pte"), total - pmd);
-                if order == HPAGE_PMD_ORDER {
-                    put(format!("folios.{proc}.{region}.{size}.pmd"), pmd);
-                }
+        for (name, v) in cache.proc_counters(m, proc, task, process_counters) {
+            c.insert(name.clone(), *v);
+        }
+    }
+    c
+}
+
+/// The counters of one process: minflt, and per region and in total what
+/// smaps and pagemap show.
+pub(crate) fn process_counters(m: &Machine, proc: &str, task: &Task) -> Vec<(String, i64)> {
+    let mut c = Vec::new();
+    let mut put = |name: String, v: i64| c.push((name, v));
+    let mm = &task.mm;
+    put(format!("stat.{proc}.minflt"), task.min_flt as i64);
+    // /proc/PID/smaps prints each VMA in whole kB: a region's fields
+    // are the sum of its VMAs' printed values, and the process's the sum
+    // of its regions' (every VMA lies in one region; the agent's own
+    // mappings, which smaps_rollup would add, are not the workload's).
+    let mut rollup = MemSizeStats::default().fields();
+    for (region, r) in &mm.regions {
+        let mut fields = MemSizeStats::default().fields();
+        let mut folios = FolioCounts::default();
+        for vma in mm.vmas_in(r.start, r.start + r.len) {
+            let mut mss = MemSizeStats::default();
+            walk_range(m, mm, vma.start, vma.end, &mut mss, &mut folios);
+            for (i, (_, kb)) in mss.fields().into_iter().enumerate() {
+                fields[i].1 += kb;
+                rollup[i].1 += kb;
             }
         }
-        for (field, kb) in rollup {
-            put(format!("smaps.{proc}.{field}"), kb as i64);
+        for (field, kb) in fields {
+            put(format!("smaps.{proc}.{region}.{field}"), kb as i64);
         }
+        for order in anon_orders() {
+            let (total, pmd) = (
+                folios.total[order as usize] as i64,
+                folios.pmd_mapped[order as usize] as i64,
+            );
+            let size = size_name(order);
+            put(format!("folios.{proc}.{region}.{size}"), total);
+            put(format!("folios.{proc}.{region}.{size}.pte"), total - pmd);
+            if order == HPAGE_PMD_ORDER {
+                put(format!("folios.{proc}.{region}.{size}.pmd"), pmd);
+            }
+        }
+    }
+    for (field, kb) in rollup {
+        put(format!("smaps.{proc}.{field}"), kb as i64);
     }
     c
 }

@@ -22,6 +22,8 @@
 //! offset) and only by mms its anon_vma's tree reaches, so rmap walks miss
 //! nothing; each anon_vma counts the large folios pointing at it, is linked
 //! both ways with its parent, and is marked live exactly while its mm is.
+//! Each process's cached readings (`reading_cache`), where still taken as
+//! fresh, equal a fresh computation.
 //! With no process left, every frame but the huge zero folio is free.
 //! Slow (a full walk): for tests and `--check`, not for benchmarks.
 
@@ -230,6 +232,11 @@ pub fn check(model: &Model) -> Vec<String> {
         ));
     }
     check_anon_vmas(model, &folios, &placed, &mut bad);
+    bad.extend(
+        model
+            .reading_cache
+            .stale(m, &model.tasks, crate::counters::process_counters),
+    );
     let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
     let used = frames + tables as u64 + zero;
     let total = m.zone.spanned_pages();
@@ -421,6 +428,37 @@ mod tests {
         let ids = model.machine.folio_mm_ids.values_mut().next();
         ids.expect("the 64K folio is mapped by a and b").shared = false;
         assert_caught(&model, "mapped by 2 MMs but not marked shared");
+    }
+
+    #[test]
+    fn a_folio_index_that_misplaces_its_pages_is_caught() {
+        let mut model = forked_64k();
+        let folio = *model
+            .machine
+            .folio_mm_ids
+            .keys()
+            .next()
+            .expect("shared 64K folio");
+        model.machine.zone.memmap.folio_ext_mut(folio).index += 16;
+        assert_caught(&model, "but its folio's index puts it at");
+    }
+
+    #[test]
+    fn a_wrong_large_mapcount_is_caught() {
+        let mut model = forked_64k();
+        let folio = *model
+            .machine
+            .folio_mm_ids
+            .keys()
+            .next()
+            .expect("shared 64K folio");
+        model
+            .machine
+            .zone
+            .memmap
+            .folio_ext_mut(folio)
+            .large_mapcount += 1;
+        assert_caught(&model, "_large_mapcount");
     }
 
     #[test]

@@ -362,6 +362,9 @@ impl Backend for Model {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        let touches = crate::reading_cache::touches(&stmt.kind);
+        self.reading_cache
+            .invalidate(touches, &self.tasks, &self.machine.anon_vmas);
         self.execute_stmt(stmt)?;
         if self.check_invariants {
             let broken = crate::debug_vm::check(self);
@@ -380,7 +383,12 @@ impl Backend for Model {
 
     fn read(&mut self) -> Result<Reading, BackendError> {
         Ok(Reading {
-            counters: counters::collect(self),
+            counters: {
+                let mut cache = std::mem::take(&mut self.reading_cache);
+                let counters = counters::collect(self, &mut cache);
+                self.reading_cache = cache;
+                counters
+            },
             unknown: Default::default(),
         })
     }

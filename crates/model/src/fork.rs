@@ -25,7 +25,7 @@
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
 use crate::internal::folio_pte_batch;
-use crate::mm_types::{page_folio, Fault, Pfn, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{page_folio, pg, Fault, Pfn, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
@@ -96,7 +96,8 @@ fn copy_page_range(
     Ok(())
 }
 
-/// copy_pte_range: `[lo, hi)` of the PTE table at `index`.
+/// copy_pte_range: `[lo, hi)` of the PTE table at `index`, a folio batch
+/// at a time (copy_present_ptes), with no allocation but the child's table.
 fn copy_pte_range(
     m: &mut Machine,
     dst: &mut MmStruct,
@@ -110,22 +111,42 @@ fn copy_pte_range(
         let page = m.pte_alloc_one()?;
         dst.pmds.insert(index, Pmd::Table(PteTable::new(page)));
     }
+    let (src_id, dst_id, has_pinned) = (src.mm_id, dst.mm_id, src.has_pinned);
+    let Some(Pmd::Table(st)) = src.pmds.get_mut(&index) else {
+        unreachable!("copy_pte_range without a source table");
+    };
+    let Some(Pmd::Table(dt)) = dst.pmds.get_mut(&index) else {
+        unreachable!("copy_pte_range without a destination table");
+    };
+    let writable = vma.flags & Vma::VM_WRITE != 0;
     let (mut i, end) = (pte_index(lo), pte_index(hi - 1) + 1);
+    let mut rss = 0u64;
     while i < end {
-        let Some(Pmd::Table(st)) = src.pmds.get(&index) else {
-            unreachable!("copy_pte_range without a source table");
-        };
         let pte = st.ptes[i];
         let Some(page) = pte.pfn() else {
             // pte_none, or the zero page (not a normal page): copied as is.
-            set_pte(dst, index, i, pte);
+            dt.ptes[i] = pte;
             i += 1;
             continue;
         };
+        // A small folio nobody may have pinned (the fork hot path):
+        // folio_try_dup_anon_rmap_pte and __copy_present_ptes inline.
+        let p = m.zone.memmap.page_mut(page);
+        if p.is_small_folio() && (!has_pinned || p.private < rmap::GUP_PIN_COUNTING_BIAS) {
+            p.clear(pg::ANON_EXCLUSIVE);
+            p.mapcount += 1;
+            p.private += 1;
+            let shared = pte.wrprotect();
+            st.ptes[i] = shared;
+            dt.ptes[i] = shared;
+            rss += 1;
+            i += 1;
+            continue;
+        }
         let folio = page_folio(m, page);
         let nr = folio_pte_batch(m, folio, &st.ptes[i..], end - i);
-        let maybe_pinned = src.has_pinned && rmap::folio_maybe_dma_pinned(m, folio);
-        let (src_id, dst_id) = (src.mm_id, dst.mm_id);
+        let maybe_pinned = has_pinned && rmap::folio_maybe_dma_pinned(m, folio);
+        rss += nr as u64;
         if rmap::folio_try_dup_anon_rmap_ptes(
             m,
             folio,
@@ -137,8 +158,7 @@ fn copy_pte_range(
         )
         .is_ok()
         {
-            share_ptes(dst, src, index, i, nr);
-            dst.anon_rss += nr as u64;
+            share_ptes(st, dt, i, nr);
             i += nr;
             continue;
         }
@@ -148,35 +168,24 @@ fn copy_pte_range(
             if rmap::folio_try_dup_anon_rmap_ptes(m, folio, page, 1, dst_id, src_id, maybe_pinned)
                 .is_ok()
             {
-                share_ptes(dst, src, index, i + k, 1);
+                share_ptes(st, dt, i + k, 1);
             } else {
-                copy_present_page(m, dst, vma, index, i + k, page)?;
+                copy_present_page(m, dt, dst_id, index, i + k, page, writable)?;
             }
-            dst.anon_rss += 1;
         }
         i += nr;
     }
+    dst.anon_rss += rss;
     Ok(())
 }
 
-fn set_pte(mm: &mut MmStruct, index: u64, i: usize, pte: Pte) {
-    match mm.pmds.get_mut(&index) {
-        Some(Pmd::Table(t)) => t.ptes[i] = pte,
-        _ => unreachable!("no PTE table to copy into"),
-    }
-}
-
 /// __copy_present_ptes for a COW mapping: both sides write-protected.
-fn share_ptes(dst: &mut MmStruct, src: &mut MmStruct, index: u64, i: usize, nr: usize) {
-    let Some(Pmd::Table(st)) = src.pmds.get_mut(&index) else {
-        unreachable!("no source table");
-    };
+#[inline]
+fn share_ptes(st: &mut PteTable, dt: &mut PteTable, i: usize, nr: usize) {
     for k in i..i + nr {
-        st.ptes[k] = st.ptes[k].wrprotect();
-    }
-    let ptes: Vec<Pte> = st.ptes[i..i + nr].to_vec();
-    for (k, pte) in ptes.into_iter().enumerate() {
-        set_pte(dst, index, i + k, pte);
+        let pte = st.ptes[k].wrprotect();
+        st.ptes[k] = pte;
+        dt.ptes[k] = pte;
     }
 }
 
@@ -184,15 +193,17 @@ fn share_ptes(dst: &mut MmStruct, src: &mut MmStruct, index: u64, i: usize, nr: 
 /// have pinned, mapped writable (when the VMA is); the parent keeps its page.
 fn copy_present_page(
     m: &mut Machine,
-    dst: &mut MmStruct,
-    vma: &Vma,
+    dt: &mut PteTable,
+    dst_id: rmap::MmId,
     index: u64,
     i: usize,
     page: Pfn,
+    writable: bool,
 ) -> Result<(), Fault> {
     let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
     crate::thp_utilization::copy_content(m, page, new);
-    rmap::folio_add_new_anon_rmap(m, new, 0, false, dst.mm_id, 0);
-    set_pte(dst, index, i, Pte::new(new, vma.flags & Vma::VM_WRITE != 0));
+    let addr = index * PMD_SIZE + i as u64 * crate::mm_types::PAGE_SIZE;
+    rmap::folio_add_new_anon_rmap(m, new, 0, false, dst_id, addr);
+    dt.ptes[i] = Pte::new(new, writable);
     Ok(())
 }

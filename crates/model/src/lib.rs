@@ -8,7 +8,8 @@
 //! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator,
 //! folio allocation and free), `internal` (folio_pte_batch, from
 //! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
-//! (memmap), `vmstat`, `task_mmu` (smaps), `thp_utilization` (folio
+//! (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache` (readings kept
+//! until a statement changes them), `thp_utilization` (folio
 //! causes and written subpages for the utilization report), `debug_vm`
 //! (invariant checks).
 //! Each module's doc comment names the kernel code it follows and what it
@@ -36,6 +37,7 @@ pub mod mmap;
 pub mod mprotect;
 pub mod page_alloc;
 pub mod pgtable;
+pub mod reading_cache;
 pub mod rmap;
 pub mod sparse;
 pub mod task_mmu;
@@ -137,6 +139,8 @@ pub struct Model {
     pub pins: Vec<gup::Pin>,
     /// Run `debug_vm::check` after every statement (`--check`).
     check_invariants: bool,
+    /// Each process's counters until a statement may change them.
+    pub(crate) reading_cache: reading_cache::ReadingCache,
 }
 
 impl Default for Model {
@@ -155,6 +159,7 @@ impl Model {
             last_mm_id: rmap::MM_ID_DUMMY,
             pins: Vec::new(),
             check_invariants: false,
+            reading_cache: reading_cache::ReadingCache::default(),
         }
     }
 

@@ -23,6 +23,12 @@
 //! without a fault where a PTE or PMD allows the access, and otherwise what
 //! the arch fault handler (`do_user_addr_fault`, arch/x86/mm/fault.c) does
 //! before `handle_mm_fault`: find the VMA and check the access.
+//! Inside a page table, a fault on an empty PTE that can only get an order-0
+//! folio (a read, or a write where no mTHP order is allowed) is handled in
+//! the access loop itself (`do_anonymous_page_small`): the same steps as
+//! handle_mm_fault -> do_anonymous_page, without the dispatch, because
+//! first touch is what large workloads do most. `zap_pte_range` and fork's
+//! `copy_pte_range` likewise handle a small folio's PTE inline.
 //!
 //! Simplifications: no userfaultfd, no memcg charge, no swap; no fault-around
 //! or retries (the model has no concurrency, so the rechecks under the PTE lock
@@ -158,6 +164,27 @@ fn do_anonymous_page(
         t.ptes[first + i] = Pte::new(Pfn(folio.0 + i as u64), writable);
     }
     Ok(())
+}
+
+/// do_anonymous_page when no large order is allowed, for the caller's
+/// fast path: counts the fault (PGFAULT) and returns the PTE to install —
+/// the zero page for a read, a new order-0 folio for a write (the caller
+/// counts it in MM_ANONPAGES) — or None when no page is left (VM_FAULT_OOM).
+#[inline]
+fn do_anonymous_page_small(
+    m: &mut Machine,
+    mm_id: rmap::MmId,
+    addr: u64,
+    write: bool,
+    writable: bool,
+) -> Option<Pte> {
+    m.stat.count_vm_event(VmEvent::PgFault);
+    if !write {
+        return Some(Pte::ZERO);
+    }
+    let folio = alloc_folio(m, 0)?;
+    rmap::folio_add_new_anon_rmap(m, folio, 0, false, mm_id, addr);
+    Some(Pte::new(folio, writable))
 }
 
 /// alloc_anon_folio: the largest allowed order whose naturally aligned range
@@ -311,15 +338,37 @@ pub fn access_range(
         mm.anon_vma_prepare(start);
     }
     let stores = write && stores;
+    // Whether a write fault on an empty PTE can only get an order-0 folio
+    // (alloc_anon_folio with no order allowed): then it is handled inline.
+    let below_pmd = (1 << HPAGE_PMD_ORDER) - 1;
+    let small_only = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd) == 0;
+    let writable = vma.flags & Vma::VM_WRITE != 0;
+    let mm_id = mm.mm_id;
     let mut addr = start;
     while addr < end {
         let slot_end = ((addr / PMD_SIZE) + 1) * PMD_SIZE;
         let limit = end.min(slot_end);
         // Fast path: accesses that need no fault, a page table at a time.
-        match mm.pmds.get(&(addr / PMD_SIZE)) {
+        match mm.pmds.get_mut(&(addr / PMD_SIZE)) {
             Some(Pmd::Table(t)) => {
+                let mut faulted = 0u64;
+                let mut oom = false;
                 while addr < limit {
-                    let pte = t.ptes[pte_index(addr)];
+                    let i = pte_index(addr);
+                    let mut pte = t.ptes[i];
+                    if pte.is_none() && (!write || small_only) {
+                        // handle_mm_fault -> do_anonymous_page at order 0,
+                        // inline: the first-touch hot path.
+                        match do_anonymous_page_small(m, mm_id, addr, write, writable) {
+                            Some(new) => pte = new,
+                            None => {
+                                oom = true;
+                                break;
+                            }
+                        }
+                        t.ptes[i] = pte;
+                        faulted += u64::from(write);
+                    }
                     if pte.is_zero_page() && !write {
                         addr += step;
                         continue;
@@ -332,6 +381,10 @@ pub fn access_range(
                         store(m, pfn, zero);
                     }
                     addr += step;
+                }
+                mm.anon_rss += faulted;
+                if oom {
+                    return Err(Fault::Oom);
                 }
                 if addr >= limit {
                     continue;
@@ -418,19 +471,37 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
     };
     let mut i = pte_index(lo);
     let end = pte_index(hi - 1) + 1;
+    let (mut unmapped, mut small_unmapped) = (0u64, 0i64);
     while i < end {
-        let Some(pfn) = t.ptes[i].pfn() else {
-            t.ptes[i] = Pte::NONE;
+        let pte = std::mem::replace(&mut t.ptes[i], Pte::NONE);
+        let Some(pfn) = pte.pfn() else {
             i += 1;
             continue;
         };
+        // A small folio (the exit hot path): its one page is the folio.
+        let page = m.zone.memmap.page_mut(pfn);
+        if page.is_small_folio() {
+            debug_assert!(page.mapcount > 0 && page.private > 0);
+            page.mapcount -= 1;
+            page.private -= 1;
+            small_unmapped += i64::from(page.mapcount == 0);
+            unmapped += 1;
+            if page.private == 0 {
+                free_folio(m, pfn);
+            }
+            i += 1;
+            continue;
+        }
+        t.ptes[i] = pte;
         let folio = page_folio(m, pfn);
         let nr = folio_pte_batch(m, folio, &t.ptes[i..], end - i);
         t.ptes[i..i + nr].fill(Pte::NONE);
-        mm.anon_rss -= nr as u64;
+        unmapped += nr as u64;
         if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64, mm.mm_id) {
             free_folio(m, folio);
         }
         i += nr;
     }
+    mm.anon_rss -= unmapped;
+    m.stat.nr_anon_mapped -= small_unmapped;
 }

@@ -120,6 +120,11 @@ impl Page {
     pub fn set_cause_bits(&mut self, bits: u16) {
         self.flags = (self.flags & !pg::CAUSE_MASK) | ((bits << pg::CAUSE_SHIFT) & pg::CAUSE_MASK);
     }
+    /// The head of an order-0 folio in use (PageHead with no order bits).
+    #[inline]
+    pub fn is_small_folio(&self) -> bool {
+        self.flags & (pg::HEAD | pg::BUDDY | !pg::FLAGS_MASK) == pg::HEAD
+    }
     #[inline]
     pub fn order(&self) -> u32 {
         u32::from(self.flags >> pg::ORDER_SHIFT)
@@ -166,10 +171,16 @@ pub enum Fault {
 /// the compound head from the page; the model keeps no pointer per page, and
 /// finds it as the nearest naturally aligned page marked head whose folio
 /// covers `page` (folios are naturally aligned).
+#[inline]
 pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
     if m.zone.memmap.page(page).test(pg::HEAD) {
         return page;
     }
+    tail_page_folio(m, page)
+}
+
+#[inline(never)]
+fn tail_page_folio(m: &Machine, page: Pfn) -> Pfn {
     for order in 1..=HPAGE_PMD_ORDER {
         let head = Pfn(page.0 & !((1 << order) - 1));
         let p = m.zone.memmap.page(head);

@@ -430,6 +430,7 @@ pub struct MaybePinned;
 /// folio_try_dup_anon_rmap_ptes: fork shares `nr` PTE-mapped pages from
 /// `page` with the child `dst`, clearing PageAnonExclusive; refused when the
 /// folio may be pinned by `src` and one of the pages is exclusive.
+#[inline]
 pub fn folio_try_dup_anon_rmap_ptes(
     m: &mut Machine,
     folio: Pfn,
@@ -439,7 +440,19 @@ pub fn folio_try_dup_anon_rmap_ptes(
     src: MmId,
     maybe_pinned: bool,
 ) -> Result<(), MaybePinned> {
-    let pages = m.zone.memmap.pages_mut(page, nr);
+    let memmap = &mut m.zone.memmap;
+    if nr == 1 && memmap.page(page).is_small_folio() {
+        // A small folio: its page is the folio (the fork hot path).
+        let p = memmap.page_mut(page);
+        if maybe_pinned && p.test(pg::ANON_EXCLUSIVE) {
+            return Err(MaybePinned);
+        }
+        p.clear(pg::ANON_EXCLUSIVE);
+        p.mapcount += 1;
+        p.private += 1;
+        return Ok(());
+    }
+    let pages = memmap.pages_mut(page, nr);
     if maybe_pinned && pages.iter().any(|p| p.test(pg::ANON_EXCLUSIVE)) {
         return Err(MaybePinned);
     }
@@ -447,13 +460,12 @@ pub fn folio_try_dup_anon_rmap_ptes(
         p.clear(pg::ANON_EXCLUSIVE);
         p.mapcount += 1;
     }
-    if m.injected_bug == Some(crate::InjectedBug::DupRmapPtesSkipsMapcount)
-        && m.zone.memmap.page(folio).order() > 0
-    {
+    let large = memmap.page(folio).order() > 0;
+    if m.injected_bug == Some(crate::InjectedBug::DupRmapPtesSkipsMapcount) && large {
         m.zone.memmap.page_mut(page).mapcount -= 1;
     }
     m.zone.memmap.page_mut(folio).private += nr as u32;
-    if m.zone.memmap.page(folio).order() > 0 {
+    if large {
         folio_add_large_mapcount(m, folio, nr, dst, src);
     }
     Ok(())
@@ -504,8 +516,21 @@ pub fn folio_remove_rmap_pmd(m: &mut Machine, folio: Pfn, mm: MmId) -> bool {
 /// pages from `page` lose one PTE mapping by `mm` each. Queues the folio for
 /// deferred split when it is left partially mapped. Returns true when the
 /// folio must be freed.
+#[inline]
 pub fn folio_remove_rmap_ptes(m: &mut Machine, folio: Pfn, page: Pfn, nr: u64, mm: MmId) -> bool {
     let memmap = &mut m.zone.memmap;
+    if nr == 1 && memmap.page(page).is_small_folio() {
+        // A small folio: one page holds it all.
+        let p = memmap.page_mut(page);
+        debug_assert!(
+            p.mapcount > 0 && p.private > 0,
+            "PTE unmap of an unmapped page"
+        );
+        p.mapcount -= 1;
+        p.private -= 1;
+        m.stat.nr_anon_mapped -= i64::from(p.mapcount == 0);
+        return p.private == 0;
+    }
     let order = memmap.page(folio).order();
     let mut last = 0u32;
     for p in memmap.pages_mut(page, nr) {

@@ -1,0 +1,165 @@
+//! Readings that cost nothing when nothing changed: each process's counters
+//! (smaps per region and in total, folio counts, minflt) are kept from one
+//! reading to the next until a statement may have changed them.
+//!
+//! hugelab's own, not a kernel structure: the kernel computes smaps by
+//! walking the page tables at every read, and so did the model, which made a
+//! snapshot of hundreds of processes cost a walk of all their memory.
+//!
+//! What a statement may change: its own process's readings, and those of
+//! every process sharing folios with it. Folios are shared only within a
+//! fork family (the mms under one root anon_vma, see `rmap::AnonVmas`): a
+//! copy-on-write fault in one child changes the Pss of its parent and of
+//! every sibling still mapping the page. So a statement of process P marks
+//! P's whole family changed (a per-family epoch), and statements that act on
+//! every process (`reclaim`, `khugepaged`, `set`, `machine`) mark everything
+//! changed (the global epoch). A process's cached counters are used while
+//! both epochs are what they were when they were computed.
+
+use crate::rmap::{AnonVmas, MmId};
+use crate::{Machine, Task};
+use hugelab_workload::StmtKind;
+use std::collections::{BTreeMap, HashMap};
+
+/// The counters of one process as last computed, and when.
+struct Entry {
+    mm_id: MmId,
+    global: u64,
+    family: u64,
+    counters: Vec<(String, i64)>,
+}
+
+#[derive(Default)]
+pub struct ReadingCache {
+    global_epoch: u64,
+    family_epochs: HashMap<MmId, u64>,
+    /// The root anon_vma of each mm seen (a live anon_vma keeps its parents,
+    /// so an mm's root never changes).
+    roots: HashMap<MmId, MmId>,
+    procs: HashMap<String, Entry>,
+}
+
+/// The processes whose readings a statement may change.
+pub enum Touches<'a> {
+    Nothing,
+    /// This process and its fork family.
+    Family(&'a str),
+    Everything,
+}
+
+/// What `kind` may change, conservatively: a statement kind not listed
+/// changes everything.
+pub fn touches(kind: &StmtKind) -> Touches<'_> {
+    match kind {
+        StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {
+            Touches::Nothing
+        }
+        // A new process has nothing cached yet.
+        StmtKind::Spawn { .. } | StmtKind::Cgroup { .. } => Touches::Nothing,
+        StmtKind::Mmap { proc, .. }
+        | StmtKind::Munmap { proc, .. }
+        | StmtKind::Mprotect { proc, .. }
+        | StmtKind::Madvise { proc, .. }
+        | StmtKind::Read { proc, .. }
+        | StmtKind::Write { proc, .. }
+        | StmtKind::Pin { proc, .. }
+        | StmtKind::Unpin { proc, .. }
+        | StmtKind::Fork { proc, .. }
+        | StmtKind::ThpDisable { proc, .. }
+        | StmtKind::Exit { proc }
+        | StmtKind::Split { proc, .. } => Touches::Family(proc),
+        _ => Touches::Everything,
+    }
+}
+
+impl ReadingCache {
+    /// Before a statement runs: forget what it may change.
+    pub fn invalidate(
+        &mut self,
+        touches: Touches,
+        tasks: &BTreeMap<String, Task>,
+        anon_vmas: &AnonVmas,
+    ) {
+        match touches {
+            Touches::Nothing => {}
+            Touches::Everything => self.global_epoch += 1,
+            Touches::Family(proc) => {
+                // No such process: the statement fails and changes nothing.
+                if let Some(task) = tasks.get(proc) {
+                    let root = self.root(anon_vmas, task.mm.mm_id);
+                    *self.family_epochs.entry(root).or_default() += 1;
+                }
+            }
+        }
+    }
+
+    fn root(&mut self, anon_vmas: &AnonVmas, mm_id: MmId) -> MmId {
+        *self
+            .roots
+            .entry(mm_id)
+            .or_insert_with(|| anon_vmas.root(mm_id))
+    }
+
+    /// The processes whose cached counters are taken as fresh but differ
+    /// from a fresh computation (a statement changed them without marking
+    /// them): for the invariant checker.
+    pub fn stale(
+        &self,
+        m: &Machine,
+        tasks: &BTreeMap<String, Task>,
+        compute: fn(&Machine, &str, &Task) -> Vec<(String, i64)>,
+    ) -> Vec<String> {
+        let mut bad = Vec::new();
+        for (proc, task) in tasks {
+            let Some(e) = self.procs.get(proc) else {
+                continue;
+            };
+            let root = self.roots.get(&task.mm.mm_id).copied();
+            let family = root.and_then(|r| self.family_epochs.get(&r)).copied();
+            let fresh = e.mm_id == task.mm.mm_id
+                && e.global == self.global_epoch
+                && family.unwrap_or(0) == e.family;
+            if fresh && compute(m, proc, task) != e.counters {
+                bad.push(format!(
+                    "{proc}: cached readings taken as fresh but out of date"
+                ));
+            }
+        }
+        bad
+    }
+
+    /// Drops the entries of processes that exited.
+    pub fn retain_live(&mut self, tasks: &BTreeMap<String, Task>) {
+        if self.procs.len() > tasks.len() {
+            self.procs.retain(|name, _| tasks.contains_key(name));
+        }
+    }
+
+    /// The counters of `proc`: cached, or computed by `compute` and cached.
+    pub fn proc_counters(
+        &mut self,
+        m: &Machine,
+        proc: &str,
+        task: &Task,
+        compute: fn(&Machine, &str, &Task) -> Vec<(String, i64)>,
+    ) -> &[(String, i64)] {
+        let mm_id = task.mm.mm_id;
+        let root = self.root(&m.anon_vmas, mm_id);
+        let family = self.family_epochs.get(&root).copied().unwrap_or(0);
+        let global = self.global_epoch;
+        let fresh = |e: &Entry| e.mm_id == mm_id && e.global == global && e.family == family;
+        if !self.procs.get(proc).is_some_and(fresh) {
+            let counters = compute(m, proc, task);
+            self.procs.insert(
+                proc.to_string(),
+                Entry {
+                    mm_id,
+                    global,
+                    family,
+                    counters,
+                },
+            );
+        }
+        &self.procs[proc].counters
+    }
+}

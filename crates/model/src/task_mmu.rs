@@ -16,6 +16,7 @@ use crate::mm_types::{
 };
 use crate::mmap::MmStruct;
 use crate::pgtable::Pmd;
+use crate::internal::folio_pte_batch;
 use crate::rmap::{folio_entire_mapcount, folio_ref_count};
 use crate::Machine;
 use std::collections::HashSet;
@@ -129,15 +130,40 @@ pub fn walk_range(
             Pmd::Table(t) => {
                 let lo = ((start.max(slot) - slot) / PAGE_SIZE) as usize;
                 let hi = ((end.min(slot + PMD_SIZE) - slot) / PAGE_SIZE) as usize;
-                let mut last_folio = None;
-                for pte in &t.ptes[lo..hi.min(PTRS_PER_PTE)] {
-                    let Some(pfn) = pte.pfn() else { continue };
-                    let folio = page_folio(m, pfn);
-                    smaps_account(m, mss, folio, pfn, 1);
-                    if last_folio != Some(folio) {
-                        folios.count(folio, m.zone.memmap.page(folio).order(), false);
-                        last_folio = Some(folio);
+                // The Pss share of a small page mapped `mapcount` times,
+                // for the last mapcount seen (a division saved per page).
+                let mut share = (0u64, 0u64);
+                let ptes = &t.ptes[..hi.min(PTRS_PER_PTE)];
+                let mut i = lo;
+                while i < ptes.len() {
+                    let Some(pfn) = ptes[i].pfn() else {
+                        i += 1;
+                        continue;
+                    };
+                    let page = m.zone.memmap.page(pfn);
+                    if page.is_small_folio() {
+                        // smaps_account for a small folio: one page says it all.
+                        mss.resident += PAGE_SIZE;
+                        mss.anonymous += PAGE_SIZE;
+                        if page.private == 1 {
+                            mss.accumulate(PAGE_SIZE, PAGE_SIZE << PSS_SHIFT, true);
+                        } else {
+                            let mapcount = u64::from(page.mapcount).max(1);
+                            if share.0 != mapcount {
+                                share = (mapcount, (PAGE_SIZE << PSS_SHIFT) / mapcount);
+                            }
+                            mss.accumulate(PAGE_SIZE, share.1, mapcount < 2);
+                        }
+                        folios.total[0] += 1;
+                        i += 1;
+                        continue;
                     }
+                    // A large folio: its PTE batch at once.
+                    let folio = page_folio(m, pfn);
+                    let nr = folio_pte_batch(m, folio, &ptes[i..], ptes.len() - i);
+                    smaps_account(m, mss, folio, pfn, nr as u64);
+                    folios.count(folio, m.zone.memmap.page(folio).order(), false);
+                    i += nr;
                 }
             }
         }

@@ -34,7 +34,8 @@ use crate::rmap::{self, MmList};
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 use hugelab_workload::{ThpDefrag, ThpEnabled, ThpSizeEnabled};
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 /// THP_ORDERS_ALL_ANON: orders 2..=PMD_ORDER (order 1 cannot hold _deferred_list).
 pub const THP_ORDERS_ALL_ANON: u32 = ((1 << (HPAGE_PMD_ORDER + 1)) - 1) & !0b11;

@@ -50,7 +50,8 @@ use crate::mm_types::{pg, Fault, Pfn, PAGE_SIZE};
 use crate::mmap::MmStruct;
 use crate::page_alloc::Zone;
 use crate::vmstat::VmStat;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 /// The default simulated memory size (`machine memory=`).
 pub const DEFAULT_MEMORY_BYTES: u64 = 16 << 30;
@@ -95,7 +96,7 @@ impl Machine {
             huge_zero_folio: None,
             huge_zero_refcount: 0,
             deferred_split_queue: DeferredSplitQueue::default(),
-            folio_mm_ids: HashMap::new(),
+            folio_mm_ids: HashMap::default(),
             anon_vmas: rmap::AnonVmas::default(),
             injected_bug: None,
         }

@@ -51,7 +51,8 @@ pub const PTRS_PER_PTE: usize = 1 << HPAGE_PMD_ORDER;
 pub const MAX_PAGE_ORDER: u32 = 10;
 pub const NR_PAGE_ORDERS: usize = MAX_PAGE_ORDER as usize + 1;
 
-/// Page flags, named after `enum pageflags`.
+/// Page flags, named after `enum pageflags`. The order bits hold the order
+/// of a folio head or free block, and on a tail page the order of its folio.
 pub mod pg {
     /// Head of a free buddy block (PageBuddy); the block's order is in the page.
     pub const BUDDY: u16 = 1 << 0;
@@ -167,26 +168,18 @@ pub enum Fault {
     Oom,
 }
 
-/// page_folio: the head of the folio that `page` belongs to. The kernel reads
-/// the compound head from the page; the model keeps no pointer per page, and
-/// finds it as the nearest naturally aligned page marked head whose folio
-/// covers `page` (folios are naturally aligned).
+/// page_folio: the head of the folio that `page` belongs to. The kernel
+/// follows the tail's compound_head pointer; a model tail keeps its folio's
+/// order in its order bits instead (`alloc_folio`), and folios are
+/// naturally aligned.
 #[inline]
 pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
-    if m.zone.memmap.page(page).test(pg::HEAD) {
+    let p = m.zone.memmap.page(page);
+    if p.test(pg::HEAD) {
         return page;
     }
-    tail_page_folio(m, page)
-}
-
-#[inline(never)]
-fn tail_page_folio(m: &Machine, page: Pfn) -> Pfn {
-    for order in 1..=HPAGE_PMD_ORDER {
-        let head = Pfn(page.0 & !((1 << order) - 1));
-        let p = m.zone.memmap.page(head);
-        if p.test(pg::HEAD) && head.0 + (1 << p.order()) > page.0 {
-            return head;
-        }
-    }
-    unreachable!("{page} belongs to no folio");
+    debug_assert!(p.test(pg::TAIL), "{page} belongs to no folio");
+    let head = Pfn(page.0 & !((1u64 << p.order()) - 1));
+    debug_assert!(m.zone.memmap.page(head).test(pg::HEAD));
+    head
 }

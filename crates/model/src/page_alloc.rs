@@ -216,7 +216,8 @@ pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
     let pages = m.zone.memmap.pages_mut(pfn, nr);
     pages[0].init(pg::HEAD | pg::ZEROED, order);
     for page in &mut pages[1..] {
-        page.init(pg::TAIL | pg::ZEROED, 0);
+        // A tail keeps its folio's order: page_folio finds the head from it.
+        page.init(pg::TAIL | pg::ZEROED, order);
     }
     Some(pfn)
 }

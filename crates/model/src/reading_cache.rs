@@ -19,7 +19,8 @@
 use crate::rmap::{AnonVmas, MmId};
 use crate::{Machine, Task};
 use hugelab_workload::StmtKind;
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 /// The counters of one process as last computed, and when.
 struct Entry {

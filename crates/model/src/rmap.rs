@@ -34,7 +34,7 @@ use crate::huge_memory::deferred_split_folio;
 use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, PAGE_SHIFT};
 use crate::vmstat::MthpStat;
 use crate::Machine;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// An MM's id (`mm_struct.mm_id`); MM_ID_DUMMY (0) is a free slot.
 pub type MmId = u32;

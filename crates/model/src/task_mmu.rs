@@ -11,15 +11,15 @@
 //! `folios` is hugelab's own summary of what pagemap + kpageflags reveal: how
 //! many folios of each size map into the range, and whether by PMD or by PTEs.
 
+use crate::internal::folio_pte_batch;
 use crate::mm_types::{
     page_folio, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
 };
 use crate::mmap::MmStruct;
 use crate::pgtable::Pmd;
-use crate::internal::folio_pte_batch;
 use crate::rmap::{folio_entire_mapcount, folio_ref_count};
 use crate::Machine;
-use std::collections::HashSet;
+use rustc_hash::FxHashSet as HashSet;
 
 const PSS_SHIFT: u32 = 12;
 

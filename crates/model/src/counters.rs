@@ -24,47 +24,77 @@ fn anon_orders() -> impl Iterator<Item = u32> {
     std::iter::once(0).chain(2..=HPAGE_PMD_ORDER)
 }
 
+/// The names of the machine-wide counters, in no particular order.
+fn machine_counter_names() -> &'static [String] {
+    static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names: Vec<String> = VmEvent::ALL
+            .iter()
+            .map(|e| format!("vmstat.{}", e.name()))
+            .collect();
+        for name in [
+            "vmstat.nr_anon_pages",
+            "vmstat.nr_anon_transparent_hugepages",
+            "vmstat.nr_page_table_pages",
+            "vmstat.nr_free_pages",
+            "khugepaged.pages_collapsed",
+            "meminfo.MemTotal",
+            "meminfo.MemFree",
+            "meminfo.AnonPages",
+            "meminfo.AnonHugePages",
+            "meminfo.PageTables",
+        ] {
+            names.push(name.to_string());
+        }
+        for order in 2..=HPAGE_PMD_ORDER {
+            for item in MthpStat::ALL {
+                names.push(format!("mthp.{}.{}", size_name(order), item.name()));
+            }
+        }
+        names
+    })
+}
+
+/// One machine-wide counter (/proc/vmstat, /proc/meminfo, hugepages-*/stats,
+/// khugepaged/), or None for a name that is not one.
+pub fn machine_counter(m: &Machine, name: &str) -> Option<i64> {
+    let kb = |pages: i64| pages * (PAGE_SIZE as i64 / 1024);
+    let (family, field) = name.split_once('.')?;
+    Some(match (family, field) {
+        ("vmstat", "nr_anon_pages") => m.stat.nr_anon_mapped,
+        ("vmstat", "nr_anon_transparent_hugepages") => m.stat.nr_anon_thps / HPAGE_PMD_NR as i64,
+        ("vmstat", "nr_page_table_pages") => m.stat.nr_pagetable,
+        ("vmstat", "nr_free_pages") => m.zone.nr_free_pages() as i64,
+        ("vmstat", event) => {
+            let event = VmEvent::ALL.into_iter().find(|e| e.name() == event)?;
+            m.stat.event(event) as i64
+        }
+        ("khugepaged", "pages_collapsed") => m.stat.khugepaged_pages_collapsed as i64,
+        ("meminfo", "MemTotal") => kb(m.zone.spanned_pages() as i64),
+        ("meminfo", "MemFree") => kb(m.zone.nr_free_pages() as i64),
+        ("meminfo", "AnonPages") => kb(m.stat.nr_anon_mapped),
+        ("meminfo", "AnonHugePages") => kb(m.stat.nr_anon_thps),
+        ("meminfo", "PageTables") => kb(m.stat.nr_pagetable),
+        ("mthp", stat) => {
+            let (size, item) = stat.split_once('.')?;
+            let order = (2..=HPAGE_PMD_ORDER).find(|&o| size_name(o) == size)?;
+            let item = MthpStat::ALL.into_iter().find(|i| i.name() == item)?;
+            m.stat.mthp_stat(order, item)
+        }
+        _ => return None,
+    })
+}
+
 /// Every counter of the model now. The machine-wide ones are read afresh
 /// (a fixed number); each process's come from `cache` unless a statement
 /// since they were computed may have changed them (`reading_cache`).
 pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
     let m = &model.machine;
     let mut c = Counters::new();
-    let mut put = |name: String, v: i64| {
-        c.insert(name, v);
-    };
-    for event in VmEvent::ALL {
-        put(
-            format!("vmstat.{}", event.name()),
-            m.stat.event(event) as i64,
-        );
+    for name in machine_counter_names() {
+        let v = machine_counter(m, name).expect("a machine counter name");
+        c.insert(name.clone(), v);
     }
-    put("vmstat.nr_anon_pages".into(), m.stat.nr_anon_mapped);
-    put(
-        "vmstat.nr_anon_transparent_hugepages".into(),
-        m.stat.nr_anon_thps / HPAGE_PMD_NR as i64,
-    );
-    put("vmstat.nr_page_table_pages".into(), m.stat.nr_pagetable);
-    put(
-        "khugepaged.pages_collapsed".into(),
-        m.stat.khugepaged_pages_collapsed as i64,
-    );
-    put("vmstat.nr_free_pages".into(), m.zone.nr_free_pages() as i64);
-    for order in 2..=HPAGE_PMD_ORDER {
-        for item in MthpStat::ALL {
-            put(
-                format!("mthp.{}.{}", size_name(order), item.name()),
-                m.stat.mthp_stat(order, item),
-            );
-        }
-    }
-    let kb = |pages: i64| pages * (PAGE_SIZE as i64 / 1024);
-    put("meminfo.MemTotal".into(), kb(m.zone.spanned_pages() as i64));
-    put("meminfo.MemFree".into(), kb(m.zone.nr_free_pages() as i64));
-    put("meminfo.AnonPages".into(), kb(m.stat.nr_anon_mapped));
-    put("meminfo.AnonHugePages".into(), kb(m.stat.nr_anon_thps));
-    put("meminfo.PageTables".into(), kb(m.stat.nr_pagetable));
-
     cache.retain_live(&model.tasks);
     for (proc, task) in &model.tasks {
         for (name, v) in cache.proc_counters(m, proc, task, process_counters) {
@@ -76,6 +106,20 @@ pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
 
 /// The counters of one process: minflt, and per region and in total what
 /// smaps and pagemap show.
+/// One counter of a process (`stat.P.*`, `smaps.P.*`, `folios.P.*`), from
+/// `cache` as `collect` would report it; None for a name of no live process
+/// or no such counter.
+pub fn process_counter(model: &Model, cache: &mut ReadingCache, name: &str) -> Option<i64> {
+    let (family, rest) = name.split_once('.')?;
+    if !matches!(family, "stat" | "smaps" | "folios") {
+        return None;
+    }
+    let proc = rest.split('.').next()?;
+    let task = model.tasks.get(proc)?;
+    let counters = cache.proc_counters(&model.machine, proc, task, process_counters);
+    counters.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+}
+
 pub(crate) fn process_counters(m: &Machine, proc: &str, task: &Task) -> Vec<(String, i64)> {
     let mut c = Vec::new();
     let mut put = |name: String, v: i64| c.push((name, v));
@@ -117,4 +161,32 @@ pub(crate) fn process_counters(m: &Machine, proc: &str, task: &Task) -> Vec<(Str
         put(format!("smaps.{proc}.{field}"), kb as i64);
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugelab_workload::{parse, Backend};
+
+    /// A point read gives what a full reading gives, for every counter.
+    #[test]
+    fn point_reads_agree_with_the_full_reading() {
+        let text = "set transparent_hugepage/hugepages-64kB/enabled always\n\
+                    spawn a\na mmap buf 4M align=2M\na write buf\na fork b\n\
+                    b write buf:64K\na munmap buf+1M:8K\n";
+        let w = parse("t.hlw", text).unwrap();
+        let mut model = Model::default();
+        for stmt in &w.stmts {
+            model.execute(stmt).unwrap();
+        }
+        let full = model.read().unwrap().counters;
+        let mut cache = ReadingCache::default();
+        for (name, v) in &full {
+            let point = machine_counter(&model.machine, name)
+                .or_else(|| process_counter(&model, &mut cache, name));
+            assert_eq!(point, Some(*v), "{name}");
+        }
+        assert_eq!(machine_counter(&model.machine, "vmstat.no_such"), None);
+        assert_eq!(process_counter(&model, &mut cache, "smaps.c.Rss"), None);
+    }
 }

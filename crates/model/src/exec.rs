@@ -362,10 +362,21 @@ impl Backend for Model {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        let touches = crate::reading_cache::touches(&stmt.kind);
-        self.reading_cache
-            .invalidate(touches, &self.tasks, &self.machine.anon_vmas);
-        self.execute_stmt(stmt)?;
+        use crate::reading_cache::{touches, Touches};
+        let touches = touches(&stmt.kind);
+        let faults = self.machine.stat.event(VmEvent::PgFault);
+        if let Touches::FamilyIfFaulting(_) = touches {
+            let result = self.execute_stmt(stmt);
+            if self.machine.stat.event(VmEvent::PgFault) != faults {
+                let cache = &mut self.reading_cache;
+                cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
+            }
+            result?;
+        } else {
+            let cache = &mut self.reading_cache;
+            cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
+            self.execute_stmt(stmt)?;
+        }
         if self.check_invariants {
             let broken = crate::debug_vm::check(self);
             if !broken.is_empty() {

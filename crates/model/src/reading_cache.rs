@@ -13,7 +13,8 @@
 //! every sibling still mapping the page. So a statement of process P marks
 //! P's whole family changed (a per-family epoch), and statements that act on
 //! every process (`reclaim`, `khugepaged`, `set`, `machine`) mark everything
-//! changed (the global epoch). A process's cached counters are used while
+//! changed (the global epoch); a `read` or `write` that takes no fault
+//! changes nothing. A process's cached counters are used while
 //! both epochs are what they were when they were computed.
 
 use crate::rmap::{AnonVmas, MmId};
@@ -45,6 +46,9 @@ pub enum Touches<'a> {
     Nothing,
     /// This process and its fork family.
     Family(&'a str),
+    /// This process and its fork family if the statement faults (a load
+    /// or store that needs no fault changes no counter).
+    FamilyIfFaulting(&'a str),
     Everything,
 }
 
@@ -61,14 +65,15 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
         | StmtKind::Munmap { proc, .. }
         | StmtKind::Mprotect { proc, .. }
         | StmtKind::Madvise { proc, .. }
-        | StmtKind::Read { proc, .. }
-        | StmtKind::Write { proc, .. }
         | StmtKind::Pin { proc, .. }
         | StmtKind::Unpin { proc, .. }
         | StmtKind::Fork { proc, .. }
         | StmtKind::ThpDisable { proc, .. }
         | StmtKind::Exit { proc }
         | StmtKind::Split { proc, .. } => Touches::Family(proc),
+        StmtKind::Read { proc, .. } | StmtKind::Write { proc, .. } => {
+            Touches::FamilyIfFaulting(proc)
+        }
         _ => Touches::Everything,
     }
 }
@@ -84,7 +89,7 @@ impl ReadingCache {
         match touches {
             Touches::Nothing => {}
             Touches::Everything => self.global_epoch += 1,
-            Touches::Family(proc) => {
+            Touches::Family(proc) | Touches::FamilyIfFaulting(proc) => {
                 // No such process: the statement fails and changes nothing.
                 if let Some(task) = tasks.get(proc) {
                     let root = self.root(anon_vmas, task.mm.mm_id);
@@ -134,6 +139,11 @@ impl ReadingCache {
         if self.procs.len() > tasks.len() {
             self.procs.retain(|name, _| tasks.contains_key(name));
         }
+    }
+
+    /// The counters of `proc` as cached, fresh or not.
+    pub fn cached(&self, proc: &str) -> Option<&[(String, i64)]> {
+        self.procs.get(proc).map(|e| e.counters.as_slice())
     }
 
     /// The counters of `proc`: cached, or computed by `compute` and cached.

@@ -17,7 +17,7 @@ use crate::mm_types::{
 };
 use crate::mmap::MmStruct;
 use crate::pgtable::Pmd;
-use crate::rmap::{folio_entire_mapcount, folio_ref_count};
+use crate::rmap::{folio_entire_mapcount, folio_nr_pages_mapped, folio_ref_count};
 use crate::Machine;
 use rustc_hash::FxHashSet as HashSet;
 
@@ -80,9 +80,19 @@ fn smaps_account(m: &Machine, mss: &mut MemSizeStats, folio: Pfn, page: Pfn, nr:
     } else {
         0
     };
+    if entire > 0 && folio_nr_pages_mapped(m, folio) == 0 {
+        // Mapped by PMDs only: every page has the same mapcount, so the
+        // per-page sum is one product.
+        mss.accumulate(size, nr * ((PAGE_SIZE << PSS_SHIFT) / entire), entire < 2);
+        return;
+    }
+    let mut share = (0u64, 0u64);
     for p in m.zone.memmap.pages(page, nr) {
         let mapcount = (u64::from(p.mapcount) + entire).max(1);
-        mss.accumulate(PAGE_SIZE, (PAGE_SIZE << PSS_SHIFT) / mapcount, mapcount < 2);
+        if share.0 != mapcount {
+            share = (mapcount, (PAGE_SIZE << PSS_SHIFT) / mapcount);
+        }
+        mss.accumulate(PAGE_SIZE, share.1, mapcount < 2);
     }
 }
 

@@ -133,7 +133,9 @@ pub fn process_counter(model: &Model, cache: &mut ReadingCache, name: &str) -> O
     let proc = rest.split('.').next()?;
     let task = model.tasks.get(proc)?;
     let counters = cache.proc_counters(&model.machine, proc, task, process_counters);
-    let at = counters.binary_search_by(|(n, _)| n.as_str().cmp(name)).ok()?;
+    let at = counters
+        .binary_search_by(|(n, _)| n.as_str().cmp(name))
+        .ok()?;
     Some(counters[at].1)
 }
 

@@ -472,6 +472,9 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
     let mut i = pte_index(lo);
     let end = pte_index(hi - 1) + 1;
     let (mut unmapped, mut small_unmapped) = (0u64, 0i64);
+    // Small folios freed here at consecutive pfns, freed as one run (the
+    // kernel batches its frees too, in mmu_gather).
+    let mut run = (Pfn(0), 0u64);
     while i < end {
         let pte = std::mem::replace(&mut t.ptes[i], Pte::NONE);
         let Some(pfn) = pte.pfn() else {
@@ -487,11 +490,19 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
             small_unmapped += i64::from(page.mapcount == 0);
             unmapped += 1;
             if page.private == 0 {
-                free_folio(m, pfn);
+                // free_folio of a small folio is the buddy free alone.
+                if run.1 > 0 && run.0 .0 + run.1 == pfn.0 {
+                    run.1 += 1;
+                } else {
+                    m.zone.free_pages_run(run.0, run.1);
+                    run = (pfn, 1);
+                }
             }
             i += 1;
             continue;
         }
+        m.zone.free_pages_run(run.0, run.1);
+        run.1 = 0;
         t.ptes[i] = pte;
         let folio = page_folio(m, pfn);
         let nr = folio_pte_batch(m, folio, &t.ptes[i..], end - i);
@@ -502,6 +513,7 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
         }
         i += nr;
     }
+    m.zone.free_pages_run(run.0, run.1);
     mm.anon_rss -= unmapped;
     m.stat.nr_anon_mapped -= small_unmapped;
 }

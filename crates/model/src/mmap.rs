@@ -5,9 +5,11 @@
 //! and `vma_adjust_trans_huge` from `mm/huge_memory.c`, which splits a PMD
 //! mapping that a new VMA boundary would cut.
 //!
-//! Simplifications: anonymous private mappings only; no anon_vma objects (two
-//! neighbouring VMAs of one region merge when their flags match, which is when
-//! the kernel merges them too, as they share the region's anon_vma); regions are
+//! Simplifications: anonymous private mappings only; a VMA records only
+//! whether it has an anon_vma — the anon_vma itself is one per mm
+//! (`rmap::AnonVmas`), so two neighbouring VMAs of one region merge when
+//! their flags match, which is when the kernel merges them too, as they share
+//! the region's anon_vma; regions are
 //! placed by hugelab's own rule (below) rather than by the kernel's top-down
 //! search, so that both backends place them the same way.
 //!

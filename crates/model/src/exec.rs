@@ -363,7 +363,11 @@ impl Backend for Model {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        self.execute_stmt(stmt)?;
+        self.execute_retiring(stmt, &mut Reading::default())
+    }
+
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+        self.execute_stmt(stmt, gone)?;
         if self.check_invariants {
             let broken = crate::debug_vm::check(self);
             if !broken.is_empty() {
@@ -388,7 +392,52 @@ impl Backend for Model {
 }
 
 impl Model {
-    fn execute_stmt(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+    /// The counters `counters::collect` reports for process `proc` when
+    /// `task` is its only task, and `task` back: what a region or a process
+    /// leaves behind when it goes, named as the readings named it.
+    fn counters_alone(&mut self, proc: &str, task: Task) -> (Reading, Task) {
+        let others = std::mem::take(&mut self.tasks);
+        self.tasks.insert(proc.to_string(), task);
+        let all = counters::collect(self);
+        let task = self.tasks.remove(proc).expect("just put there");
+        self.tasks = others;
+        let counters = all
+            .into_iter()
+            .filter(|(name, _)| {
+                hugelab_workload::counters::lookup(name).is_some_and(|c| c.proc.is_some())
+            })
+            .collect();
+        let reading = Reading {
+            counters,
+            unknown: Default::default(),
+        };
+        (reading, task)
+    }
+
+    /// After a munmap in `region` of `proc`: once no VMA is left in it, the
+    /// region is gone (its name is free again) and its last counters go to
+    /// `gone`.
+    fn retire_region_if_unmapped(&mut self, proc: &str, region: &str, gone: &mut Reading) {
+        let unmapped = self.tasks.get(proc).is_some_and(|t| {
+            let r = t.mm.regions.get(region);
+            r.is_some_and(|r| t.mm.vmas_in(r.start, r.start + r.len).is_empty())
+        });
+        if !unmapped {
+            return;
+        }
+        let mut task = self.tasks.remove(proc).expect("just found");
+        let (name, r) = task.mm.regions.remove_entry(region).expect("just found");
+        let rest = std::mem::replace(&mut task.mm.regions, [(name, r)].into());
+        let (mut last, mut task) = self.counters_alone(proc, task);
+        task.mm.regions = rest;
+        self.tasks.insert(proc.to_string(), task);
+        last.counters.retain(|name, _| {
+            hugelab_workload::counters::lookup(name).is_some_and(|c| c.region.is_some())
+        });
+        gone.absorb(last);
+    }
+
+    fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
         let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
@@ -437,6 +486,7 @@ impl Model {
             StmtKind::Munmap { proc, range } => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 do_munmap(machine, &mut task.mm, start, end);
+                self.retire_region_if_unmapped(proc, &range.region, gone);
             }
             StmtKind::Mprotect { proc, range, prot } => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
@@ -513,6 +563,7 @@ impl Model {
                     .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
                 exit_mmap(&mut self.machine, &mut task.mm);
                 self.release_pins(proc);
+                gone.absorb(self.counters_alone(proc, task).0);
             }
             StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
             StmtKind::Khugepaged => {

@@ -82,6 +82,18 @@ pub trait Backend {
     /// the backend has accounted for whatever the call did before failing.
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError>;
 
+    /// Executes one statement as [`Backend::execute`] does and, when it ends
+    /// a region (a `munmap` after which nothing of it is mapped) or a
+    /// process (`exit`), adds to `gone` their counters as of right after the
+    /// statement ([`Reading::absorb`]): the last values of names that later
+    /// readings no longer have, and that `expect` lines may still ask for.
+    /// [`run`] calls this one, with everything gone so far. The default
+    /// executes and adds nothing.
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+        let _ = gone;
+        self.execute(stmt)
+    }
+
     /// Every counter this backend reports as of now, and those it has but
     /// cannot read reliably. Names are the registry's ([`crate::counters`]).
     fn read(&mut self) -> Result<Reading, BackendError>;
@@ -115,10 +127,11 @@ fn current<'r>(
 
 /// Runs a workload to its end on `backend`. Snapshots are taken at every
 /// `snapshot` statement and at the end (label `end`); `expect` lines are
-/// evaluated against the counters at their place, `expect errno` against the
-/// outcome of the statement before it. A failed expectation or a failed
-/// system call does not stop the run; a statement the backend cannot execute
-/// does.
+/// evaluated against the counters at their place (those of a region or
+/// process that is gone: against their last values, which snapshots do not
+/// show), `expect errno` against the outcome of the statement before it. A
+/// failed expectation or a failed system call does not stop the run; a
+/// statement the backend cannot execute does.
 pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation, RunError> {
     let mut obs = Observation {
         backend: backend.name().to_string(),
@@ -134,6 +147,8 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
     backend.prepare(workload).map_err(wrap)?;
     let mut end = Pos::default();
     let mut reading: Option<Reading> = None;
+    // What gone regions and processes left: counters no reading has any more.
+    let mut gone = Reading::default();
     let mut errno = Errno::OK;
     for stmt in &workload.stmts {
         end = stmt.pos;
@@ -149,6 +164,7 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
             }
             StmtKind::Expect { counter, op, value } => {
                 let r = current(backend, &mut reading).map_err(wrap)?;
+                let r = if r.has(counter) { r } else { &gone };
                 obs.expects
                     .push(ExpectOutcome::evaluate(stmt.pos, counter, *op, *value, r));
             }
@@ -158,7 +174,7 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
             }
             _ => {
                 reading = None;
-                errno = match backend.execute(stmt) {
+                errno = match backend.execute_retiring(stmt, &mut gone) {
                     Ok(()) => Errno::OK,
                     Err(BackendError {
                         kind: BackendErrorKind::Errno(e),

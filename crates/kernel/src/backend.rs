@@ -18,8 +18,8 @@ use crate::sysfs;
 use hugelab_workload::mapped::Mapped;
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{
-    placement, Advice, Backend, BackendError, Errno, HugetlbSize, KhugepagedKnob, MachineParam,
-    Prot, Range, Reading, Stmt, StmtKind, Tunable, Workload,
+    placement, Advice, Backend, BackendError, Errno, HugetlbSize, KhugepagedKnob, Lookahead,
+    MachineParam, Prot, Range, Reading, Stmt, StmtKind, Tunable,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -381,12 +381,17 @@ impl Backend for KernelBackend {
     /// A workload that reclaims would also split the folios other processes
     /// left on the deferred split queue (counted system-wide as if they were
     /// its own): empty the queue once before the first statement.
-    fn prepare(&mut self, workload: &Workload) -> Result<(), BackendError> {
-        if workload.stmts.iter().any(|s| s.kind == StmtKind::Reclaim) {
+    fn prepare(&mut self, ahead: &Lookahead) -> Result<(), BackendError> {
+        if ahead.reclaims {
             drop_slab().map_err(|e| BackendError::failed(Default::default(), e.to_string()))?;
             rcu_settle();
         }
         Ok(())
+    }
+
+    /// `prepare` must know whether the workload reclaims.
+    fn needs_lookahead(&self) -> bool {
+        true
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {

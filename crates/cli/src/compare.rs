@@ -8,7 +8,9 @@ use crate::table;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_model::Model;
-use hugelab_workload::{counters, parse, parse_file, run, Counters, Workload};
+use hugelab_workload::{
+    counters, parse, run_stream, stream_file, Counters, Lookahead, Statements, Workload,
+};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -96,10 +98,6 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
             bail!("--counter: {}", counters::unknown_counter_message(name));
         }
     }
-    let workload = match &args.file {
-        Some(file) => parse_file(file)?,
-        None => parse("builtin.hlw", BUILTIN)?,
-    };
     let specs: Vec<String> = if args.settings.is_empty() {
         SERIES_SETTINGS.iter().map(|s| s.to_string()).collect()
     } else {
@@ -109,33 +107,40 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
         .iter()
         .map(|s| parse_setting(s))
         .collect::<Result<Vec<_>>>()?;
-    let label = args.snapshot.clone().unwrap_or_else(|| {
-        workload
-            .stmts
-            .iter()
-            .find_map(|s| match &s.kind {
-                hugelab_workload::StmtKind::Snapshot { label } => Some(label.clone()),
-                _ => None,
-            })
-            .unwrap_or_else(|| "end".to_string())
-    });
+    let file = args
+        .file
+        .as_ref()
+        .map_or("builtin.hlw".to_string(), |f| f.display().to_string());
+    // The snapshot to compare: the first one the workload takes, else `end`.
+    let mut label = args.snapshot.clone();
     let mut columns: Vec<(String, Counters)> = Vec::new();
     for setting in &settings {
-        let mut combined = setting.workload.clone();
-        combined.file = workload.file.clone();
-        combined.stmts.extend(workload.stmts.iter().cloned());
+        // The setting's statements, then the workload's, read as a stream.
+        let sets = setting.workload.stmts.iter().cloned().map(Ok);
         let mut model = Model::default();
-        let obs = run(&mut model, &combined)
-            .with_context(|| format!("under setting {}", setting.name))?;
+        let none = Lookahead::default(); // the model needs none
+        let obs = match &args.file {
+            Some(path) => run_stream(&mut model, &file, &none, sets.chain(stream_file(path)?)),
+            None => {
+                let stmts = Statements::new(&file, BUILTIN.as_bytes());
+                run_stream(&mut model, &file, &none, sets.chain(stmts))
+            }
+        }
+        .with_context(|| format!("under setting {}", setting.name))?;
+        let label = label.get_or_insert_with(|| {
+            let first = obs.snapshots.iter().find(|s| s.line.is_some());
+            first.map_or("end".to_string(), |s| s.label.clone())
+        });
         let snap = obs
-            .snapshot(&label)
+            .snapshot(label)
             .with_context(|| format!("the workload has no snapshot '{label}'"))?;
         columns.push((setting.name.clone(), snap.counters.clone()));
     }
+    let label = label.unwrap_or_else(|| "end".to_string());
     let summary = summarize(&columns);
     if args.json {
         let doc = JsonDoc {
-            workload: &workload.file,
+            workload: &file,
             snapshot: &label,
             baseline: &columns[0].0,
             summary: &summary,
@@ -144,7 +149,7 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("# {} at snapshot '{label}', model backend", workload.file);
+    println!("# {file} at snapshot '{label}', model backend");
     print!("{}", render_summary(&summary));
     print!("{}", render(&columns, args.all, &args.counters));
     Ok(ExitCode::SUCCESS)

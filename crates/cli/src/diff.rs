@@ -17,8 +17,7 @@ use hugelab_kernel::sysfs;
 use hugelab_model::Model;
 use hugelab_workload::counters::{self, BoundKind};
 use hugelab_workload::{
-    parse_file, run, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Stmt,
-    StmtKind,
+    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Stmt, StmtKind,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -35,7 +34,8 @@ pub struct DiffArgs {
     /// Check the model's invariants after every statement (slower).
     #[arg(long)]
     check: bool,
-    /// Workload files (.hlw).
+    /// Workload files (.hlw, .hlw.gz, .hlw.zst), each read as a stream, once
+    /// per backend.
     #[arg(required = true)]
     files: Vec<PathBuf>,
 }
@@ -99,14 +99,13 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
     let mut diffs = Vec::new();
     let mut totals = Totals::default();
     for file in &args.files {
-        let workload = parse_file(file)?;
         let mut model = model_from_machine()?;
         if args.check {
             model = model.with_invariant_checks();
         }
-        let model_obs = run(&mut model, &workload)?;
+        let model_obs = run_file(&mut model, file)?;
         let kernel_obs =
-            run_kernel(&workload).with_context(|| format!("{}: kernel backend", workload.file))?;
+            run_kernel(file).with_context(|| format!("{}: kernel backend", file.display()))?;
         let d = compare(&model_obs, &kernel_obs);
         totals.workloads += 1;
         for r in &d.rows {

@@ -5,9 +5,9 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use hugelab_kernel::KernelBackend;
 use hugelab_model::Model;
-use hugelab_workload::{parse_file, run, Observation, Workload};
+use hugelab_workload::{run_file, Observation};
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -34,28 +34,30 @@ pub struct RunArgs {
     /// page-table counters, and that every frame is free or accounted for.
     #[arg(long)]
     check: bool,
-    /// Workload files (.hlw).
+    /// Workload files (.hlw, or compressed: .hlw.gz, .hlw.zst), each read
+    /// as a stream: a statement runs as soon as it is read and checked.
     #[arg(required = true)]
     files: Vec<PathBuf>,
 }
 
-/// Runs one workload on the model (default tunables; with `check`, the
+/// Runs one workload file on the model (default tunables; with `check`, the
 /// invariants checked after every statement) or on the kernel.
-fn observe(backend: BackendName, workload: &Workload, check: bool) -> Result<Observation> {
+fn observe(backend: BackendName, file: &Path, check: bool) -> Result<Observation> {
     Ok(match backend {
         BackendName::Model if check => {
-            run(&mut Model::default().with_invariant_checks(), workload)?
+            run_file(&mut Model::default().with_invariant_checks(), file)?
         }
-        BackendName::Model => run(&mut Model::default(), workload)?,
-        BackendName::Kernel => run_kernel(workload)?,
+        BackendName::Model => run_file(&mut Model::default(), file)?,
+        BackendName::Kernel => run_kernel(file)?,
     })
 }
 
-/// Runs a workload on this machine's kernel; every tunable is restored after.
-pub fn run_kernel(workload: &Workload) -> Result<Observation> {
+/// Runs a workload file on this machine's kernel; every tunable is restored
+/// after, also when the run stopped at an error.
+pub fn run_kernel(file: &Path) -> Result<Observation> {
     let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
     let mut kernel = KernelBackend::new(exe)?;
-    let obs = run(&mut kernel, workload);
+    let obs = run_file(&mut kernel, file);
     kernel.finish()?;
     Ok(obs?)
 }
@@ -68,8 +70,7 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     }
     let mut failed = false;
     for file in &args.files {
-        let workload = parse_file(file)?;
-        let obs = observe(args.backend, &workload, args.check)?;
+        let obs = observe(args.backend, file, args.check)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&obs)?);
         } else {

@@ -2,10 +2,10 @@
 //! workload, why they exist, and what the under-used THP shrinker would give
 //! back at the next `reclaim` (the report of `hugelab_workload::utilization`).
 //!
-//! The workload runs up to its `snapshot NAME` statement (default: its end)
-//! on a backend, which is then scanned for its large folios. The scan is a
-//! closure ([`report_at_snapshot`]), so the kernel backend can scan its agent
-//! processes at the same point; only the model is wired here.
+//! The workload runs, as a stream, up to its `snapshot NAME` statement
+//! (default: its end) on a backend ([`run_until`]), which is then scanned for
+//! its large folios: the model's folios, or the kernel backend's agent
+//! processes, scanned live at the same point.
 
 use crate::utilization_view;
 use anyhow::{bail, Context, Result};
@@ -18,13 +18,16 @@ use hugelab_workload::utilization::{
     utilization_report, FolioUse, ShrinkerSettings, UtilizationReport, DEFAULT_BUCKETS,
     MAX_PTES_NONE_OFF,
 };
-use hugelab_workload::{parse_file, run, Observation, StmtKind, Workload};
-use std::path::PathBuf;
+use hugelab_workload::{
+    open, run_stream, stream_file, Backend, Lookahead, Observation, Stmt, StmtKind,
+};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct UtilizationArgs {
-    /// The workload file (.hlw).
+    /// The workload file (.hlw, .hlw.gz, .hlw.zst), read as a stream up to
+    /// the snapshot.
     file: PathBuf,
     /// Stop at this `snapshot` statement (default: the end of the workload).
     #[arg(long)]
@@ -70,55 +73,62 @@ pub struct Scan {
     pub settings: ShrinkerSettings,
 }
 
-/// The workload's statements before the `snapshot` labelled `snapshot`
-/// (`None` or `end`: all of them).
-pub fn until_snapshot(workload: &Workload, snapshot: Option<&str>) -> Result<Workload> {
-    let label = match snapshot {
-        None | Some("end") => return Ok(workload.clone()),
-        Some(label) => label,
+/// Runs the workload file at `path` on `backend` as a stream, up to its
+/// `snapshot` statement labelled `snapshot` (`None` or `end`: to its end);
+/// what comes after that statement is not read. A label the workload does
+/// not have is an error once the whole workload has run.
+pub fn run_until(
+    backend: &mut dyn Backend,
+    path: &Path,
+    snapshot: Option<&str>,
+) -> Result<Observation> {
+    let stmts = stream_file(path)?;
+    let file = stmts.file().to_string();
+    let ahead = if backend.needs_lookahead() {
+        Lookahead::scan(&file, open(path)?)?
+    } else {
+        Lookahead::default()
     };
-    let labels: Vec<&str> = workload
-        .stmts
-        .iter()
-        .filter_map(|s| match &s.kind {
-            StmtKind::Snapshot { label } => Some(label.as_str()),
-            _ => None,
-        })
-        .collect();
-    let at = workload
-        .stmts
-        .iter()
-        .position(|s| matches!(&s.kind, StmtKind::Snapshot { label: l } if l == label));
-    let Some(at) = at else {
+    let want = snapshot.filter(|l| *l != "end");
+    let (mut found, mut labels) = (false, Vec::new());
+    let until = stmts.take_while(|s| {
+        if let Ok(Stmt {
+            kind: StmtKind::Snapshot { label },
+            ..
+        }) = s
+        {
+            if Some(label.as_str()) == want {
+                found = true;
+                return false;
+            }
+            labels.push(format!("'{label}'"));
+        }
+        true
+    });
+    let obs = run_stream(backend, &file, &ahead, until)?;
+    if let (Some(label), false) = (want, found) {
         let known = if labels.is_empty() {
             "it has none but the implicit 'end'".to_string()
         } else {
-            let quoted: Vec<String> = labels.iter().map(|l| format!("'{l}'")).collect();
-            format!("its snapshots are {} and 'end'", quoted.join(", "))
+            format!("its snapshots are {} and 'end'", labels.join(", "))
         };
-        bail!("{} has no snapshot named '{label}': {known}", workload.file);
-    };
-    Ok(Workload {
-        file: workload.file.clone(),
-        stmts: workload.stmts[..at].to_vec(),
-    })
+        bail!("{file} has no snapshot named '{label}': {known}");
+    }
+    Ok(obs)
 }
 
-/// Runs `workload` up to `snapshot` through `scan` (which runs the part it is
-/// given on its backend and scans the backend then) and builds the report,
-/// at the scanned settings unless `max_ptes_none` overrides them.
-pub fn report_at_snapshot(
-    workload: &Workload,
-    snapshot: Option<&str>,
+/// Builds the report from what `scan` found (it runs the workload up to the
+/// snapshot on its backend and scans the backend then), at the scanned
+/// settings unless `max_ptes_none` overrides them.
+pub fn report(
     max_ptes_none: Option<u32>,
     buckets: usize,
-    scan: impl FnOnce(&Workload) -> Result<Scan>,
+    scan: impl FnOnce() -> Result<Scan>,
 ) -> Result<UtilizationReport> {
-    let part = until_snapshot(workload, snapshot)?;
     let Scan {
         folios,
         mut settings,
-    } = scan(&part)?;
+    } = scan()?;
     if let Some(n) = max_ptes_none {
         settings.max_ptes_none = n;
     }
@@ -138,30 +148,31 @@ fn describe_snapshot(snapshot: Option<&str>) -> String {
     snapshot.map_or("the end".to_string(), |s| format!("snapshot '{s}'"))
 }
 
-/// The model's scan: runs `part` (the workload up to `snapshot`) on a fresh
+/// The model's scan: runs the workload at `path` up to `snapshot` on a fresh
 /// model, then lists the folios of `scope`.
-fn scan_model(part: &Workload, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
+fn scan_model(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
     let mut model = Model::default();
-    let obs = run(&mut model, part)?;
+    let obs = run_until(&mut model, path, snapshot)?;
     warn_failed_expects(&obs);
     let folios = model
         .folio_uses(scope)
-        .with_context(|| format!("{} at {}", part.file, describe_snapshot(snapshot)))?;
+        .with_context(|| format!("{} at {}", obs.workload, describe_snapshot(snapshot)))?;
     Ok(Scan {
         folios,
         settings: model.shrinker_settings(),
     })
 }
 
-/// The kernel's scan: runs `part` on this machine's kernel, then scans the
-/// workload's live processes (those of `scope`) with `hugelab scan`'s reader
-/// before the backend ends them and restores the tunables.
-fn scan_kernel(part: &Workload, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
+/// The kernel's scan: runs the workload at `path` up to `snapshot` on this
+/// machine's kernel, then scans the workload's live processes (those of
+/// `scope`) with `hugelab scan`'s reader before the backend ends them and
+/// restores the tunables.
+fn scan_kernel(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
     let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
     let mut kernel = KernelBackend::new(exe)?;
-    let obs = run(&mut kernel, part)?;
+    let obs = run_until(&mut kernel, path, snapshot)?;
     warn_failed_expects(&obs);
-    let at = || format!("{} at {}", part.file, describe_snapshot(snapshot));
+    let at = || format!("{} at {}", obs.workload, describe_snapshot(snapshot));
     let mut targets = Vec::new();
     for hugelab_kernel::backend::LiveProcess { name, pid, regions } in kernel.processes() {
         let range = match scope {
@@ -203,7 +214,6 @@ fn scan_kernel(part: &Workload, snapshot: Option<&str>, scope: Scope<'_>) -> Res
 }
 
 pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
-    let workload = parse_file(&args.file)?;
     let scope = match (&args.proc, &args.region) {
         (Some(proc), Some(region)) => Scope::Region { proc, region },
         (Some(proc), None) => Scope::Process(proc),
@@ -213,14 +223,14 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
     let mut reports: Vec<(&str, UtilizationReport)> = Vec::new();
     let buckets = usize::from(args.buckets);
     if args.backend != Where::Kernel {
-        let r = report_at_snapshot(&workload, snapshot, args.max_ptes_none, buckets, |part| {
-            scan_model(part, snapshot, scope)
+        let r = report(args.max_ptes_none, buckets, || {
+            scan_model(&args.file, snapshot, scope)
         })?;
         reports.push(("model", r));
     }
     if args.backend != Where::Model {
-        let r = report_at_snapshot(&workload, snapshot, args.max_ptes_none, buckets, |part| {
-            scan_kernel(part, snapshot, scope)
+        let r = report(args.max_ptes_none, buckets, || {
+            scan_kernel(&args.file, snapshot, scope)
         })?;
         reports.push(("kernel", r));
     }
@@ -245,7 +255,7 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
         }
         let title = format!(
             "{} at {} ({name}), {}",
-            workload.file,
+            args.file.display(),
             describe_snapshot(snapshot),
             describe_scope(scope)
         );

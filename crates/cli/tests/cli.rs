@@ -201,3 +201,37 @@ fn compare_counter_rows_are_checked_against_the_registry() {
     let rows: Vec<&str> = out.lines().filter(|l| l.starts_with("| vmstat.")).collect();
     assert_eq!(rows.len(), 1, "{out}");
 }
+
+#[test]
+fn what_is_gone_leaves_the_json_and_expect_still_sees_its_last_values() {
+    let text = "spawn a\na mmap r 64K\na mmap x 8K\na write r\na write x\nsnapshot one\n\
+                a munmap x:4K\na munmap x+4K\nexpect smaps.a.x.Rss == 0\n\
+                a munmap r\nexpect smaps.a.r.Rss == 0\nexpect folios.a.r.4kB == 0\n\
+                a mmap r 128K\na write r:8K\nexpect smaps.a.r.Rss == 8\n\
+                spawn b\nb mmap q 8K\nb write q\nb exit\nexpect stat.b.minflt == 2\nexpect smaps.b.q.Rss == 0\n";
+    let w = workload(text);
+    let o = hugelab(&["run", "--json", w.path()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(doc["expects"].as_array().unwrap().len(), 6);
+    let one = doc["snapshots"][0]["counters"].as_object().unwrap();
+    assert_eq!(one["smaps.a.x.Rss"], 8);
+    assert_eq!(one["smaps.a.r.Rss"], 64);
+    let end = doc["snapshots"][1]["counters"].as_object().unwrap();
+    assert_eq!(end["smaps.a.r.Rss"], 8, "the new region r");
+    let gone: Vec<&String> = end
+        .keys()
+        .filter(|k| k.starts_with("smaps.a.x.") || k.contains(".b."))
+        .collect();
+    assert!(gone.is_empty(), "gone region x and process b: {gone:?}");
+
+    // A wrong value for a gone counter fails like any other.
+    let (code, path, err) = run_text(&text.replace("stat.b.minflt == 2", "stat.b.minflt == 3"));
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains(&format!(
+            "{path}:20:1: expect stat.b.minflt == 3 failed: actual 2"
+        )),
+        "{err}"
+    );
+}

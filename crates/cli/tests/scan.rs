@@ -118,7 +118,8 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     std::env::set_var("HUGELAB_STATE_DIR", &state);
     let workload: Workload = hugelab_workload::parse("scan-test.hlw", WORKLOAD).unwrap();
     let mut kb = KernelBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_hugelab"))).unwrap();
-    kb.prepare(&workload).unwrap();
+    kb.prepare(&hugelab_workload::Lookahead::of(&workload.stmts))
+        .unwrap();
     let stmts = &workload.stmts;
     let mut at = run_until(&mut kb, stmts, "before");
 

@@ -10,15 +10,16 @@
 use crate::error::{errno_name, KernelError};
 use crate::guard::SettingsGuard;
 use crate::khugepaged::{pmd_enabled, KhugepagedHold};
-use crate::measure::{rcu_settle, read_process, settle_dead_mms, Measurement};
+use crate::measure::{rcu_settle, read_process, read_region, settle_dead_mms, Measurement};
 use crate::memcg::Memcg;
 use crate::process::AgentProc;
 use crate::protocol::{Access, Request};
 use crate::sysfs;
+use hugelab_workload::mapped::Mapped;
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{
-    placement, Advice, Backend, BackendError, Errno, HugetlbSize, KhugepagedKnob, MachineParam,
-    Prot, Range, Reading, Stmt, StmtKind, Tunable, Workload,
+    placement, Advice, Backend, BackendError, Errno, HugetlbSize, KhugepagedKnob, Lookahead,
+    MachineParam, Prot, Range, Reading, Stmt, StmtKind, Tunable,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,11 +28,19 @@ use std::time::Duration;
 const BACKEND: &str = "kernel";
 const MADV_COLLAPSE: i32 = 25;
 
+/// One of the workload's regions: where it is and what of it is still mapped.
+#[derive(Clone)]
+struct Region {
+    start: u64,
+    len: u64,
+    mapped: Mapped,
+}
+
 /// One of the workload's processes: its agent and its regions.
 struct Proc {
     agent: AgentProc,
-    /// Each region's start and length.
-    regions: BTreeMap<String, (u64, u64)>,
+    /// The regions that exist (a region fully unmapped is gone).
+    regions: BTreeMap<String, Region>,
     /// Where the next region goes (`placement::place_region`).
     cursor: u64,
     /// Faults taken by the workload's accesses (getrusage around the loop).
@@ -113,13 +122,15 @@ impl Agents {
     /// The start and length of `r` in `proc`'s address space.
     fn range(&mut self, stmt: &Stmt, proc: &str, r: &Range) -> Result<(u64, u64), BackendError> {
         let p = self.get_mut(stmt, proc)?;
-        let &(start, len) = p.regions.get(&r.region).ok_or_else(|| {
+        let region = p.regions.get(&r.region).ok_or_else(|| {
             failed(
                 stmt,
                 format!("unknown region '{}' of process '{proc}'", r.region),
             )
         })?;
-        let (lo, hi) = r.resolve(start, len).map_err(|e| failed(stmt, e))?;
+        let (lo, hi) = r
+            .resolve(region.start, region.len)
+            .map_err(|e| failed(stmt, e))?;
         Ok((lo, hi - lo))
     }
 
@@ -137,9 +148,16 @@ impl Agents {
         unknown: &mut BTreeMap<String, String>,
     ) -> Result<(), KernelError> {
         for (name, p) in &self.procs {
-            read_process(name, p.agent.pid, p.minflt, &p.regions, c, unknown)?;
+            read_process(name, p.agent.pid, p.minflt, p.spans(), c, unknown)?;
         }
         Ok(())
+    }
+}
+
+impl Proc {
+    /// Each region's name, start and length.
+    fn spans(&self) -> impl Iterator<Item = (&String, (u64, u64))> {
+        self.regions.iter().map(|(n, r)| (n, (r.start, r.len)))
     }
 }
 
@@ -182,7 +200,7 @@ impl KernelBackend {
             .map(|(name, p)| LiveProcess {
                 name: name.clone(),
                 pid: p.agent.pid,
-                regions: p.regions.clone(),
+                regions: p.spans().map(|(n, span)| (n.clone(), span)).collect(),
             })
             .collect()
     }
@@ -243,6 +261,35 @@ impl KernelBackend {
         let (hold, guard) = (&self.khugepaged, &mut self.guard);
         self.measure
             .window(stmt, true, &mut self.agents, |_| hold.scan(stmt, guard))
+    }
+
+    /// After a munmap of `[start, start + len)` in `region` of `proc`: once
+    /// nothing of the region is mapped, it is gone (its name is free again)
+    /// and its counters as of now go to `gone`.
+    fn retire_region_if_unmapped(
+        &mut self,
+        stmt: &Stmt,
+        proc: &str,
+        region: &str,
+        start: u64,
+        len: u64,
+        gone: &mut Reading,
+    ) -> Result<(), BackendError> {
+        let p = self.agents.get_mut(stmt, proc)?;
+        let Some(r) = p.regions.get_mut(region) else {
+            return Ok(());
+        };
+        r.mapped.unmap(start - r.start, start - r.start + len);
+        if !r.mapped.is_empty() {
+            return Ok(());
+        }
+        let (mut c, mut unknown) = (Default::default(), BTreeMap::new());
+        let (pid, r_start, r_len) = (p.agent.pid, r.start, r.len);
+        read_region(proc, pid, region, r_start, r_len, &mut c, &mut unknown)
+            .map_err(|e| failed(stmt, e))?;
+        p.regions.remove(region);
+        gone.absorb(self.measure.judge(c, unknown));
+        Ok(())
     }
 
     fn check_machine(&self, stmt: &Stmt, params: &[MachineParam]) -> Result<(), BackendError> {
@@ -334,15 +381,24 @@ impl Backend for KernelBackend {
     /// A workload that reclaims would also split the folios other processes
     /// left on the deferred split queue (counted system-wide as if they were
     /// its own): empty the queue once before the first statement.
-    fn prepare(&mut self, workload: &Workload) -> Result<(), BackendError> {
-        if workload.stmts.iter().any(|s| s.kind == StmtKind::Reclaim) {
+    fn prepare(&mut self, ahead: &Lookahead) -> Result<(), BackendError> {
+        if ahead.reclaims {
             drop_slab().map_err(|e| BackendError::failed(Default::default(), e.to_string()))?;
             rcu_settle();
         }
         Ok(())
     }
 
+    /// `prepare` must know whether the workload reclaims.
+    fn needs_lookahead(&self) -> bool {
+        true
+    }
+
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        self.execute_retiring(stmt, &mut Reading::default())
+    }
+
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
         match &stmt.kind {
             StmtKind::Set { tunable, value } => self.set(stmt, tunable, value.to_string())?,
             StmtKind::Machine { params } => self.check_machine(stmt, params)?,
@@ -406,7 +462,14 @@ impl Backend for KernelBackend {
                     Ok(faults)
                 })?;
                 let p = self.agents.get_mut(stmt, proc)?;
-                p.regions.insert(region.clone(), (addr, len));
+                p.regions.insert(
+                    region.clone(),
+                    Region {
+                        start: addr,
+                        len,
+                        mapped: Mapped::whole(len),
+                    },
+                );
                 p.cursor = cursor;
                 // THP eligibility depends on VMA bounds: the region must be
                 // one VMA of its own, merged with nothing.
@@ -424,6 +487,7 @@ impl Backend for KernelBackend {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
                 let req = Request::Munmap { addr: start, len };
                 self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
+                self.retire_region_if_unmapped(stmt, proc, &range.region, start, len, gone)?;
             }
             StmtKind::Mprotect { proc, range, prot } => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
@@ -495,9 +559,8 @@ impl Backend for KernelBackend {
                 let regions: Vec<(u64, u64)> = self
                     .agents
                     .get_mut(stmt, proc)?
-                    .regions
-                    .values()
-                    .copied()
+                    .spans()
+                    .map(|(_, span)| span)
                     .collect();
                 self.window(stmt, false, |agents| {
                     let mut all = Call::ok(0);
@@ -514,6 +577,11 @@ impl Backend for KernelBackend {
                     Ok(all)
                 })?;
                 if let Some(p) = self.agents.procs.remove(proc) {
+                    // What it leaves: its counters with nothing mapped.
+                    let (mut c, mut unknown) = (Default::default(), BTreeMap::new());
+                    read_process(proc, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
+                        .map_err(|e| failed(stmt, e))?;
+                    gone.absorb(self.measure.judge(c, unknown));
                     p.agent.exit().map_err(|e| failed(stmt, e))?;
                     settle_dead_mms(); // its own page tables, as after spawn
                 }

@@ -489,44 +489,20 @@ impl Measurement {
 /// The per-process counters of the agent `name` (pid `pid`, `minflt` faults
 /// of its accesses) into `c`: smaps of each region and of all of them, and
 /// the region's folios; those whose folios are not known go to `unknown`.
-pub(crate) fn read_process(
+pub(crate) fn read_process<'a>(
     name: &str,
     pid: i32,
     minflt: i64,
-    regions: &BTreeMap<String, (u64, u64)>,
+    regions: impl IntoIterator<Item = (&'a String, (u64, u64))>,
     c: &mut Counters,
     unknown: &mut BTreeMap<String, String>,
 ) -> Result<(), KernelError> {
     c.insert(format!("stat.{name}.minflt"), minflt);
     let mut rollup = smaps::SmapsSum::default().fields();
-    for (region, &(start, len)) in regions {
-        let s = smaps::region_smaps(pid, start, start + len)?;
-        for (i, (field, kb)) in s.fields().into_iter().enumerate() {
-            c.insert(format!("smaps.{name}.{region}.{field}"), kb as i64);
+    for (region, (start, len)) in regions {
+        let fields = read_region(name, pid, region, start, len, c, unknown)?;
+        for (i, (_, kb)) in fields.into_iter().enumerate() {
             rollup[i].1 += kb;
-        }
-        let f = pagemap::scan_folios(pid, start, start + len)?;
-        for (order, n) in f.total.iter().enumerate() {
-            if order == 1 {
-                continue; // anonymous memory has no order-1 folios
-            }
-            let key = format!("folios.{name}.{region}.{}kB", 4 << order);
-            let pmd = if order == 9 { f.pmd_mapped } else { 0 };
-            c.insert(key.clone(), *n as i64);
-            c.insert(format!("{key}.pte"), (*n - pmd) as i64);
-            if order == 9 {
-                c.insert(format!("{key}.pmd"), pmd as i64);
-            }
-        }
-        if f.unknown_pages > 0 {
-            let why = format!(
-                "/proc/kpageflags read 0 for {} pages of {name}'s region {region}, so their folios are not known",
-                f.unknown_pages
-            );
-            let prefix = format!("folios.{name}.{region}.");
-            for k in c.keys().filter(|k| k.starts_with(&prefix)) {
-                unknown.insert(k.clone(), why.clone());
-            }
         }
     }
     // The rollup of the workload's own mappings: smaps_rollup also
@@ -535,4 +511,48 @@ pub(crate) fn read_process(
         c.insert(format!("smaps.{name}.{field}"), kb as i64);
     }
     Ok(())
+}
+
+/// The counters of region `region` of the agent `name` (pid `pid`) at
+/// `[start, start + len)` into `c` (its smaps fields, which it also returns
+/// for the process's sum, and its folios); those whose folios are not known
+/// go to `unknown`.
+pub(crate) fn read_region(
+    name: &str,
+    pid: i32,
+    region: &str,
+    start: u64,
+    len: u64,
+    c: &mut Counters,
+    unknown: &mut BTreeMap<String, String>,
+) -> Result<[(&'static str, u64); 8], KernelError> {
+    let s = smaps::region_smaps(pid, start, start + len)?;
+    let fields = s.fields();
+    for (field, kb) in fields {
+        c.insert(format!("smaps.{name}.{region}.{field}"), kb as i64);
+    }
+    let f = pagemap::scan_folios(pid, start, start + len)?;
+    for (order, n) in f.total.iter().enumerate() {
+        if order == 1 {
+            continue; // anonymous memory has no order-1 folios
+        }
+        let key = format!("folios.{name}.{region}.{}kB", 4 << order);
+        let pmd = if order == 9 { f.pmd_mapped } else { 0 };
+        c.insert(key.clone(), *n as i64);
+        c.insert(format!("{key}.pte"), (*n - pmd) as i64);
+        if order == 9 {
+            c.insert(format!("{key}.pmd"), pmd as i64);
+        }
+    }
+    if f.unknown_pages > 0 {
+        let why = format!(
+            "/proc/kpageflags read 0 for {} pages of {name}'s region {region}, so their folios are not known",
+            f.unknown_pages
+        );
+        let prefix = format!("folios.{name}.{region}.");
+        for k in c.keys().filter(|k| k.starts_with(&prefix)) {
+            unknown.insert(k.clone(), why.clone());
+        }
+    }
+    Ok(fields)
 }

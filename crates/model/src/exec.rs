@@ -362,11 +362,15 @@ impl Backend for Model {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        self.execute_retiring(stmt, &mut Reading::default())
+    }
+
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
         use crate::reading_cache::{touches, Touches};
         let touches = touches(&stmt.kind);
         let faults = self.machine.stat.event(VmEvent::PgFault);
         if let Touches::FamilyIfFaulting(_) = touches {
-            let result = self.execute_stmt(stmt);
+            let result = self.execute_stmt(stmt, gone);
             if self.machine.stat.event(VmEvent::PgFault) != faults {
                 let cache = &mut self.reading_cache;
                 cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
@@ -375,7 +379,7 @@ impl Backend for Model {
         } else {
             let cache = &mut self.reading_cache;
             cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
-            self.execute_stmt(stmt)?;
+            self.execute_stmt(stmt, gone)?;
         }
         if self.check_invariants {
             let broken = crate::debug_vm::check(self);
@@ -406,7 +410,46 @@ impl Backend for Model {
 }
 
 impl Model {
-    fn execute_stmt(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+    /// The counters a reading reports for process `proc` with `task`: what
+    /// a region or a process leaves behind when it goes, named as the
+    /// readings named it.
+    fn counters_alone(&self, proc: &str, task: &Task) -> Reading {
+        Reading {
+            counters: counters::process_counters(&self.machine, proc, task)
+                .into_iter()
+                .collect(),
+            unknown: Default::default(),
+        }
+    }
+
+    /// After a munmap in `region` of `proc`: once no VMA is left in it, the
+    /// region is gone (its name is free again) and its last counters go to
+    /// `gone`.
+    fn retire_region_if_unmapped(&mut self, proc: &str, region: &str, gone: &mut Reading) {
+        let Some(task) = self.tasks.get_mut(proc) else {
+            return;
+        };
+        let Some(r) = task.mm.regions.get(region) else {
+            return;
+        };
+        if !task.mm.vmas_in(r.start, r.start + r.len).is_empty() {
+            return;
+        }
+        let (name, r) = task.mm.regions.remove_entry(region).expect("just found");
+        // Its last counters: the process's with this region alone.
+        let rest = std::mem::replace(&mut task.mm.regions, [(name, r)].into());
+        let mut last = counters::process_counters(&self.machine, proc, task);
+        task.mm.regions = rest;
+        last.retain(|(name, _)| {
+            hugelab_workload::counters::lookup(name).is_some_and(|c| c.region.is_some())
+        });
+        gone.absorb(Reading {
+            counters: last.into_iter().collect(),
+            unknown: Default::default(),
+        });
+    }
+
+    fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
         let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
@@ -456,6 +499,7 @@ impl Model {
             StmtKind::Munmap { proc, range } => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 do_munmap(machine, &mut task.mm, start, end);
+                self.retire_region_if_unmapped(proc, &range.region, gone);
             }
             StmtKind::Mprotect { proc, range, prot } => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
@@ -533,6 +577,7 @@ impl Model {
                 exit_mmap(&mut self.machine, &mut task.mm);
                 self.machine.anon_vmas.exit(task.mm.mm_id);
                 self.release_pins(proc);
+                gone.absorb(self.counters_alone(proc, &task));
             }
             StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
             StmtKind::Khugepaged => {

@@ -15,6 +15,7 @@
 
 use hugelab_model::vmstat::{MthpStat, VmEvent};
 use hugelab_model::{debug_vm, InjectedBug, Model};
+use hugelab_workload::mapped::Mapped;
 use hugelab_workload::{parse, Backend, BackendErrorKind, StmtKind};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
@@ -183,10 +184,14 @@ fn workload() -> impl Strategy<Value = (Vec<u8>, Vec<Op>)> {
         })
 }
 
-/// What the parser knows: live processes and their regions (name, pages).
+/// A region: name, pages, and what of it is still mapped (a region fully
+/// unmapped is gone, and its name free for the next mmap).
+type ShadowRegion = (String, u64, Mapped);
+
+/// What the parser knows: live processes and their regions.
 #[derive(Default)]
 struct Shadow {
-    procs: Vec<(String, Vec<(String, u64)>)>,
+    procs: Vec<(String, Vec<ShadowRegion>)>,
     spawned: usize,
     pins: Vec<(String, String)>,
     text: String,
@@ -204,14 +209,20 @@ impl Shadow {
 
     /// `<region>+<off>K:<len>K` of process `p`, if it has regions.
     fn range(&self, p: usize, s: Span) -> Option<String> {
+        let (name, off, len) = self.pages(p, s)?;
+        Some(format!("{name}+{}K:{}K", off * 4, len * 4))
+    }
+
+    /// The region `s` picks in process `p`, and its first page and page count.
+    fn pages(&self, p: usize, s: Span) -> Option<(String, u64, u64)> {
         let regions = &self.procs[p].1;
         if regions.is_empty() {
             return None;
         }
-        let (name, pages) = &regions[usize::from(s.region) % regions.len()];
+        let (name, pages, _) = &regions[usize::from(s.region) % regions.len()];
         let off = u64::from(s.off) % pages;
         let len = 1 + u64::from(s.len) % (pages - off);
-        Some(format!("{name}+{}K:{}K", off * 4, len * 4))
+        Some((name.clone(), off, len))
     }
 
     fn line(&mut self, line: String) {
@@ -240,7 +251,11 @@ impl Shadow {
                     return;
                 }
                 let pages = SIZES[usize::from(size)];
-                let name = format!("r{n}");
+                // The first free name: a gone region's name is used again.
+                let name = (0..)
+                    .map(|i| format!("r{i}"))
+                    .find(|name| self.procs[p].1.iter().all(|(n, _, _)| n != name))
+                    .expect("a free name");
                 let prot = match prot {
                     0 => String::new(),
                     p => format!(" prot={}", PROTS[usize::from(p)]),
@@ -251,7 +266,7 @@ impl Shadow {
                 if hugepage {
                     self.line(format!("{owner} madvise {name} HUGEPAGE"));
                 }
-                self.procs[p].1.push((name, pages));
+                self.procs[p].1.push((name, pages, Mapped::whole(pages)));
             }
             Op::Read { proc, span } => self.on_range(proc, span, "read", ""),
             Op::Write { proc, span, zero } => {
@@ -264,7 +279,23 @@ impl Shadow {
                 self.line(format!("{parent} fork {child}"));
                 self.procs.push((child, regions));
             }
-            Op::Munmap { proc, span } => self.on_range(proc, span, "munmap", ""),
+            Op::Munmap { proc, span } => {
+                let Some(p) = self.proc(proc) else { return };
+                let Some((name, off, len)) = self.pages(p, span) else {
+                    return;
+                };
+                let owner = self.procs[p].0.clone();
+                self.line(format!("{owner} munmap {name}+{}K:{}K", off * 4, len * 4));
+                let regions = &mut self.procs[p].1;
+                let i = regions.iter().position(|(n, _, _)| *n == name).unwrap();
+                regions[i].2.unmap(off, off + len);
+                if regions[i].2.is_empty() {
+                    regions.remove(i);
+                    let prefix = format!("{name}+");
+                    self.pins
+                        .retain(|(o, range)| *o != owner || !range.starts_with(&prefix));
+                }
+            }
             Op::Mprotect { proc, span, prot } => self.on_range(
                 proc,
                 span,

@@ -1,13 +1,19 @@
 //! The seam between the workload and a machine: the `Backend` trait.
 //!
 //! A backend executes the statements that change the machine and reports its
-//! counters when asked; [`run`] drives it through a workload, taking snapshots
-//! and checking `expect` lines. `run`, `diff`, `compare` and the tests are all
-//! consumers of the same [`Observation`], so a backend never formats output.
+//! counters when asked; [`run_stream`] drives it through a workload as its
+//! statements come (from a [`crate::parse::Statements`] stream, or a parsed
+//! [`Workload`] with [`run`]), taking snapshots and checking `expect` lines.
+//! `run`, `diff`, `compare` and the tests are all consumers of the same
+//! [`Observation`], so a backend never formats output.
 
 use crate::ast::{Errno, Pos, Stmt, StmtKind, Workload};
 use crate::observation::{ExpectOutcome, FailedCall, Observation, Reading, Snapshot};
+use crate::parse::{open, stream_file, ParseError, MAX_LINE};
+use std::borrow::Borrow;
 use std::fmt;
+use std::io::{BufRead, Read};
+use std::path::Path;
 
 /// Why a backend could not execute a statement.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,12 +65,65 @@ impl BackendError {
     }
 }
 
-/// An error of a whole run, carrying the workload's file name for `file:line:col`.
+/// An error that stopped a run, as `file:line:col: message`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{file}:{}:{}: {}", .error.pos.line, .error.pos.col, .error.message)]
-pub struct RunError {
-    pub file: String,
-    pub error: BackendError,
+pub enum RunError {
+    /// The workload is wrong at a statement that had not run yet: a streamed
+    /// run finds it when it gets there, after the statements before it ran.
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    /// The backend could not execute a statement (or read its counters).
+    #[error("{file}:{}:{}: {}", .error.pos.line, .error.pos.col, .error.message)]
+    Backend { file: String, error: BackendError },
+}
+
+/// What a backend may need to know about a whole workload before its first
+/// statement, which a streamed run has not read yet: gathered from a parsed
+/// workload ([`Lookahead::of`]) or by a cheap first pass over the text
+/// ([`Lookahead::scan`]), for backends that ask ([`Backend::needs_lookahead`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lookahead {
+    /// The workload has a `reclaim` statement.
+    pub reclaims: bool,
+}
+
+impl Lookahead {
+    pub fn of(stmts: &[Stmt]) -> Lookahead {
+        Lookahead {
+            reclaims: stmts.iter().any(|s| s.kind == StmtKind::Reclaim),
+        }
+    }
+
+    /// A pass over workload text that parses nothing: a line whose first
+    /// word is `reclaim` counts as a `reclaim` statement (were the line bad,
+    /// or the workload to stop before it, the backend prepared for nothing).
+    /// Reads the text in memory bounded by the longest line it keeps.
+    pub fn scan(file: &str, mut reader: impl BufRead) -> Result<Lookahead, ParseError> {
+        let mut ahead = Lookahead::default();
+        let mut line = Vec::with_capacity(256);
+        loop {
+            line.clear();
+            let n = (&mut reader)
+                .take(MAX_LINE as u64)
+                .read_until(b'\n', &mut line)
+                .map_err(|e| ParseError {
+                    file: file.to_string(),
+                    line: 0,
+                    col: 0,
+                    message: format!("cannot read: {e}"),
+                })?;
+            if n == 0 {
+                return Ok(ahead);
+            }
+            let code = line.split(|&b| b == b'#').next().unwrap_or(&[]);
+            let first = code
+                .split(|&b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+                .find(|word| !word.is_empty());
+            if first == Some(b"reclaim") {
+                ahead.reclaims = true;
+            }
+        }
+    }
 }
 
 /// A machine that executes workload statements: the model or the real kernel.
@@ -82,13 +141,33 @@ pub trait Backend {
     /// the backend has accounted for whatever the call did before failing.
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError>;
 
+    /// Executes one statement as [`Backend::execute`] does and, when it ends
+    /// a region (a `munmap` after which nothing of it is mapped) or a
+    /// process (`exit`), adds to `gone` their counters as of right after the
+    /// statement ([`Reading::absorb`]): the last values of names that later
+    /// readings no longer have, and that `expect` lines may still ask for.
+    /// [`run`] calls this one, with everything gone so far. The default
+    /// executes and adds nothing.
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+        let _ = gone;
+        self.execute(stmt)
+    }
+
     /// Every counter this backend reports as of now, and those it has but
     /// cannot read reliably. Names are the registry's ([`crate::counters`]).
     fn read(&mut self) -> Result<Reading, BackendError>;
 
-    /// Called once before the first statement, with the whole workload.
-    fn prepare(&mut self, _workload: &Workload) -> Result<(), BackendError> {
+    /// Called once before the first statement, with what the whole
+    /// workload holds (a [`Lookahead`]).
+    fn prepare(&mut self, _ahead: &Lookahead) -> Result<(), BackendError> {
         Ok(())
+    }
+
+    /// Whether [`Backend::prepare`] needs a true [`Lookahead`]: a run from a
+    /// file ([`run_file`]) then reads it twice, once for the lookahead and
+    /// once for its statements. Without, it is the default one.
+    fn needs_lookahead(&self) -> bool {
+        false
     }
 }
 
@@ -113,29 +192,71 @@ fn current<'r>(
     Ok(reading.as_ref().expect("just set"))
 }
 
-/// Runs a workload to its end on `backend`. Snapshots are taken at every
-/// `snapshot` statement and at the end (label `end`); `expect` lines are
-/// evaluated against the counters at their place, `expect errno` against the
-/// outcome of the statement before it. A failed expectation or a failed
-/// system call does not stop the run; a statement the backend cannot execute
-/// does.
+/// Runs a parsed workload to its end on `backend` (see [`run_stream`]).
 pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation, RunError> {
+    let ahead = Lookahead::of(&workload.stmts);
+    run_stream(
+        backend,
+        &workload.file,
+        &ahead,
+        workload.stmts.iter().map(Ok),
+    )
+}
+
+/// Runs a workload file (plain, `.gz` or `.zst`) on `backend` as a stream:
+/// each statement runs as soon as it is parsed and checked, and memory does
+/// not grow with the file (see [`crate::parse::Statements`]). A backend that
+/// [needs a lookahead](Backend::needs_lookahead) gets one from a first pass.
+pub fn run_file(backend: &mut dyn Backend, path: &Path) -> Result<Observation, RunError> {
+    let stmts = stream_file(path)?;
+    let ahead = if backend.needs_lookahead() {
+        Lookahead::scan(stmts.file(), open(path)?)?
+    } else {
+        Lookahead::default()
+    };
+    let file = stmts.file().to_string();
+    run_stream(backend, &file, &ahead, stmts)
+}
+
+/// Runs statements on `backend` as they come, to the end of `stmts`.
+/// Snapshots are taken at every `snapshot` statement and at the end (label
+/// `end`); `expect` lines are evaluated against the counters at their place
+/// (those of a region or process that is gone: against their last values,
+/// which snapshots do not show), `expect errno` against the outcome of the
+/// statement before it. A failed expectation or a failed system call does
+/// not stop the run; a statement the backend cannot execute does, and so
+/// does an error in `stmts` (a parse or check error of a streamed workload,
+/// found when the run gets to it: the statements before it have run).
+///
+/// `backend.prepare` gets `ahead`; `file` names the workload in errors and
+/// in the observation. Nothing is kept per statement but the observation's
+/// own snapshots, expectations and failed calls.
+pub fn run_stream<S: Borrow<Stmt>>(
+    backend: &mut dyn Backend,
+    file: &str,
+    ahead: &Lookahead,
+    stmts: impl IntoIterator<Item = Result<S, ParseError>>,
+) -> Result<Observation, RunError> {
     let mut obs = Observation {
         backend: backend.name().to_string(),
-        workload: workload.file.clone(),
+        workload: file.to_string(),
         snapshots: Vec::new(),
         expects: Vec::new(),
         failed_calls: Vec::new(),
     };
-    let wrap = |error| RunError {
-        file: workload.file.clone(),
+    let wrap = |error| RunError::Backend {
+        file: file.to_string(),
         error,
     };
-    backend.prepare(workload).map_err(wrap)?;
+    backend.prepare(ahead).map_err(wrap)?;
     let mut end = Pos::default();
     let mut reading: Option<Reading> = None;
+    // What gone regions and processes left: counters no reading has any more.
+    let mut gone = Reading::default();
     let mut errno = Errno::OK;
-    for stmt in &workload.stmts {
+    for stmt in stmts {
+        let stmt = stmt?;
+        let stmt: &Stmt = stmt.borrow();
         end = stmt.pos;
         match &stmt.kind {
             StmtKind::Snapshot { label } => {
@@ -149,6 +270,7 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
             }
             StmtKind::Expect { counter, op, value } => {
                 let r = current(backend, &mut reading).map_err(wrap)?;
+                let r = if r.has(counter) { r } else { &gone };
                 obs.expects
                     .push(ExpectOutcome::evaluate(stmt.pos, counter, *op, *value, r));
             }
@@ -158,7 +280,7 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
             }
             _ => {
                 reading = None;
-                errno = match backend.execute(stmt) {
+                errno = match backend.execute_retiring(stmt, &mut gone) {
                     Ok(()) => Errno::OK,
                     Err(BackendError {
                         kind: BackendErrorKind::Errno(e),

@@ -1,9 +1,16 @@
 //! The semantic pass: does a syntactically valid workload make sense?
 //!
 //! It walks the statements in order, tracking processes (spawned, forked,
-//! exited), their regions (name → size; a fork child inherits its parent's),
-//! cgroups, snapshot labels and the machine's base page, so that a backend
-//! can take every name, range and size it is given at face value.
+//! exited), their regions (name → size and what of it is still mapped; a fork
+//! child inherits its parent's), cgroups, snapshot labels and the machine's
+//! base page, so that a backend can take every name, range and size it is
+//! given at face value.
+//!
+//! Names are those of things that exist now: a region fully unmapped (by one
+//! `munmap` or several) and a process that exited are gone, and their names
+//! can be used again. What they were is remembered only so that an `expect`
+//! may still name their counters (the backends keep the last values) and so
+//! that messages can say where a name went.
 //!
 //! It also re-checks what the parser guarantees (names, tunable values, nonzero
 //! lengths...), so that an AST built in code — a generator, a test — is held
@@ -11,6 +18,7 @@
 //! parses back to the same statements.
 
 use crate::ast::*;
+use crate::mapped::Mapped;
 use crate::parse::{quote, ParseError};
 use crate::units::PAGE_SIZE;
 use std::collections::BTreeMap;
@@ -86,6 +94,7 @@ fn stmt_issue(message: impl Into<String>) -> Issue {
 struct Region {
     size: u64,
     line: u32,
+    mapped: Mapped,
 }
 
 #[derive(Clone, Debug)]
@@ -94,7 +103,30 @@ struct Process {
     origin: &'static str,
     line: u32,
     exited: Option<u32>,
+    /// The regions that exist now.
     regions: BTreeMap<Name, Region>,
+    /// Regions this process name had and that are gone, with why and where
+    /// ("fully unmapped at line 7"): their counters may still be named.
+    gone: BTreeMap<Name, Gone>,
+}
+
+/// Why a region's name is free again, and from which line.
+#[derive(Clone, Copy, Debug)]
+struct Gone {
+    line: u32,
+    how: &'static str,
+}
+
+impl Process {
+    fn new(origin: &'static str, line: u32, regions: BTreeMap<Name, Region>) -> Process {
+        Process {
+            origin,
+            line,
+            exited: None,
+            regions,
+            gone: BTreeMap::new(),
+        }
+    }
 }
 
 /// The state of the semantic pass, one statement at a time (the parser feeds
@@ -190,7 +222,7 @@ impl Checker {
                 ),
             ));
         }
-        if let Some(p) = self.procs.get(name) {
+        if let Some(p) = self.procs.get(name).filter(|p| p.exited.is_none()) {
             return Err(issue(
                 part,
                 format!(
@@ -204,6 +236,19 @@ impl Checker {
         Ok(())
     }
 
+    /// Records a new process under `name`, which [`Checker::new_process`]
+    /// accepted: a name that an exited process had keeps that process's
+    /// regions as gone ones, whose counters an `expect` may still name.
+    fn insert_process(&mut self, name: &str, mut p: Process) {
+        if let Some(old) = self.procs.remove(name) {
+            p.gone = old.gone;
+        }
+        for region in p.regions.keys() {
+            p.gone.remove(region);
+        }
+        self.procs.insert(name.to_string(), p);
+    }
+
     /// Resolves a range of a live process's region to `[start, end)` bytes.
     fn range(&mut self, proc: &str, range: &Range, aligned: bool) -> Result<(u64, u64), Issue> {
         let base = self.base_page;
@@ -214,10 +259,14 @@ impl Checker {
             } else {
                 format!("it has {}", list(p.regions.keys()))
             };
+            let gone = match p.gone.get(&range.region) {
+                Some(g) => format!(" (it was {} at line {})", g.how, g.line),
+                None => String::new(),
+            };
             return Err(issue(
                 Part::Range,
                 format!(
-                    "unknown region {} of process {}; {has}",
+                    "unknown region {} of process {}{gone}; {has}",
                     quote(&range.region),
                     quote(proc)
                 ),
@@ -291,7 +340,8 @@ impl Checker {
                     quote(proc)
                 ));
             };
-            if let Some(region) = c.region.filter(|r| !p.regions.contains_key(*r)) {
+            let had = |r: &str| p.regions.contains_key(r) || p.gone.contains_key(r);
+            if let Some(region) = c.region.filter(|r| !had(r)) {
                 return missing(format!(
                     "region {} of {}, which has no such region here",
                     quote(region),
@@ -417,15 +467,7 @@ impl Checker {
                         ));
                     }
                 }
-                self.procs.insert(
-                    proc.clone(),
-                    Process {
-                        origin: "spawned",
-                        line,
-                        exited: None,
-                        regions: BTreeMap::new(),
-                    },
-                );
+                self.insert_process(proc, Process::new("spawned", line, BTreeMap::new()));
             }
             StmtKind::Mmap {
                 proc,
@@ -480,11 +522,33 @@ impl Checker {
                         ));
                     }
                 }
-                p.regions
-                    .insert(region.clone(), Region { size: size.0, line });
+                p.gone.remove(region);
+                p.regions.insert(
+                    region.clone(),
+                    Region {
+                        size: size.0,
+                        line,
+                        mapped: Mapped::whole(size.0),
+                    },
+                );
             }
-            StmtKind::Munmap { proc, range }
-            | StmtKind::Mprotect { proc, range, .. }
+            StmtKind::Munmap { proc, range } => {
+                let (start, end) = self.range(proc, range, true)?;
+                let p = self.live(proc)?;
+                let r = p.regions.get_mut(&range.region).expect("range() found it");
+                r.mapped.unmap(start, end);
+                if r.mapped.is_empty() {
+                    p.regions.remove(&range.region);
+                    p.gone.insert(
+                        range.region.clone(),
+                        Gone {
+                            line,
+                            how: "fully unmapped",
+                        },
+                    );
+                }
+            }
+            StmtKind::Mprotect { proc, range, .. }
             | StmtKind::Madvise { proc, range, .. }
             | StmtKind::Pin { proc, range }
             | StmtKind::Unpin { proc, range }
@@ -503,21 +567,18 @@ impl Checker {
             StmtKind::Fork { proc, child } => {
                 let regions = self.live(proc)?.regions.clone();
                 self.new_process(child, Part::Child)?;
-                self.procs.insert(
-                    child.clone(),
-                    Process {
-                        origin: "forked",
-                        line,
-                        exited: None,
-                        regions,
-                    },
-                );
+                self.insert_process(child, Process::new("forked", line, regions));
             }
             StmtKind::ThpDisable { proc, .. } => {
                 self.live(proc)?;
             }
             StmtKind::Exit { proc } => {
-                self.live(proc)?.exited = Some(line);
+                let p = self.live(proc)?;
+                p.exited = Some(line);
+                let how = "gone with its process, which exited";
+                for (name, _) in std::mem::take(&mut p.regions) {
+                    p.gone.insert(name, Gone { line, how });
+                }
             }
             StmtKind::Khugepaged | StmtKind::Reclaim => {}
             StmtKind::Snapshot { label } => {

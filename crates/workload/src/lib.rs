@@ -6,6 +6,7 @@ pub mod backend;
 pub mod check;
 pub mod counters;
 pub mod errno;
+pub mod mapped;
 pub mod observation;
 pub mod parse;
 pub mod placement;
@@ -15,7 +16,9 @@ pub mod units;
 pub mod utilization;
 
 pub use ast::*;
-pub use backend::{run, Backend, BackendError, BackendErrorKind, RunError};
+pub use backend::{
+    run, run_file, run_stream, Backend, BackendError, BackendErrorKind, Lookahead, RunError,
+};
 pub use counters::CounterKind;
 pub use observation::{Counters, ExpectOutcome, FailedCall, Observation, Reading, Snapshot, ERRNO};
-pub use parse::{parse, parse_file, ParseError, SizeError};
+pub use parse::{open, parse, parse_file, stream_file, ParseError, SizeError, Statements};

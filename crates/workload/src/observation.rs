@@ -29,11 +29,36 @@ pub struct Snapshot {
 /// The counters of a backend at one point, with those it has but could not
 /// read reliably there. Taken once after a statement and used for every
 /// `snapshot` and `expect` until the next statement runs.
+///
+/// The same shape holds what regions and processes leave behind when they go
+/// (see [`crate::Backend::execute_retiring`]): their counters as of the
+/// statement that ended them, which `expect` falls back to and snapshots
+/// leave out.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reading {
     pub counters: Counters,
     /// Counter → why it is unknown. Never also in `counters`.
     pub unknown: BTreeMap<String, String>,
+}
+
+impl Reading {
+    /// Whether this reading has `counter`, as a number or as unknown.
+    pub fn has(&self, counter: &str) -> bool {
+        self.counters.contains_key(counter) || self.unknown.contains_key(counter)
+    }
+
+    /// Takes every counter of `other`, each replacing what this reading had
+    /// under its name (a number replaces an unknown, and the other way round).
+    pub fn absorb(&mut self, other: Reading) {
+        for (name, v) in other.counters {
+            self.unknown.remove(&name);
+            self.counters.insert(name, v);
+        }
+        for (name, why) in other.unknown {
+            self.counters.remove(&name);
+            self.unknown.insert(name, why);
+        }
+    }
 }
 
 /// A statement whose system call failed: the workload went on after it.

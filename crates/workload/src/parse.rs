@@ -1,14 +1,23 @@
 //! The `.hlw` parser: text → typed AST, with `file:line:col` errors.
 //!
-//! One pass over the lines. Each statement is checked semantically (see
-//! [`crate::check`]) as soon as it is parsed, so the error reported is always
-//! the first one in file order, syntax or semantics alike, and parsing stops
-//! there. Nothing here panics on any input: every conversion that could fail
-//! on user text returns an error instead. Which tunables `set` accepts, and
-//! with which values, is [`crate::tunables`]'s business.
+//! A stream ([`Statements`]): one line at a time from a reader, each
+//! statement checked semantically (see [`crate::check`]) against those before
+//! it as soon as it is parsed, and handed out before the next line is read.
+//! So the error reported is always the first one in file order, syntax or
+//! semantics alike, and the stream ends there; a run that executes the
+//! statements as they come (`crate::run_stream`) has executed every statement
+//! before it, and none after. Memory does not grow with the file: the line
+//! buffer and token list are reused, and only what the checker tracks (names
+//! that exist, snapshot labels) is kept. [`parse`] and [`parse_file`] collect
+//! the whole stream into a [`Workload`].
+//!
+//! Nothing here panics on any input: every conversion that could fail on user
+//! text returns an error instead. Which tunables `set` accepts, and with which
+//! values, is [`crate::tunables`]'s business.
 
 use crate::ast::*;
 use crate::check::{valid_name, Checker, Issue, Part, RESERVED};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -204,18 +213,22 @@ impl Tok<'_> {
     }
 }
 
-/// Splits a line into tokens at spaces and tabs, dropping a `#` comment.
-fn tokenize(line: &str) -> Vec<Tok<'_>> {
-    let code = line.find('#').map_or(line, |i| &line[..i]);
-    let mut toks = Vec::new();
+/// Splits a line into `toks` at spaces and tabs, dropping a `#` comment.
+/// Works on bytes: spaces, tabs and `#` are ASCII, so never inside a
+/// character, and a column is counted at each byte that starts a character.
+fn tokenize<'a>(line: &'a str, toks: &mut Vec<Tok<'a>>) {
+    let bytes = line.as_bytes();
+    let code = bytes.iter().position(|&b| b == b'#').unwrap_or(bytes.len());
     let mut start: Option<(usize, u32)> = None;
     let mut col = 0u32;
-    for (i, c) in code.char_indices() {
-        col = col.saturating_add(1);
-        if c == ' ' || c == '\t' {
+    for (i, &b) in bytes[..code].iter().enumerate() {
+        if b & 0xc0 != 0x80 {
+            col = col.saturating_add(1);
+        }
+        if b == b' ' || b == b'\t' {
             if let Some((s, sc)) = start.take() {
                 toks.push(Tok {
-                    text: &code[s..i],
+                    text: &line[s..i],
                     col: sc,
                 });
             }
@@ -225,11 +238,20 @@ fn tokenize(line: &str) -> Vec<Tok<'_>> {
     }
     if let Some((s, sc)) = start {
         toks.push(Tok {
-            text: &code[s..],
+            text: &line[s..code],
             col: sc,
         });
     }
-    toks
+}
+
+/// An empty token list with the allocation of `v`, for the next line (whose
+/// tokens borrow another buffer). The map never runs: `v` is empty by then,
+/// and the standard library collects it in place.
+fn recycle<'b>(mut v: Vec<Tok<'_>>) -> Vec<Tok<'b>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| -> Tok<'b> { unreachable!() })
+        .collect()
 }
 
 /// The statement being parsed: its tokens, plus the columns of the parts a
@@ -237,8 +259,8 @@ fn tokenize(line: &str) -> Vec<Tok<'_>> {
 struct Line<'a> {
     file: &'a str,
     line: u32,
-    toks: Vec<Tok<'a>>,
-    parts: Vec<(Part, u32)>,
+    toks: &'a [Tok<'a>],
+    parts: &'a mut Vec<(Part, u32)>,
 }
 
 impl<'a> Line<'a> {
@@ -419,71 +441,229 @@ impl<'a> Line<'a> {
     }
 }
 
+/// The longest line the parser reads (a file without newlines, such as a
+/// binary one, must not be read whole into memory).
+pub const MAX_LINE: usize = 1 << 20;
+
+/// A workload read as a stream: an iterator over its statements, each parsed
+/// and checked against those before it when it is asked for, so that a run
+/// can execute it before the next line is even read. Yields the first error
+/// (syntax, semantics, invalid UTF-8, a read error) and then ends.
+pub struct Statements<R> {
+    file: String,
+    reader: R,
+    checker: Checker,
+    /// The number of the last line read.
+    line: u32,
+    buf: Vec<u8>,
+    /// The token list, reused from line to line (see [`recycle`]).
+    toks: Vec<Tok<'static>>,
+    parts: Vec<(Part, u32)>,
+    done: bool,
+}
+
+impl<R: BufRead> Statements<R> {
+    /// Statements of the text `reader` gives, named `file` in errors.
+    pub fn new(file: impl Into<String>, reader: R) -> Statements<R> {
+        Statements {
+            file: file.into(),
+            reader,
+            checker: Checker::new(),
+            line: 0,
+            buf: Vec::with_capacity(256),
+            toks: Vec::with_capacity(16),
+            parts: Vec::with_capacity(8),
+            done: false,
+        }
+    }
+
+    /// The name errors give the workload.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    fn err(&self, line: u32, col: u32, message: impl Into<String>) -> ParseError {
+        ParseError {
+            file: self.file.clone(),
+            line,
+            col,
+            message: message.into(),
+        }
+    }
+
+    /// Reads the next line into `buf`, without its `\n` and `\r`: false at
+    /// the end of the text.
+    fn read_line(&mut self) -> Result<bool, ParseError> {
+        self.buf.clear();
+        let limit = MAX_LINE as u64 + 1;
+        let n = (&mut self.reader)
+            .take(limit)
+            .read_until(b'\n', &mut self.buf)
+            .map_err(|e| {
+                let at = match self.line {
+                    0 => String::new(),
+                    n => format!(" after line {n}"),
+                };
+                self.err(0, 0, format!("cannot read{at}: {e}"))
+            })?;
+        if n == 0 {
+            return Ok(false);
+        }
+        self.line = self.line.saturating_add(1);
+        if self.buf.last() == Some(&b'\n') {
+            self.buf.pop();
+        } else if self.buf.len() > MAX_LINE {
+            return Err(self.err(
+                self.line,
+                1,
+                format!("line longer than {} bytes; is this a workload?", MAX_LINE),
+            ));
+        }
+        if self.buf.last() == Some(&b'\r') {
+            self.buf.pop();
+        }
+        Ok(true)
+    }
+
+    fn next_stmt(&mut self) -> Result<Option<Stmt>, ParseError> {
+        loop {
+            if !self.read_line()? {
+                return Ok(None);
+            }
+            let raw = match std::str::from_utf8(&self.buf) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    // What comes before the bad byte is valid UTF-8.
+                    let good = std::str::from_utf8(&self.buf[..e.valid_up_to()]).unwrap_or("");
+                    let col = u32::try_from(good.chars().count()).unwrap_or(u32::MAX);
+                    return Err(self.err(self.line, col.saturating_add(1), "invalid UTF-8"));
+                }
+            };
+            let mut toks = recycle(std::mem::take(&mut self.toks));
+            tokenize(raw, &mut toks);
+            self.parts.clear();
+            let mut line = Line {
+                file: &self.file,
+                line: self.line,
+                toks: &toks,
+                parts: &mut self.parts,
+            };
+            let stmt = parse_line(&mut line, &mut self.checker);
+            self.toks = recycle(toks);
+            if let Some(stmt) = stmt? {
+                return Ok(Some(stmt));
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for Statements<R> {
+    type Item = Result<Stmt, ParseError>;
+
+    fn next(&mut self) -> Option<Result<Stmt, ParseError>> {
+        if self.done {
+            return None;
+        }
+        let next = self.next_stmt().transpose();
+        if !matches!(next, Some(Ok(_))) {
+            self.done = true;
+        }
+        next
+    }
+}
+
+impl<R: BufRead> std::iter::FusedIterator for Statements<R> {}
+
+/// One line's statement (`None` for a blank or comment line), checked.
+fn parse_line(line: &mut Line<'_>, checker: &mut Checker) -> Result<Option<Stmt>, ParseError> {
+    let Some(first) = line.toks.first().copied() else {
+        return Ok(None);
+    };
+    let kind = parse_stmt(line, checker)?;
+    let stmt = Stmt {
+        pos: Pos {
+            line: line.line,
+            col: first.col,
+        },
+        kind,
+    };
+    if let Err(Issue { part, message }) = checker.stmt(&stmt) {
+        let col = part
+            .and_then(|p| line.parts.iter().find(|(q, _)| *q == p).map(|(_, c)| *c))
+            .unwrap_or(first.col);
+        return Err(line.err(col, message));
+    }
+    Ok(Some(stmt))
+}
+
 /// Parses one whole workload. `file` is only used in error messages and kept
 /// in [`Workload::file`].
 pub fn parse(file: &str, text: &str) -> Result<Workload, ParseError> {
-    let mut checker = Checker::new();
-    let mut stmts = Vec::new();
-    for (idx, raw) in text.split('\n').enumerate() {
-        let raw = raw.strip_suffix('\r').unwrap_or(raw);
-        let line_no = u32::try_from(idx).map_or(u32::MAX, |n| n.saturating_add(1));
-        let mut line = Line {
-            file,
-            line: line_no,
-            toks: tokenize(raw),
-            parts: Vec::new(),
-        };
-        let Some(first) = line.toks.first().copied() else {
-            continue;
-        };
-        let kind = parse_stmt(&mut line, &checker)?;
-        let stmt = Stmt {
-            pos: Pos {
-                line: line_no,
-                col: first.col,
-            },
-            kind,
-        };
-        if let Err(Issue { part, message }) = checker.stmt(&stmt) {
-            let col = part
-                .and_then(|p| line.parts.iter().find(|(q, _)| *q == p).map(|(_, c)| *c))
-                .unwrap_or(first.col);
-            return Err(line.err(col, message));
-        }
-        stmts.push(stmt);
-    }
+    let stmts = Statements::new(file, text.as_bytes()).collect::<Result<_, _>>()?;
     Ok(Workload {
         file: file.to_string(),
         stmts,
     })
 }
 
-/// Reads and parses a workload file. An unreadable file is an error at line 0;
-/// bytes that are not UTF-8 are an error at their line and column.
-pub fn parse_file(path: &Path) -> Result<Workload, ParseError> {
-    let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| ParseError {
-        file: file.clone(),
+/// How a workload file is compressed, by its name: `.gz` is gzip, `.zst`
+/// zstd, anything else plain text.
+fn compression(path: &Path) -> Option<&'static str> {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("gz") => Some("gzip"),
+        Some("zst") => Some("zstd"),
+        _ => None,
+    }
+}
+
+/// Opens a workload file to be read as a stream: plain text, or gzip (`.gz`)
+/// or zstd (`.zst`) compressed text, decompressed as it is read. A file that
+/// cannot be opened is an error at line 0 (`file: cannot read: ...`); one
+/// whose compressed data is bad fails when that part is read, as an error of
+/// the stream (`file: cannot read after line 12: ...`).
+pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, ParseError> {
+    let name = path.display().to_string();
+    let cannot = |e: std::io::Error| ParseError {
+        file: name.clone(),
         line: 0,
         col: 0,
         message: format!("cannot read: {e}"),
-    })?;
-    match std::str::from_utf8(&bytes) {
-        Ok(text) => parse(&file, text),
-        Err(e) => {
-            // Everything before the bad byte is valid UTF-8, so it can be counted in chars.
-            let good = std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or("");
-            let line_start = good.rfind('\n').map_or(0, |i| i + 1);
-            let line = good.matches('\n').count().saturating_add(1);
-            let col = good[line_start..].chars().count().saturating_add(1);
-            Err(ParseError {
-                file,
-                line: u32::try_from(line).unwrap_or(u32::MAX),
-                col: u32::try_from(col).unwrap_or(u32::MAX),
-                message: "invalid UTF-8".to_string(),
-            })
-        }
+    };
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    if file.metadata().map_err(cannot)?.is_dir() {
+        return Err(cannot(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "it is a directory",
+        )));
     }
+    const BUF: usize = 256 << 10;
+    let raw = BufReader::with_capacity(BUF, file);
+    Ok(match compression(path) {
+        Some("gzip") => Box::new(BufReader::with_capacity(
+            BUF,
+            flate2::bufread::MultiGzDecoder::new(raw),
+        )),
+        Some(_) => {
+            let z = zstd::stream::read::Decoder::with_buffer(raw).map_err(cannot)?;
+            Box::new(BufReader::with_capacity(BUF, z))
+        }
+        None => Box::new(raw),
+    })
+}
+
+/// A workload file's statements, streamed (see [`open`] and [`Statements`]).
+pub fn stream_file(path: &Path) -> Result<Statements<Box<dyn BufRead + Send>>, ParseError> {
+    Ok(Statements::new(path.display().to_string(), open(path)?))
+}
+
+/// Reads and parses a whole workload file (plain, `.gz` or `.zst`). An
+/// unreadable file is an error at line 0; bytes that are not UTF-8 are an
+/// error at their line and column.
+pub fn parse_file(path: &Path) -> Result<Workload, ParseError> {
+    let stream = stream_file(path)?;
+    let file = stream.file().to_string();
+    let stmts = stream.collect::<Result<_, _>>()?;
+    Ok(Workload { file, stmts })
 }
 
 fn parse_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, ParseError> {

@@ -402,10 +402,105 @@ fn base_page_from_machine() {
 }
 
 #[test]
-fn munmap_keeps_the_region_name() {
+fn a_region_fully_unmapped_is_gone_and_its_name_free() {
+    // One munmap of all of it, or several that cover it.
     assert_eq!(
-        kinds(&format!("{PRE}a munmap buf\na read buf\na munmap buf:4K\n")).len(),
+        kinds("spawn a\na mmap r 64K\na munmap r\na mmap r 128K\na write r+64K\n").len(),
         5
+    );
+    let several = "spawn a\na mmap r 64K\na munmap r+16K:16K\na munmap r:16K\na munmap r+32K\n";
+    assert_eq!(kinds(&format!("{several}a mmap r 4K\n")).len(), 6);
+    // Using it in between is an error, at the range.
+    fails(
+        &format!("{PRE}a munmap buf\na read buf\n"),
+        4,
+        8,
+        "unknown region 'buf' of process 'a' (it was fully unmapped at line 3); it has no regions",
+    );
+    fails(
+        &format!("{PRE}a munmap buf:2M\na munmap buf+2M\na munmap buf:4K\n"),
+        5,
+        10,
+        "unknown region 'buf' of process 'a' (it was fully unmapped at line 4)",
+    );
+    // Part of it still mapped: the region is there, its name taken.
+    assert_eq!(
+        kinds(&format!(
+            "{PRE}a munmap buf:2M\na munmap buf:4K\na read buf+2M\n"
+        ))
+        .len(),
+        5
+    );
+    fails(
+        &format!("{PRE}a munmap buf+4K\na mmap buf 4K\n"),
+        4,
+        8,
+        "region 'buf' of process 'a' already exists (mapped at line 2)",
+    );
+    // A fork child has the regions that exist, not those that are gone.
+    fails(
+        &format!("{PRE}a mmap gone 4K\na munmap gone\na fork b\nb read gone\n"),
+        6,
+        8,
+        "unknown region 'gone' of process 'b'; it has buf",
+    );
+}
+
+#[test]
+fn an_exited_process_name_is_free() {
+    assert_eq!(
+        kinds("spawn a\na mmap r 4K\na exit\nspawn a\na mmap r 8K\na write r\n").len(),
+        6
+    );
+    assert_eq!(
+        kinds("spawn a\na fork b\nb exit\na fork b\nb exit\nspawn b\n").len(),
+        6
+    );
+    // The new process has none of the old one's regions.
+    fails(
+        "spawn a\na mmap r 4K\na exit\nspawn a\na read r\n",
+        5,
+        8,
+        "unknown region 'r' of process 'a' (it was gone with its process, which exited at line 3); it has no regions",
+    );
+    fails(
+        "spawn a\nspawn b\na exit\nspawn b\n",
+        4,
+        7,
+        "process 'b' already exists (spawned at line 2)",
+    );
+}
+
+#[test]
+fn expect_may_name_the_counters_of_what_is_gone() {
+    let dead = "spawn a\na mmap r 64K\na write r\na munmap r\n";
+    kinds(&format!(
+        "{dead}expect smaps.a.r.Rss == 0\nexpect folios.a.r.64kB == 0\n"
+    ));
+    kinds(&format!(
+        "{dead}a mmap r 4K\na munmap r\nexpect smaps.a.r.Rss == 0\n"
+    ));
+    kinds("spawn b\nb mmap r 4K\nb write r\nb exit\nexpect stat.b.minflt == 1\nexpect smaps.b.r.Rss == 0\n");
+    // A process name used again: the old process's regions may be named.
+    kinds("spawn b\nb mmap r 4K\nb exit\nspawn b\nexpect smaps.b.r.Rss == 0\n");
+    // But only where the region or process existed.
+    fails(
+        &format!("{dead}expect smaps.a.q.Rss == 0\n"),
+        5,
+        8,
+        "names region 'q' of 'a', which has no such region here",
+    );
+    fails(
+        "expect smaps.a.r.Rss == 0\nspawn a\na mmap r 4K\n",
+        1,
+        8,
+        "names process 'a', which no statement before it spawns or forks",
+    );
+    fails(
+        &format!("{dead}a fork b\nexpect smaps.b.r.Rss == 0\n"),
+        6,
+        8,
+        "names region 'r' of 'b', which has no such region here",
     );
 }
 

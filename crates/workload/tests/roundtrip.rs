@@ -29,7 +29,8 @@ fn raw() -> impl Strategy<Value = Raw> {
 struct Proc {
     name: String,
     alive: bool,
-    regions: Vec<(String, u64)>,
+    /// Name, size and what is still mapped: a region fully unmapped is gone.
+    regions: Vec<(String, u64, mapped::Mapped)>,
 }
 
 /// Process names, some of them verbs or odd-looking, none a keyword.
@@ -158,7 +159,8 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
             .collect();
         let new_proc_name = |procs: &Vec<Proc>, n: u64| {
             let base = PROC_NAMES[(n % PROC_NAMES.len() as u64) as usize];
-            if procs.iter().any(|p| p.name == base) {
+            // The name of a process that exited is free again.
+            if procs.iter().any(|p| p.name == base && p.alive) {
                 format!("{base}{counter}")
             } else {
                 base.to_string()
@@ -213,7 +215,9 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     2 => Some(Prot::None),
                     _ => None,
                 };
-                procs[i].regions.push((region.clone(), size));
+                procs[i]
+                    .regions
+                    .push((region.clone(), size, mapped::Mapped::whole(size)));
                 StmtKind::Mmap {
                     proc: procs[i].name.clone(),
                     region,
@@ -228,12 +232,21 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                 let Some(&i) = pick(&with_regions, r.a) else {
                     continue;
                 };
-                let Some((region, size)) = pick(&procs[i].regions, r.b).cloned() else {
+                let Some((region, size, _)) = pick(&procs[i].regions, r.b).cloned() else {
                     continue;
                 };
                 let proc = procs[i].name.clone();
                 let aligned = !matches!(op, 10 | 11);
                 let range = gen_range(&region, size, base, aligned, r);
+                if op == 7 {
+                    let (start, end) = range.resolve(0, size).unwrap();
+                    let regions = &mut procs[i].regions;
+                    let at = regions.iter().position(|(n, ..)| *n == region).unwrap();
+                    regions[at].2.unmap(start, end);
+                    if regions[at].2.is_empty() {
+                        regions.remove(at);
+                    }
+                }
                 let step = (r.c % 3 == 0).then(|| Size(1 + (r.a >> 8) % (4 << 20)));
                 match op {
                     7 => StmtKind::Munmap { proc, range },

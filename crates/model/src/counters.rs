@@ -104,21 +104,16 @@ pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
     // Family by family, process by process: nearly sorted already, so the
     // map is built in one pass after a sort that finds it (nearly) done,
     // instead of a search per counter.
-    for family in PROCESS_FAMILIES {
+    for family in 0..PROCESS_FAMILIES.len() {
         for proc in model.tasks.keys() {
-            let sorted = cache.cached(proc).expect("computed above");
-            let first = sorted.partition_point(|(n, _)| n.as_str() < family);
-            let of_family = sorted[first..]
-                .iter()
-                .take_while(|(n, _)| n.starts_with(family));
-            all.extend(of_family.cloned());
+            all.extend_from_slice(cache.cached(proc, family).expect("computed above"));
         }
     }
     Counters::from_iter(all)
 }
 
 /// The name prefixes of the per-process counters, in sorted order.
-const PROCESS_FAMILIES: [&str; 3] = ["folios.", "smaps.", "stat."];
+pub(crate) const PROCESS_FAMILIES: [&str; 3] = ["folios.", "smaps.", "stat."];
 
 /// The counters of one process: minflt, and per region and in total what
 /// smaps and pagemap show.

@@ -396,6 +396,23 @@ impl Backend for Model {
         Ok(())
     }
 
+    /// A machine-wide counter costs a lookup; a process's comes from the
+    /// reading cache (`reading_cache`), computed for that process alone if a
+    /// statement since made it stale.
+    fn read_counter(&mut self, name: &str) -> Option<Result<Reading, BackendError>> {
+        let value = counters::machine_counter(&self.machine, name).or_else(|| {
+            let mut cache = std::mem::take(&mut self.reading_cache);
+            let v = counters::process_counter(self, &mut cache, name);
+            self.reading_cache = cache;
+            v
+        });
+        let mut reading = Reading::default();
+        if let Some(v) = value {
+            reading.counters.insert(name.to_string(), v);
+        }
+        Some(Ok(reading))
+    }
+
     fn read(&mut self) -> Result<Reading, BackendError> {
         Ok(Reading {
             counters: {

@@ -17,6 +17,7 @@
 //! changes nothing. A process's cached counters are used while
 //! both epochs are what they were when they were computed.
 
+use crate::counters::PROCESS_FAMILIES;
 use crate::rmap::{AnonVmas, MmId};
 use crate::{Machine, Task};
 use hugelab_workload::StmtKind;
@@ -28,7 +29,10 @@ struct Entry {
     mm_id: MmId,
     global: u64,
     family: u64,
+    /// Sorted by name.
     counters: Vec<(String, i64)>,
+    /// Where each of `counters::PROCESS_FAMILIES` starts in `counters`.
+    family_starts: [usize; PROCESS_FAMILIES.len() + 1],
 }
 
 #[derive(Default)]
@@ -141,9 +145,11 @@ impl ReadingCache {
         }
     }
 
-    /// The counters of `proc` as cached, fresh or not.
-    pub fn cached(&self, proc: &str) -> Option<&[(String, i64)]> {
-        self.procs.get(proc).map(|e| e.counters.as_slice())
+    /// The counters of `proc` of family `family` (an index into
+    /// `counters::PROCESS_FAMILIES`) as cached, fresh or not.
+    pub fn cached(&self, proc: &str, family: usize) -> Option<&[(String, i64)]> {
+        let e = self.procs.get(proc)?;
+        Some(&e.counters[e.family_starts[family]..e.family_starts[family + 1]])
     }
 
     /// The counters of `proc`: cached, or computed by `compute` and cached.
@@ -161,6 +167,13 @@ impl ReadingCache {
         let fresh = |e: &Entry| e.mm_id == mm_id && e.global == global && e.family == family;
         if !self.procs.get(proc).is_some_and(fresh) {
             let counters = compute(m, proc, task);
+            let mut family_starts = [counters.len(); PROCESS_FAMILIES.len() + 1];
+            for (i, prefix) in PROCESS_FAMILIES.iter().enumerate() {
+                family_starts[i] = counters.partition_point(|(n, _)| n.as_str() < *prefix);
+            }
+            debug_assert!(counters
+                .iter()
+                .all(|(n, _)| PROCESS_FAMILIES.iter().any(|f| n.starts_with(f))));
             self.procs.insert(
                 proc.to_string(),
                 Entry {
@@ -168,6 +181,7 @@ impl ReadingCache {
                     global,
                     family,
                     counters,
+                    family_starts,
                 },
             );
         }

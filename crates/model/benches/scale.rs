@@ -224,8 +224,6 @@ struct Ran {
     reads: Vec<f64>,
     /// Wall time of the whole `run`.
     run_seconds: f64,
-    /// Wall time from the return of the last statement to the end of `run`.
-    tail_seconds: f64,
     /// Wall time of the `expect` lines after the last statement (the tail
     /// without the `end` snapshot's reading).
     expects_seconds: f64,
@@ -274,7 +272,6 @@ impl Ran {
             spent,
             reads,
             run_seconds: end.duration_since(start).as_secs_f64(),
-            tail_seconds,
             expects_seconds,
             peak_footprint,
         })

@@ -182,29 +182,47 @@ impl Checker {
 
     /// A process that exists and has not exited.
     fn live(&mut self, name: &str) -> Result<&mut Process, Issue> {
-        if !self.procs.contains_key(name) {
-            let hint = if self.procs.is_empty() {
-                "no process has been spawned".to_string()
-            } else {
-                format!("processes so far: {}", list(self.procs.keys()))
-            };
-            return Err(issue(
-                Part::Proc,
-                format!("unknown process {}; {hint}", quote(name)),
-            ));
+        match self.procs.get(name) {
+            Some(p) if p.exited.is_none() => {}
+            _ => return Err(self.not_live(name)),
         }
         match self.procs.get_mut(name) {
-            Some(Process {
-                exited: Some(line), ..
-            }) => Err(issue(
-                Part::Proc,
-                format!("process {} has exited (at line {line})", quote(name)),
-            )),
             Some(p) => Ok(p),
             None => Err(issue(
                 Part::Proc,
                 format!("unknown process {}", quote(name)),
             )),
+        }
+    }
+
+    /// A process that exists and has not exited, to look at.
+    fn live_ref(&self, name: &str) -> Result<&Process, Issue> {
+        match self.procs.get(name) {
+            Some(p) if p.exited.is_none() => Ok(p),
+            _ => Err(self.not_live(name)),
+        }
+    }
+
+    /// Why `name` is not a live process: unknown, or exited.
+    fn not_live(&self, name: &str) -> Issue {
+        match self.procs.get(name) {
+            Some(Process {
+                exited: Some(line), ..
+            }) => issue(
+                Part::Proc,
+                format!("process {} has exited (at line {line})", quote(name)),
+            ),
+            _ => {
+                let hint = if self.procs.is_empty() {
+                    "no process has been spawned".to_string()
+                } else {
+                    format!("processes so far: {}", list(self.procs.keys()))
+                };
+                issue(
+                    Part::Proc,
+                    format!("unknown process {}; {hint}", quote(name)),
+                )
+            }
         }
     }
 
@@ -250,9 +268,9 @@ impl Checker {
     }
 
     /// Resolves a range of a live process's region to `[start, end)` bytes.
-    fn range(&mut self, proc: &str, range: &Range, aligned: bool) -> Result<(u64, u64), Issue> {
+    fn range(&self, proc: &str, range: &Range, aligned: bool) -> Result<(u64, u64), Issue> {
         let base = self.base_page;
-        let p = self.live(proc)?;
+        let p = self.live_ref(proc)?;
         let Some(region) = p.regions.get(&range.region) else {
             let has = if p.regions.is_empty() {
                 "it has no regions".to_string()

@@ -11,6 +11,7 @@ pub mod observation;
 pub mod parse;
 pub mod placement;
 pub mod print;
+pub mod source;
 pub mod tunables;
 pub mod units;
 pub mod utilization;

@@ -17,7 +17,8 @@
 
 use crate::ast::*;
 use crate::check::{valid_name, Checker, Issue, Part, RESERVED};
-use std::io::{BufRead, BufReader, Read};
+pub use crate::source::{open, Source};
+use std::io::{BufRead, Read};
 use std::path::Path;
 use std::str::FromStr;
 
@@ -81,10 +82,17 @@ impl FromStr for Size {
 /// `None` if `s` is not all ASCII digits (or is empty); `Some(None)` on overflow.
 /// (`u64::from_str` alone would accept a leading `+`.)
 pub(crate) fn parse_decimal(s: &str) -> Option<Option<u64>> {
-    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+    if s.is_empty() {
         return None;
     }
-    Some(s.parse::<u64>().ok())
+    let mut n: Option<u64> = Some(0);
+    for b in s.bytes() {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.and_then(|n| n.checked_mul(10)?.checked_add(u64::from(b - b'0')));
+    }
+    Some(n)
 }
 
 /// A non-negative integer in decimal or `0x` hex (the value of `expect`).
@@ -170,16 +178,16 @@ const fn flag(name: &'static str) -> OptSpec {
     OptSpec { name, value: None }
 }
 
-const MMAP_OPTS: &[OptSpec] = &[
+const MMAP_OPTS: &[OptSpec; 4] = &[
     opt("align", "<size>"),
     opt("hugetlb", "2M|1G"),
     flag("shared"),
     opt("prot", "rw|r|none"),
 ];
-const READ_OPTS: &[OptSpec] = &[opt("step", "<size>")];
-const WRITE_OPTS: &[OptSpec] = &[opt("step", "<size>"), flag("zero")];
-const SPAWN_OPTS: &[OptSpec] = &[opt("cgroup", "<cg>")];
-const CGROUP_OPTS: &[OptSpec] = &[opt("memory.max", "<size>")];
+const READ_OPTS: &[OptSpec; 1] = &[opt("step", "<size>")];
+const WRITE_OPTS: &[OptSpec; 2] = &[opt("step", "<size>"), flag("zero")];
+const SPAWN_OPTS: &[OptSpec; 1] = &[opt("cgroup", "<cg>")];
+const CGROUP_OPTS: &[OptSpec; 1] = &[opt("memory.max", "<size>")];
 
 fn describe_opts(specs: &[OptSpec]) -> String {
     let v: Vec<String> = specs
@@ -202,7 +210,11 @@ struct Tok<'a> {
 impl Tok<'_> {
     /// The column of the character at byte `byte` of this token (a char boundary).
     fn col_at(&self, byte: usize) -> u32 {
-        let chars = self.text.get(..byte).map_or(0, |s| s.chars().count());
+        let chars = match self.text.get(..byte) {
+            Some(s) if s.is_ascii() => s.len(),
+            Some(s) => s.chars().count(),
+            None => 0,
+        };
         self.col
             .saturating_add(u32::try_from(chars).unwrap_or(u32::MAX))
     }
@@ -214,33 +226,47 @@ impl Tok<'_> {
 }
 
 /// Splits a line into `toks` at spaces and tabs, dropping a `#` comment.
-/// Works on bytes: spaces, tabs and `#` are ASCII, so never inside a
-/// character, and a column is counted at each byte that starts a character.
+/// Works on bytes (spaces, tabs and `#` are ASCII, so never inside a
+/// character); a token's column counts the characters before it.
 fn tokenize<'a>(line: &'a str, toks: &mut Vec<Tok<'a>>) {
     let bytes = line.as_bytes();
-    let code = bytes.iter().position(|&b| b == b'#').unwrap_or(bytes.len());
-    let mut start: Option<(usize, u32)> = None;
-    let mut col = 0u32;
-    for (i, &b) in bytes[..code].iter().enumerate() {
-        if b & 0xc0 != 0x80 {
-            col = col.saturating_add(1);
-        }
-        if b == b' ' || b == b'\t' {
-            if let Some((s, sc)) = start.take() {
+    let first = toks.len();
+    let col = |at: usize| u32::try_from(at + 1).unwrap_or(u32::MAX);
+    let mut start = usize::MAX;
+    let mut end = bytes.len();
+    let mut high = 0u8;
+    for (i, &b) in bytes.iter().enumerate() {
+        high |= b;
+        match b {
+            b' ' | b'\t' if start != usize::MAX => {
                 toks.push(Tok {
-                    text: &line[s..i],
-                    col: sc,
+                    text: &line[start..i],
+                    col: col(start),
                 });
+                start = usize::MAX;
             }
-        } else if start.is_none() {
-            start = Some((i, col));
+            b' ' | b'\t' => {}
+            b'#' => {
+                end = i;
+                break;
+            }
+            _ if start == usize::MAX => start = i,
+            _ => {}
         }
     }
-    if let Some((s, sc)) = start {
+    if start != usize::MAX {
         toks.push(Tok {
-            text: &line[s..code],
-            col: sc,
+            text: &line[start..end],
+            col: col(start),
         });
+    }
+    if high & 0x80 != 0 {
+        // Not all ASCII: a column counts characters, not bytes.
+        for t in &mut toks[first..] {
+            let at = t.text.as_ptr() as usize - line.as_ptr() as usize;
+            let chars = line[..at].chars().count();
+            t.col = u32::try_from(chars).map_or(u32::MAX, |c| c.saturating_add(1));
+        }
     }
 }
 
@@ -331,6 +357,13 @@ impl<'a> Line<'a> {
         Ok(name)
     }
 
+    /// The size in bytes `from..to` of `tok`, an error pointing there.
+    fn size_in(&self, tok: Tok<'_>, from: usize, to: usize) -> Result<Size, ParseError> {
+        tok.text[from..to]
+            .parse::<Size>()
+            .map_err(|e| self.err(tok.col_at(from), e.to_string()))
+    }
+
     fn size_at(&self, text: &str, col: u32) -> Result<Size, ParseError> {
         text.parse::<Size>()
             .map_err(|e| self.err(col, e.to_string()))
@@ -339,7 +372,10 @@ impl<'a> Line<'a> {
     /// `<region>[+<offset>][:<length>]`, each part's error at its own column.
     fn range(&self, tok: Tok<'_>) -> Result<Range, ParseError> {
         let s = tok.text;
-        let name_end = s.find(['+', ':']).unwrap_or(s.len());
+        let name_end = s
+            .bytes()
+            .position(|b| b == b'+' || b == b':')
+            .unwrap_or(s.len());
         let region = &s[..name_end];
         if region.is_empty() {
             return Err(self.err(
@@ -361,14 +397,17 @@ impl<'a> Line<'a> {
         let mut offset = None;
         if s[rest_at..].starts_with('+') {
             let body_at = rest_at + 1;
-            let body_end = s[body_at..].find(':').map_or(s.len(), |i| body_at + i);
-            offset = Some(self.size_at(&s[body_at..body_end], tok.col_at(body_at))?);
+            let body_end = s.as_bytes()[body_at..]
+                .iter()
+                .position(|&b| b == b':')
+                .map_or(s.len(), |i| body_at + i);
+            offset = Some(self.size_in(tok, body_at, body_end)?);
             rest_at = body_end;
         }
         let mut len = None;
         if s[rest_at..].starts_with(':') {
             let body_at = rest_at + 1;
-            let l = self.size_at(&s[body_at..], tok.col_at(body_at))?;
+            let l = self.size_in(tok, body_at, s.len())?;
             if l.0 == 0 {
                 return Err(self.err(
                     tok.col_at(body_at),
@@ -386,13 +425,16 @@ impl<'a> Line<'a> {
 
     /// Parses the options from token `from` on, in any order, each at most once.
     /// Returns, per spec, the value token (the text after `=`, or the flag itself).
-    fn options(
+    fn options<const N: usize>(
         &self,
         from: usize,
         stmt: &str,
-        specs: &[OptSpec],
-    ) -> Result<Vec<Option<Tok<'a>>>, ParseError> {
-        let mut found: Vec<Option<Tok<'a>>> = vec![None; specs.len()];
+        specs: &[OptSpec; N],
+    ) -> Result<[Option<Tok<'a>>; N], ParseError> {
+        let mut found: [Option<Tok<'a>>; N] = [None; N];
+        if from >= self.toks.len() {
+            return Ok(found);
+        }
         for tok in self.toks.iter().skip(from) {
             let (key, value) = match tok.text.split_once('=') {
                 Some((k, v)) => (k, Some(v)),
@@ -499,13 +541,7 @@ impl<R: BufRead> Statements<R> {
         let n = (&mut self.reader)
             .take(limit)
             .read_until(b'\n', &mut self.buf)
-            .map_err(|e| {
-                let at = match self.line {
-                    0 => String::new(),
-                    n => format!(" after line {n}"),
-                };
-                self.err(0, 0, format!("cannot read{at}: {e}"))
-            })?;
+            .map_err(|e| read_error(&self.file, self.line, e))?;
         if n == 0 {
             return Ok(false);
         }
@@ -519,42 +555,105 @@ impl<R: BufRead> Statements<R> {
                 format!("line longer than {} bytes; is this a workload?", MAX_LINE),
             ));
         }
-        if self.buf.last() == Some(&b'\r') {
-            self.buf.pop();
-        }
         Ok(true)
     }
 
     fn next_stmt(&mut self) -> Result<Option<Stmt>, ParseError> {
         loop {
+            // The common case: the whole line is in the reader's buffer, and
+            // is parsed there.
+            let avail = self
+                .reader
+                .fill_buf()
+                .map_err(|e| read_error(&self.file, self.line, e))?;
+            if let Some(nl) = avail.iter().position(|&b| b == b'\n') {
+                self.line = self.line.saturating_add(1);
+                let stmt = parse_bytes(
+                    &self.file,
+                    self.line,
+                    &avail[..nl],
+                    &mut self.checker,
+                    &mut self.toks,
+                    &mut self.parts,
+                );
+                self.reader.consume(nl + 1);
+                match stmt? {
+                    Some(stmt) => return Ok(Some(stmt)),
+                    None => continue,
+                }
+            }
+            // A line across the end of the buffer, or the last line without
+            // a newline: copied out first.
             if !self.read_line()? {
                 return Ok(None);
             }
-            let raw = match std::str::from_utf8(&self.buf) {
-                Ok(raw) => raw,
-                Err(e) => {
-                    // What comes before the bad byte is valid UTF-8.
-                    let good = std::str::from_utf8(&self.buf[..e.valid_up_to()]).unwrap_or("");
-                    let col = u32::try_from(good.chars().count()).unwrap_or(u32::MAX);
-                    return Err(self.err(self.line, col.saturating_add(1), "invalid UTF-8"));
-                }
-            };
-            let mut toks = recycle(std::mem::take(&mut self.toks));
-            tokenize(raw, &mut toks);
-            self.parts.clear();
-            let mut line = Line {
-                file: &self.file,
-                line: self.line,
-                toks: &toks,
-                parts: &mut self.parts,
-            };
-            let stmt = parse_line(&mut line, &mut self.checker);
-            self.toks = recycle(toks);
-            if let Some(stmt) = stmt? {
-                return Ok(Some(stmt));
+            let stmt = parse_bytes(
+                &self.file,
+                self.line,
+                &self.buf,
+                &mut self.checker,
+                &mut self.toks,
+                &mut self.parts,
+            )?;
+            if stmt.is_some() {
+                return Ok(stmt);
             }
         }
     }
+}
+
+/// A read error of the stream, after line `line`.
+fn read_error(file: &str, line: u32, e: std::io::Error) -> ParseError {
+    let at = match line {
+        0 => String::new(),
+        n => format!(" after line {n}"),
+    };
+    ParseError {
+        file: file.to_string(),
+        line: 0,
+        col: 0,
+        message: format!("cannot read{at}: {e}"),
+    }
+}
+
+/// Line `line_no` of `file`, as bytes without its `\n`: its statement,
+/// checked (`None` for a blank or comment line). `toks` and `parts` are
+/// scratch space, reused from line to line.
+fn parse_bytes(
+    file: &str,
+    line_no: u32,
+    bytes: &[u8],
+    checker: &mut Checker,
+    toks: &mut Vec<Tok<'static>>,
+    parts: &mut Vec<(Part, u32)>,
+) -> Result<Option<Stmt>, ParseError> {
+    let bytes = bytes.strip_suffix(b"\r").unwrap_or(bytes);
+    let raw = match std::str::from_utf8(bytes) {
+        Ok(raw) => raw,
+        Err(e) => {
+            // What comes before the bad byte is valid UTF-8.
+            let good = std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or("");
+            let col = u32::try_from(good.chars().count()).unwrap_or(u32::MAX);
+            return Err(ParseError {
+                file: file.to_string(),
+                line: line_no,
+                col: col.saturating_add(1),
+                message: "invalid UTF-8".to_string(),
+            });
+        }
+    };
+    let mut line_toks = recycle(std::mem::take(toks));
+    tokenize(raw, &mut line_toks);
+    parts.clear();
+    let mut line = Line {
+        file,
+        line: line_no,
+        toks: &line_toks,
+        parts,
+    };
+    let stmt = parse_line(&mut line, checker);
+    *toks = recycle(line_toks);
+    stmt
 }
 
 impl<R: BufRead> Iterator for Statements<R> {
@@ -606,53 +705,8 @@ pub fn parse(file: &str, text: &str) -> Result<Workload, ParseError> {
     })
 }
 
-/// How a workload file is compressed, by its name: `.gz` is gzip, `.zst`
-/// zstd, anything else plain text.
-fn compression(path: &Path) -> Option<&'static str> {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("gz") => Some("gzip"),
-        Some("zst") => Some("zstd"),
-        _ => None,
-    }
-}
-
-/// Opens a workload file to be read as a stream: plain text, or gzip (`.gz`)
-/// or zstd (`.zst`) compressed text, decompressed as it is read. A file that
-/// cannot be opened is an error at line 0 (`file: cannot read: ...`); one
-/// whose compressed data is bad fails when that part is read, as an error of
-/// the stream (`file: cannot read after line 12: ...`).
-pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, ParseError> {
-    let name = path.display().to_string();
-    let cannot = |e: std::io::Error| ParseError {
-        file: name.clone(),
-        line: 0,
-        col: 0,
-        message: format!("cannot read: {e}"),
-    };
-    let file = std::fs::File::open(path).map_err(cannot)?;
-    if file.metadata().map_err(cannot)?.is_dir() {
-        return Err(cannot(std::io::Error::new(
-            std::io::ErrorKind::IsADirectory,
-            "it is a directory",
-        )));
-    }
-    const BUF: usize = 256 << 10;
-    let raw = BufReader::with_capacity(BUF, file);
-    Ok(match compression(path) {
-        Some("gzip") => Box::new(BufReader::with_capacity(
-            BUF,
-            flate2::bufread::MultiGzDecoder::new(raw),
-        )),
-        Some(_) => {
-            let z = zstd::stream::read::Decoder::with_buffer(raw).map_err(cannot)?;
-            Box::new(BufReader::with_capacity(BUF, z))
-        }
-        None => Box::new(raw),
-    })
-}
-
 /// A workload file's statements, streamed (see [`open`] and [`Statements`]).
-pub fn stream_file(path: &Path) -> Result<Statements<Box<dyn BufRead + Send>>, ParseError> {
+pub fn stream_file(path: &Path) -> Result<Statements<Source>, ParseError> {
     Ok(Statements::new(path.display().to_string(), open(path)?))
 }
 
@@ -668,6 +722,14 @@ pub fn parse_file(path: &Path) -> Result<Workload, ParseError> {
 
 fn parse_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, ParseError> {
     let first = l.toks[0];
+    // Most lines are `<proc> <verb>`: skip the keywords when the first
+    // letter is none of theirs.
+    if !matches!(
+        first.text.as_bytes()[0],
+        b's' | b'm' | b'c' | b'k' | b'r' | b'e'
+    ) {
+        return parse_proc_stmt(l, checker);
+    }
     match first.text {
         "set" => parse_set(l),
         "machine" => parse_machine(l),

@@ -41,7 +41,6 @@ use hugelab_workload::{
 };
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::{Read, Write as _};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

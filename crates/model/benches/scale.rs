@@ -29,7 +29,10 @@
 //! * `--quick` or `HUGELAB_SCALE_QUICK=1`: only the two smallest sizes;
 //! * `--timeout SECS` or `HUGELAB_SCALE_TIMEOUT=SECS`: the per-case limit
 //!   (default 120 s, setup included);
-//! * `--json FILE` or `HUGELAB_SCALE_JSON=FILE`: every figure as JSON too.
+//! * `--json FILE` or `HUGELAB_SCALE_JSON=FILE`: every figure as JSON too;
+//! * `--repeat N` or `HUGELAB_SCALE_REPEAT=N`: run each case N times (default
+//!   3), each in a fresh child, and report the run with the median time (its
+//!   other figures too), with the fastest and slowest time beside it.
 //!
 //! Timings are wall-clock on one core of whatever machine ran them, and noisy
 //! on a shared VM: quote them with the machine.
@@ -58,6 +61,9 @@ const CASE_ENV: &str = "HUGELAB_SCALE_CASE";
 /// The line a child prints its outcome on, as JSON after this prefix.
 const RESULT_PREFIX: &str = "HUGELAB_SCALE_RESULT ";
 const DEFAULT_TIMEOUT_S: u64 = 120;
+/// Runs of each case by default: a shared 2-vCPU VM varies by 2x from run
+/// to run, so one run says little.
+const DEFAULT_REPEAT: u32 = 3;
 
 // ---------------------------------------------------------------------------
 // Workload scripts and the stopwatch backend
@@ -1640,6 +1646,8 @@ struct Options {
     quick: bool,
     timeout: Duration,
     json: Option<PathBuf>,
+    /// Runs of each case; the one with the median time is reported.
+    repeat: u32,
     /// Whether anything asked for a run (`cargo bench` passes `--bench`).
     asked: bool,
 }
@@ -1654,8 +1662,12 @@ fn options() -> Result<Options, String> {
         quick: env_flag("HUGELAB_SCALE_QUICK"),
         timeout: Duration::from_secs(DEFAULT_TIMEOUT_S),
         json: std::env::var_os("HUGELAB_SCALE_JSON").map(PathBuf::from),
+        repeat: DEFAULT_REPEAT,
         asked: false,
     };
+    if let Ok(r) = std::env::var("HUGELAB_SCALE_REPEAT") {
+        opts.repeat = parse_repeat(&r)?;
+    }
     if let Ok(t) = std::env::var("HUGELAB_SCALE_TIMEOUT") {
         opts.timeout = parse_timeout(&t)?;
     }
@@ -1667,11 +1679,42 @@ fn options() -> Result<Options, String> {
             "--quick" => opts.quick = true,
             "--timeout" => opts.timeout = parse_timeout(&args.next().unwrap_or_default())?,
             "--json" => opts.json = Some(args.next().ok_or("--json needs a file")?.into()),
+            "--repeat" => opts.repeat = parse_repeat(&args.next().unwrap_or_default())?,
             a if a.starts_with("--") => return Err(format!("unknown option {a}")),
             filter => opts.filters.push(filter.to_string()),
         }
     }
     Ok(opts)
+}
+
+fn parse_repeat(s: &str) -> Result<u32, String> {
+    s.parse::<u32>()
+        .ok()
+        .filter(|r| *r > 0)
+        .ok_or_else(|| format!("bad repeat count '{s}': a positive integer expected"))
+}
+
+/// Runs a case `repeat` times, each in a fresh child: the run with the
+/// median time, with the fastest and slowest beside it. A run that does not
+/// measure (fails, times out) is reported as it is, at once.
+fn run_repeated(f: &Family, variant: &str, size: u64, opts: &Options) -> Outcome {
+    let mut runs = Vec::new();
+    for _ in 0..opts.repeat {
+        match run_child(f, variant, size, opts.timeout) {
+            Outcome::Measured(m) => runs.push(m),
+            other => return other,
+        }
+    }
+    runs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    let (fastest, slowest) = (runs[0].seconds, runs[runs.len() - 1].seconds);
+    let n = runs.len();
+    let mut median = runs.swap_remove(n / 2);
+    if n > 1 {
+        median = median
+            .extra(&format!("fastest of {n}"), fastest, Unit::Seconds)
+            .extra(&format!("slowest of {n}"), slowest, Unit::Seconds);
+    }
+    Outcome::Measured(median)
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, String> {
@@ -1810,7 +1853,7 @@ fn run_family(f: &Family, opts: &Options) -> Option<FamilyReport> {
                     "a smaller size ({}) timed out",
                     f.size_label(smaller)
                 )),
-                None => run_child(f, variant, size, opts.timeout),
+                None => run_repeated(f, variant, size, opts),
             };
             if matches!(outcome, Outcome::TimedOut { .. }) {
                 timed_out = Some(size);

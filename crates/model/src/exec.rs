@@ -10,12 +10,17 @@ use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
 use crate::pgtable::MAX_PFN;
 use crate::vmstat::VmEvent;
 use crate::{counters, madvise, mprotect, Machine, Model, Task};
+use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::{
     Advice, Arch, Backend, BackendError, Errno, KhugepagedKnob, MachineParam, Prot, Range, Reading,
     SetValue, Stmt, StmtKind, Tunable,
 };
+use std::sync::{Arc, OnceLock};
 
 const BACKEND: &str = "model";
+
+/// The fields of every region's counters (see `Model::region_shape`).
+static REGION_SHAPE: OnceLock<Arc<Shape>> = OnceLock::new();
 
 /// The largest io_uring fixed buffer (SZ_1G in io_uring/rsrc.c).
 const IO_URING_MAX_BUFFER: u64 = 1 << 30;
@@ -363,10 +368,10 @@ impl Backend for Model {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        self.execute_retiring(stmt, &mut Reading::default())
+        self.execute_retiring(stmt, &mut Gone::default())
     }
 
-    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         self.execute_stmt(stmt, gone)?;
         if self.check_invariants {
             let broken = crate::debug_vm::check(self);
@@ -392,21 +397,16 @@ impl Backend for Model {
 }
 
 impl Model {
-    /// The counters `counters::collect` reports for process `proc` when
-    /// `task` is its only task, and `task` back: what a region or a process
-    /// leaves behind when it goes, named as the readings named it.
+    /// The per-process and per-region counters `counters::collect` reports
+    /// for process `proc` when `task` is its only task, and `task` back:
+    /// what a region or a process leaves behind when it goes, named as the
+    /// readings named it.
     fn counters_alone(&mut self, proc: &str, task: Task) -> (Reading, Task) {
         let others = std::mem::take(&mut self.tasks);
         self.tasks.insert(proc.to_string(), task);
-        let all = counters::collect(self);
+        let counters = counters::collect(self);
         let task = self.tasks.remove(proc).expect("just put there");
         self.tasks = others;
-        let counters = all
-            .into_iter()
-            .filter(|(name, _)| {
-                hugelab_workload::counters::lookup(name).is_some_and(|c| c.proc.is_some())
-            })
-            .collect();
         let reading = Reading {
             counters,
             unknown: Default::default(),
@@ -414,10 +414,51 @@ impl Model {
         (reading, task)
     }
 
+    /// The fields of a region's counters, the same for every region
+    /// (`counters::collect` reports every smaps field and folio size of
+    /// each): learnt from `collect` for region `region` of `task` the first
+    /// time and, in debug builds, checked every time, with all of them 0
+    /// (the region has nothing mapped). Should `collect` report none for
+    /// it, what it reported instead.
+    fn region_shape(
+        &mut self,
+        proc: &str,
+        region: &str,
+        mut task: Task,
+    ) -> (Result<Arc<Shape>, Reading>, Task) {
+        if let (Some(shape), false) = (REGION_SHAPE.get(), cfg!(debug_assertions)) {
+            return (Ok(Arc::clone(shape)), task);
+        }
+        let only = task
+            .mm
+            .regions
+            .get(region)
+            .map(|r| (region.to_string(), *r));
+        let rest = std::mem::replace(&mut task.mm.regions, only.into_iter().collect());
+        let (last, mut task) = self.counters_alone(proc, task);
+        task.mm.regions = rest;
+        let Some(learnt) = Shape::of_region(&last, proc, region) else {
+            return (Err(last), task);
+        };
+        let shape = REGION_SHAPE.get_or_init(|| learnt.clone());
+        debug_assert_eq!(**shape, *learnt, "the counters of a region changed shape");
+        let prefix = [
+            format!("smaps.{proc}.{region}."),
+            format!("folios.{proc}.{region}."),
+        ];
+        debug_assert!(
+            last.counters
+                .iter()
+                .all(|(n, v)| *v == 0 || !prefix.iter().any(|p| n.starts_with(p.as_str()))),
+            "a region with nothing mapped has counters that are not 0"
+        );
+        (Ok(Arc::clone(shape)), task)
+    }
+
     /// After a munmap in `region` of `proc`: once no VMA is left in it, the
-    /// region is gone (its name is free again) and its last counters go to
-    /// `gone`.
-    fn retire_region_if_unmapped(&mut self, proc: &str, region: &str, gone: &mut Reading) {
+    /// region is gone (its name is free again) and what it left, every
+    /// counter 0, goes to `gone`.
+    fn retire_region_if_unmapped(&mut self, proc: &str, region: &str, gone: &mut Gone) {
         let unmapped = self.tasks.get(proc).is_some_and(|t| {
             let r = t.mm.regions.get(region);
             r.is_some_and(|r| t.mm.vmas_in(r.start, r.start + r.len).is_empty())
@@ -425,19 +466,32 @@ impl Model {
         if !unmapped {
             return;
         }
-        let mut task = self.tasks.remove(proc).expect("just found");
-        let (name, r) = task.mm.regions.remove_entry(region).expect("just found");
-        let rest = std::mem::replace(&mut task.mm.regions, [(name, r)].into());
-        let (mut last, mut task) = self.counters_alone(proc, task);
-        task.mm.regions = rest;
+        let task = self.tasks.remove(proc).expect("just found");
+        let (shape, mut task) = self.region_shape(proc, region, task);
+        task.mm.regions.remove(region);
         self.tasks.insert(proc.to_string(), task);
-        last.counters.retain(|name, _| {
-            hugelab_workload::counters::lookup(name).is_some_and(|c| c.region.is_some())
-        });
-        gone.absorb(last);
+        match shape {
+            Ok(shape) => gone.add_zeroed_region(proc, region, &shape),
+            Err(last) => gone.add(last),
+        }
     }
 
-    fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+    /// At exit, after exit_mmap: what the process and its regions leave.
+    fn retire_task(&mut self, proc: &str, task: Task, gone: &mut Gone) {
+        let Some(first) = task.mm.regions.keys().next().cloned() else {
+            gone.add(self.counters_alone(proc, task).0);
+            return;
+        };
+        let (shape, mut task) = self.region_shape(proc, &first, task);
+        if let Ok(shape) = shape {
+            for region in std::mem::take(&mut task.mm.regions).into_keys() {
+                gone.add_zeroed_region(proc, &region, &shape);
+            }
+        }
+        gone.add(self.counters_alone(proc, task).0);
+    }
+
+    fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
@@ -563,7 +617,7 @@ impl Model {
                     .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
                 exit_mmap(&mut self.machine, &mut task.mm);
                 self.release_pins(proc);
-                gone.absorb(self.counters_alone(proc, task).0);
+                self.retire_task(proc, task, gone);
             }
             StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
             StmtKind::Khugepaged => {

@@ -15,6 +15,7 @@ use crate::memcg::Memcg;
 use crate::process::AgentProc;
 use crate::protocol::{Access, Request};
 use crate::sysfs;
+use hugelab_workload::gone::Gone;
 use hugelab_workload::mapped::Mapped;
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{
@@ -273,7 +274,7 @@ impl KernelBackend {
         region: &str,
         start: u64,
         len: u64,
-        gone: &mut Reading,
+        gone: &mut Gone,
     ) -> Result<(), BackendError> {
         let p = self.agents.get_mut(stmt, proc)?;
         let Some(r) = p.regions.get_mut(region) else {
@@ -288,7 +289,7 @@ impl KernelBackend {
         read_region(proc, pid, region, r_start, r_len, &mut c, &mut unknown)
             .map_err(|e| failed(stmt, e))?;
         p.regions.remove(region);
-        gone.absorb(self.measure.judge(c, unknown));
+        gone.add(self.measure.judge(c, unknown));
         Ok(())
     }
 
@@ -395,10 +396,10 @@ impl Backend for KernelBackend {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        self.execute_retiring(stmt, &mut Reading::default())
+        self.execute_retiring(stmt, &mut Gone::default())
     }
 
-    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         match &stmt.kind {
             StmtKind::Set { tunable, value } => self.set(stmt, tunable, value.to_string())?,
             StmtKind::Machine { params } => self.check_machine(stmt, params)?,
@@ -581,7 +582,7 @@ impl Backend for KernelBackend {
                     let (mut c, mut unknown) = (Default::default(), BTreeMap::new());
                     read_process(proc, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
                         .map_err(|e| failed(stmt, e))?;
-                    gone.absorb(self.measure.judge(c, unknown));
+                    gone.add(self.measure.judge(c, unknown));
                     p.agent.exit().map_err(|e| failed(stmt, e))?;
                     settle_dead_mms(); // its own page tables, as after spawn
                 }

@@ -38,6 +38,7 @@
 //! on a shared VM: quote them with the machine.
 
 use hugelab_model::Model;
+use hugelab_workload::gone::Gone;
 use hugelab_workload::{
     parse, run, run_file, Backend, BackendError, BackendErrorKind, Lookahead, Observation, Reading,
     RunError, Statements, Stmt, Workload,
@@ -187,14 +188,14 @@ impl Backend for Stopwatch<'_> {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        self.execute_retiring(stmt, &mut Reading::default())
+        self.execute_retiring(stmt, &mut Gone::default())
     }
 
     fn read_counter(&mut self, name: &str) -> Option<Result<Reading, BackendError>> {
         self.model.read_counter(name)
     }
 
-    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         let label = self.timed.get(&stmt.pos.line).copied();
         if self.open_label.is_some() && self.open_label != label {
             self.peak_footprint = self.peak_footprint.max(self.model.footprint_bytes());

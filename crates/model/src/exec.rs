@@ -10,12 +10,17 @@ use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
 use crate::pgtable::MAX_PFN;
 use crate::vmstat::VmEvent;
 use crate::{counters, madvise, mprotect, Machine, Model, Task};
+use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::{
     Advice, Arch, Backend, BackendError, Errno, KhugepagedKnob, MachineParam, Prot, Range, Reading,
     SetValue, Stmt, StmtKind, Tunable,
 };
+use std::sync::{Arc, OnceLock};
 
 const BACKEND: &str = "model";
+
+/// The fields of every region's counters (see `Model::region_shape`).
+static REGION_SHAPE: OnceLock<Arc<Shape>> = OnceLock::new();
 
 /// The largest io_uring fixed buffer (SZ_1G in io_uring/rsrc.c).
 const IO_URING_MAX_BUFFER: u64 = 1 << 30;
@@ -362,10 +367,10 @@ impl Backend for Model {
     }
 
     fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        self.execute_retiring(stmt, &mut Reading::default())
+        self.execute_retiring(stmt, &mut Gone::default())
     }
 
-    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         use crate::reading_cache::{touches, Touches};
         let touches = touches(&stmt.kind);
         let faults = self.machine.stat.event(VmEvent::PgFault);
@@ -414,59 +419,108 @@ impl Backend for Model {
     }
 
     fn read(&mut self) -> Result<Reading, BackendError> {
+        let mut cache = std::mem::take(&mut self.reading_cache);
+        let counters = counters::collect(self, &mut cache);
+        self.reading_cache = cache;
         Ok(Reading {
-            counters: {
-                let mut cache = std::mem::take(&mut self.reading_cache);
-                let counters = counters::collect(self, &mut cache);
-                self.reading_cache = cache;
-                counters
-            },
+            counters,
             unknown: Default::default(),
         })
     }
 }
 
 impl Model {
-    /// The counters a reading reports for process `proc` with `task`: what
-    /// a region or a process leaves behind when it goes, named as the
-    /// readings named it.
-    fn counters_alone(&self, proc: &str, task: &Task) -> Reading {
-        Reading {
-            counters: counters::process_counters(&self.machine, proc, task)
+    /// The per-process and per-region counters a reading reports for
+    /// process `proc` with `task`, and `task` back: what a region or a
+    /// process leaves behind when it goes, named as the readings named it.
+    fn counters_alone(&mut self, proc: &str, task: Task) -> (Reading, Task) {
+        let reading = Reading {
+            counters: counters::process_counters(&self.machine, proc, &task)
                 .into_iter()
                 .collect(),
             unknown: Default::default(),
+        };
+        (reading, task)
+    }
+
+    /// The fields of a region's counters, the same for every region
+    /// (`counters::collect` reports every smaps field and folio size of
+    /// each): learnt from `collect` for region `region` of `task` the first
+    /// time and, in debug builds, checked every time, with all of them 0
+    /// (the region has nothing mapped). Should `collect` report none for
+    /// it, what it reported instead.
+    fn region_shape(
+        &mut self,
+        proc: &str,
+        region: &str,
+        mut task: Task,
+    ) -> (Result<Arc<Shape>, Reading>, Task) {
+        if let (Some(shape), false) = (REGION_SHAPE.get(), cfg!(debug_assertions)) {
+            return (Ok(Arc::clone(shape)), task);
         }
+        let only = task
+            .mm
+            .regions
+            .get(region)
+            .map(|r| (region.to_string(), *r));
+        let rest = std::mem::replace(&mut task.mm.regions, only.into_iter().collect());
+        let (last, mut task) = self.counters_alone(proc, task);
+        task.mm.regions = rest;
+        let Some(learnt) = Shape::of_region(&last, proc, region) else {
+            return (Err(last), task);
+        };
+        let shape = REGION_SHAPE.get_or_init(|| learnt.clone());
+        debug_assert_eq!(**shape, *learnt, "the counters of a region changed shape");
+        let prefix = [
+            format!("smaps.{proc}.{region}."),
+            format!("folios.{proc}.{region}."),
+        ];
+        debug_assert!(
+            last.counters
+                .iter()
+                .all(|(n, v)| *v == 0 || !prefix.iter().any(|p| n.starts_with(p.as_str()))),
+            "a region with nothing mapped has counters that are not 0"
+        );
+        (Ok(Arc::clone(shape)), task)
     }
 
     /// After a munmap in `region` of `proc`: once no VMA is left in it, the
-    /// region is gone (its name is free again) and its last counters go to
-    /// `gone`.
-    fn retire_region_if_unmapped(&mut self, proc: &str, region: &str, gone: &mut Reading) {
-        let Some(task) = self.tasks.get_mut(proc) else {
-            return;
-        };
-        let Some(r) = task.mm.regions.get(region) else {
-            return;
-        };
-        if !task.mm.vmas_in(r.start, r.start + r.len).is_empty() {
+    /// region is gone (its name is free again) and what it left, every
+    /// counter 0, goes to `gone`.
+    fn retire_region_if_unmapped(&mut self, proc: &str, region: &str, gone: &mut Gone) {
+        let unmapped = self.tasks.get(proc).is_some_and(|t| {
+            let r = t.mm.regions.get(region);
+            r.is_some_and(|r| t.mm.vmas_in(r.start, r.start + r.len).is_empty())
+        });
+        if !unmapped {
             return;
         }
-        let (name, r) = task.mm.regions.remove_entry(region).expect("just found");
-        // Its last counters: the process's with this region alone.
-        let rest = std::mem::replace(&mut task.mm.regions, [(name, r)].into());
-        let mut last = counters::process_counters(&self.machine, proc, task);
-        task.mm.regions = rest;
-        last.retain(|(name, _)| {
-            hugelab_workload::counters::lookup(name).is_some_and(|c| c.region.is_some())
-        });
-        gone.absorb(Reading {
-            counters: last.into_iter().collect(),
-            unknown: Default::default(),
-        });
+        let task = self.tasks.remove(proc).expect("just found");
+        let (shape, mut task) = self.region_shape(proc, region, task);
+        task.mm.regions.remove(region);
+        self.tasks.insert(proc.to_string(), task);
+        match shape {
+            Ok(shape) => gone.add_zeroed_region(proc, region, &shape),
+            Err(last) => gone.add(last),
+        }
     }
 
-    fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+    /// At exit, after exit_mmap: what the process and its regions leave.
+    fn retire_task(&mut self, proc: &str, task: Task, gone: &mut Gone) {
+        let Some(first) = task.mm.regions.keys().next().cloned() else {
+            gone.add(self.counters_alone(proc, task).0);
+            return;
+        };
+        let (shape, mut task) = self.region_shape(proc, &first, task);
+        if let Ok(shape) = shape {
+            for region in std::mem::take(&mut task.mm.regions).into_keys() {
+                gone.add_zeroed_region(proc, &region, &shape);
+            }
+        }
+        gone.add(self.counters_alone(proc, task).0);
+    }
+
+    fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
@@ -594,7 +648,7 @@ impl Model {
                 exit_mmap(&mut self.machine, &mut task.mm);
                 self.machine.anon_vmas.exit(task.mm.mm_id);
                 self.release_pins(proc);
-                gone.absorb(self.counters_alone(proc, &task));
+                self.retire_task(proc, task, gone);
             }
             StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
             StmtKind::Khugepaged => {

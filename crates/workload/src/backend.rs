@@ -8,6 +8,7 @@
 //! [`Observation`], so a backend never formats output.
 
 use crate::ast::{Errno, Pos, Stmt, StmtKind, Workload};
+use crate::gone::{Gone, Last};
 use crate::observation::{ExpectOutcome, FailedCall, Observation, Reading, Snapshot};
 use crate::parse::{open, stream_file, ParseError, MAX_LINE};
 use std::borrow::Borrow;
@@ -146,11 +147,11 @@ pub trait Backend {
     /// Executes one statement as [`Backend::execute`] does and, when it ends
     /// a region (a `munmap` after which nothing of it is mapped) or a
     /// process (`exit`), adds to `gone` their counters as of right after the
-    /// statement ([`Reading::absorb`]): the last values of names that later
-    /// readings no longer have, and that `expect` lines may still ask for.
-    /// [`run`] calls this one, with everything gone so far. The default
-    /// executes and adds nothing.
-    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Reading) -> Result<(), BackendError> {
+    /// statement: the last values of names that later readings no longer
+    /// have, and that `expect` lines may still ask for. [`run`] calls this
+    /// one, with everything gone so far. The default executes and adds
+    /// nothing.
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         let _ = gone;
         self.execute(stmt)
     }
@@ -265,7 +266,7 @@ pub fn run_stream<S: Borrow<Stmt>>(
     let mut end = Pos::default();
     let mut reading: Option<Reading> = None;
     // What gone regions and processes left: counters no reading has any more.
-    let mut gone = Reading::default();
+    let mut gone = Gone::default();
     let mut errno = Errno::OK;
     for stmt in stmts {
         let stmt = stmt?;
@@ -290,9 +291,24 @@ pub fn run_stream<S: Borrow<Stmt>>(
                     Some(one) => one,
                     None => current(backend, &mut reading).map_err(wrap)?,
                 };
-                let r = if r.has(counter) { r } else { &gone };
-                obs.expects
-                    .push(ExpectOutcome::evaluate(stmt.pos, counter, *op, *value, r));
+                let last = if r.has(counter) {
+                    None
+                } else {
+                    gone.get(counter)
+                };
+                let outcome = match last {
+                    Some(last) => {
+                        let (actual, unknown) = match last {
+                            Last::Value(v) => (Some(v), None),
+                            Last::Unknown(why) => (None, Some(why.to_string())),
+                        };
+                        ExpectOutcome::evaluate_value(
+                            stmt.pos, counter, *op, *value, actual, unknown,
+                        )
+                    }
+                    None => ExpectOutcome::evaluate(stmt.pos, counter, *op, *value, r),
+                };
+                obs.expects.push(outcome);
             }
             StmtKind::ExpectErrno { errno: expected } => {
                 obs.expects

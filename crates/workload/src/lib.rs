@@ -6,6 +6,7 @@ pub mod backend;
 pub mod check;
 pub mod counters;
 pub mod errno;
+pub mod gone;
 pub mod mapped;
 pub mod observation;
 pub mod parse;

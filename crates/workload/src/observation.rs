@@ -30,10 +30,8 @@ pub struct Snapshot {
 /// read reliably there. Taken once after a statement and used for every
 /// `snapshot` and `expect` until the next statement runs.
 ///
-/// The same shape holds what regions and processes leave behind when they go
-/// (see [`crate::Backend::execute_retiring`]): their counters as of the
-/// statement that ended them, which `expect` falls back to and snapshots
-/// leave out.
+/// What regions and processes leave behind when they go is not in it but in
+/// [`crate::gone::Gone`], which `expect` falls back to.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Reading {
     pub counters: Counters,
@@ -45,19 +43,6 @@ impl Reading {
     /// Whether this reading has `counter`, as a number or as unknown.
     pub fn has(&self, counter: &str) -> bool {
         self.counters.contains_key(counter) || self.unknown.contains_key(counter)
-    }
-
-    /// Takes every counter of `other`, each replacing what this reading had
-    /// under its name (a number replaces an unknown, and the other way round).
-    pub fn absorb(&mut self, other: Reading) {
-        for (name, v) in other.counters {
-            self.unknown.remove(&name);
-            self.counters.insert(name, v);
-        }
-        for (name, why) in other.unknown {
-            self.counters.remove(&name);
-            self.unknown.insert(name, why);
-        }
     }
 }
 
@@ -92,8 +77,23 @@ pub struct ExpectOutcome {
 
 impl ExpectOutcome {
     pub fn evaluate(pos: Pos, counter: &str, op: CmpOp, expected: u64, reading: &Reading) -> Self {
-        let expected = i64::try_from(expected).unwrap_or(i64::MAX);
         let actual = reading.counters.get(counter).copied();
+        let unknown = reading.unknown.get(counter).cloned();
+        Self::evaluate_value(pos, counter, op, expected, actual, unknown)
+    }
+
+    /// `expect counter op expected` against `actual` (`None`: not
+    /// reported), or against nothing when the backend could not read it
+    /// (`unknown`, with why).
+    pub fn evaluate_value(
+        pos: Pos,
+        counter: &str,
+        op: CmpOp,
+        expected: u64,
+        actual: Option<i64>,
+        unknown: Option<String>,
+    ) -> Self {
+        let expected = i64::try_from(expected).unwrap_or(i64::MAX);
         let passed = actual.is_some_and(|a| match op {
             CmpOp::Eq => a == expected,
             CmpOp::Le => a <= expected,
@@ -107,7 +107,7 @@ impl ExpectOutcome {
             expected,
             actual,
             passed,
-            unknown: reading.unknown.get(counter).cloned(),
+            unknown,
         }
     }
 

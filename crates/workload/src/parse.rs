@@ -82,14 +82,17 @@ impl FromStr for Size {
 /// `None` if `s` is not all ASCII digits (or is empty); `Some(None)` on overflow.
 /// (`u64::from_str` alone would accept a leading `+`.)
 pub(crate) fn parse_decimal(s: &str) -> Option<Option<u64>> {
-    if s.is_empty() {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
+    }
+    if s.len() <= 19 {
+        // Fits: 19 digits are below 2^64.
+        return Some(Some(
+            s.bytes().fold(0u64, |n, b| n * 10 + u64::from(b - b'0')),
+        ));
     }
     let mut n: Option<u64> = Some(0);
     for b in s.bytes() {
-        if !b.is_ascii_digit() {
-            return None;
-        }
         n = n.and_then(|n| n.checked_mul(10)?.checked_add(u64::from(b - b'0')));
     }
     Some(n)
@@ -533,8 +536,8 @@ impl<R: BufRead> Statements<R> {
         }
     }
 
-    /// Reads the next line into `buf`, without its `\n` and `\r`: false at
-    /// the end of the text.
+    /// Reads the next line into `buf`, without its `\n`: false at the end
+    /// of the text. For lines not whole in the reader's buffer.
     fn read_line(&mut self) -> Result<bool, ParseError> {
         self.buf.clear();
         let limit = MAX_LINE as u64 + 1;

@@ -355,32 +355,35 @@ pub fn access_range(
                 let mut oom = false;
                 while addr < limit {
                     let i = pte_index(addr);
-                    let mut pte = t.ptes[i];
-                    if pte.is_none() && (!write || small_only) {
-                        // handle_mm_fault -> do_anonymous_page at order 0,
-                        // inline: the first-touch hot path.
-                        match do_anonymous_page_small(m, mm_id, addr, write, writable) {
-                            Some(new) => pte = new,
-                            None => {
-                                oom = true;
-                                break;
-                            }
+                    let pte = t.ptes[i];
+                    if let Some(pfn) = pte.pfn() {
+                        if write && !pte.is_writable() {
+                            break;
                         }
-                        t.ptes[i] = pte;
-                        faulted += u64::from(write);
-                    }
-                    if pte.is_zero_page() && !write {
+                        if stores {
+                            store(m, pfn, zero);
+                        }
                         addr += step;
                         continue;
                     }
-                    let Some(pfn) = pte.pfn() else { break };
-                    if write && !pte.is_writable() {
+                    if pte.is_zero_page() {
+                        if write {
+                            break;
+                        }
+                        addr += step;
+                        continue;
+                    }
+                    if write && !small_only {
                         break;
                     }
-                    if stores {
-                        store(m, pfn, zero);
-                    }
-                    addr += step;
+                    // handle_mm_fault -> do_anonymous_page at order 0, inline:
+                    // the first-touch hot path. The access is retried.
+                    let Some(new) = do_anonymous_page_small(m, mm_id, addr, write, writable) else {
+                        oom = true;
+                        break;
+                    };
+                    t.ptes[i] = new;
+                    faulted += u64::from(write);
                 }
                 mm.anon_rss += faulted;
                 if oom {

@@ -1,14 +1,9 @@
 //! The `hugelab` binary: exit codes and messages for good and bad input.
 
-use std::io::Write;
-use std::process::{Command, Output};
+mod common;
+use common::{run as hugelab, stderr};
 
-fn hugelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hugelab"))
-        .args(args)
-        .output()
-        .expect("the hugelab binary runs")
-}
+use std::io::Write;
 
 fn workload(text: &str) -> tempfile_path::TempFile {
     tempfile_path::TempFile::new(text)
@@ -37,10 +32,6 @@ mod tempfile_path {
             let _ = std::fs::remove_file(&self.0);
         }
     }
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Runs `text` as a workload file (`hugelab run FILE`): its exit code, the

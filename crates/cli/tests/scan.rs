@@ -224,13 +224,6 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let _ = std::fs::remove_dir_all(&state);
 }
 
-fn hugelab(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_hugelab"))
-        .args(args)
-        .output()
-        .expect("the hugelab binary runs")
-}
-
 /// Bad input: one sentence on stderr, exit 2, nothing on stdout.
 #[test]
 fn bad_scan_arguments_are_one_sentence() {
@@ -245,7 +238,7 @@ fn bad_scan_arguments_are_one_sentence() {
         ),
     ];
     for (args, want) in cases {
-        let out = hugelab(args);
+        let out = common::run(args);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
@@ -265,7 +258,7 @@ fn a_process_that_does_not_exist_is_named() {
         return;
     }
     // pid_max is at most 2^22: this pid cannot exist.
-    let out = hugelab(&["scan", "--pid", "9999999"]);
+    let out = common::run(&["scan", "--pid", "9999999"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(err.contains("process 9999999 does not exist"), "{err}");
@@ -284,7 +277,7 @@ fn model_and_kernel_reports_agree_on_the_bimodal_workload() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../workloads/bimodal-utilization.hlw"
     );
-    let out = hugelab(&[
+    let out = common::run(&[
         "utilization",
         file,
         "--snapshot",

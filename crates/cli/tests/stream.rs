@@ -1,21 +1,13 @@
 //! `hugelab run` streams its files: plain, gzip and zstd; a large workload
 //! runs quickly; bad compressed data is one sentence and exit 2.
 
+mod common;
+use common::{run as hugelab, stderr};
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
-
-fn hugelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hugelab"))
-        .args(args)
-        .output()
-        .expect("the hugelab binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// A directory of this test's own, removed at the end.
 struct Dir(PathBuf);

@@ -1,23 +1,14 @@
 //! `hugelab utilization`: the report of the bimodal workload, and bad input.
 
+mod common;
+use common::{run as hugelab, stderr};
+
 use serde_json::Value;
-use std::process::{Command, Output};
 
 const BIMODAL: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../workloads/bimodal-utilization.hlw"
 );
-
-fn hugelab(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hugelab"))
-        .args(args)
-        .output()
-        .expect("the hugelab binary runs")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// `hugelab utilization BIMODAL --json` with `extra` arguments: the report.
 fn report(extra: &[&str]) -> Value {

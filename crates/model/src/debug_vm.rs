@@ -430,35 +430,35 @@ mod tests {
         assert_caught(&model, "mapped by 2 MMs but not marked shared");
     }
 
+    /// The forked 64K folio's `FolioExt`, broken by `corrupt`, is caught
+    /// with a message holding `needle`.
+    fn assert_ext_corruption_caught(corrupt: fn(&mut crate::mm_types::FolioExt), needle: &str) {
+        let mut model = forked_64k();
+        let folio = model.machine.folio_mm_ids.keys().next().copied();
+        corrupt(
+            model
+                .machine
+                .zone
+                .memmap
+                .folio_ext_mut(folio.expect("shared 64K folio")),
+        );
+        assert_caught(&model, needle);
+    }
+
     #[test]
     fn a_folio_index_that_misplaces_its_pages_is_caught() {
-        let mut model = forked_64k();
-        let folio = *model
-            .machine
-            .folio_mm_ids
-            .keys()
-            .next()
-            .expect("shared 64K folio");
-        model.machine.zone.memmap.folio_ext_mut(folio).index += 16;
-        assert_caught(&model, "but its folio's index puts it at");
+        assert_ext_corruption_caught(|e| e.index += 16, "but its folio's index puts it at");
     }
 
     #[test]
     fn a_wrong_large_mapcount_is_caught() {
-        let mut model = forked_64k();
-        let folio = *model
-            .machine
-            .folio_mm_ids
-            .keys()
-            .next()
-            .expect("shared 64K folio");
-        model
-            .machine
-            .zone
-            .memmap
-            .folio_ext_mut(folio)
-            .large_mapcount += 1;
-        assert_caught(&model, "_large_mapcount");
+        assert_ext_corruption_caught(|e| e.large_mapcount += 1, "_large_mapcount");
+    }
+
+    #[test]
+    fn a_folio_pointing_at_the_wrong_anon_vma_is_caught() {
+        // The child's anon_vma: an rmap walk from it misses the parent.
+        assert_ext_corruption_caught(|e| e.anon_vma += 1, "an rmap walk from its anon_vma");
     }
 
     #[test]

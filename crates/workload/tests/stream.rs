@@ -2,34 +2,11 @@
 //! the run where it is (after the statements before it ran, before its own).
 //! Memory: stream_memory.rs.
 
+mod common;
+
+use common::Recorder;
 use hugelab_workload::*;
 use std::io::{self, BufRead, Read};
-
-/// A backend that remembers the lines of the statements it executed.
-#[derive(Default)]
-struct Recorder {
-    executed: Vec<u32>,
-    count: u64,
-    keep: bool,
-}
-
-impl Backend for Recorder {
-    fn name(&self) -> &str {
-        "recorder"
-    }
-
-    fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        self.count += 1;
-        if self.keep {
-            self.executed.push(stmt.pos.line);
-        }
-        Ok(())
-    }
-
-    fn read(&mut self) -> Result<Reading, BackendError> {
-        Ok(Reading::default())
-    }
-}
 
 /// Text handed out one line per read, that fails the test if a line past
 /// `last` is ever read: what a run has not reached, it has not read.

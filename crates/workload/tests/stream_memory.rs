@@ -1,6 +1,9 @@
 //! Streamed workloads: memory does not grow with the number of statements.
 //! Its own test binary, with one test: it counts every allocation.
 
+mod common;
+
+use common::Recorder;
 use hugelab_workload::*;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{self, BufRead, Read};
@@ -32,32 +35,6 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-/// A backend that remembers the lines of the statements it executed.
-#[derive(Default)]
-struct Recorder {
-    executed: Vec<u32>,
-    count: u64,
-    keep: bool,
-}
-
-impl Backend for Recorder {
-    fn name(&self) -> &str {
-        "recorder"
-    }
-
-    fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        self.count += 1;
-        if self.keep {
-            self.executed.push(stmt.pos.line);
-        }
-        Ok(())
-    }
-
-    fn read(&mut self) -> Result<Reading, BackendError> {
-        Ok(Reading::default())
-    }
-}
 
 /// `n` statements of a recorded program's kind, made as they are read: the
 /// text never exists in memory as a whole.

@@ -1,8 +1,22 @@
-//! Helpers of the tests that run on this machine's kernel as root.
+//! Helpers of the `hugelab` binary's tests (most of them for the tests that
+//! run on this machine's kernel as root).
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+/// `hugelab ARGS` for a command that leaves the machine alone (no state
+/// directory of its own).
+pub fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(args)
+        .output()
+        .expect("the hugelab binary runs")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
 
 pub fn hugelab(args: &[&str], state: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hugelab"))

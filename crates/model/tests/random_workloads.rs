@@ -535,33 +535,35 @@ fn invariants_hold_in_random_workloads() {
     }
 }
 
+/// Runs the random workloads with `bug` injected: they must fail, with a
+/// message `caught` accepts, and shrink to a short workload. The message.
+fn assert_injected_bug_caught(bug: InjectedBug, caught: fn(&str) -> bool) -> String {
+    let result = runner(10_000).run(&workload(), |(settings, ops)| {
+        run_checked(&render(&settings, &ops), Some(bug), &RefCell::default())
+    });
+    match result {
+        Err(TestError::Fail(why, (settings, ops))) => {
+            let why = why.to_string();
+            assert!(caught(&why), "{bug:?} caught, but not as expected: {why}");
+            let text = render(&settings, &ops);
+            eprintln!("the injected bug, shrunk to:\n{text}\n{why}");
+            assert!(text.lines().count() < 20, "not shrunk: {text}");
+            why
+        }
+        Err(e) => panic!("unexpected: {e}"),
+        Ok(()) => panic!("10,000 random workloads missed the injected {bug:?}"),
+    }
+}
+
 /// The same test with a mapcount update left out on purpose (fork forgets
 /// one page's `_mapcount` when it shares a PTE-mapped large folio) must fail,
 /// naming that page, and shrink to a short workload.
 #[test]
 fn a_skipped_mapcount_update_is_caught() {
-    let result = runner(10_000).run(&workload(), |(settings, ops)| {
-        run_checked(
-            &render(&settings, &ops),
-            Some(InjectedBug::DupRmapPtesSkipsMapcount),
-            &RefCell::default(),
-        )
+    let why = assert_injected_bug_caught(InjectedBug::DupRmapPtesSkipsMapcount, |why| {
+        why.contains("PTEs map it")
     });
-    match result {
-        Err(TestError::Fail(why, (settings, ops))) => {
-            let why = why.to_string();
-            assert!(
-                why.contains("PTEs map it"),
-                "caught, but not as a mapcount: {why}"
-            );
-            assert!(why.contains(" fork "), "{why}");
-            let text = render(&settings, &ops);
-            eprintln!("the injected bug, shrunk to:\n{text}\n{why}");
-            assert!(text.lines().count() < 20, "not shrunk: {text}");
-        }
-        Err(e) => panic!("unexpected: {e}"),
-        Ok(()) => panic!("10,000 random workloads missed the injected mapcount bug"),
-    }
+    assert!(why.contains(" fork "), "{why}");
 }
 
 /// The same test with the child's anon_vma left unlinked from its parent's
@@ -572,28 +574,10 @@ fn a_skipped_mapcount_update_is_caught() {
 /// the checker sees as readings taken as fresh but out of date.
 #[test]
 fn an_unlinked_anon_vma_is_caught() {
-    let result = runner(10_000).run(&workload(), |(settings, ops)| {
-        run_checked(
-            &render(&settings, &ops),
-            Some(InjectedBug::ForkSkipsAnonVmaLink),
-            &RefCell::default(),
-        )
+    assert_injected_bug_caught(InjectedBug::ForkSkipsAnonVmaLink, |why| {
+        why.contains("an rmap walk from its anon_vma")
+            || why.contains("cached readings taken as fresh but out of date")
     });
-    match result {
-        Err(TestError::Fail(why, (settings, ops))) => {
-            let why = why.to_string();
-            assert!(
-                why.contains("an rmap walk from its anon_vma")
-                    || why.contains("cached readings taken as fresh but out of date"),
-                "caught, but not as an rmap or fork-family miss: {why}"
-            );
-            let text = render(&settings, &ops);
-            eprintln!("the injected bug, shrunk to:\n{text}\n{why}");
-            assert!(text.lines().count() < 20, "not shrunk: {text}");
-        }
-        Err(e) => panic!("unexpected: {e}"),
-        Ok(()) => panic!("10,000 random workloads missed the unlinked anon_vma"),
-    }
 }
 
 /// A random workload made to leave THPs under-used: max_ptes_none 409 from

@@ -101,6 +101,14 @@ impl ReadingCache {
                 }
             }
         }
+        // Forget exited mms and dead families now and then (amortised O(1)),
+        // so that a workload of many short-lived processes keeps this small.
+        if self.roots.len() > 2 * tasks.len() + 64 {
+            let live: rustc_hash::FxHashSet<MmId> = tasks.values().map(|t| t.mm.mm_id).collect();
+            self.roots.retain(|mm, _| live.contains(mm));
+            let families: rustc_hash::FxHashSet<MmId> = self.roots.values().copied().collect();
+            self.family_epochs.retain(|root, _| families.contains(root));
+        }
     }
 
     fn root(&mut self, anon_vmas: &AnonVmas, mm_id: MmId) -> MmId {

@@ -11,6 +11,7 @@ mod bench_stats;
 mod compare;
 mod counters;
 mod diff;
+mod hugetlb;
 mod run;
 mod scan;
 mod settings;
@@ -53,6 +54,9 @@ enum Command {
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
+    /// HugeTLB pages: what the vmemmap optimization (HVO) saves.
+    #[command(subcommand)]
+    Hugetlb(hugetlb::HugetlbCommand),
 }
 
 fn main() -> ExitCode {
@@ -75,6 +79,7 @@ fn main() -> ExitCode {
         Command::Counters(args) => counters::main(args),
         Command::Scan(args) => scan::main(args),
         Command::Bench(args) => bench::main(args),
+        Command::Hugetlb(cmd) => hugetlb::main(cmd),
         Command::Settings(cmd) => settings::main(cmd),
         Command::Utilization(args) => utilization::main(args),
     };

@@ -226,3 +226,54 @@ fn what_is_gone_leaves_the_json_and_expect_still_sees_its_last_values() {
         "{err}"
     );
 }
+
+/// `hugelab hugetlb plan 1T`: seed 003's "~16GB (1G hugepage)/~12GB (2MB
+/// hugepage)" per TiB come out under the 2021 series' rule (6 of 8 vmemmap
+/// pages freed per 2M page, 4094 of 4096 per 1G page), and Linux 6.18
+/// frees one page more of each.
+#[test]
+fn hugetlb_plan_gives_seed_003s_savings() {
+    let o = hugelab(&["hugetlb", "plan", "1T", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let plans: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let saved = |size: u64, rule: &str| {
+        let p = plans
+            .as_array()
+            .expect("a list of plans")
+            .iter()
+            .find(|p| p["hpage_size"] == size && p["rule"] == rule)
+            .unwrap_or_else(|| panic!("no plan for {size} {rule}"));
+        let (without, with) = (p["vmemmap_bytes"].as_u64(), p["vmemmap_bytes_hvo"].as_u64());
+        (
+            without.unwrap() - with.unwrap(),
+            p["freed_pages_per_hpage"].as_u64().unwrap(),
+        )
+    };
+    const GIB: u64 = 1 << 30;
+    assert_eq!(saved(2 << 20, "Series2021"), (12 * GIB, 6));
+    assert_eq!(saved(GIB, "Series2021"), (16 * GIB - (8 << 20), 4094));
+    assert_eq!(saved(2 << 20, "Linux618"), (14 * GIB, 7));
+    assert_eq!(saved(GIB, "Linux618"), (16 * GIB - (4 << 20), 4095));
+    let table = hugelab(&["hugetlb", "plan", "1T", "--size", "2M"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.contains("12.00 GiB") && !text.contains("1G "),
+        "{text}"
+    );
+}
+
+#[test]
+fn hugetlb_plan_refuses_bad_sizes_in_one_sentence() {
+    for args in [
+        &["hugetlb", "plan", "1M"][..],
+        &["hugetlb", "plan", "1T", "--size", "3M"],
+        &["hugetlb", "plan", "1T", "--base-page", "3K"],
+        &["hugetlb", "plan", "1T", "--struct-page", "0"],
+    ] {
+        let o = hugelab(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}

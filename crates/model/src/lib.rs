@@ -28,6 +28,7 @@ mod exec;
 pub mod fork;
 pub mod gup;
 pub mod huge_memory;
+pub mod hugetlb_vmemmap;
 pub mod internal;
 pub mod khugepaged;
 pub mod madvise;

@@ -1,0 +1,139 @@
+//! `hugelab hugetlb plan`: the vmemmap (`struct page`) memory behind HugeTLB
+//! pages, without and with the HugeTLB Vmemmap Optimization, for each page
+//! size and each HVO rule (the model's `hugetlb_vmemmap`).
+
+use crate::table;
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+use hugelab_model::hugetlb_vmemmap::{vmemmap_plan, HvoRule, VmemmapGeometry, VmemmapPlan};
+use hugelab_workload::Size;
+use std::process::ExitCode;
+
+#[derive(Subcommand)]
+pub enum HugetlbCommand {
+    /// The vmemmap memory of SIZE of HugeTLB pages, without and with HVO,
+    /// under the 2021 series' rule and Linux 6.18's.
+    Plan(PlanArgs),
+}
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// How much memory in HugeTLB pages (1T, 64G...).
+    total: Size,
+    /// One HugeTLB page size (2M or 1G); both when left out.
+    #[arg(long)]
+    size: Option<Size>,
+    /// The base page size.
+    #[arg(long, default_value = "4K")]
+    base_page: Size,
+    /// sizeof(struct page), in bytes.
+    #[arg(long, default_value_t = 64)]
+    struct_page: u64,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn main(cmd: HugetlbCommand) -> Result<ExitCode> {
+    match cmd {
+        HugetlbCommand::Plan(args) => plan(args),
+    }
+}
+
+fn plan(args: PlanArgs) -> Result<ExitCode> {
+    let base_page = args.base_page.bytes();
+    if !base_page.is_power_of_two() || base_page < 4096 {
+        bail!(
+            "--base-page {} is not a page size: a power of 2 of 4K or more",
+            args.base_page
+        );
+    }
+    if args.struct_page == 0 || args.struct_page > base_page {
+        bail!(
+            "--struct-page {} is not a struct page size: 1 to {base_page} bytes",
+            args.struct_page
+        );
+    }
+    let sizes: Vec<u64> = match args.size {
+        Some(s) => vec![s.bytes()],
+        None => vec![2 << 20, 1 << 30],
+    };
+    for &size in &sizes {
+        if !size.is_power_of_two() || size <= base_page {
+            bail!(
+                "--size {} is not a huge page size: a power of 2 above the base page",
+                Size(size)
+            );
+        }
+        if args.total.bytes() < size {
+            bail!(
+                "{} holds no HugeTLB page of {}: give at least one page's worth",
+                args.total,
+                Size(size)
+            );
+        }
+    }
+    let g = VmemmapGeometry {
+        base_page,
+        struct_page: args.struct_page,
+    };
+    let plans: Vec<VmemmapPlan> = sizes
+        .iter()
+        .flat_map(|&size| HvoRule::ALL.map(|rule| vmemmap_plan(g, args.total.bytes(), size, rule)))
+        .collect();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&plans)?);
+    } else {
+        print!("{}", render(&plans, args.total));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Binary units, two decimals (vmemmap totals are rarely whole GiB).
+fn human(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    UNITS
+        .iter()
+        .find(|(unit, _)| bytes >= *unit)
+        .map_or(format!("{bytes} B"), |(unit, name)| {
+            format!("{:.2} {name}", bytes as f64 / *unit as f64)
+        })
+}
+
+fn render(plans: &[VmemmapPlan], total: Size) -> String {
+    let header = [
+        "page size",
+        "HVO rule",
+        "huge pages",
+        "vmemmap/page",
+        "freed pages/page",
+        "vmemmap without HVO",
+        "with HVO",
+        "saved",
+    ]
+    .map(String::from);
+    let rows: Vec<Vec<String>> = plans
+        .iter()
+        .map(|p| {
+            vec![
+                Size(p.hpage_size).to_string(),
+                p.rule.name().to_string(),
+                p.huge_pages.to_string(),
+                human(p.vmemmap_bytes_per_hpage),
+                p.freed_pages_per_hpage.to_string(),
+                human(p.vmemmap_bytes),
+                human(p.vmemmap_bytes_hvo),
+                human(p.saved_bytes()),
+            ]
+        })
+        .collect();
+    format!(
+        "vmemmap of {total} of HugeTLB pages\n{}",
+        table::render(&header, &rows)
+    )
+}

@@ -1,0 +1,180 @@
+//! HugeTLB Vmemmap Optimization (HVO): how much `struct page` memory (the
+//! vmemmap) each HugeTLB page has, and how much of it HVO gives back.
+//!
+//! Follows Linux 6.18 `mm/hugetlb_vmemmap.h`: `hugetlb_vmemmap_size` (one
+//! `struct page` per base page of the huge page) and
+//! `hugetlb_vmemmap_optimizable_size` (all of it but
+//! `HUGETLB_VMEMMAP_RESERVE_SIZE`, one base page that every other vmemmap
+//! address of the huge page is remapped to; nothing unless `sizeof(struct
+//! page)` is a power of 2). The rule of the series that introduced HVO
+//! (Muchun Song, 2021, Linux 5.14; seed 003) kept two vmemmap pages
+//! (`RESERVE_VMEMMAP_NR`): the head page's, and the first tail page's, which
+//! the other tail pages were remapped to. The series itself names the
+//! difference as future work, and later kernels keep one.
+//!
+//! So far this is the arithmetic only: the pools, which pages are optimized
+//! and when the vmemmap comes back are issue 13's model, still to come.
+
+/// Which HVO rule: how many vmemmap pages a HugeTLB page keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum HvoRule {
+    /// Linux 6.18: one page kept (`HUGETLB_VMEMMAP_RESERVE_SIZE` is
+    /// PAGE_SIZE).
+    Linux618,
+    /// The 2021 series (Linux 5.14): two pages kept (`RESERVE_VMEMMAP_NR`).
+    Series2021,
+}
+
+impl HvoRule {
+    pub const ALL: [HvoRule; 2] = [HvoRule::Series2021, HvoRule::Linux618];
+
+    /// Vmemmap pages a HugeTLB page keeps under this rule.
+    pub fn reserved_pages(self) -> u64 {
+        match self {
+            HvoRule::Linux618 => 1,
+            HvoRule::Series2021 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HvoRule::Linux618 => "Linux 6.18",
+            HvoRule::Series2021 => "2021 series (5.14)",
+        }
+    }
+}
+
+/// The machine's shape that the vmemmap depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmemmapGeometry {
+    /// The base page size (PAGE_SIZE), in bytes.
+    pub base_page: u64,
+    /// sizeof(struct page), in bytes (64 on x86_64 by default).
+    pub struct_page: u64,
+}
+
+impl Default for VmemmapGeometry {
+    fn default() -> Self {
+        VmemmapGeometry {
+            base_page: crate::mm_types::PAGE_SIZE,
+            struct_page: 64,
+        }
+    }
+}
+
+/// hugetlb_vmemmap_size: bytes of `struct page` for one HugeTLB page of
+/// `hpage_size` bytes.
+pub fn hugetlb_vmemmap_size(g: VmemmapGeometry, hpage_size: u64) -> u64 {
+    hpage_size / g.base_page * g.struct_page
+}
+
+/// hugetlb_vmemmap_optimizable_size in base pages: how many vmemmap pages
+/// HVO frees per HugeTLB page under `rule`.
+pub fn hugetlb_vmemmap_optimizable_pages(
+    g: VmemmapGeometry,
+    hpage_size: u64,
+    rule: HvoRule,
+) -> u64 {
+    if !g.struct_page.is_power_of_two() {
+        return 0;
+    }
+    let size = hugetlb_vmemmap_size(g, hpage_size);
+    let reserve = rule.reserved_pages() * g.base_page;
+    size.saturating_sub(reserve) / g.base_page
+}
+
+/// What HVO does to `total` bytes of HugeTLB pages of `hpage_size` each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct VmemmapPlan {
+    pub hpage_size: u64,
+    pub rule: HvoRule,
+    pub huge_pages: u64,
+    /// Vmemmap bytes of one huge page, and how many base pages of it HVO
+    /// frees.
+    pub vmemmap_bytes_per_hpage: u64,
+    pub freed_pages_per_hpage: u64,
+    /// Bytes of vmemmap for all of them, without and with HVO.
+    pub vmemmap_bytes: u64,
+    pub vmemmap_bytes_hvo: u64,
+}
+
+impl VmemmapPlan {
+    pub fn saved_bytes(&self) -> u64 {
+        self.vmemmap_bytes - self.vmemmap_bytes_hvo
+    }
+}
+
+/// The vmemmap of `total` bytes of HugeTLB pages of `hpage_size`, without
+/// and with HVO under `rule` (whole huge pages only).
+pub fn vmemmap_plan(g: VmemmapGeometry, total: u64, hpage_size: u64, rule: HvoRule) -> VmemmapPlan {
+    let huge_pages = total / hpage_size;
+    // The memmap is one array: a huge page's share of it need not fill
+    // whole pages (64K base pages), though HVO only ever frees whole ones.
+    let per_hpage = hugetlb_vmemmap_size(g, hpage_size);
+    let freed = hugetlb_vmemmap_optimizable_pages(g, hpage_size, rule);
+    VmemmapPlan {
+        hpage_size,
+        rule,
+        huge_pages,
+        vmemmap_bytes_per_hpage: per_hpage,
+        freed_pages_per_hpage: freed,
+        vmemmap_bytes: huge_pages * per_hpage,
+        vmemmap_bytes_hvo: huge_pages * (per_hpage - freed * g.base_page),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    const TIB: u64 = 1 << 40;
+
+    #[test]
+    fn the_pages_the_kernel_frees_per_huge_page() {
+        let g = VmemmapGeometry::default();
+        let freed = |size, rule| hugetlb_vmemmap_optimizable_pages(g, size, rule);
+        // Seed 003: 8 vmemmap pages per 2M page, 6 freed; 4094 of 4096 per 1G.
+        assert_eq!(hugetlb_vmemmap_size(g, 2 * MIB), 8 * 4096);
+        assert_eq!(freed(2 * MIB, HvoRule::Series2021), 6);
+        assert_eq!(freed(GIB, HvoRule::Series2021), 4094);
+        assert_eq!(freed(2 * MIB, HvoRule::Linux618), 7);
+        assert_eq!(freed(GIB, HvoRule::Linux618), 4095);
+    }
+
+    #[test]
+    fn seed_003s_savings_per_tib_come_from_the_2021_rule() {
+        let g = VmemmapGeometry::default();
+        let saved = |size, rule| vmemmap_plan(g, TIB, size, rule).saved_bytes();
+        // "we can save ~16GB (1G hugepage)/~12GB (2MB hugepage) memory".
+        assert_eq!(saved(2 * MIB, HvoRule::Series2021), 12 * GIB);
+        assert_eq!(saved(GIB, HvoRule::Series2021), 16 * GIB - 8 * MIB);
+        assert_eq!(saved(2 * MIB, HvoRule::Linux618), 14 * GIB);
+        assert_eq!(saved(GIB, HvoRule::Linux618), 16 * GIB - 4 * MIB);
+    }
+
+    #[test]
+    fn no_hvo_without_a_power_of_two_struct_page_or_room_to_free() {
+        let odd = VmemmapGeometry {
+            base_page: 4096,
+            struct_page: 56,
+        };
+        assert_eq!(
+            hugetlb_vmemmap_optimizable_pages(odd, 2 * MIB, HvoRule::Linux618),
+            0
+        );
+        // 64K base pages: a 2M page has 32 struct pages, 2 KiB, under one
+        // base page: nothing to free.
+        let big = VmemmapGeometry {
+            base_page: 64 << 10,
+            struct_page: 64,
+        };
+        assert_eq!(
+            hugetlb_vmemmap_optimizable_pages(big, 2 * MIB, HvoRule::Linux618),
+            0
+        );
+        let plan = vmemmap_plan(big, TIB, 2 * MIB, HvoRule::Linux618);
+        assert_eq!((plan.vmemmap_bytes, plan.saved_bytes()), (TIB / 1024, 0));
+    }
+}

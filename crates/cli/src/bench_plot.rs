@@ -227,23 +227,13 @@ fn draw_panel(area: &Area, metric: &Metric, result: &BenchResult) -> Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench_record::{RunRecord, SettingSpec};
-    use std::collections::BTreeMap;
+    use crate::bench_record::{test_run, RunRecord, SettingSpec};
 
     fn result(runs: u32) -> BenchResult {
         let run = |setting: &str, run: u32, wall_s: f64| RunRecord {
-            setting: setting.into(),
-            run,
-            warmup: false,
-            exit_code: 0,
-            wall_s,
-            user_s: 4.0,
             sys_s: 1.0 + run as f64,
-            peak_kb: 102400,
             minflt: 1000 + u64::from(run),
-            majflt: 0,
-            counters: BTreeMap::new(),
-            noisy: vec![],
+            ..test_run(setting, run, wall_s)
         };
         let spec = |n: &str| SettingSpec {
             name: n.into(),

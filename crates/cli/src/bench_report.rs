@@ -328,7 +328,7 @@ pub fn to_json(result: &BenchResult) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench_record::{RunRecord, SettingSpec};
+    use crate::bench_record::{test_run, RunRecord, SettingSpec};
     use std::collections::BTreeMap;
 
     /// Three runs of `4K` (the baseline) and three of `64K`: real-time and
@@ -349,16 +349,9 @@ mod tests {
             noisy: bool,
         ) -> RunRecord {
             RunRecord {
-                setting: setting.into(),
-                run,
-                warmup: false,
-                exit_code: 0,
-                wall_s,
-                user_s: 4.0,
                 sys_s,
                 peak_kb,
                 minflt,
-                majflt: 0,
                 counters: BTreeMap::from([
                     ("vmstat.thp_fault_alloc".to_string(), thp),
                     ("vmstat.thp_split_page".to_string(), 0),
@@ -370,6 +363,7 @@ mod tests {
                 } else {
                     vec![]
                 },
+                ..test_run(setting, run, wall_s)
             }
         }
         let spec = |n: &str| SettingSpec {

@@ -19,14 +19,7 @@ struct Lines {
 
 impl Read for Lines {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = {
-            let avail = self.fill_buf()?;
-            let n = avail.len().min(buf.len());
-            buf[..n].copy_from_slice(&avail[..n]);
-            n
-        };
-        self.consume(n);
-        Ok(n)
+        common::read_from_buf(self, buf)
     }
 }
 

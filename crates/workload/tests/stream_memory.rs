@@ -58,11 +58,7 @@ impl Generated {
 
 impl Read for Generated {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let avail = self.fill_buf()?;
-        let n = avail.len().min(buf.len());
-        buf[..n].copy_from_slice(&avail[..n]);
-        self.consume(n);
-        Ok(n)
+        common::read_from_buf(self, buf)
     }
 }
 

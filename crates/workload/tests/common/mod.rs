@@ -2,6 +2,17 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use hugelab_workload::{Backend, BackendError, Reading, Stmt};
+use std::io::{self, BufRead};
+
+/// `Read::read` for a reader that makes its text in `fill_buf`: copies
+/// what `fill_buf` has into `buf`.
+pub fn read_from_buf(r: &mut impl BufRead, buf: &mut [u8]) -> io::Result<usize> {
+    let avail = r.fill_buf()?;
+    let n = avail.len().min(buf.len());
+    buf[..n].copy_from_slice(&avail[..n]);
+    r.consume(n);
+    Ok(n)
+}
 
 /// A backend that remembers the lines of the statements it executed.
 #[derive(Default)]

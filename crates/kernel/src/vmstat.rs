@@ -166,10 +166,16 @@ fn touched(capacity: usize) -> Vec<u8> {
     v
 }
 
+/// A counter as a signed number. The kernel prints some `unsigned long`
+/// counters that can wrap below zero (`HugePages_Rsvd` after a private
+/// mapping's owner unmaps a page its child still maps: hugetlb_vm_op_close
+/// returns a reservation the zap already gave back); those read as the
+/// negative number they stand for, as the model reports them.
 fn number(file: &str, v: &str) -> Result<i64> {
-    v.trim()
-        .parse()
-        .map_err(|_| KernelError::Refused(format!("{file}: unexpected value {:?}", v.trim())))
+    let v = v.trim();
+    v.parse::<i64>()
+        .or_else(|_| v.parse::<u64>().map(|u| u as i64))
+        .map_err(|_| KernelError::Refused(format!("{file}: unexpected value {v:?}")))
 }
 
 fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<()> {

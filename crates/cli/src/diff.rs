@@ -166,6 +166,9 @@ fn model_from_machine() -> Result<Model> {
         match model.execute(&stmt) {
             Ok(()) => {}
             Err(e) if e.kind == BackendErrorKind::Unsupported => {}
+            // A file the kernel refuses to write whatever it holds
+            // (a gigantic pool's nr_overcommit_hugepages): nothing to copy.
+            Err(e) if matches!(e.kind, BackendErrorKind::Errno(_)) => {}
             Err(e) => anyhow::bail!(
                 "the model cannot start from this machine's {stmt}: {}",
                 e.message

@@ -5,13 +5,16 @@
 //! Follows Linux 6.18 `mm/vmstat.c` (`nr_anon_transparent_hugepages` is
 //! NR_ANON_THPS / HPAGE_PMD_NR), `fs/proc/meminfo.c` and `fs/proc/task_mmu.c`.
 //! MemTotal is the whole simulated memory (the model reserves nothing for the
-//! kernel itself).
+//! kernel itself), plus what HVO freed of the boot memmap (free_bootmem_page
+//! adds it to the managed pages); MemFree counts those frames too. The
+//! HugeTLB pools are `hugetlb_report_meminfo` and hugepages/hugepages-<size>/
+//! (`mm/hugetlb.c`, `mm/hugetlb_sysfs.c`).
 
 use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::reading_cache::ReadingCache;
 use crate::task_mmu::{walk_range, FolioCounts, MemSizeStats};
 use crate::vmstat::{MthpStat, VmEvent};
-use crate::{Machine, Model, Task};
+use crate::{hugetlb, Machine, Model, Task};
 use hugelab_workload::Counters;
 
 /// `<size>kB` as the kernel names a folio size in sysfs.
@@ -43,8 +46,24 @@ fn machine_counter_names() -> &'static [String] {
             "meminfo.AnonPages",
             "meminfo.AnonHugePages",
             "meminfo.PageTables",
+            "meminfo.HugePages_Total",
+            "meminfo.HugePages_Free",
+            "meminfo.HugePages_Rsvd",
+            "meminfo.HugePages_Surp",
+            "meminfo.Hugepagesize",
+            "meminfo.Hugetlb",
+            "vmstat.nr_memmap_pages",
+            "vmstat.nr_memmap_boot_pages",
         ] {
             names.push(name.to_string());
+        }
+        for h in 0..hugetlb::NR_HSTATES {
+            for file in HUGETLB_FILES {
+                names.push(format!(
+                    "hugetlb.{}kB.{file}",
+                    hugetlb::huge_page_size(h) >> 10
+                ));
+            }
         }
         for order in 2..=HPAGE_PMD_ORDER {
             for item in MthpStat::ALL {
@@ -55,23 +74,63 @@ fn machine_counter_names() -> &'static [String] {
     })
 }
 
+/// The files of a HugeTLB pool (hugepages/hugepages-<size>/).
+const HUGETLB_FILES: [&str; 5] = [
+    "nr_hugepages",
+    "free_hugepages",
+    "resv_hugepages",
+    "surplus_hugepages",
+    "nr_overcommit_hugepages",
+];
+
+/// One file of the pool of hstate `h` (`mm/hugetlb_sysfs.c`): nr_hugepages
+/// counts surplus pages too.
+fn hugetlb_file(m: &Machine, h: hugetlb::HstateIdx, file: &str) -> Option<i64> {
+    let hs = &m.hugetlb.hstates[h];
+    Some(match file {
+        "nr_hugepages" => hs.nr_huge_pages as i64,
+        "free_hugepages" => hs.free_huge_pages as i64,
+        "resv_hugepages" => hs.resv_huge_pages,
+        "surplus_hugepages" => hs.surplus_huge_pages as i64,
+        "nr_overcommit_hugepages" => hs.nr_overcommit_huge_pages as i64,
+        _ => return None,
+    })
+}
+
 /// One machine-wide counter (/proc/vmstat, /proc/meminfo, hugepages-*/stats,
-/// khugepaged/), or None for a name that is not one.
+/// khugepaged/, hugepages/), or None for a name that is not one.
 pub fn machine_counter(m: &Machine, name: &str) -> Option<i64> {
     let kb = |pages: i64| pages * (PAGE_SIZE as i64 / 1024);
     let (family, field) = name.split_once('.')?;
+    // Frames the boot memmap gave back (HVO) join total and free memory.
+    let boot_freed = m.vmemmap.boot_pages_freed as i64;
     Some(match (family, field) {
+        ("vmstat", "nr_memmap_pages") => m.vmemmap.nr_memmap_pages,
+        ("vmstat", "nr_memmap_boot_pages") => m.vmemmap.nr_memmap_boot_pages,
+        // hugetlb_report_meminfo: the default hstate's pool, and every
+        // pool's memory.
+        ("meminfo", "HugePages_Total") => hugetlb_file(m, 0, "nr_hugepages")?,
+        ("meminfo", "HugePages_Free") => hugetlb_file(m, 0, "free_hugepages")?,
+        ("meminfo", "HugePages_Rsvd") => hugetlb_file(m, 0, "resv_hugepages")?,
+        ("meminfo", "HugePages_Surp") => hugetlb_file(m, 0, "surplus_hugepages")?,
+        ("meminfo", "Hugepagesize") => (hugetlb::huge_page_size(0) >> 10) as i64,
+        ("meminfo", "Hugetlb") => m.hugetlb.meminfo_hugetlb_kb(),
+        ("hugetlb", rest) => {
+            let (size, file) = rest.split_once('.')?;
+            let kb: u64 = size.strip_suffix("kB")?.parse().ok()?;
+            hugetlb_file(m, hugetlb::size_to_hstate(kb << 10)?, file)?
+        }
         ("vmstat", "nr_anon_pages") => m.stat.nr_anon_mapped,
         ("vmstat", "nr_anon_transparent_hugepages") => m.stat.nr_anon_thps / HPAGE_PMD_NR as i64,
         ("vmstat", "nr_page_table_pages") => m.stat.nr_pagetable,
-        ("vmstat", "nr_free_pages") => m.zone.nr_free_pages() as i64,
+        ("vmstat", "nr_free_pages") => m.zone.nr_free_pages() as i64 + boot_freed,
         ("vmstat", event) => {
             let event = VmEvent::ALL.into_iter().find(|e| e.name() == event)?;
             m.stat.event(event) as i64
         }
         ("khugepaged", "pages_collapsed") => m.stat.khugepaged_pages_collapsed as i64,
-        ("meminfo", "MemTotal") => kb(m.zone.spanned_pages() as i64),
-        ("meminfo", "MemFree") => kb(m.zone.nr_free_pages() as i64),
+        ("meminfo", "MemTotal") => kb(m.zone.spanned_pages() as i64 + boot_freed),
+        ("meminfo", "MemFree") => kb(m.zone.nr_free_pages() as i64 + boot_freed),
         ("meminfo", "AnonPages") => kb(m.stat.nr_anon_mapped),
         ("meminfo", "AnonHugePages") => kb(m.stat.nr_anon_thps),
         ("meminfo", "PageTables") => kb(m.stat.nr_pagetable),

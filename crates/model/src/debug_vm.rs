@@ -237,8 +237,14 @@ pub fn check(model: &Model) -> Vec<String> {
             .reading_cache
             .stale(m, &model.tasks, crate::counters::process_counters),
     );
+    crate::hugetlb::check(
+        m,
+        model.tasks.iter().map(|(n, t)| (n.as_str(), &t.mm)),
+        &mut bad,
+    );
     let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
-    let used = frames + tables as u64 + zero;
+    let hugetlb = m.hugetlb.frames() + m.vmemmap.zone_frames();
+    let used = frames + tables as u64 + zero + hugetlb;
     let total = m.zone.spanned_pages();
     if used + m.zone.nr_free_pages() != total {
         bad.push(format!(

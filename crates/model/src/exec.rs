@@ -9,11 +9,11 @@ use crate::mm_types::{Fault, HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
 use crate::pgtable::MAX_PFN;
 use crate::vmstat::VmEvent;
-use crate::{counters, madvise, mprotect, Machine, Model, Task};
+use crate::{counters, hugetlb, madvise, mprotect, Machine, Model, Task};
 use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::{
     Advice, Arch, Backend, BackendError, Errno, KhugepagedKnob, MachineParam, Prot, Range, Reading,
-    SetValue, Stmt, StmtKind, Tunable,
+    SetValue, Stmt, StmtKind, Tunable, VmSysctl,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -108,9 +108,43 @@ fn set_tunable(
                 KhugepagedKnob::AllocSleepMillisecs => k.alloc_sleep_millisecs = v,
             }
         }
+        (Tunable::HugetlbNrHugepages { size_kb }, SetValue::Num(v)) => {
+            let h = hstate_of(stmt, *size_kb)?;
+            hugetlb::set_max_huge_pages(m, h, v);
+        }
+        (Tunable::Sysctl(VmSysctl::NrHugepages), SetValue::Num(v)) => {
+            hugetlb::set_max_huge_pages(m, 0, v);
+        }
+        (Tunable::HugetlbNrOvercommit { size_kb }, SetValue::Num(v)) => {
+            let h = hstate_of(stmt, *size_kb)?;
+            if hugetlb::hstate_is_gigantic(h) {
+                return Err(BackendError::errno(
+                    stmt,
+                    Errno::EINVAL,
+                    "gigantic pages have no surplus pages (nr_overcommit_hugepages_store)",
+                ));
+            }
+            m.hugetlb.hstates[h].nr_overcommit_huge_pages = v;
+        }
+        (Tunable::Sysctl(VmSysctl::NrOvercommitHugepages), SetValue::Num(v)) => {
+            m.hugetlb.hstates[0].nr_overcommit_huge_pages = v;
+        }
+        (Tunable::Sysctl(VmSysctl::HugetlbOptimizeVmemmap), SetValue::Num(v)) => {
+            m.vmemmap.optimize = v != 0;
+        }
         _ => return Err(unsupported()),
     }
     Ok(())
+}
+
+/// The hstate of `hugepages/hugepages-<size_kb>kB/`.
+fn hstate_of(stmt: &Stmt, size_kb: u64) -> Result<hugetlb::HstateIdx, BackendError> {
+    hugetlb::size_to_hstate(size_kb << 10).ok_or_else(|| {
+        failed(
+            stmt,
+            format!("hugepages/hugepages-{size_kb}kB does not exist: HugeTLB sizes are 2048kB and 1048576kB"),
+        )
+    })
 }
 
 impl Model {
@@ -290,9 +324,32 @@ impl Model {
         write: bool,
         zero: bool,
     ) -> Result<(), BackendError> {
+        // The task leaves the map for the access, so that a HugeTLB fault
+        // can reach the other processes (unmap_ref_private).
+        let (key, mut task) = self
+            .tasks
+            .remove_entry(proc)
+            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+        let faults_before = self.machine.stat.event(VmEvent::PgFault);
+        let result = self.access_task(stmt, proc, &mut task, range, step, write, zero);
+        task.min_flt += self.machine.stat.event(VmEvent::PgFault) - faults_before;
+        self.tasks.insert(key, task);
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn access_task(
+        &mut self,
+        stmt: &Stmt,
+        proc: &str,
+        task: &mut Task,
+        range: &Range,
+        step: u64,
+        write: bool,
+        zero: bool,
+    ) -> Result<(), BackendError> {
         let memory_mib = self.memory_bytes >> 20;
-        let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
-        let faults_before = machine.stat.event(VmEvent::PgFault);
+        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
         let mut addr = start;
         while addr < end {
             let vma = task.mm.find_vma(addr).ok_or_else(|| {
@@ -305,20 +362,35 @@ impl Model {
                 )
             })?;
             let piece_end = end.min(vma.end);
-            access_range(
-                machine,
-                &mut task.mm,
-                &vma,
-                addr,
-                piece_end,
-                Access {
+            let machine = &mut self.machine;
+            let done = if vma.hugetlb.is_some() {
+                let mut others: Vec<&mut MmStruct> =
+                    self.tasks.values_mut().map(|t| &mut t.mm).collect();
+                hugetlb::hugetlb_access(
+                    machine,
+                    &mut task.mm,
+                    &mut others,
+                    &vma,
+                    addr..piece_end,
                     step,
                     write,
-                    zero,
-                    stores: write,
-                },
-            )
-            .map_err(|f| match f {
+                )
+            } else {
+                access_range(
+                    machine,
+                    &mut task.mm,
+                    &vma,
+                    addr,
+                    piece_end,
+                    Access {
+                        step,
+                        write,
+                        zero,
+                        stores: write,
+                    },
+                )
+            };
+            done.map_err(|f| match f {
                 Fault::Sigsegv { addr, write } => failed(
                     stmt,
                     format!(
@@ -335,10 +407,16 @@ impl Model {
                         memory_mib
                     ),
                 ),
+                Fault::Sigbus { addr } => failed(
+                    stmt,
+                    format!(
+                        "SIGBUS: no HugeTLB page for {proc}'s fault at {}",
+                        describe(&task.mm, addr)
+                    ),
+                ),
             })?;
             addr += (piece_end - addr).div_ceil(step) * step;
         }
-        task.min_flt += machine.stat.event(VmEvent::PgFault) - faults_before;
         Ok(())
     }
 }
@@ -522,6 +600,17 @@ impl Model {
 
     fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
+        if let StmtKind::Madvise { proc, range, .. }
+        | StmtKind::Mprotect { proc, range, .. }
+        | StmtKind::Pin { proc, range }
+        | StmtKind::Split { proc, range } = &stmt.kind
+        {
+            let mm = &self.task(stmt, proc)?.mm;
+            let (start, end) = resolve(stmt, proc, mm, range)?;
+            if hugetlb::range_has_hugetlb(mm, start, end) {
+                return unsupported(&format!("{} of a HugeTLB region", stmt.kind.keyword()));
+            }
+        }
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
                 set_tunable(&mut self.machine, stmt, tunable, *value)?
@@ -549,11 +638,8 @@ impl Model {
                 shared,
                 prot,
             } => {
-                if hugetlb.is_some() {
-                    return unsupported("mmap hugetlb=");
-                }
-                if *shared {
-                    return unsupported("mmap shared");
+                if *shared && hugetlb.is_none() {
+                    return unsupported("mmap shared without hugetlb=");
                 }
                 let task = self.task(stmt, proc)?;
                 if task.mm.regions.contains_key(region) {
@@ -562,6 +648,33 @@ impl Model {
                         format!("process '{proc}' already has a region '{region}'"),
                     ));
                 }
+                if let Some(hsize) = hugetlb {
+                    let bytes = hsize.bytes().bytes();
+                    let h = hugetlb::size_to_hstate(bytes).expect("2M or 1G");
+                    let len = size.bytes().next_multiple_of(bytes);
+                    if *shared
+                        && !hugetlb::hstate_is_gigantic(h)
+                        && len >= crate::mm_types::PUD_SIZE
+                    {
+                        return unsupported(
+                            "a shared hugetlb=2M mapping of 1G or more (PMD sharing)",
+                        );
+                    }
+                    let prot = vm_prot(prot.unwrap_or(Prot::ReadWrite));
+                    let align = align.map_or(bytes, |a| a.bytes().max(bytes));
+                    let hv = hugetlb::hugetlb_mmap(&mut self.machine, h, len, *shared).map_err(
+                        |_| {
+                            BackendError::errno(
+                                stmt,
+                                Errno::ENOMEM,
+                                "mmap: the HugeTLB pool cannot reserve the mapping's pages",
+                            )
+                        },
+                    )?;
+                    let task = self.task(stmt, proc)?;
+                    task.mm.do_mmap_hugetlb(region, len, align, prot, hv);
+                    return Ok(());
+                }
                 let len = size.bytes().next_multiple_of(PAGE_SIZE);
                 let prot = vm_prot(prot.unwrap_or(Prot::ReadWrite));
                 task.mm
@@ -569,7 +682,13 @@ impl Model {
             }
             StmtKind::Munmap { proc, range } => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
-                do_munmap(machine, &mut task.mm, start, end);
+                if do_munmap(machine, &mut task.mm, start, end).is_err() {
+                    return Err(BackendError::errno(
+                        stmt,
+                        Errno::EINVAL,
+                        "munmap: the range cuts a HugeTLB mapping inside a huge page",
+                    ));
+                }
                 self.retire_region_if_unmapped(proc, &range.region, gone);
             }
             StmtKind::Mprotect { proc, range, prot } => {

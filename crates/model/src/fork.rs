@@ -10,6 +10,8 @@
 //! - a PMD-mapped THP stays PMD-mapped in both, a PTE-mapped folio stays
 //!   PTE-mapped, both write-protected and no longer PageAnonExclusive, with
 //!   one reference and one mapcount more per mapping;
+//! - a private HugeTLB mapping's pages are shared write-protected
+//!   (`hugetlb::copy_hugetlb_page_range`); the child owns no reservation;
 //! - when the parent has ever pinned (MMF_HAS_PINNED) and a folio may be
 //!   pinned, its exclusive pages are copied for the child at once
 //!   (`copy_present_page`) instead of being shared, after splitting a PMD.
@@ -30,7 +32,7 @@ use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
-use crate::Machine;
+use crate::{hugetlb, Machine};
 
 /// dup_mmap: `dst` (a new, empty mm with its own id) becomes a copy of `src`.
 pub fn dup_mmap(m: &mut Machine, src: &mut MmStruct, dst: &mut MmStruct) -> Result<(), Fault> {
@@ -42,6 +44,15 @@ pub fn dup_mmap(m: &mut Machine, src: &mut MmStruct, dst: &mut MmStruct) -> Resu
         m.anon_vmas.fork(src.mm_id, dst.mm_id);
     }
     dst.vmas = src.vmas.clone();
+    // hugetlb_dup_vma_private and hugetlb_vm_op_open for the child's
+    // HugeTLB VMAs: the file is shared, reservations stay the parent's.
+    for vma in dst.vmas.values_mut() {
+        if let Some(hv) = vma.hugetlb {
+            let child = hugetlb::hugetlb_dup_vma_private(hv);
+            hugetlb::hugetlb_vm_op_open(m, &child);
+            vma.hugetlb = Some(child);
+        }
+    }
     dst.regions = src.regions.clone();
     dst.mmap_cursor = src.mmap_cursor;
     // MMF_INIT_MASK carries PR_SET_THP_DISABLE; khugepaged_fork registers
@@ -50,7 +61,11 @@ pub fn dup_mmap(m: &mut Machine, src: &mut MmStruct, dst: &mut MmStruct) -> Resu
     dst.khugepaged_registered = src.khugepaged_registered;
     let vmas: Vec<Vma> = src.vmas.values().copied().collect();
     for vma in vmas.iter().filter(|v| v.anon_vma) {
-        copy_page_range(m, dst, src, vma)?;
+        if vma.hugetlb.is_some() {
+            hugetlb::copy_hugetlb_page_range(m, dst, src, vma)?;
+        } else {
+            copy_page_range(m, dst, src, vma)?;
+        }
     }
     Ok(())
 }

@@ -68,6 +68,7 @@ pub fn pin_user_pages(
         access_range(m, mm, &vma, addr, piece_end, write).map_err(|f| match f {
             Fault::Sigsegv { .. } => PinError::Efault,
             Fault::Oom => PinError::Oom,
+            Fault::Sigbus { .. } => PinError::Efault,
         })?;
         addr = piece_end;
     }

@@ -106,6 +106,9 @@ impl ThpSettings {
 /// mask, then the VMA and process vetoes. The fit-in-VMA check is left to the
 /// caller, as the fault path does it per address.
 pub fn thp_vma_allowable_orders(thp: &ThpSettings, mm: &MmStruct, vma: &Vma, orders: u32) -> u32 {
+    if vma.hugetlb.is_some() {
+        return 0;
+    }
     let hugepage = vma.flags & Vma::VM_HUGEPAGE != 0;
     let mut mask = thp.orders_with(ThpSizeEnabled::Always);
     if hugepage {

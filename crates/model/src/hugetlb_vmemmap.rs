@@ -12,14 +12,44 @@
 //! the other tail pages were remapped to. The series itself names the
 //! difference as future work, and later kernels keep one.
 //!
-//! So far this is the arithmetic only: the pools, which pages are optimized
-//! and when the vmemmap comes back are issue 13's model, still to come.
+//! The optimization itself follows `mm/hugetlb_vmemmap.c`
+//! (`hugetlb_vmemmap_optimize_folio`, `hugetlb_vmemmap_restore_folio`):
+//! - a HugeTLB page is optimized when it is allocated from the buddy
+//!   allocator (pool growth, surplus pages) while `vm.hugetlb_optimize_vmemmap`
+//!   is 1; pages allocated before keep their vmemmap;
+//! - 6.18's `vmemmap_remap_free` first copies the head vmemmap page into a
+//!   newly allocated page (`nr_memmap_pages` +1), remaps the whole range to
+//!   it and frees all the original vmemmap pages; a page that came from the
+//!   boot memmap (PageReserved) is freed with `free_bootmem_page`
+//!   (`nr_memmap_boot_pages` -1, and MemTotal grows by it), one that an
+//!   earlier restore allocated goes back to the buddy allocator
+//!   (`nr_memmap_pages` -1). If the copy cannot be allocated, the original
+//!   head page is kept. The 2021 rule keeps the first two pages and frees
+//!   the rest, with no copy;
+//! - when the page goes back to the buddy allocator, `vmemmap_remap_alloc`
+//!   allocates the freed pages again (`nr_memmap_pages` + that many); if it
+//!   cannot, the caller keeps the HugeTLB page (see `hugetlb`).
+//!
+//! The model knows, for each vmemmap page (one per 64 frames), whether it
+//! is still the boot memmap's or a frame of the zone, so which of the two
+//! counters moves follows the machine's history, as on the kernel. Frames
+//! freed from the boot memmap count in MemTotal and MemFree but are not
+//! handed out again (the model's zone has a fixed size): a simplification
+//! that changes no counter but which frame a later allocation gets.
+//! Not modelled: the vmemmap PMD split before a first optimization (a
+//! kernel page-table page, not counted in NR_PAGETABLE), HVO of boot-time
+//! pages (`hugetlb_vmemmap_optimize_bootmem_folios`), demotion.
+
+use crate::mm_types::{Pfn, PAGE_SIZE};
+use crate::page_alloc::Zone;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Which HVO rule: how many vmemmap pages a HugeTLB page keeps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub enum HvoRule {
     /// Linux 6.18: one page kept (`HUGETLB_VMEMMAP_RESERVE_SIZE` is
     /// PAGE_SIZE).
+    #[default]
     Linux618,
     /// The 2021 series (Linux 5.14): two pages kept (`RESERVE_VMEMMAP_NR`).
     Series2021,
@@ -81,6 +111,127 @@ pub fn hugetlb_vmemmap_optimizable_pages(
     let size = hugetlb_vmemmap_size(g, hpage_size);
     let reserve = rule.reserved_pages() * g.base_page;
     size.saturating_sub(reserve) / g.base_page
+}
+
+/// Struct pages per vmemmap page (PAGE_SIZE / sizeof(struct page)).
+const STRUCT_PAGES_PER_PAGE: u64 = PAGE_SIZE / 64;
+
+/// The vmemmap of the machine: the HVO sysctl and rule, what each HugeTLB
+/// page's vmemmap is now, and the memmap counters.
+#[derive(Default)]
+pub struct Vmemmap {
+    /// vm.hugetlb_optimize_vmemmap.
+    pub optimize: bool,
+    pub rule: HvoRule,
+    /// Vmemmap pages that are frames of the zone (allocated by a restore,
+    /// or a head copy), by vmemmap page index (pfn / 64); the others are
+    /// the boot memmap's, or freed.
+    zone_backed: HashMap<u64, Pfn>,
+    /// Optimized HugeTLB pages (head pfn): the head copy, if one was made.
+    optimized: HashMap<Pfn, Option<Pfn>>,
+    /// NR_MEMMAP and NR_MEMMAP_BOOT, as changes since boot.
+    pub nr_memmap_pages: i64,
+    pub nr_memmap_boot_pages: i64,
+    /// Frames the boot memmap gave to the buddy allocator (MemTotal grows).
+    pub boot_pages_freed: u64,
+}
+
+impl Vmemmap {
+    /// Vmemmap pages per HugeTLB page of `nr` frames.
+    fn pages(nr: u64) -> u64 {
+        nr / STRUCT_PAGES_PER_PAGE
+    }
+
+    /// Vmemmap pages the rule keeps (none copied yet).
+    fn kept(&self) -> u64 {
+        self.rule.reserved_pages()
+    }
+
+    pub fn is_optimized(&self, folio: Pfn) -> bool {
+        self.optimized.contains_key(&folio)
+    }
+
+    /// Zone frames holding vmemmap (for the frame accounting of debug_vm).
+    pub fn zone_frames(&self) -> u64 {
+        self.zone_backed.len() as u64
+            + self.optimized.values().filter(|h| h.is_some()).count() as u64
+    }
+
+    /// free_vmemmap_page for vmemmap page `index`.
+    fn free_vmemmap_page(&mut self, zone: &mut Zone, index: u64) {
+        match self.zone_backed.remove(&index) {
+            Some(frame) => {
+                self.nr_memmap_pages -= 1;
+                zone.free_pages(frame, 0);
+            }
+            None => {
+                self.nr_memmap_boot_pages -= 1;
+                self.boot_pages_freed += 1;
+            }
+        }
+    }
+
+    /// hugetlb_vmemmap_optimize_folio for the HugeTLB page of `nr` frames
+    /// at `folio`: nothing unless the sysctl is on and there is something
+    /// to free.
+    pub fn hugetlb_vmemmap_optimize_folio(&mut self, zone: &mut Zone, folio: Pfn, nr: u64) {
+        let pages = Self::pages(nr);
+        if !self.optimize || pages <= self.kept() || self.optimized.contains_key(&folio) {
+            return;
+        }
+        let first = folio.0 / STRUCT_PAGES_PER_PAGE;
+        let (head, from) = match self.rule {
+            HvoRule::Linux618 => match zone.alloc_pages(0) {
+                Some(copy) => {
+                    self.nr_memmap_pages += 1;
+                    (Some(copy), 0)
+                }
+                None => (None, 1),
+            },
+            HvoRule::Series2021 => (None, 2),
+        };
+        for index in first + from..first + pages {
+            self.free_vmemmap_page(zone, index);
+        }
+        self.optimized.insert(folio, head);
+    }
+
+    /// hugetlb_vmemmap_restore_folio: the freed vmemmap pages allocated
+    /// again; false (and nothing changed) when the zone has too few frames.
+    pub fn hugetlb_vmemmap_restore_folio(&mut self, zone: &mut Zone, folio: Pfn, nr: u64) -> bool {
+        let Some(&head) = self.optimized.get(&folio) else {
+            return true;
+        };
+        let pages = Self::pages(nr);
+        let first = folio.0 / STRUCT_PAGES_PER_PAGE;
+        let from = match (self.rule, head) {
+            (HvoRule::Linux618, Some(_)) => 1,
+            (HvoRule::Linux618, None) => 1,
+            (HvoRule::Series2021, _) => 2,
+        };
+        let mut frames = Vec::with_capacity((pages - from) as usize);
+        for _ in from..pages {
+            match zone.alloc_pages(0) {
+                Some(f) => frames.push(f),
+                None => {
+                    for f in frames {
+                        zone.free_pages(f, 0);
+                    }
+                    return false;
+                }
+            }
+        }
+        self.nr_memmap_pages += frames.len() as i64;
+        for (index, frame) in (first + from..first + pages).zip(frames) {
+            self.zone_backed.insert(index, frame);
+        }
+        if let Some(copy) = head {
+            // The copy stays the head page's vmemmap.
+            self.zone_backed.insert(first, copy);
+        }
+        self.optimized.remove(&folio);
+        true
+    }
 }
 
 /// What HVO does to `total` bytes of HugeTLB pages of `hpage_size` each.

@@ -4,7 +4,8 @@
 //! The modules are a map of the kernel's `mm/`: `memory` (faults, zap,
 //! copy-on-write), `fork` (dup_mmap, copy_page_range), `gup` (long-term pins),
 //! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
-//! deferred split queue and its shrinker), `khugepaged`, `rmap`, `mmap`,
+//! deferred split queue and its shrinker), `hugetlb` (HugeTLB pools,
+//! reservations, faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
 //! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator,
 //! folio allocation and free), `internal` (folio_pte_batch, from
 //! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
@@ -16,7 +17,7 @@
 //! leaves out.
 //!
 //! Machine-wide simplifications: x86_64 with 4 KiB pages and one NUMA node; no
-//! swap, page cache, memcg, hugetlb or concurrency yet; statements the model
+//! swap, page cache, memcg or concurrency yet; statements the model
 //! cannot execute are refused with an error naming them, never ignored.
 //!
 //! The model is pure: no files, clocks, syscalls or unseeded randomness. The
@@ -28,6 +29,7 @@ mod exec;
 pub mod fork;
 pub mod gup;
 pub mod huge_memory;
+pub mod hugetlb;
 pub mod hugetlb_vmemmap;
 pub mod internal;
 pub mod khugepaged;
@@ -71,6 +73,10 @@ pub struct Machine {
     pub folio_mm_ids: HashMap<Pfn, rmap::FolioMmIds>,
     /// The anon_vmas large folios point at (see rmap).
     pub anon_vmas: rmap::AnonVmas,
+    /// HugeTLB pools, pages, files and reservations.
+    pub hugetlb: hugetlb::Hugetlb,
+    /// The vmemmap of HugeTLB pages (HVO) and the memmap counters.
+    pub vmemmap: hugetlb_vmemmap::Vmemmap,
     /// A bug put in on purpose, to show the invariant checker catches it.
     #[doc(hidden)]
     pub injected_bug: Option<InjectedBug>,
@@ -99,6 +105,8 @@ impl Machine {
             deferred_split_queue: DeferredSplitQueue::default(),
             folio_mm_ids: HashMap::default(),
             anon_vmas: rmap::AnonVmas::default(),
+            hugetlb: hugetlb::Hugetlb::default(),
+            vmemmap: hugetlb_vmemmap::Vmemmap::default(),
             injected_bug: None,
         }
     }

@@ -166,6 +166,9 @@ pub enum Fault {
     Sigsegv { addr: u64, write: bool },
     /// VM_FAULT_OOM: not even an order-0 page could be allocated.
     Oom,
+    /// VM_FAULT_SIGBUS: no page can back the access (a HugeTLB fault with
+    /// an empty pool).
+    Sigbus { addr: u64 },
 }
 
 /// page_folio: the head of the folio that `page` belongs to. The kernel

@@ -5,7 +5,8 @@
 //! and `vma_adjust_trans_huge` from `mm/huge_memory.c`, which splits a PMD
 //! mapping that a new VMA boundary would cut.
 //!
-//! Simplifications: anonymous private mappings only; a VMA records only
+//! Simplifications: anonymous private mappings and HugeTLB mappings
+//! (`hugetlb`) only; a VMA records only
 //! whether it has an anon_vma — the anon_vma itself is one per mm
 //! (`rmap::AnonVmas`), so two neighbouring VMAs of one region merge when
 //! their flags match, which is when the kernel merges them too, as they share
@@ -22,6 +23,7 @@
 //! neighbouring VMAs. The P4D and PGD levels are shared with the process's
 //! own mappings and never change.
 
+use crate::hugetlb::{self, HugePte, HugetlbVma};
 use crate::memory::zap_page_range;
 use crate::mm_types::{Pfn, PMD_SIZE, PUD_SIZE};
 use crate::pgtable::{Pmd, PmdMap};
@@ -39,6 +41,9 @@ pub struct Vma {
     /// fault, or fork from a VMA that had one). fork copies the page tables
     /// of such VMAs only.
     pub anon_vma: bool,
+    /// A HugeTLB mapping (VM_HUGETLB): its file, offset and reservation
+    /// state (see `hugetlb`).
+    pub hugetlb: Option<HugetlbVma>,
 }
 
 impl Vma {
@@ -83,6 +88,9 @@ pub struct MmStruct {
     /// finds no VMA left in their range.
     pub pmd_tables: BTreeMap<u64, Pfn>,
     pub pud_tables: BTreeMap<u64, Pfn>,
+    /// The huge PTEs of HugeTLB VMAs (PMD entries for 2 MiB pages, PUD
+    /// entries for 1 GiB pages), by address.
+    pub hugetlb_ptes: BTreeMap<u64, HugePte>,
     pub(crate) mmap_cursor: u64,
 }
 
@@ -127,6 +135,32 @@ impl MmStruct {
                 end: start + len,
                 flags: prot,
                 anon_vma: false,
+                hugetlb: None,
+            },
+        );
+        self.regions.insert(name.to_string(), Region { start, len });
+        start
+    }
+
+    /// do_mmap of a HugeTLB region (MAP_HUGETLB; its file and reservation
+    /// already made by `hugetlb::hugetlb_mmap`), aligned to its page size.
+    pub fn do_mmap_hugetlb(
+        &mut self,
+        name: &str,
+        len: u64,
+        align: u64,
+        prot: u32,
+        hv: HugetlbVma,
+    ) -> u64 {
+        let start = placement::place_region(&mut self.mmap_cursor, len, align);
+        self.vmas.insert(
+            start,
+            Vma {
+                start,
+                end: start + len,
+                flags: prot,
+                anon_vma: false,
+                hugetlb: Some(hv),
             },
         );
         self.regions.insert(name.to_string(), Region { start, len });
@@ -139,6 +173,22 @@ impl MmStruct {
 pub fn split_vma(m: &mut Machine, mm: &mut MmStruct, addr: u64) {
     let Some(vma) = mm.find_vma(addr) else { return };
     if vma.start == addr {
+        return;
+    }
+    if let Some(hv) = vma.hugetlb {
+        // The new VMA's file offset moves with its start; hugetlb_vm_op_open
+        // takes its references.
+        let upper = hv.at(&vma, addr);
+        hugetlb::hugetlb_vm_op_open(m, &upper);
+        mm.vmas.insert(vma.start, Vma { end: addr, ..vma });
+        mm.vmas.insert(
+            addr,
+            Vma {
+                start: addr,
+                hugetlb: Some(upper),
+                ..vma
+            },
+        );
         return;
     }
     if !addr.is_multiple_of(PMD_SIZE) {
@@ -160,7 +210,13 @@ pub fn vma_merge_range(mm: &mut MmStruct, start: u64, end: u64) {
     for key in keys {
         let vma = mm.vmas[&key];
         match prev {
-            Some(p) if p.end == vma.start && p.flags == vma.flags => {
+            // VM_HUGETLB VMAs never merge (VM_DONTEXPAND is VM_SPECIAL).
+            Some(p)
+                if p.end == vma.start
+                    && p.flags == vma.flags
+                    && p.hugetlb.is_none()
+                    && vma.hugetlb.is_none() =>
+            {
                 mm.vmas.remove(&key);
                 let merged = Vma {
                     end: vma.end,
@@ -200,16 +256,48 @@ pub fn update_vma_flags(
     covered >= end
 }
 
+/// A VMA refused to split where munmap asked (`vm_ops->may_split`).
+#[derive(Debug)]
+pub struct SplitRefused;
+
 /// do_vmi_munmap: unmaps `[start, end)`, zapping its pages and freeing page
-/// tables no VMA needs any more.
-pub fn do_munmap(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
+/// tables no VMA needs any more. EINVAL, and nothing done, when an end of
+/// the range would cut a HugeTLB VMA inside a huge page
+/// (`hugetlb_vm_op_split`; the kernel may have split the VMA at a valid
+/// start by then, which changes no counter).
+pub fn do_munmap(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    start: u64,
+    end: u64,
+) -> Result<(), SplitRefused> {
+    for addr in [start, end] {
+        if let Some(vma) = mm.find_vma(addr) {
+            match vma.hugetlb {
+                Some(hv) if vma.start != addr && !hugetlb::hugetlb_vm_op_split(&hv, addr) => {
+                    return Err(SplitRefused)
+                }
+                _ => {}
+            }
+        }
+    }
     split_vma(m, mm, start);
     split_vma(m, mm, end);
     for vma in mm.vmas_in(start, end) {
-        zap_page_range(m, mm, vma.start, vma.end);
-        mm.vmas.remove(&vma.start);
+        match vma.hugetlb {
+            Some(hv) => {
+                hugetlb::unmap_hugepage_range(m, mm, &vma, vma.start, vma.end);
+                mm.vmas.remove(&vma.start);
+                hugetlb::hugetlb_vm_op_close(m, &vma, &hv);
+            }
+            None => {
+                zap_page_range(m, mm, vma.start, vma.end);
+                mm.vmas.remove(&vma.start);
+            }
+        }
     }
     free_pgtables(m, mm, start, end);
+    Ok(())
 }
 
 /// free_pgtables: frees the page tables of PMD slots around `[start, end)` that
@@ -257,8 +345,8 @@ fn free_pgtables(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
 pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
     let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
     for vma in vmas {
-        do_munmap(m, mm, vma.start, vma.end);
+        do_munmap(m, mm, vma.start, vma.end).expect("a whole VMA unmaps");
     }
     crate::huge_memory::mm_put_huge_zero_folio(m, mm);
-    debug_assert!(mm.pmds.is_empty() && mm.anon_rss == 0);
+    debug_assert!(mm.pmds.is_empty() && mm.anon_rss == 0 && mm.hugetlb_ptes.is_empty());
 }

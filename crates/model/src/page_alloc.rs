@@ -104,6 +104,56 @@ impl Zone {
         Some(Pfn(pfn))
     }
 
+    /// alloc_contig_pages for a gigantic page: the first naturally aligned
+    /// range of 2^order frames (order above MAX_PAGE_ORDER) that is wholly
+    /// free, taken off the free lists. The kernel scans the zone the same
+    /// way but also migrates movable pages out of a candidate range
+    /// (`alloc_contig_range`); the model takes only free ranges, so on a
+    /// fragmented machine it finds fewer gigantic pages than the kernel.
+    pub fn alloc_contig_pages(&mut self, order: u32) -> Option<Pfn> {
+        debug_assert!(order > MAX_PAGE_ORDER);
+        let nr = 1u64 << order;
+        let mut pfn = 0;
+        while pfn + nr <= self.spanned {
+            if self.range_free(pfn, nr) {
+                while self.frontier < pfn + nr {
+                    let block = self.frontier_block_order(self.frontier);
+                    let head = self.frontier;
+                    self.memmap.online_section(Pfn(head));
+                    self.frontier += 1 << block;
+                    self.add_to_free_list(head, block);
+                }
+                let mut p = pfn;
+                while p < pfn + nr {
+                    let order = self.memmap.page(Pfn(p)).order();
+                    self.del_page_from_free_list(p, order);
+                    p += 1 << order;
+                }
+                self.nr_free_pages -= nr;
+                return Some(Pfn(pfn));
+            }
+            pfn += nr;
+        }
+        None
+    }
+
+    /// Whether every frame of `[pfn, pfn + nr)` is free (free blocks never
+    /// straddle a range aligned to more than MAX_PAGE_ORDER).
+    fn range_free(&self, pfn: u64, nr: u64) -> bool {
+        let mut p = pfn;
+        while p < pfn + nr {
+            if p >= self.frontier {
+                return true;
+            }
+            let page = self.memmap.page(Pfn(p));
+            if !page.test(pg::BUDDY) {
+                return false;
+            }
+            p += 1 << page.order();
+        }
+        true
+    }
+
     /// Returns a block to the free lists, merging it with free buddies.
     pub fn free_pages(&mut self, pfn: Pfn, order: u32) {
         debug_assert_eq!(pfn.0 & ((1 << order) - 1), 0, "unaligned free of {pfn}");

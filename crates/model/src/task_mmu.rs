@@ -1,7 +1,7 @@
 //! What /proc/PID/smaps, smaps_rollup and pagemap would show for a range.
 //!
 //! Follows Linux 6.18 `fs/proc/task_mmu.c` (`smaps_pte_entry`, `smaps_pmd_entry`,
-//! `smaps_account`) with CONFIG_PAGE_MAPCOUNT: the zero pages are not counted;
+//! `smaps_account`, `smaps_hugetlb_range`) with CONFIG_PAGE_MAPCOUNT: the zero pages are not counted;
 //! a page of a folio with refcount 1 counts whole to Pss, otherwise its share is
 //! 1/mapcount (its PTE mappings plus the folio's PMD mappings); AnonHugePages
 //! counts PMD-mapped anon folios only; a page is Shared_* when mapped twice or
@@ -32,11 +32,15 @@ pub struct MemSizeStats {
     pub pss: u64,
     pub anonymous: u64,
     pub anonymous_thp: u64,
+    /// HugeTLB pages mapped more than once / once (smaps_hugetlb_range);
+    /// not in Rss.
+    pub shared_hugetlb: u64,
+    pub private_hugetlb: u64,
 }
 
 impl MemSizeStats {
     /// (field, kB) pairs, in smaps order and spelling.
-    pub fn fields(&self) -> [(&'static str, u64); 8] {
+    pub fn fields(&self) -> [(&'static str, u64); 10] {
         [
             ("Rss", self.resident >> 10),
             ("Pss", self.pss >> (10 + PSS_SHIFT)),
@@ -46,6 +50,8 @@ impl MemSizeStats {
             ("Private_Dirty", self.private_dirty >> 10),
             ("Anonymous", self.anonymous >> 10),
             ("AnonHugePages", self.anonymous_thp >> 10),
+            ("Shared_Hugetlb", self.shared_hugetlb >> 10),
+            ("Private_Hugetlb", self.private_hugetlb >> 10),
         ]
     }
 
@@ -126,6 +132,12 @@ pub fn walk_range(
     folios: &mut FolioCounts,
 ) {
     if start >= end {
+        return;
+    }
+    if let Some(vma) = mm.find_vma(start).filter(|v| v.hugetlb.is_some()) {
+        let (shared, private) = crate::hugetlb::smaps_hugetlb_range(m, mm, &vma, start, end);
+        mss.shared_hugetlb += shared;
+        mss.private_hugetlb += private;
         return;
     }
     for (index, pmd) in mm.pmds.range(start / PMD_SIZE..=(end - 1) / PMD_SIZE) {

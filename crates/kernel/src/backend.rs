@@ -304,6 +304,9 @@ impl KernelBackend {
                     s.bytes() == unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as u64
                 }
                 MachineParam::Memory(_) => false,
+                // The rule and struct page of Linux 6.18 on x86_64.
+                MachineParam::Hvo(r) => *r == hugelab_workload::HvoRuleName::Linux618,
+                MachineParam::StructPage(n) => *n == 64,
             };
             if !ok {
                 return Err(BackendError {

@@ -12,8 +12,8 @@ use crate::vmstat::VmEvent;
 use crate::{counters, hugetlb, madvise, mprotect, Machine, Model, Task};
 use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::{
-    Advice, Arch, Backend, BackendError, Errno, KhugepagedKnob, MachineParam, Prot, Range, Reading,
-    SetValue, Stmt, StmtKind, Tunable, VmSysctl,
+    Advice, Arch, Backend, BackendError, Errno, HvoRuleName, KhugepagedKnob, MachineParam, Prot,
+    Range, Reading, SetValue, Stmt, StmtKind, Tunable, VmSysctl,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -295,6 +295,13 @@ impl Model {
                         format!("machine base_page={}", s),
                     ))
                 }
+                MachineParam::Hvo(rule) => {
+                    self.machine.vmemmap.rule = match rule {
+                        HvoRuleName::Linux618 => crate::hugetlb_vmemmap::HvoRule::Linux618,
+                        HvoRuleName::Series2021 => crate::hugetlb_vmemmap::HvoRule::Series2021,
+                    }
+                }
+                MachineParam::StructPage(n) => self.machine.vmemmap.geometry.struct_page = *n,
                 MachineParam::Memory(s) => {
                     let bytes = s.bytes();
                     if bytes < 4 << 20 || bytes / PAGE_SIZE > MAX_PFN || bytes % PAGE_SIZE != 0 {
@@ -305,9 +312,26 @@ impl Model {
                     }
                     let thp = self.machine.thp.clone();
                     let (check, bug) = (self.check_invariants, self.machine.injected_bug);
+                    let v = &self.machine.vmemmap;
+                    let (optimize, rule, geometry) = (v.optimize, v.rule, v.geometry);
+                    let pools: Vec<(u64, u64)> = self
+                        .machine
+                        .hugetlb
+                        .hstates
+                        .iter()
+                        .map(|h| (h.max_huge_pages, h.nr_overcommit_huge_pages))
+                        .collect();
                     *self = Model::new(bytes).with_thp_settings(thp);
                     self.check_invariants = check;
                     self.machine.injected_bug = bug;
+                    // The settings so far apply to the new machine: pools
+                    // set before `machine` are allocated from its memory.
+                    let v = &mut self.machine.vmemmap;
+                    (v.optimize, v.rule, v.geometry) = (optimize, rule, geometry);
+                    for (h, (pages, overcommit)) in pools.into_iter().enumerate() {
+                        self.machine.hugetlb.hstates[h].nr_overcommit_huge_pages = overcommit;
+                        hugetlb::set_max_huge_pages(&mut self.machine, h, pages);
+                    }
                 }
             }
         }

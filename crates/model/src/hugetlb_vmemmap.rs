@@ -40,7 +40,7 @@
 //! kernel page-table page, not counted in NR_PAGETABLE), HVO of boot-time
 //! pages (`hugetlb_vmemmap_optimize_bootmem_folios`), demotion.
 
-use crate::mm_types::{Pfn, PAGE_SIZE};
+use crate::mm_types::Pfn;
 use crate::page_alloc::Zone;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -113,9 +113,6 @@ pub fn hugetlb_vmemmap_optimizable_pages(
     size.saturating_sub(reserve) / g.base_page
 }
 
-/// Struct pages per vmemmap page (PAGE_SIZE / sizeof(struct page)).
-const STRUCT_PAGES_PER_PAGE: u64 = PAGE_SIZE / 64;
-
 /// The vmemmap of the machine: the HVO sysctl and rule, what each HugeTLB
 /// page's vmemmap is now, and the memmap counters.
 #[derive(Default)]
@@ -123,6 +120,8 @@ pub struct Vmemmap {
     /// vm.hugetlb_optimize_vmemmap.
     pub optimize: bool,
     pub rule: HvoRule,
+    /// sizeof(struct page) and the base page (`machine struct_page=`).
+    pub geometry: VmemmapGeometry,
     /// Vmemmap pages that are frames of the zone (allocated by a restore,
     /// or a head copy), by vmemmap page index (pfn / 64); the others are
     /// the boot memmap's, or freed.
@@ -137,9 +136,21 @@ pub struct Vmemmap {
 }
 
 impl Vmemmap {
-    /// Vmemmap pages per HugeTLB page of `nr` frames.
-    fn pages(nr: u64) -> u64 {
-        nr / STRUCT_PAGES_PER_PAGE
+    /// Vmemmap pages per HugeTLB page of `nr` frames; 0 (nothing to
+    /// optimize) when `sizeof(struct page)` is not a power of two or the
+    /// vmemmap of a huge page is no whole number of pages.
+    fn pages(&self, nr: u64) -> u64 {
+        let g = self.geometry;
+        let bytes = hugetlb_vmemmap_size(g, nr * g.base_page);
+        if !g.struct_page.is_power_of_two() || !bytes.is_multiple_of(g.base_page) {
+            return 0;
+        }
+        bytes / g.base_page
+    }
+
+    /// The vmemmap page that describes frame `pfn`.
+    fn index(&self, pfn: Pfn) -> u64 {
+        pfn.0 * self.geometry.struct_page / self.geometry.base_page
     }
 
     /// Vmemmap pages the rule keeps (none copied yet).
@@ -175,11 +186,11 @@ impl Vmemmap {
     /// at `folio`: nothing unless the sysctl is on and there is something
     /// to free.
     pub fn hugetlb_vmemmap_optimize_folio(&mut self, zone: &mut Zone, folio: Pfn, nr: u64) {
-        let pages = Self::pages(nr);
+        let pages = self.pages(nr);
         if !self.optimize || pages <= self.kept() || self.optimized.contains_key(&folio) {
             return;
         }
-        let first = folio.0 / STRUCT_PAGES_PER_PAGE;
+        let first = self.index(folio);
         let (head, from) = match self.rule {
             HvoRule::Linux618 => match zone.alloc_pages(0) {
                 Some(copy) => {
@@ -202,13 +213,12 @@ impl Vmemmap {
         let Some(&head) = self.optimized.get(&folio) else {
             return true;
         };
-        let pages = Self::pages(nr);
-        let first = folio.0 / STRUCT_PAGES_PER_PAGE;
-        let from = match (self.rule, head) {
-            (HvoRule::Linux618, Some(_)) => 1,
-            (HvoRule::Linux618, None) => 1,
-            (HvoRule::Series2021, _) => 2,
-        };
+        let pages = self.pages(nr);
+        let first = self.index(folio);
+        // vmemmap_remap_alloc gives back all but the kept pages: 6.18's one
+        // (the head copy, or the original head when no copy was made) or
+        // the 2021 rule's two.
+        let from = self.kept();
         let mut frames = Vec::with_capacity((pages - from) as usize);
         for _ in from..pages {
             match zone.alloc_pages(0) {

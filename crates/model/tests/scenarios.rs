@@ -118,13 +118,33 @@ fn invariants_hold_after_every_statement() {
             let exit = hugelab_workload::parse("exit.hlw", &text).expect("exit parses");
             model.execute(&exit.stmts[1]).expect("exit runs");
         }
+        // With every process gone no reservation is left, and emptied
+        // pools leave only the vmemmap pages HVO's restores allocated.
+        for h in &model.machine.hugetlb.hstates {
+            if h.resv_huge_pages != 0 {
+                failures.push(format!(
+                    "{}: {} HugeTLB reservations left after every process exited",
+                    file.display(),
+                    h.resv_huge_pages
+                ));
+            }
+        }
+        let empty = "set hugepages/hugepages-2048kB/nr_hugepages 0\n\
+                     set hugepages/hugepages-1048576kB/nr_hugepages 0\n";
+        for stmt in &hugelab_workload::parse("empty.hlw", empty)
+            .expect("parses")
+            .stmts
+        {
+            model.execute(stmt).expect("the pools empty");
+        }
         let m = &model.machine;
         let zero = m.huge_zero_folio.map_or(0, |_| 512);
-        if m.zone.nr_free_pages() + zero != m.zone.spanned_pages() {
+        let kept = zero + m.vmemmap.zone_frames();
+        if m.zone.nr_free_pages() + kept != m.zone.spanned_pages() {
             failures.push(format!(
-                "{}: {} frames still allocated after every process exited",
+                "{}: {} frames still allocated after every process exited and the pools emptied",
                 file.display(),
-                m.zone.spanned_pages() - m.zone.nr_free_pages() - zero
+                m.zone.spanned_pages() - m.zone.nr_free_pages() - kept
             ));
         }
     }

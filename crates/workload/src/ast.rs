@@ -118,6 +118,19 @@ pub enum MachineParam {
     BasePage(Size),
     /// `memory=16G`
     Memory(Size),
+    /// `hvo=6.18|2021`: how many vmemmap pages HVO keeps per HugeTLB page.
+    Hvo(HvoRuleName),
+    /// `struct_page=64`: sizeof(struct page), in bytes.
+    StructPage(u64),
+}
+
+/// The HVO rule a `machine hvo=` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HvoRuleName {
+    /// Linux 6.18: one vmemmap page kept.
+    Linux618,
+    /// The 2021 series (Linux 5.14): two kept.
+    Series2021,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -429,6 +429,8 @@ impl Checker {
                         MachineParam::Arch(_) => "arch",
                         MachineParam::BasePage(_) => "base_page",
                         MachineParam::Memory(_) => "memory",
+                        MachineParam::Hvo(_) => "hvo",
+                        MachineParam::StructPage(_) => "struct_page",
                     };
                     if let Some(first) = self.machine_keys.get(key) {
                         return Err(issue(

@@ -144,7 +144,7 @@ const VERBS: &str =
 
 const USAGE_SET: &str = "set <tunable> <value>";
 const USAGE_MACHINE: &str =
-    "machine <key>=<value>... with keys arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>";
+    "machine <key>=<value>... with keys arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>, hvo=6.18|2021, struct_page=<bytes>";
 const USAGE_CGROUP: &str = "cgroup <cg> [memory.max=<size>]";
 const USAGE_SPAWN: &str = "spawn <proc> [cgroup=<cg>]";
 const USAGE_SPLIT: &str = "split <proc> <range>";
@@ -803,7 +803,7 @@ fn parse_set(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
 
 fn parse_machine(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
     l.arg(1, "machine key", USAGE_MACHINE)?;
-    let keys = "expected arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>";
+    let keys = "expected arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>, hvo=6.18|2021, struct_page=<bytes>";
     let mut params = Vec::new();
     let mut seen: Vec<&str> = Vec::new();
     for i in 1..l.toks.len() {
@@ -851,6 +851,26 @@ fn parse_machine(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
                     return Err(l.err(vcol, "machine memory must be nonzero"));
                 }
                 ("memory", MachineParam::Memory(s))
+            }
+            "hvo" => (
+                "hvo",
+                MachineParam::Hvo(match value {
+                    "6.18" => HvoRuleName::Linux618,
+                    "2021" => HvoRuleName::Series2021,
+                    _ => {
+                        return Err(l.err(
+                            vcol,
+                            format!("unknown hvo rule {}; expected 6.18 or 2021", quote(value)),
+                        ))
+                    }
+                }),
+            ),
+            "struct_page" => {
+                let n = parse_uint(value).map_err(|m| l.err(vcol, m))?;
+                if n == 0 || n > 4096 {
+                    return Err(l.err(vcol, "struct_page is 1 to 4096 bytes"));
+                }
+                ("struct_page", MachineParam::StructPage(n))
             }
             _ => return Err(l.err(t.col, format!("unknown machine key {}; {keys}", quote(key)))),
         };

@@ -103,6 +103,9 @@ impl fmt::Display for MachineParam {
             MachineParam::Arch(a) => write!(f, "arch={a}"),
             MachineParam::BasePage(s) => write!(f, "base_page={s}"),
             MachineParam::Memory(s) => write!(f, "memory={s}"),
+            MachineParam::Hvo(HvoRuleName::Linux618) => write!(f, "hvo=6.18"),
+            MachineParam::Hvo(HvoRuleName::Series2021) => write!(f, "hvo=2021"),
+            MachineParam::StructPage(n) => write!(f, "struct_page={n}"),
         }
     }
 }

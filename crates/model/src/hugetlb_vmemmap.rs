@@ -338,4 +338,88 @@ mod tests {
         let plan = vmemmap_plan(big, TIB, 2 * MIB, HvoRule::Linux618);
         assert_eq!((plan.vmemmap_bytes, plan.saved_bytes()), (TIB / 1024, 0));
     }
+
+    /// A 2M HugeTLB page's frames, taken from `zone` as the pool takes them.
+    fn huge_page(zone: &mut Zone) -> Pfn {
+        zone.alloc_pages(9).expect("a free 2M block")
+    }
+
+    #[test]
+    fn optimizing_frees_what_the_rule_does_not_keep_and_restoring_allocates_it() {
+        for (rule, freed, restored) in [(HvoRule::Linux618, 7, 7), (HvoRule::Series2021, 6, 6)] {
+            let mut zone = Zone::new(4096);
+            let mut v = Vmemmap {
+                optimize: true,
+                rule,
+                ..Vmemmap::default()
+            };
+            let folio = huge_page(&mut zone);
+            let free = zone.nr_free_pages();
+            v.hugetlb_vmemmap_optimize_folio(&mut zone, folio, 512);
+            assert!(v.is_optimized(folio));
+            // 6.18 copies the head page first, then frees all 8 boot pages.
+            let copy = u64::from(rule == HvoRule::Linux618);
+            assert_eq!(v.nr_memmap_pages, copy as i64, "{rule:?}");
+            assert_eq!(v.nr_memmap_boot_pages, -(freed + copy as i64), "{rule:?}");
+            assert_eq!(v.nr_memmap_pages + v.nr_memmap_boot_pages, -freed);
+            assert_eq!(zone.nr_free_pages(), free - copy);
+            assert!(v.hugetlb_vmemmap_restore_folio(&mut zone, folio, 512));
+            assert!(!v.is_optimized(folio));
+            assert_eq!(v.nr_memmap_pages + v.nr_memmap_boot_pages, 0);
+            assert_eq!(zone.nr_free_pages(), free - copy - restored);
+            // A second cycle frees the zone frames the first restore took.
+            let boot = v.nr_memmap_boot_pages;
+            v.hugetlb_vmemmap_optimize_folio(&mut zone, folio, 512);
+            assert_eq!(
+                v.nr_memmap_boot_pages, boot,
+                "{rule:?}: nothing more from boot"
+            );
+            assert_eq!(v.nr_memmap_pages + v.nr_memmap_boot_pages, -freed);
+        }
+    }
+
+    #[test]
+    fn nothing_is_optimized_with_the_sysctl_off_or_an_odd_struct_page() {
+        let mut zone = Zone::new(4096);
+        let folio = huge_page(&mut zone);
+        let mut off = Vmemmap::default();
+        off.hugetlb_vmemmap_optimize_folio(&mut zone, folio, 512);
+        assert!(!off.is_optimized(folio));
+        let mut odd = Vmemmap {
+            optimize: true,
+            geometry: VmemmapGeometry {
+                struct_page: 56,
+                ..VmemmapGeometry::default()
+            },
+            ..Vmemmap::default()
+        };
+        odd.hugetlb_vmemmap_optimize_folio(&mut zone, folio, 512);
+        assert!(!odd.is_optimized(folio));
+        // A 32-byte struct page: 4 vmemmap pages per 2M page, 3 freed.
+        let mut small = Vmemmap {
+            optimize: true,
+            geometry: VmemmapGeometry {
+                struct_page: 32,
+                ..VmemmapGeometry::default()
+            },
+            ..Vmemmap::default()
+        };
+        small.hugetlb_vmemmap_optimize_folio(&mut zone, folio, 512);
+        assert_eq!(small.nr_memmap_pages + small.nr_memmap_boot_pages, -3);
+    }
+
+    #[test]
+    fn a_restore_that_finds_no_memory_changes_nothing() {
+        let mut zone = Zone::new(512 + 1);
+        let mut v = Vmemmap {
+            optimize: true,
+            ..Vmemmap::default()
+        };
+        let folio = huge_page(&mut zone);
+        v.hugetlb_vmemmap_optimize_folio(&mut zone, folio, 512);
+        assert_eq!(zone.nr_free_pages(), 0, "the head copy took the last frame");
+        assert!(!v.hugetlb_vmemmap_restore_folio(&mut zone, folio, 512));
+        assert!(v.is_optimized(folio));
+        assert_eq!(v.nr_memmap_pages + v.nr_memmap_boot_pages, -7);
+    }
 }

@@ -409,6 +409,28 @@ mod tests {
     }
 
     #[test]
+    fn a_gigantic_range_is_the_first_wholly_free_one() {
+        // Three 1G ranges (order 18); one small page in use in the first.
+        let mut zone = Zone::new(3 << 18);
+        let small = zone.alloc_pages(0).expect("a page");
+        assert!(small.0 < 1 << 18);
+        let first = zone.alloc_contig_pages(18).expect("the second range");
+        assert_eq!(first.0, 1 << 18);
+        assert_eq!(zone.nr_free_pages(), (2 << 18) - 1);
+        let second = zone.alloc_contig_pages(18).expect("the third");
+        assert_eq!(second.0, 2 << 18);
+        assert!(
+            zone.alloc_contig_pages(18).is_none(),
+            "the first range is not wholly free"
+        );
+        zone.free_pages(small, 0);
+        assert_eq!(zone.alloc_contig_pages(18), Some(Pfn(0)));
+        zone.free_pages_run(first, 1 << 18);
+        assert_eq!(zone.nr_free_pages(), 1 << 18);
+        assert_eq!(zone.buddyinfo()[MAX_PAGE_ORDER as usize], 256);
+    }
+
+    #[test]
     fn terabyte_zone_is_cheap_until_used() {
         let zone = Zone::new((1u64 << 40) >> 12);
         assert!(zone.footprint_bytes() < 1 << 20);

@@ -420,7 +420,7 @@ fn refuse_if_held_here(dir: &Path) -> Result<()> {
 
 /// A write error as the user should see it: a machine that forbids the write
 /// is a refusal, anything else an I/O error with its errno.
-fn refusal(e: KernelError) -> KernelError {
+pub(crate) fn refusal(e: KernelError) -> KernelError {
     let KernelError::Io { path, source } = e else {
         return e;
     };

@@ -208,7 +208,7 @@ pub fn read_fields(vmstat: &[&str], meminfo: &[&str]) -> Result<Vec<i64>> {
 
 /// Free pages waiting on the per-cpu lists (`pagesets`, every zone and
 /// CPU): /proc/zoneinfo's `count:` lines. nr_free_pages leaves them out,
-/// and since Linux 6.x the lists hold PMD-order pages too, so each 2 MiB
+/// and since Linux 5.14 the lists hold PMD-order pages too, so each 2 MiB
 /// block freed to them or taken from them is 512 pages nr_free_pages
 /// misses.
 pub fn pcp_pages() -> Result<i64> {

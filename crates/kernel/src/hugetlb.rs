@@ -188,9 +188,8 @@ pub fn check_writable(size_kb: u64) -> Result<()> {
 /// shrinks it back, `warmup` then `repeat` times with HVO off then on (the
 /// two interleaved, so that drift hits both alike). Stops at the first grow
 /// that falls short of `target`, after shrinking back. Changes go through
-/// `guard`; the pool is at its old
-/// size after every cycle, and HVO as the last cycle left it (the guard puts
-/// it back).
+/// `guard`; the pool is at its old size after every cycle, and HVO as the
+/// last cycle left it (the guard puts it back).
 pub fn measure_pool(
     guard: &mut SettingsGuard,
     size_kb: u64,
@@ -205,9 +204,11 @@ pub fn measure_pool(
             "the pool of {size_kb} kB pages already holds {original} pages, not fewer than the {target} asked for"
         )));
     }
-    // Journaled now: the timed writes are then writes only.
-    guard.journal(&pool)?;
+    // Journaled now: the timed writes are then writes only. HVO first: the
+    // guard restores last journaled first, so pools grown under the sysctl
+    // shrink before it goes back.
     guard.journal(&HVO)?;
+    guard.journal(&pool)?;
     let mut hvo_now = sysfs::read_tunable(&HVO)? == "1";
     let mut run = PoolRun {
         size_kb,

@@ -1,7 +1,9 @@
 //! `hugelab hugetlb plan`: the vmemmap (`struct page`) memory behind HugeTLB
 //! pages, without and with the HugeTLB Vmemmap Optimization, for each page
-//! size and each HVO rule (the model's `hugetlb_vmemmap`).
+//! size and each HVO rule (the model's `hugetlb_vmemmap`). `hugelab hugetlb
+//! measure` is `hugetlb_measure.rs`.
 
+use crate::hugetlb_measure::MeasureArgs;
 use crate::table;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
@@ -14,6 +16,9 @@ pub enum HugetlbCommand {
     /// The vmemmap memory of SIZE of HugeTLB pages, without and with HVO,
     /// under the 2021 series' rule and Linux 6.18's.
     Plan(PlanArgs),
+    /// Grow and shrink this machine's HugeTLB pools with HVO off and on:
+    /// the vmemmap given back per page and the time it costs (root).
+    Measure(MeasureArgs),
 }
 
 #[derive(Args)]
@@ -37,6 +42,7 @@ pub struct PlanArgs {
 pub fn main(cmd: HugetlbCommand) -> Result<ExitCode> {
     match cmd {
         HugetlbCommand::Plan(args) => plan(args),
+        HugetlbCommand::Measure(args) => crate::hugetlb_measure::main(args),
     }
 }
 
@@ -90,7 +96,7 @@ fn plan(args: PlanArgs) -> Result<ExitCode> {
 }
 
 /// Binary units, two decimals (vmemmap totals are rarely whole GiB).
-fn human(bytes: u64) -> String {
+pub fn human(bytes: u64) -> String {
     const UNITS: [(u64, &str); 4] = [
         (1 << 40, "TiB"),
         (1 << 30, "GiB"),

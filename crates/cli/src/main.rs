@@ -12,6 +12,8 @@ mod compare;
 mod counters;
 mod diff;
 mod hugetlb;
+mod hugetlb_measure;
+mod hugetlb_measure_report;
 mod run;
 mod scan;
 mod settings;

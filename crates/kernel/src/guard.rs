@@ -17,8 +17,10 @@
 //!   SIGHUP through a handler thread that runs the [cleanup hook](set_cleanup_hook),
 //!   restores and exits with 128+signo. Files are restored in reverse order of
 //!   first write, read back to check, and hugetlb pools are written again until
-//!   they reach their old size. A restore that fails keeps the failed entries in
-//!   the journal, so `hugelab settings restore` can finish the job.
+//!   they reach their old size (or until all they hold beyond it is surplus
+//!   pages still in use, which the kernel frees as they are released). A
+//!   restore that fails keeps the failed entries in the journal, so
+//!   `hugelab settings restore` can finish the job.
 //! - **One run at a time.** An flock on `lock` in [`state_dir`] serialises runs:
 //!   a second run journaling the first one's values as "old" would restore the
 //!   machine to the first run's settings. The tunables are the machine's, not
@@ -418,7 +420,7 @@ fn refuse_if_held_here(dir: &Path) -> Result<()> {
 
 /// A write error as the user should see it: a machine that forbids the write
 /// is a refusal, anything else an I/O error with its errno.
-fn refusal(e: KernelError) -> KernelError {
+pub(crate) fn refusal(e: KernelError) -> KernelError {
     let KernelError::Io { path, source } = e else {
         return e;
     };
@@ -647,6 +649,19 @@ fn restore_entry(e: &Entry) -> std::result::Result<Restored, String> {
         if same(&now, &e.old) {
             return Ok(done(found));
         }
+        // Pages in use cannot be freed: the kernel keeps them as surplus
+        // pages above the persistent size just written and frees each one
+        // when its last user lets go. Nothing a retry (or `hugelab settings
+        // restore`) could add: the pool is restored, it only drains later.
+        if let Some(surplus) = surplus_pages(file) {
+            if drains_to(&e.old, &now, surplus) {
+                eprintln!(
+                    "hugelab: {} restored to {}; {surplus} of its pages are still in use and stay as surplus pages until they are freed",
+                    e.tunable, e.old
+                );
+                return Ok(done(found));
+            }
+        }
     }
     Err(format!(
         "{}: wrote {} but it reads back {}",
@@ -659,6 +674,35 @@ fn is_pool(file: &Path) -> bool {
         file.file_name().and_then(|n| n.to_str()),
         Some("nr_hugepages" | "nr_overcommit_hugepages")
     )
+}
+
+/// The surplus pages of the pool `file` (an `nr_hugepages` file) holds:
+/// `surplus_hugepages` beside a per-size file, HugePages_Surp of
+/// /proc/meminfo for the default size's /proc/sys/vm/nr_hugepages. None for
+/// other files, or when it cannot be read.
+fn surplus_pages(file: &Path) -> Option<u64> {
+    if file.file_name()? != "nr_hugepages" {
+        return None;
+    }
+    if file == Path::new(sysfs::PROC_VM).join("nr_hugepages") {
+        let v = crate::vmstat::read_fields(&[], &["HugePages_Surp"]).ok()?;
+        return u64::try_from(v[0]).ok();
+    }
+    sysfs::read_value(&file.with_file_name("surplus_hugepages"))
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Whether a pool that reads `now` after `old` was written to it is at
+/// `old` but for `surplus` pages in use: the persistent pool
+/// (nr_hugepages − surplus_hugepages, as set_max_huge_pages counts it) is
+/// `old`, and the kernel frees the surplus pages as they are released.
+fn drains_to(old: &str, now: &str, surplus: u64) -> bool {
+    match (old.trim().parse::<u64>(), now.trim().parse::<u64>()) {
+        (Ok(old), Ok(now)) => surplus > 0 && now > old && now - surplus == old,
+        _ => false,
+    }
 }
 
 /// 50 ms doubling to 500 ms: about 3 s over all attempts.
@@ -912,6 +956,22 @@ mod tests {
         assert!(!is_pool(Path::new("/proc/sys/vm/nr_hugepages_mempolicy")));
         let total: Duration = (1..POOL_ATTEMPTS).map(backoff).sum();
         assert!(total >= Duration::from_secs(2) && total <= Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_pool_whose_excess_is_surplus_in_use_is_restored() {
+        // 0 written, 3 read back, 3 of them surplus: the persistent pool is 0.
+        assert!(drains_to("0", "3", 3));
+        assert!(drains_to("5", "7", 2));
+        // Persistent pages above the old size: vmemmap could not be
+        // allocated to free them (HVO) and they went back to the pool; a
+        // retry may free them.
+        assert!(!drains_to("0", "3", 1));
+        assert!(!drains_to("0", "3", 0));
+        // Short of the old size (growing back failed): not restored.
+        assert!(!drains_to("5", "3", 0));
+        assert!(!drains_to("5", "5", 0), "equal is handled before");
+        assert!(!drains_to("x", "3", 3));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //!   side, and [`protocol`] the requests and replies between them.
 //! - readers: [`vmstat`] (/proc/vmstat, per-size stats, meminfo), [`smaps`],
 //!   [`pagemap`] (folio shapes from pagemap + kpageflags).
+//! - [`hugetlb`]: HugeTLB pools grown and shrunk with HVO off and on, timed,
+//!   with the memmap and free-page counters around each write.
 //!
 //! Depends only on the workload crate, never on the model.
 
@@ -17,6 +19,7 @@ pub mod backend;
 pub mod command;
 pub mod error;
 pub mod guard;
+pub mod hugetlb;
 mod khugepaged;
 mod measure;
 pub mod memcg;

@@ -24,6 +24,9 @@ use std::path::{Path, PathBuf};
 /// workload's.
 const NOT_READ: [&str; 3] = ["nr_free_pages", "MemFree", "MemTotal"];
 
+const VMSTAT: &str = "/proc/vmstat";
+const MEMINFO: &str = "/proc/meminfo";
+
 /// The registry's fields of `family`, less those in [`NOT_READ`].
 fn fields(family: &'static str) -> impl Iterator<Item = &'static str> {
     counters::field_names(family).filter(|f| !NOT_READ.contains(f))
@@ -106,12 +109,12 @@ impl SystemReader {
         // Folded once, then both node-counter files read back to back.
         stat_refresh()?;
         if vmstat_first {
-            read_into(Path::new("/proc/vmstat"), &mut self.vmstat)?;
-            read_into(Path::new("/proc/meminfo"), &mut self.meminfo)?;
+            read_into(Path::new(VMSTAT), &mut self.vmstat)?;
+            read_into(Path::new(MEMINFO), &mut self.meminfo)?;
             self.read_files()
         } else {
-            read_into(Path::new("/proc/meminfo"), &mut self.meminfo)?;
-            read_into(Path::new("/proc/vmstat"), &mut self.vmstat)
+            read_into(Path::new(MEMINFO), &mut self.meminfo)?;
+            read_into(Path::new(VMSTAT), &mut self.vmstat)
         }
     }
 
@@ -125,20 +128,14 @@ impl SystemReader {
     /// The counters of the last [`SystemReader::capture`].
     pub fn parse(&self) -> Result<Counters> {
         let mut c = Counters::new();
-        for line in String::from_utf8_lossy(&self.vmstat).lines() {
-            if let Some((name, v)) = line.split_once(' ') {
-                if self.vmstat_fields.contains(&name) {
-                    c.insert(format!("vmstat.{name}"), number("/proc/vmstat", v)?);
-                }
+        for (name, v) in vmstat_lines(&String::from_utf8_lossy(&self.vmstat)) {
+            if self.vmstat_fields.contains(&name) {
+                c.insert(format!("vmstat.{name}"), number(VMSTAT, v)?);
             }
         }
-        for line in String::from_utf8_lossy(&self.meminfo).lines() {
-            let Some((name, rest)) = line.split_once(':') else {
-                continue;
-            };
+        for (name, v) in meminfo_lines(&String::from_utf8_lossy(&self.meminfo)) {
             if self.meminfo_fields.contains(&name) {
-                let v = rest.trim().trim_end_matches(" kB");
-                c.insert(format!("meminfo.{name}"), number("/proc/meminfo", v)?);
+                c.insert(format!("meminfo.{name}"), number(MEMINFO, v)?);
             }
         }
         for s in &self.files {
@@ -186,8 +183,122 @@ fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<()> {
     Ok(())
 }
 
+/// The `name value` lines of /proc/vmstat.
+fn vmstat_lines(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines().filter_map(|line| line.split_once(' '))
+}
+
+/// The `Name:   value kB` lines of /proc/meminfo, the value without its unit
+/// (kB for sizes, none for page counts such as HugePages_Total).
+fn meminfo_lines(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines().filter_map(|line| {
+        let (name, rest) = line.split_once(':')?;
+        Some((name, rest.trim().trim_end_matches(" kB")))
+    })
+}
+
+/// The values of the /proc/vmstat fields `vmstat` and the /proc/meminfo
+/// fields `meminfo` (kB for sizes), in that order. Node counters need a
+/// [`stat_refresh`] first to be exact. Unlike [`SystemReader`] this
+/// allocates, and reads any field, those the registry leaves out
+/// ([`NOT_READ`]) too. A field this kernel does not have is an error naming
+/// it.
+pub fn read_fields(vmstat: &[&str], meminfo: &[&str]) -> Result<Vec<i64>> {
+    let vm = std::fs::read_to_string(VMSTAT).map_err(|e| KernelError::io(VMSTAT, e))?;
+    let mi = std::fs::read_to_string(MEMINFO).map_err(|e| KernelError::io(MEMINFO, e))?;
+    pick(VMSTAT, vmstat_lines(&vm), vmstat).and_then(|mut v| {
+        v.extend(pick(MEMINFO, meminfo_lines(&mi), meminfo)?);
+        Ok(v)
+    })
+}
+
+/// Free pages waiting on the per-cpu lists (`pagesets`, every zone and
+/// CPU): /proc/zoneinfo's `count:` lines. nr_free_pages leaves them out,
+/// and since Linux 5.14 the lists hold PMD-order pages too, so each 2 MiB
+/// block freed to them or taken from them is 512 pages nr_free_pages
+/// misses.
+pub fn pcp_pages() -> Result<i64> {
+    const ZONEINFO: &str = "/proc/zoneinfo";
+    let text = std::fs::read_to_string(ZONEINFO).map_err(|e| KernelError::io(ZONEINFO, e))?;
+    pcp_count(&text)
+}
+
+fn pcp_count(zoneinfo: &str) -> Result<i64> {
+    zoneinfo
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("count:"))
+        .map(|v| number("/proc/zoneinfo", v))
+        .sum()
+}
+
+/// The values of `names` among `lines`, in the order of `names`.
+fn pick<'a>(
+    file: &str,
+    lines: impl Iterator<Item = (&'a str, &'a str)>,
+    names: &[&str],
+) -> Result<Vec<i64>> {
+    let mut found: Vec<Option<i64>> = vec![None; names.len()];
+    for (name, v) in lines {
+        if let Some(i) = names.iter().position(|n| *n == name) {
+            found[i] = Some(number(file, v)?);
+        }
+    }
+    names
+        .iter()
+        .zip(found)
+        .map(|(name, v)| {
+            v.ok_or_else(|| KernelError::Refused(format!("{file} has no {name} on this kernel")))
+        })
+        .collect()
+}
+
 /// Folds the per-cpu vmstat deltas into the global counters (root only).
 pub fn stat_refresh() -> Result<()> {
     const PATH: &str = "/proc/sys/vm/stat_refresh";
     std::fs::write(PATH, "1\n").map_err(|e| KernelError::io(PATH, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VM: &str = "nr_free_pages 6122357\nnr_memmap_pages 136\nnr_memmap_boot_pages 98168\n";
+    const MI: &str =
+        "MemTotal:       24949768 kB\nMemFree:        24489376 kB\nHugePages_Total:       0\n";
+
+    #[test]
+    fn fields_are_picked_in_the_order_asked() {
+        let got = pick(
+            VMSTAT,
+            vmstat_lines(VM),
+            &["nr_memmap_boot_pages", "nr_free_pages"],
+        );
+        assert_eq!(got.unwrap(), vec![98168, 6122357]);
+        let got = pick(MEMINFO, meminfo_lines(MI), &["MemFree", "HugePages_Total"]);
+        assert_eq!(got.unwrap(), vec![24489376, 0]);
+    }
+
+    #[test]
+    fn pcp_pages_sum_every_cpu_of_every_zone() {
+        let zi = "Node 0, zone    DMA32\n      nr_free_pages 772915\n  pagesets\n    cpu: 0\n              count:    3\n              high:     696\n    cpu: 1\n              count:    0\n\
+                  Node 0, zone   Normal\n  pagesets\n    cpu: 0\n              count:    5518\n              high:     22302\n    cpu: 1\n              count:    9451\n";
+        assert_eq!(pcp_count(zi).unwrap(), 3 + 5518 + 9451);
+        assert!(pcp_count("              count:    x\n").is_err());
+    }
+
+    #[test]
+    fn a_missing_or_bad_field_is_named() {
+        let e = pick(VMSTAT, vmstat_lines(VM), &["nr_memmap"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/proc/vmstat has no nr_memmap on this kernel"
+        );
+        let e = pick(
+            VMSTAT,
+            vmstat_lines("nr_free_pages x\n"),
+            &["nr_free_pages"],
+        )
+        .unwrap_err();
+        assert_eq!(e.to_string(), "/proc/vmstat: unexpected value \"x\"");
+    }
 }

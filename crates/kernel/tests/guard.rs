@@ -360,6 +360,70 @@ fn hugetlb_pool_goes_back_to_its_size() {
     assert_eq!((read(&pool), read(&over)), (old_pool, old_over));
 }
 
+/// A pool shrunk back while pages of it are in use: the kernel keeps them as
+/// surplus pages above the size written and frees each when it is unmapped.
+/// That is a restored pool (a retry could not do more): the restore
+/// succeeds at once, leaves no journal, and the pool drains to its old size.
+#[test]
+fn pool_with_pages_in_use_is_restored_and_drains() {
+    const HPAGE: usize = 2 << 20;
+    let pool = Tunable::HugetlbNrHugepages { size_kb: 2048 };
+    let dir = Path::new("/sys/kernel/mm/hugepages/hugepages-2048kB");
+    if !dir.exists() {
+        eprintln!("skipped: no 2 MiB hugetlb pages on this machine");
+        return;
+    }
+    let Some(s) = Setup::new("pool-in-use", &[&pool]) else {
+        return;
+    };
+    let count = |f: &str| -> usize { sysfs::read_value(&dir.join(f)).unwrap().parse().unwrap() };
+    let old = count("nr_hugepages");
+    let old_surplus = count("surplus_hugepages");
+    let mut g = SettingsGuard::acquire().unwrap();
+    g.set(&pool, &(old + 2).to_string()).unwrap();
+    if count("nr_hugepages") != old + 2 {
+        eprintln!("skipped: the kernel found no two free 2 MiB pages to grow the pool");
+        return;
+    }
+    // Every free page of the pool in use, so that shrinking it to `old`
+    // leaves two in use beyond it.
+    let len = count("free_hugepages") * HPAGE;
+    // SAFETY: a fresh private mapping; nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB | libc::MAP_HUGE_2MB,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    for off in (0..len).step_by(HPAGE) {
+        // SAFETY: within the mapping just made.
+        unsafe { p.cast::<u8>().add(off).write_volatile(1) };
+    }
+    let started = std::time::Instant::now();
+    let restored = g.restore();
+    let took = started.elapsed();
+    let (nr, surplus) = (count("nr_hugepages"), count("surplus_hugepages"));
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(p, len) };
+    restored.unwrap();
+    assert!(!s.journal().exists(), "a restored pool left its journal");
+    assert!(
+        took < Duration::from_secs(1),
+        "restore retried for {took:?}"
+    );
+    assert_eq!((nr, surplus), (old + 2, old_surplus + 2));
+    assert_eq!(
+        count("nr_hugepages"),
+        old,
+        "the surplus pages drain once unmapped"
+    );
+}
+
 #[test]
 fn sigkill_leaves_a_journal_that_restore_journal_replays() {
     let t = alloc_sleep();

@@ -517,6 +517,11 @@ pub(crate) fn read_process<'a>(
 /// `[start, start + len)` into `c` (its smaps fields, which it also returns
 /// for the process's sum, and its folios); those whose folios are not known
 /// go to `unknown`.
+///
+/// `folios.*` counts anonymous THPs, mTHPs and small folios: a HugeTLB
+/// region's pages are HugeTLB folios (KPF_HUGE, not KPF_THP), reported by
+/// smaps `*_Hugetlb` and the pool counters, so its folio counts are all 0
+/// and its pages are not scanned.
 pub(crate) fn read_region(
     name: &str,
     pid: i32,
@@ -525,13 +530,30 @@ pub(crate) fn read_region(
     len: u64,
     c: &mut Counters,
     unknown: &mut BTreeMap<String, String>,
-) -> Result<[(&'static str, u64); 8], KernelError> {
+) -> Result<[(&'static str, u64); smaps::FIELDS], KernelError> {
     let s = smaps::region_smaps(pid, start, start + len)?;
-    let fields = s.fields();
-    for (field, kb) in fields {
+    let f = if s.vmas > 0 && s.hugetlb_vmas == s.vmas {
+        pagemap::FolioScan::default()
+    } else {
+        pagemap::scan_folios(pid, start, start + len)?
+    };
+    insert_region(name, region, &s, &f, c, unknown);
+    Ok(s.fields())
+}
+
+/// The counters of region `region` of `name` with these smaps sums and
+/// folios, into `c` (and those whose folios are not known into `unknown`).
+pub(crate) fn insert_region(
+    name: &str,
+    region: &str,
+    s: &smaps::SmapsSum,
+    f: &pagemap::FolioScan,
+    c: &mut Counters,
+    unknown: &mut BTreeMap<String, String>,
+) {
+    for (field, kb) in s.fields() {
         c.insert(format!("smaps.{name}.{region}.{field}"), kb as i64);
     }
-    let f = pagemap::scan_folios(pid, start, start + len)?;
     for (order, n) in f.total.iter().enumerate() {
         if order == 1 {
             continue; // anonymous memory has no order-1 folios
@@ -554,5 +576,4 @@ pub(crate) fn read_region(
             unknown.insert(k.clone(), why.clone());
         }
     }
-    Ok(fields)
 }

@@ -1,0 +1,83 @@
+//! HugeTLB workloads on this machine's kernel (`hugelab run --backend
+//! kernel`): what the kernel backend reports of HugeTLB regions. Every
+//! expected value is the kernel's behaviour (mm/hugetlb.c, fs/proc/task_mmu.c
+//! of Linux 6.18). Skipped, with the reason printed, where the kernel backend
+//! cannot run (not root, read-only sysfs). Pools are set by the workloads
+//! and restored by the settings guard; the last check is that they are.
+
+mod common;
+
+use common::{cannot_run, hugelab, machine_state, state_dir};
+use serde_json::Value;
+use std::path::Path;
+
+/// `hugelab run --backend kernel --json` of `text`: the exit code, the
+/// observation and stderr.
+fn run(state: &Path, name: &str, text: &str) -> (Option<i32>, Value, String) {
+    let file = state.join(format!("{name}.hlw"));
+    std::fs::write(&file, text).unwrap();
+    let out = hugelab(
+        &[
+            "run",
+            "--backend",
+            "kernel",
+            "--json",
+            file.to_str().unwrap(),
+        ],
+        state,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    (out.status.code(), json, stderr)
+}
+
+/// The value of `counter` at snapshot `label`.
+fn at(obs: &Value, label: &str, counter: &str) -> Option<i64> {
+    obs["snapshots"]
+        .as_array()?
+        .iter()
+        .find(|s| s["label"] == label)?["counters"][counter]
+        .as_i64()
+}
+
+/// A 2 MiB-page region: its pages are in smaps' Private_Hugetlb, not in Rss,
+/// and folios.* (anonymous THPs and small folios) counts none of them.
+fn hugetlb_region_smaps_and_folios(state: &Path) {
+    let (code, obs, err) = run(
+        state,
+        "smaps",
+        "set hugepages/hugepages-2048kB/nr_hugepages 2\n\
+         spawn a\n\
+         a mmap buf 4M hugetlb=2M\n\
+         a write buf\n\
+         snapshot written\n",
+    );
+    assert_eq!(code, Some(0), "{err}\n{obs}");
+    let c = |name| at(&obs, "written", name);
+    assert_eq!(c("smaps.a.buf.Private_Hugetlb"), Some(4096), "{obs}");
+    assert_eq!(c("smaps.a.buf.Shared_Hugetlb"), Some(0));
+    assert_eq!(c("smaps.a.Private_Hugetlb"), Some(4096));
+    assert_eq!(c("smaps.a.buf.Rss"), Some(0));
+    assert_eq!(c("folios.a.buf.2048kB"), Some(0));
+    assert_eq!(c("folios.a.buf.2048kB.pmd"), Some(0));
+    assert_eq!(c("folios.a.buf.4kB"), Some(0));
+    assert_eq!(c("hugetlb.2048kB.free_hugepages"), Some(0));
+}
+
+#[test]
+fn hugetlb_on_this_kernel() {
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: the kernel backend cannot run here: {why}");
+        return;
+    }
+    let state = state_dir("hugetlb");
+    let found = machine_state(&state);
+    hugetlb_region_smaps_and_folios(&state);
+    assert_eq!(
+        machine_state(&state),
+        found,
+        "the hugetlb tests left a tunable or a pool changed"
+    );
+    let _ = std::fs::remove_dir_all(&state);
+}

@@ -7,7 +7,8 @@
 //! kernel counters count attempts rather than outcomes, or depend on state the
 //! workload does not control; they are compared as bounds, which the counter
 //! registry (`hugelab_workload::counters`) declares with the reason. A
-//! statement whose system call failed on either side is compared by errno.
+//! statement whose system call failed on either side is compared by errno,
+//! one during which a process was killed on either side by signal.
 
 use crate::run::run_kernel;
 use crate::table;
@@ -17,7 +18,8 @@ use hugelab_kernel::sysfs;
 use hugelab_model::Model;
 use hugelab_workload::counters::{self, BoundKind};
 use hugelab_workload::{
-    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Stmt, StmtKind,
+    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Signal, Stmt,
+    StmtKind,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -77,11 +79,24 @@ struct CallRow {
     verdict: Verdict,
 }
 
+/// A statement during which a process was killed on at least one side:
+/// the signal on each (0: not killed).
+#[derive(Serialize)]
+struct KillRow {
+    line: u32,
+    statement: String,
+    process: String,
+    model: Signal,
+    kernel: Signal,
+    verdict: Verdict,
+}
+
 #[derive(Serialize)]
 struct WorkloadDiff {
     workload: String,
     rows: Vec<Row>,
     calls: Vec<CallRow>,
+    kills: Vec<KillRow>,
     failed_expects: Vec<FailedExpect>,
 }
 
@@ -117,9 +132,14 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
                 Verdict::Match => {}
             }
         }
-        for c in &d.calls {
+        for v in d
+            .calls
+            .iter()
+            .map(|c| c.verdict)
+            .chain(d.kills.iter().map(|k| k.verdict))
+        {
             totals.compared += 1;
-            if c.verdict == Verdict::Mismatch {
+            if v == Verdict::Mismatch {
                 totals.mismatches += 1;
             }
         }
@@ -216,8 +236,45 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
         workload: model.workload.clone(),
         rows,
         calls: compare_calls(model, kernel),
+        kills: compare_kills(model, kernel),
         failed_expects,
     }
+}
+
+/// Every process killed on either side, by line and process: the signals
+/// must be the same.
+fn compare_kills(model: &Observation, kernel: &Observation) -> Vec<KillRow> {
+    let mut keys: Vec<(u32, &str, &str)> = model
+        .kills
+        .iter()
+        .chain(&kernel.kills)
+        .map(|k| (k.line, k.process.as_str(), k.statement.as_str()))
+        .collect();
+    keys.sort();
+    keys.dedup_by_key(|(line, proc, _)| (*line, *proc));
+    let signal = |o: &Observation, line, proc: &str| {
+        o.kills
+            .iter()
+            .find(|k| k.line == line && k.process == proc)
+            .map_or(Signal::NONE, |k| k.signal)
+    };
+    keys.into_iter()
+        .map(|(line, proc, statement)| {
+            let (m, k) = (signal(model, line, proc), signal(kernel, line, proc));
+            KillRow {
+                line,
+                statement: statement.to_string(),
+                process: proc.to_string(),
+                model: m,
+                kernel: k,
+                verdict: if m == k {
+                    Verdict::Match
+                } else {
+                    Verdict::Mismatch
+                },
+            }
+        })
+        .collect()
 }
 
 /// Every statement that failed on either side, by line: the errnos must be
@@ -292,6 +349,7 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
         .iter()
         .map(|r| r.verdict)
         .chain(d.calls.iter().map(|c| c.verdict))
+        .chain(d.kills.iter().map(|k| k.verdict))
         .filter(|v| *v == Verdict::Mismatch)
         .count();
     let mut out = format!("# {}\n{}", d.workload, table::render(&header, &rows));
@@ -303,6 +361,24 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
         out.push_str(&format!(
             "line {}: {}: model {}, kernel {}{verdict}\n",
             c.line, c.statement, c.model, c.kernel
+        ));
+    }
+    for k in &d.kills {
+        let verdict = match k.verdict {
+            Verdict::Mismatch => "  MISMATCH",
+            _ => "",
+        };
+        let killed = |s: Signal| match s {
+            Signal::NONE => "not killed".to_string(),
+            s => format!("killed by {s}"),
+        };
+        out.push_str(&format!(
+            "line {}: {}: {}: model {}, kernel {}{verdict}\n",
+            k.line,
+            k.statement,
+            k.process,
+            killed(k.model),
+            killed(k.kernel)
         ));
     }
     let mut notes: Vec<&String> = d.rows.iter().filter_map(|r| r.note.as_ref()).collect();
@@ -327,7 +403,7 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
     }
     out.push_str(&format!(
         "{} counters compared, {mismatches} mismatches\n\n",
-        d.rows.len() + d.calls.len()
+        d.rows.len() + d.calls.len() + d.kills.len()
     ));
     out
 }

@@ -65,6 +65,72 @@ fn hugetlb_region_smaps_and_folios(state: &Path) {
     assert_eq!(c("hugetlb.2048kB.free_hugepages"), Some(0));
 }
 
+/// A private HugeTLB page shared by fork, written by the child while the
+/// pool has no other page: the COW fault cannot allocate (mm/hugetlb.c
+/// hugetlb_wp: alloc_hugetlb_folio fails, VM_FAULT_SIGBUS) and the child is
+/// killed by SIGBUS. That is an outcome, not an error: the run goes on, the
+/// child is gone (its name free again) and the parent keeps its page.
+fn cow_with_an_empty_pool_kills_the_child(state: &Path) {
+    let (code, obs, err) = run(
+        state,
+        "sigbus",
+        "set hugepages/hugepages-2048kB/nr_hugepages 1\n\
+         spawn a\n\
+         a mmap buf 2M hugetlb=2M\n\
+         a write buf\n\
+         a fork b\n\
+         b write buf\n\
+         expect signal == SIGBUS\n\
+         snapshot after\n\
+         expect stat.b.minflt == 0\n\
+         a write buf\n\
+         expect signal == 0\n\
+         spawn b\n",
+    );
+    assert_eq!(code, Some(0), "{err}\n{obs}");
+    let kills = obs["kills"].as_array().expect("kills");
+    assert_eq!(kills.len(), 1, "{obs}");
+    assert_eq!(kills[0]["line"], 6);
+    assert_eq!(kills[0]["process"], "b");
+    assert_eq!(kills[0]["signal"], "SIGBUS");
+    assert!(
+        kills[0]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("b was killed by SIGBUS"),
+        "{obs}"
+    );
+    assert!(obs["expects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["passed"] == true));
+    let c = |name| at(&obs, "after", name);
+    assert_eq!(c("smaps.a.buf.Private_Hugetlb"), Some(2048), "{obs}");
+    assert_eq!(c("hugetlb.2048kB.free_hugepages"), Some(0));
+    assert_eq!(c("smaps.b.buf.Private_Hugetlb"), None, "b is gone: {obs}");
+    // The new b of the last line is a new process.
+    assert_eq!(at(&obs, "end", "stat.b.minflt"), Some(0));
+
+    // Without the `expect signal` line, a statement naming b stops the run.
+    let (code, _, err) = run(
+        state,
+        "sigbus-undeclared",
+        "set hugepages/hugepages-2048kB/nr_hugepages 1\n\
+         spawn a\n\
+         a mmap buf 2M hugetlb=2M\n\
+         a write buf\n\
+         a fork b\n\
+         b write buf\n\
+         b read buf\n",
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(":7:1: process 'b' was killed by SIGBUS at line 6"),
+        "{err}"
+    );
+}
+
 #[test]
 fn hugetlb_on_this_kernel() {
     if let Some(why) = cannot_run() {
@@ -74,6 +140,7 @@ fn hugetlb_on_this_kernel() {
     let state = state_dir("hugetlb");
     let found = machine_state(&state);
     hugetlb_region_smaps_and_folios(&state);
+    cow_with_an_empty_pool_kills_the_child(&state);
     assert_eq!(
         machine_state(&state),
         found,

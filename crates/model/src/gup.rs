@@ -66,7 +66,8 @@ pub fn pin_user_pages(
             stores: false,
         };
         access_range(m, mm, &vma, addr, piece_end, write).map_err(|f| match f {
-            Fault::Sigsegv { .. } => PinError::Efault,
+            // vm_fault_to_errno: VM_FAULT_SIGBUS is -EFAULT for GUP.
+            Fault::Sigsegv { .. } | Fault::Sigbus { .. } => PinError::Efault,
             Fault::Oom => PinError::Oom,
         })?;
         addr = piece_end;

@@ -18,8 +18,8 @@ use hugelab_kernel::sysfs;
 use hugelab_model::Model;
 use hugelab_workload::counters::{self, BoundKind};
 use hugelab_workload::{
-    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Signal, Stmt,
-    StmtKind,
+    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Signal, Snapshot,
+    Stmt, StmtKind,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -42,7 +42,7 @@ pub struct DiffArgs {
     files: Vec<PathBuf>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 enum Verdict {
     Match,
@@ -205,6 +205,10 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
             let (kernel, verdict, note) = match (ks.counters.get(name), ks.unknown.get(name)) {
                 (Some(&k), _) if k == m => (Some(k), Verdict::Match, None),
                 (Some(&k), _) => match counters::bound(name) {
+                    Some(b) if matches!(b.kind, BoundKind::SumWith(_)) => {
+                        let (verdict, note) = by_sum(name, m, k, ms, ks, b.why);
+                        (Some(k), verdict, note)
+                    }
                     Some(b) if within(b.kind, m, k) => {
                         (Some(k), Verdict::WithinBound, Some(b.why.to_string()))
                     }
@@ -317,6 +321,43 @@ fn within(kind: BoundKind, model: i64, kernel: i64) -> bool {
     match kind {
         BoundKind::KernelAtLeastModel => kernel >= model,
         BoundKind::KernelAtMostModel => kernel <= model,
+        BoundKind::SumWith(_) => false,
+    }
+}
+
+/// A counter compared by its sum with its partner (`BoundKind::SumWith`),
+/// whose own values differ (`model` != `kernel`): within the bound when
+/// the two sums are equal (the note says why), unknown when the kernel
+/// could not read the partner, a mismatch otherwise (also when a side does
+/// not report the partner).
+fn by_sum(
+    name: &str,
+    model: i64,
+    kernel: i64,
+    ms: &Snapshot,
+    ks: &Snapshot,
+    why: &str,
+) -> (Verdict, Option<String>) {
+    let Some(partner) = counters::sum_partner(name) else {
+        return (Verdict::Mismatch, None);
+    };
+    if let Some(unknown) = ks.unknown.get(&partner) {
+        return (
+            Verdict::Unknown,
+            Some(format!(
+                "compared by its sum with {partner}, which is unknown: {unknown}"
+            )),
+        );
+    }
+    match (ms.counters.get(&partner), ks.counters.get(&partner)) {
+        (Some(mp), Some(kp)) if model + mp == kernel + kp => (
+            Verdict::WithinBound,
+            Some(format!(
+                "{name} is compared by its sum with {partner} ({}): {why}",
+                model + mp
+            )),
+        ),
+        _ => (Verdict::Mismatch, None),
     }
 }
 
@@ -406,4 +447,120 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
         d.rows.len() + d.calls.len() + d.kills.len()
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugelab_workload::Kill;
+
+    fn obs(backend: &str, counters: &[(&str, i64)], unknown: &[(&str, &str)]) -> Observation {
+        Observation {
+            backend: backend.into(),
+            workload: "w.hlw".into(),
+            snapshots: vec![Snapshot {
+                label: "end".into(),
+                line: None,
+                counters: counters.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+                unknown: unknown
+                    .iter()
+                    .map(|(n, w)| (n.to_string(), w.to_string()))
+                    .collect(),
+            }],
+            expects: Vec::new(),
+            failed_calls: Vec::new(),
+            kills: Vec::new(),
+        }
+    }
+
+    fn verdicts(d: &WorkloadDiff) -> Vec<(&str, Verdict)> {
+        d.rows
+            .iter()
+            .map(|r| (r.counter.as_str(), r.verdict))
+            .collect()
+    }
+
+    const PAGES: &str = "vmstat.nr_memmap_pages";
+    const BOOT: &str = "vmstat.nr_memmap_boot_pages";
+
+    #[test]
+    fn memmap_counters_are_compared_by_their_sum() {
+        // Equal: a match. Different, equal sums: within the bound.
+        let model = obs("model", &[(PAGES, -112), (BOOT, 0)], &[]);
+        let same = obs("kernel", &[(PAGES, -112), (BOOT, 0)], &[]);
+        let moved = obs("kernel", &[(PAGES, 16), (BOOT, -128)], &[]);
+        let wrong = obs("kernel", &[(PAGES, 16), (BOOT, -120)], &[]);
+        let d = compare(&model, &same);
+        assert_eq!(
+            verdicts(&d),
+            [(BOOT, Verdict::Match), (PAGES, Verdict::Match)]
+        );
+        let d = compare(&model, &moved);
+        assert_eq!(
+            verdicts(&d),
+            [(BOOT, Verdict::WithinBound), (PAGES, Verdict::WithinBound)]
+        );
+        let note = d.rows[1].note.as_deref().unwrap();
+        assert!(
+            note.starts_with(
+                "vmstat.nr_memmap_pages is compared by its sum with vmstat.nr_memmap_boot_pages (-112): HVO frees"
+            ),
+            "{note}"
+        );
+        let d = compare(&model, &wrong);
+        assert_eq!(
+            verdicts(&d),
+            [(BOOT, Verdict::Mismatch), (PAGES, Verdict::Mismatch)]
+        );
+        // A partner the kernel could not read makes it unknown.
+        let noisy = obs("kernel", &[(PAGES, 16)], &[(BOOT, "another process")]);
+        let d = compare(&model, &noisy);
+        assert_eq!(d.rows[1].verdict, Verdict::Unknown);
+        assert!(d.rows[1]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("another process"));
+    }
+
+    fn kill(line: u32, process: &str, signal: Signal) -> Kill {
+        Kill {
+            line,
+            col: 1,
+            statement: format!("{process} write buf"),
+            process: process.into(),
+            signal,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn kills_are_compared_line_by_line() {
+        let mut model = obs("model", &[], &[]);
+        let mut kernel = obs("kernel", &[], &[]);
+        model.kills = vec![kill(6, "b", Signal::SIGBUS), kill(9, "c", Signal::SIGBUS)];
+        kernel.kills = vec![kill(6, "b", Signal::SIGBUS), kill(12, "a", Signal::SIGKILL)];
+        let d = compare(&model, &kernel);
+        let got: Vec<(u32, &str, Signal, Signal, Verdict)> = d
+            .kills
+            .iter()
+            .map(|k| (k.line, k.process.as_str(), k.model, k.kernel, k.verdict))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (6, "b", Signal::SIGBUS, Signal::SIGBUS, Verdict::Match),
+                (9, "c", Signal::SIGBUS, Signal::NONE, Verdict::Mismatch),
+                (12, "a", Signal::NONE, Signal::SIGKILL, Verdict::Mismatch),
+            ]
+        );
+        let text = render(&d, false);
+        assert!(
+            text.contains(
+                "line 9: c write buf: c: model killed by SIGBUS, kernel not killed  MISMATCH"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("3 counters compared, 2 mismatches"), "{text}");
+    }
 }

@@ -131,6 +131,38 @@ fn cow_with_an_empty_pool_kills_the_child(state: &Path) {
     );
 }
 
+/// HVO frees 7 of the 8 vmemmap pages of each 2 MiB page: which of
+/// nr_memmap_pages and nr_memmap_boot_pages drops depends on where the
+/// kernel's frames came from, their sum is -7 per page every time.
+fn hvo_memmap_sum(state: &Path) {
+    let (code, obs, err) = run(
+        state,
+        "hvo",
+        "set vm.hugetlb_optimize_vmemmap 1\n\
+         set hugepages/hugepages-2048kB/nr_hugepages 16\n\
+         snapshot up\n\
+         expect vmstat.nr_memmap_pages + vmstat.nr_memmap_boot_pages == -112\n\
+         set hugepages/hugepages-2048kB/nr_hugepages 0\n\
+         expect vmstat.nr_memmap_pages + vmstat.nr_memmap_boot_pages == 0\n\
+         set hugepages/hugepages-2048kB/nr_hugepages 16\n\
+         expect vmstat.nr_memmap_pages + vmstat.nr_memmap_boot_pages == -112\n",
+    );
+    assert_eq!(code, Some(0), "{err}\n{obs}");
+    let expects = obs["expects"].as_array().unwrap();
+    assert_eq!(expects.len(), 3);
+    for e in expects {
+        // Checked, not unknown (the memmap counters move with HVO only).
+        assert_eq!(e["passed"], true, "{obs}");
+        assert_eq!(
+            e["counter"],
+            "vmstat.nr_memmap_pages + vmstat.nr_memmap_boot_pages"
+        );
+    }
+    let pages = at(&obs, "up", "vmstat.nr_memmap_pages").unwrap();
+    let boot = at(&obs, "up", "vmstat.nr_memmap_boot_pages").unwrap();
+    assert_eq!(pages + boot, -112, "{obs}");
+}
+
 #[test]
 fn hugetlb_on_this_kernel() {
     if let Some(why) = cannot_run() {
@@ -141,6 +173,7 @@ fn hugetlb_on_this_kernel() {
     let found = machine_state(&state);
     hugetlb_region_smaps_and_folios(&state);
     cow_with_an_empty_pool_kills_the_child(&state);
+    hvo_memmap_sum(&state);
     assert_eq!(
         machine_state(&state),
         found,

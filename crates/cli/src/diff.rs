@@ -12,14 +12,14 @@
 
 use crate::run::run_kernel;
 use crate::table;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use hugelab_kernel::sysfs;
 use hugelab_model::Model;
 use hugelab_workload::counters::{self, BoundKind};
 use hugelab_workload::{
-    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Signal, Snapshot,
-    Stmt, StmtKind,
+    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, RunError, Signal,
+    Snapshot, Stmt, StmtKind,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -100,9 +100,18 @@ struct WorkloadDiff {
     failed_expects: Vec<FailedExpect>,
 }
 
+/// A workload this machine cannot run now (`BackendErrorKind::Unavailable`):
+/// neither passed nor failed.
+#[derive(Serialize)]
+struct Skipped {
+    workload: String,
+    reason: String,
+}
+
 #[derive(Default, Serialize)]
 struct Totals {
     workloads: usize,
+    skipped: usize,
     compared: usize,
     mismatches: usize,
     within_bound: usize,
@@ -112,6 +121,7 @@ struct Totals {
 
 pub fn main(args: DiffArgs) -> Result<ExitCode> {
     let mut diffs = Vec::new();
+    let mut skipped = Vec::new();
     let mut totals = Totals::default();
     for file in &args.files {
         let mut model = model_from_machine()?;
@@ -119,10 +129,33 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
             model = model.with_invariant_checks();
         }
         let model_obs = run_file(&mut model, file)?;
-        let kernel_obs =
-            run_kernel(file).with_context(|| format!("{}: kernel backend", file.display()))?;
-        let d = compare(&model_obs, &kernel_obs);
         totals.workloads += 1;
+        let kernel_obs = match run_kernel(file) {
+            Ok(obs) => obs,
+            Err(e)
+                if e.downcast_ref::<RunError>()
+                    .is_some_and(RunError::is_unavailable) =>
+            {
+                totals.skipped += 1;
+                let s = Skipped {
+                    workload: model_obs.workload.clone(),
+                    reason: e.to_string(),
+                };
+                if !args.json {
+                    print!(
+                        "# {}
+SKIPPED on the kernel: {}
+
+",
+                        s.workload, s.reason
+                    );
+                }
+                skipped.push(s);
+                continue;
+            }
+            Err(e) => return Err(e.context(format!("{}: kernel backend", file.display()))),
+        };
+        let d = compare(&model_obs, &kernel_obs);
         for r in &d.rows {
             totals.compared += 1;
             match r.verdict {
@@ -150,12 +183,13 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
         diffs.push(d);
     }
     if args.json {
-        let doc = serde_json::json!({ "workloads": diffs, "totals": totals });
+        let doc = serde_json::json!({ "workloads": diffs, "skipped": skipped, "totals": totals });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!(
-            "{} workloads, {} counters compared: {} mismatches, {} within declared bounds, {} unknown on the kernel; {} failed expectations",
+            "{} workloads ({} skipped: this machine cannot run them now), {} counters compared: {} mismatches, {} within declared bounds, {} unknown on the kernel; {} failed expectations",
             totals.workloads,
+            totals.skipped,
             totals.compared,
             totals.mismatches,
             totals.within_bound,

@@ -299,7 +299,7 @@ impl KernelBackend {
             self.khugepaged.register().map_err(|e| failed(stmt, e))?;
             std::thread::sleep(Duration::from_millis(100));
         }
-        Ok(())
+        gigantic_pool_filled(stmt, tunable, &value)
     }
 
     /// The `khugepaged` statement: returns at once when the PMD size is
@@ -612,6 +612,47 @@ impl KernelBackend {
         settle_dead_mms(); // its mm's last page tables, as after exit
         Ok(())
     }
+}
+
+/// After `set` of a 1 GiB pool's nr_hugepages: the kernel allocates each
+/// gigantic page from contiguous memory (alloc_contig_pages), which a
+/// fragmented machine may not have, and gives fewer than asked without an
+/// error. Whether it can is the machine's state, not the workload's: then
+/// the workload cannot run here now (2 MiB pools are left as they are).
+fn gigantic_pool_filled(stmt: &Stmt, tunable: &Tunable, value: &str) -> Result<(), BackendError> {
+    const GIGANTIC_KB: u64 = 1 << 20;
+    if *tunable
+        != (Tunable::HugetlbNrHugepages {
+            size_kb: GIGANTIC_KB,
+        })
+    {
+        return Ok(());
+    }
+    let asked: u64 = value.parse().map_err(|_| {
+        failed(
+            stmt,
+            format!("{value:?} is not a number of pages for {}", tunable.path()),
+        )
+    })?;
+    let got = sysfs::read_tunable(tunable).map_err(|e| failed(stmt, e))?;
+    let got: u64 = got.parse().map_err(|_| {
+        failed(
+            stmt,
+            format!(
+                "{} reads {got:?}, not a number",
+                sysfs::tunable_file(tunable).display()
+            ),
+        )
+    })?;
+    if got < asked {
+        return Err(BackendError::unavailable(
+            stmt,
+            format!(
+                "the kernel gave {got} of {asked} 1 GiB pages (it found no more free contiguous 1 GiB ranges)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Writes `<pid>,0x<start>,0x<end>` to debugfs split_huge_pages, which splits

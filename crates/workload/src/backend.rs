@@ -30,6 +30,11 @@ pub enum BackendErrorKind {
     /// The system call the statement stands for returned this errno, as a
     /// program would see it: the run goes on, and `expect errno` can check it.
     Errno(Errno),
+    /// The machine cannot run this workload now, for a reason that is its
+    /// state, not the workload's (a 1 GiB HugeTLB pool the kernel could not
+    /// fill: memory too fragmented): the run stops, and `diff` and the
+    /// scenario tests report the workload as skipped with the reason.
+    Unavailable,
     /// The kernel killed process `proc` with `signal` during the statement
     /// (SIGBUS: a HugeTLB fault with no page in the pool). The backend has
     /// retired the process as `exit` does (its last counters are in the
@@ -73,6 +78,16 @@ impl BackendError {
 }
 
 impl BackendError {
+    /// The machine cannot run the workload now; `reason` says why, as one
+    /// sentence (`the kernel gave 1 of 2 1 GiB pages`).
+    pub fn unavailable(stmt: &Stmt, reason: impl fmt::Display) -> Self {
+        BackendError {
+            pos: stmt.pos,
+            kind: BackendErrorKind::Unavailable,
+            message: format!("cannot run on this machine now: {reason}"),
+        }
+    }
+
     /// Process `proc` was killed by `signal` during the statement; `message`
     /// says how, for people (`b was killed by SIGBUS`).
     pub fn killed(stmt: &Stmt, proc: &str, signal: Signal, message: impl Into<String>) -> Self {
@@ -97,6 +112,23 @@ pub enum RunError {
     /// The backend could not execute a statement (or read its counters).
     #[error("{file}:{}:{}: {}", .error.pos.line, .error.pos.col, .error.message)]
     Backend { file: String, error: BackendError },
+}
+
+impl RunError {
+    /// Whether the run stopped because the machine cannot run the workload
+    /// now ([`BackendErrorKind::Unavailable`]): a skip, not a failure.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            RunError::Backend {
+                error: BackendError {
+                    kind: BackendErrorKind::Unavailable,
+                    ..
+                },
+                ..
+            }
+        )
+    }
 }
 
 /// What a backend may need to know about a whole workload before its first

@@ -220,3 +220,48 @@ fn sums_of_counters() {
     assert_eq!(obs.failed_expects().count(), 2);
     assert_eq!(obs.unknown_expects().count(), 1);
 }
+
+/// A backend that cannot run `set` here now.
+struct Busy;
+
+impl Backend for Busy {
+    fn name(&self) -> &str {
+        "busy"
+    }
+    fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        Err(BackendError::unavailable(
+            stmt,
+            "the kernel gave 1 of 2 1 GiB pages",
+        ))
+    }
+    fn read(&mut self) -> Result<Reading, BackendError> {
+        Ok(Reading::default())
+    }
+}
+
+#[test]
+fn a_machine_that_cannot_run_the_workload_now_stops_it_as_unavailable() {
+    let w = parse(
+        "g.hlw",
+        "set hugepages/hugepages-1048576kB/nr_hugepages 2\n",
+    )
+    .unwrap();
+    let e = run(&mut Busy, &w).unwrap_err();
+    assert!(e.is_unavailable());
+    assert_eq!(
+        e.to_string(),
+        "g.hlw:1:1: cannot run on this machine now: the kernel gave 1 of 2 1 GiB pages"
+    );
+    let other = run(
+        &mut Fake::default(),
+        &parse("g.hlw", "b read x\n").unwrap_or_else(|e| {
+            // A parse error is no skip either.
+            assert!(!RunError::Parse(e.clone()).is_unavailable());
+            Workload {
+                file: "g.hlw".into(),
+                stmts: Vec::new(),
+            }
+        }),
+    );
+    assert!(other.is_ok());
+}

@@ -126,7 +126,7 @@ impl Agents {
         let killed = |signal: i32, how: String| {
             let signal = Signal(signal);
             if signal == Signal::SIGSEGV {
-                return Err(failed(stmt, how));
+                return Err(failed(stmt, format!("SIGSEGV: {proc} was killed ({how})")));
             }
             Ok(Some(Killed {
                 proc: proc.to_string(),
@@ -159,7 +159,13 @@ impl Agents {
             if reply.signal == libc::SIGBUS {
                 call.faults += 1;
             }
-            let how = format!("its access at {:#x} could not be served", reply.value);
+            let how = match reply.signal {
+                libc::SIGSEGV => format!(
+                    "its access at {:#x} is to memory unmapped, or not with that permission",
+                    reply.value
+                ),
+                _ => format!("its access at {:#x} could not be served", reply.value),
+            };
             call.killed = killed(reply.signal, how)?;
         }
         Ok((reply.value, call))

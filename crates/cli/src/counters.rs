@@ -75,8 +75,9 @@ fn fields(f: &Family) -> String {
                 name,
                 kind(x),
                 lower(x.unit),
-                x.bound
-                    .map_or(String::new(), |b| format!("{}: {}", lower(b.kind), b.why)),
+                x.bound.map_or(String::new(), |b| {
+                    format!("{}: {}", b.kind.describe(), b.why)
+                }),
             ]
         })
         .collect();

@@ -7,17 +7,19 @@
 //! kernel counters count attempts rather than outcomes, or depend on state the
 //! workload does not control; they are compared as bounds, which the counter
 //! registry (`hugelab_workload::counters`) declares with the reason. A
-//! statement whose system call failed on either side is compared by errno.
+//! statement whose system call failed on either side is compared by errno,
+//! one during which a process was killed on either side by signal.
 
 use crate::run::run_kernel;
 use crate::table;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use hugelab_kernel::sysfs;
 use hugelab_model::Model;
 use hugelab_workload::counters::{self, BoundKind};
 use hugelab_workload::{
-    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, Stmt, StmtKind,
+    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, RunError, Signal,
+    Snapshot, Stmt, StmtKind,
 };
 use serde::Serialize;
 use std::path::PathBuf;
@@ -40,7 +42,7 @@ pub struct DiffArgs {
     files: Vec<PathBuf>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 enum Verdict {
     Match,
@@ -77,17 +79,39 @@ struct CallRow {
     verdict: Verdict,
 }
 
+/// A statement during which a process was killed on at least one side:
+/// the signal on each (0: not killed).
+#[derive(Serialize)]
+struct KillRow {
+    line: u32,
+    statement: String,
+    process: String,
+    model: Signal,
+    kernel: Signal,
+    verdict: Verdict,
+}
+
 #[derive(Serialize)]
 struct WorkloadDiff {
     workload: String,
     rows: Vec<Row>,
     calls: Vec<CallRow>,
+    kills: Vec<KillRow>,
     failed_expects: Vec<FailedExpect>,
+}
+
+/// A workload this machine cannot run now (`BackendErrorKind::Unavailable`):
+/// neither passed nor failed.
+#[derive(Serialize)]
+struct Skipped {
+    workload: String,
+    reason: String,
 }
 
 #[derive(Default, Serialize)]
 struct Totals {
     workloads: usize,
+    skipped: usize,
     compared: usize,
     mismatches: usize,
     within_bound: usize,
@@ -97,6 +121,7 @@ struct Totals {
 
 pub fn main(args: DiffArgs) -> Result<ExitCode> {
     let mut diffs = Vec::new();
+    let mut skipped = Vec::new();
     let mut totals = Totals::default();
     for file in &args.files {
         let mut model = model_from_machine()?;
@@ -104,10 +129,33 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
             model = model.with_invariant_checks();
         }
         let model_obs = run_file(&mut model, file)?;
-        let kernel_obs =
-            run_kernel(file).with_context(|| format!("{}: kernel backend", file.display()))?;
-        let d = compare(&model_obs, &kernel_obs);
         totals.workloads += 1;
+        let kernel_obs = match run_kernel(file) {
+            Ok(obs) => obs,
+            Err(e)
+                if e.downcast_ref::<RunError>()
+                    .is_some_and(RunError::is_unavailable) =>
+            {
+                totals.skipped += 1;
+                let s = Skipped {
+                    workload: model_obs.workload.clone(),
+                    reason: e.to_string(),
+                };
+                if !args.json {
+                    print!(
+                        "# {}
+SKIPPED on the kernel: {}
+
+",
+                        s.workload, s.reason
+                    );
+                }
+                skipped.push(s);
+                continue;
+            }
+            Err(e) => return Err(e.context(format!("{}: kernel backend", file.display()))),
+        };
+        let d = compare(&model_obs, &kernel_obs);
         for r in &d.rows {
             totals.compared += 1;
             match r.verdict {
@@ -117,9 +165,14 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
                 Verdict::Match => {}
             }
         }
-        for c in &d.calls {
+        for v in d
+            .calls
+            .iter()
+            .map(|c| c.verdict)
+            .chain(d.kills.iter().map(|k| k.verdict))
+        {
             totals.compared += 1;
-            if c.verdict == Verdict::Mismatch {
+            if v == Verdict::Mismatch {
                 totals.mismatches += 1;
             }
         }
@@ -130,12 +183,13 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
         diffs.push(d);
     }
     if args.json {
-        let doc = serde_json::json!({ "workloads": diffs, "totals": totals });
+        let doc = serde_json::json!({ "workloads": diffs, "skipped": skipped, "totals": totals });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!(
-            "{} workloads, {} counters compared: {} mismatches, {} within declared bounds, {} unknown on the kernel; {} failed expectations",
+            "{} workloads ({} skipped: this machine cannot run them now), {} counters compared: {} mismatches, {} within declared bounds, {} unknown on the kernel; {} failed expectations",
             totals.workloads,
+            totals.skipped,
             totals.compared,
             totals.mismatches,
             totals.within_bound,
@@ -188,6 +242,10 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
             let (kernel, verdict, note) = match (ks.counters.get(name), ks.unknown.get(name)) {
                 (Some(&k), _) if k == m => (Some(k), Verdict::Match, None),
                 (Some(&k), _) => match counters::bound(name) {
+                    Some(b) if matches!(b.kind, BoundKind::SumWith(_)) => {
+                        let (verdict, note) = by_sum(name, m, k, ms, ks, b.why);
+                        (Some(k), verdict, note)
+                    }
                     Some(b) if within(b.kind, m, k) => {
                         (Some(k), Verdict::WithinBound, Some(b.why.to_string()))
                     }
@@ -219,8 +277,45 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
         workload: model.workload.clone(),
         rows,
         calls: compare_calls(model, kernel),
+        kills: compare_kills(model, kernel),
         failed_expects,
     }
+}
+
+/// Every process killed on either side, by line and process: the signals
+/// must be the same.
+fn compare_kills(model: &Observation, kernel: &Observation) -> Vec<KillRow> {
+    let mut keys: Vec<(u32, &str, &str)> = model
+        .kills
+        .iter()
+        .chain(&kernel.kills)
+        .map(|k| (k.line, k.process.as_str(), k.statement.as_str()))
+        .collect();
+    keys.sort();
+    keys.dedup_by_key(|(line, proc, _)| (*line, *proc));
+    let signal = |o: &Observation, line, proc: &str| {
+        o.kills
+            .iter()
+            .find(|k| k.line == line && k.process == proc)
+            .map_or(Signal::NONE, |k| k.signal)
+    };
+    keys.into_iter()
+        .map(|(line, proc, statement)| {
+            let (m, k) = (signal(model, line, proc), signal(kernel, line, proc));
+            KillRow {
+                line,
+                statement: statement.to_string(),
+                process: proc.to_string(),
+                model: m,
+                kernel: k,
+                verdict: if m == k {
+                    Verdict::Match
+                } else {
+                    Verdict::Mismatch
+                },
+            }
+        })
+        .collect()
 }
 
 /// Every statement that failed on either side, by line: the errnos must be
@@ -263,6 +358,43 @@ fn within(kind: BoundKind, model: i64, kernel: i64) -> bool {
     match kind {
         BoundKind::KernelAtLeastModel => kernel >= model,
         BoundKind::KernelAtMostModel => kernel <= model,
+        BoundKind::SumWith(_) => false,
+    }
+}
+
+/// A counter compared by its sum with its partner (`BoundKind::SumWith`),
+/// whose own values differ (`model` != `kernel`): within the bound when
+/// the two sums are equal (the note says why), unknown when the kernel
+/// could not read the partner, a mismatch otherwise (also when a side does
+/// not report the partner).
+fn by_sum(
+    name: &str,
+    model: i64,
+    kernel: i64,
+    ms: &Snapshot,
+    ks: &Snapshot,
+    why: &str,
+) -> (Verdict, Option<String>) {
+    let Some(partner) = counters::sum_partner(name) else {
+        return (Verdict::Mismatch, None);
+    };
+    if let Some(unknown) = ks.unknown.get(&partner) {
+        return (
+            Verdict::Unknown,
+            Some(format!(
+                "compared by its sum with {partner}, which is unknown: {unknown}"
+            )),
+        );
+    }
+    match (ms.counters.get(&partner), ks.counters.get(&partner)) {
+        (Some(mp), Some(kp)) if model + mp == kernel + kp => (
+            Verdict::WithinBound,
+            Some(format!(
+                "{name} is compared by its sum with {partner} ({}): {why}",
+                model + mp
+            )),
+        ),
+        _ => (Verdict::Mismatch, None),
     }
 }
 
@@ -295,6 +427,7 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
         .iter()
         .map(|r| r.verdict)
         .chain(d.calls.iter().map(|c| c.verdict))
+        .chain(d.kills.iter().map(|k| k.verdict))
         .filter(|v| *v == Verdict::Mismatch)
         .count();
     let mut out = format!("# {}\n{}", d.workload, table::render(&header, &rows));
@@ -306,6 +439,24 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
         out.push_str(&format!(
             "line {}: {}: model {}, kernel {}{verdict}\n",
             c.line, c.statement, c.model, c.kernel
+        ));
+    }
+    for k in &d.kills {
+        let verdict = match k.verdict {
+            Verdict::Mismatch => "  MISMATCH",
+            _ => "",
+        };
+        let killed = |s: Signal| match s {
+            Signal::NONE => "not killed".to_string(),
+            s => format!("killed by {s}"),
+        };
+        out.push_str(&format!(
+            "line {}: {}: {}: model {}, kernel {}{verdict}\n",
+            k.line,
+            k.statement,
+            k.process,
+            killed(k.model),
+            killed(k.kernel)
         ));
     }
     let mut notes: Vec<&String> = d.rows.iter().filter_map(|r| r.note.as_ref()).collect();
@@ -330,7 +481,123 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
     }
     out.push_str(&format!(
         "{} counters compared, {mismatches} mismatches\n\n",
-        d.rows.len() + d.calls.len()
+        d.rows.len() + d.calls.len() + d.kills.len()
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugelab_workload::Kill;
+
+    fn obs(backend: &str, counters: &[(&str, i64)], unknown: &[(&str, &str)]) -> Observation {
+        Observation {
+            backend: backend.into(),
+            workload: "w.hlw".into(),
+            snapshots: vec![Snapshot {
+                label: "end".into(),
+                line: None,
+                counters: counters.iter().map(|(n, v)| (n.to_string(), *v)).collect(),
+                unknown: unknown
+                    .iter()
+                    .map(|(n, w)| (n.to_string(), w.to_string()))
+                    .collect(),
+            }],
+            expects: Vec::new(),
+            failed_calls: Vec::new(),
+            kills: Vec::new(),
+        }
+    }
+
+    fn verdicts(d: &WorkloadDiff) -> Vec<(&str, Verdict)> {
+        d.rows
+            .iter()
+            .map(|r| (r.counter.as_str(), r.verdict))
+            .collect()
+    }
+
+    const PAGES: &str = "vmstat.nr_memmap_pages";
+    const BOOT: &str = "vmstat.nr_memmap_boot_pages";
+
+    #[test]
+    fn memmap_counters_are_compared_by_their_sum() {
+        // Equal: a match. Different, equal sums: within the bound.
+        let model = obs("model", &[(PAGES, -112), (BOOT, 0)], &[]);
+        let same = obs("kernel", &[(PAGES, -112), (BOOT, 0)], &[]);
+        let moved = obs("kernel", &[(PAGES, 16), (BOOT, -128)], &[]);
+        let wrong = obs("kernel", &[(PAGES, 16), (BOOT, -120)], &[]);
+        let d = compare(&model, &same);
+        assert_eq!(
+            verdicts(&d),
+            [(BOOT, Verdict::Match), (PAGES, Verdict::Match)]
+        );
+        let d = compare(&model, &moved);
+        assert_eq!(
+            verdicts(&d),
+            [(BOOT, Verdict::WithinBound), (PAGES, Verdict::WithinBound)]
+        );
+        let note = d.rows[1].note.as_deref().unwrap();
+        assert!(
+            note.starts_with(
+                "vmstat.nr_memmap_pages is compared by its sum with vmstat.nr_memmap_boot_pages (-112): HVO frees"
+            ),
+            "{note}"
+        );
+        let d = compare(&model, &wrong);
+        assert_eq!(
+            verdicts(&d),
+            [(BOOT, Verdict::Mismatch), (PAGES, Verdict::Mismatch)]
+        );
+        // A partner the kernel could not read makes it unknown.
+        let noisy = obs("kernel", &[(PAGES, 16)], &[(BOOT, "another process")]);
+        let d = compare(&model, &noisy);
+        assert_eq!(d.rows[1].verdict, Verdict::Unknown);
+        assert!(d.rows[1]
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("another process"));
+    }
+
+    fn kill(line: u32, process: &str, signal: Signal) -> Kill {
+        Kill {
+            line,
+            col: 1,
+            statement: format!("{process} write buf"),
+            process: process.into(),
+            signal,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn kills_are_compared_line_by_line() {
+        let mut model = obs("model", &[], &[]);
+        let mut kernel = obs("kernel", &[], &[]);
+        model.kills = vec![kill(6, "b", Signal::SIGBUS), kill(9, "c", Signal::SIGBUS)];
+        kernel.kills = vec![kill(6, "b", Signal::SIGBUS), kill(12, "a", Signal::SIGKILL)];
+        let d = compare(&model, &kernel);
+        let got: Vec<(u32, &str, Signal, Signal, Verdict)> = d
+            .kills
+            .iter()
+            .map(|k| (k.line, k.process.as_str(), k.model, k.kernel, k.verdict))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (6, "b", Signal::SIGBUS, Signal::SIGBUS, Verdict::Match),
+                (9, "c", Signal::SIGBUS, Signal::NONE, Verdict::Mismatch),
+                (12, "a", Signal::NONE, Signal::SIGKILL, Verdict::Mismatch),
+            ]
+        );
+        let text = render(&d, false);
+        assert!(
+            text.contains(
+                "line 9: c write buf: c: model killed by SIGBUS, kernel not killed  MISMATCH"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("3 counters compared, 2 mismatches"), "{text}");
+    }
 }

@@ -132,6 +132,12 @@ fn render(obs: &Observation, all: bool) -> String {
             c.line, c.statement, c.message
         ));
     }
+    for k in &obs.kills {
+        notes.push_str(&format!(
+            "line {}: {}: {}; the workload went on\n",
+            k.line, k.statement, k.message
+        ));
+    }
     for r in reasons {
         notes.push_str(&format!("unknown: {r}\n"));
     }

@@ -21,6 +21,14 @@ use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{Errno, HugetlbSize};
 use std::hint::black_box;
 use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering::Relaxed};
+
+/// The channel to the runner, for the signal handler's last word.
+static CHANNEL: AtomicI32 = AtomicI32::new(-1);
+/// This process's faults when the request being executed started.
+static REQUEST_FAULTS: AtomicI64 = AtomicI64::new(0);
+/// Its faults when the access loop being executed started; -1 outside one.
+static LOOP_FAULTS: AtomicI64 = AtomicI64::new(-1);
 
 const STACK_PRETOUCH: usize = 256 << 10;
 
@@ -46,11 +54,13 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
         libc::signal(libc::SIGCHLD, libc::SIG_IGN);
     }
     tame_own_mappings();
+    report_fatal_signals();
     populate_own_mappings();
     pretouch_stack();
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
     let mut fd = fd;
+    CHANNEL.store(fd, Relaxed);
     send(fd, &hello());
     loop {
         let mut wire = RequestWire::default();
@@ -60,6 +70,7 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
             unsafe { libc::_exit(0) };
         }
         let before = minflt();
+        REQUEST_FAULTS.store(before, Relaxed);
         let reply = match Request::decode(&wire) {
             Some(Request::Fork) => match do_fork(fd, passed_fd) {
                 Forked::Parent(pid) => done(Errno::OK, i64::from(pid), 0),
@@ -67,6 +78,7 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
                 Forked::Child(child_fd) => {
                     // The runner talks to the child on the new channel.
                     fd = child_fd;
+                    CHANNEL.store(fd, Relaxed);
                     continue;
                 }
             },
@@ -91,6 +103,7 @@ fn done(errno: Errno, value: i64, loop_faults: i64) -> Reply {
         value,
         loop_faults,
         all_faults: 0,
+        signal: 0,
     }
 }
 
@@ -147,7 +160,9 @@ fn execute(req: Request) -> Reply {
                 access,
             } => {
                 let before = minflt();
+                LOOP_FAULTS.store(before, Relaxed);
                 touch_range(addr, len, step, access);
+                LOOP_FAULTS.store(-1, Relaxed);
                 done(Errno::OK, 0, minflt() - before)
             }
             Request::ThpDisable { on } => ok(libc::prctl(
@@ -165,6 +180,55 @@ fn execute(req: Request) -> Reply {
             Request::Unpin { addr, len } => done(unpin(addr, len), 0, 0),
             Request::Fork | Request::Exit => done(Errno(libc::ENOSYS), 0, 0),
         }
+    }
+}
+
+/// Makes a SIGBUS or SIGSEGV (the kernel's answer to a fault it cannot
+/// serve: a HugeTLB fault with an empty pool, an access the protection
+/// forbids) end the agent with a last reply that says so, and no core
+/// dump of the workload's memory: see [`on_fatal_signal`].
+fn report_fatal_signals() {
+    // SAFETY: setrlimit and sigaction with structures we own; the handler
+    // is async-signal-safe (see it).
+    unsafe {
+        let none = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+        for sig in [libc::SIGBUS, libc::SIGSEGV] {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_fatal_signal as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The agent's last word: a reply carrying the signal, the faulting address
+/// and the faults counted so far; then the same signal again with its
+/// default action, which kills the agent by it as soon as this handler
+/// returns (whatever the access would do when tried again). Uses only
+/// system calls (getrusage, send, sigaction, kill): async-signal-safe.
+extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    let now = minflt();
+    let in_loop = LOOP_FAULTS.load(Relaxed);
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers;
+    // si_addr is set for SIGBUS and SIGSEGV.
+    let addr = unsafe { (*info).si_addr() } as i64;
+    let reply = Reply {
+        errno: Errno::OK,
+        value: addr,
+        loop_faults: if in_loop >= 0 { now - in_loop } else { 0 },
+        all_faults: now - REQUEST_FAULTS.load(Relaxed),
+        signal: sig,
+    };
+    send(CHANNEL.load(Relaxed), &reply);
+    // SAFETY: plain system calls on this process.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::kill(libc::getpid(), sig);
     }
 }
 

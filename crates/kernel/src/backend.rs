@@ -10,7 +10,9 @@
 use crate::error::{errno_name, KernelError};
 use crate::guard::SettingsGuard;
 use crate::khugepaged::{pmd_enabled, KhugepagedHold};
-use crate::measure::{rcu_settle, read_process, read_region, settle_dead_mms, Measurement};
+use crate::measure::{
+    rcu_settle, read_process, read_region, settle_dead_mms, zeroed_process, Measurement,
+};
 use crate::memcg::Memcg;
 use crate::process::AgentProc;
 use crate::protocol::{Access, Request};
@@ -19,8 +21,8 @@ use hugelab_workload::gone::Gone;
 use hugelab_workload::mapped::Mapped;
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{
-    placement, Advice, Backend, BackendError, Errno, HugetlbSize, KhugepagedKnob, Lookahead,
-    MachineParam, Prot, Range, Reading, Stmt, StmtKind, Tunable,
+    placement, Advice, Backend, BackendError, BackendErrorKind, Errno, HugetlbSize, KhugepagedKnob,
+    Lookahead, MachineParam, Prot, Range, Reading, Signal, Stmt, StmtKind, Tunable,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -72,10 +74,21 @@ pub struct KernelBackend {
 }
 
 /// What one statement's system call did inside a window: the faults the
-/// agents took, and its errno (0: it succeeded).
+/// agents took, its errno (0: it succeeded), and the process the kernel
+/// killed during it, if one.
 pub(crate) struct Call {
     pub(crate) faults: i64,
     pub(crate) errno: Errno,
+    pub(crate) killed: Option<Killed>,
+}
+
+/// A process killed by a signal during a statement: gone when the window
+/// closes, its memory freed inside it.
+pub(crate) struct Killed {
+    pub(crate) proc: String,
+    pub(crate) signal: Signal,
+    /// How, for people.
+    pub(crate) message: String,
 }
 
 impl Call {
@@ -83,6 +96,7 @@ impl Call {
         Call {
             faults,
             errno: Errno::OK,
+            killed: None,
         }
     }
 }
@@ -98,7 +112,10 @@ impl Agents {
             .ok_or_else(|| failed(stmt, format!("no process '{name}'")))
     }
 
-    /// Sends `req` to the agent of `proc`: the value it returned, and the call.
+    /// Sends `req` to the agent of `proc`: the value it returned, and the
+    /// call. An agent killed by SIGBUS or SIGKILL is a call that killed
+    /// `proc` (a workload outcome); by SIGSEGV, an access the workload
+    /// should not make, it stops the run, as on the model.
     fn request(
         &mut self,
         stmt: &Stmt,
@@ -106,12 +123,51 @@ impl Agents {
         req: Request,
     ) -> Result<(i64, Call), BackendError> {
         let p = self.get_mut(stmt, proc)?;
-        let reply = p.agent.request(req).map_err(|e| failed(stmt, e))?;
+        let killed = |signal: i32, how: String| {
+            let signal = Signal(signal);
+            if signal == Signal::SIGSEGV {
+                return Err(failed(stmt, format!("SIGSEGV: {proc} was killed ({how})")));
+            }
+            Ok(Some(Killed {
+                proc: proc.to_string(),
+                signal,
+                message: format!("{proc} was killed by {signal} ({how})"),
+            }))
+        };
+        let reply = match p.agent.request(req) {
+            Ok(reply) => reply,
+            Err(KernelError::Killed { signal, message }) => {
+                // No last word: its faults are not known.
+                let call = Call {
+                    killed: killed(signal, message)?,
+                    ..Call::ok(0)
+                };
+                return Ok((0, call));
+            }
+            Err(e) => return Err(failed(stmt, e)),
+        };
         p.minflt += reply.loop_faults;
-        let call = Call {
+        let mut call = Call {
             faults: reply.all_faults,
             errno: reply.errno,
+            killed: None,
         };
+        if reply.signal != 0 {
+            // The fault that failed is counted in pgfault but not in the
+            // agent's own faults (mm_account_fault counts a VM_FAULT_ERROR
+            // fault in PGFAULT only).
+            if reply.signal == libc::SIGBUS {
+                call.faults += 1;
+            }
+            let how = match reply.signal {
+                libc::SIGSEGV => format!(
+                    "its access at {:#x} is to memory unmapped, or not with that permission",
+                    reply.value
+                ),
+                _ => format!("its access at {:#x} could not be served", reply.value),
+            };
+            call.killed = killed(reply.signal, how)?;
+        }
         Ok((reply.value, call))
     }
 
@@ -249,7 +305,7 @@ impl KernelBackend {
             self.khugepaged.register().map_err(|e| failed(stmt, e))?;
             std::thread::sleep(Duration::from_millis(100));
         }
-        Ok(())
+        gigantic_pool_filled(stmt, tunable, &value)
     }
 
     /// The `khugepaged` statement: returns at once when the PMD size is
@@ -323,86 +379,9 @@ impl KernelBackend {
     }
 }
 
-/// Writes `<pid>,0x<start>,0x<end>` to debugfs split_huge_pages, which splits
-/// every THP mapped in the range. Kernels in lockdown (these VMs) refuse
-/// debugfs writes even to root: then one sentence says so.
-fn split_huge_pages(pid: i32, start: u64, end: u64) -> Result<(), KernelError> {
-    const FILE: &str = "/sys/kernel/debug/split_huge_pages";
-    let line = format!("{pid},{start:#x},{end:#x}");
-    std::fs::write(FILE, line).map_err(|e| match e.raw_os_error() {
-        Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOENT) => KernelError::Refused(format!(
-            "split needs {FILE}, which this kernel refuses ({}: debugfs locked down or not mounted); split by a partial munmap and `reclaim` instead",
-            errno_name(e.raw_os_error().unwrap_or(0))
-        )),
-        _ => KernelError::io(FILE, e),
-    })
-}
-
-/// `echo 2 > /proc/sys/vm/drop_caches`: the slab shrinkers, the deferred
-/// split and under-used THP shrinkers among them.
-fn drop_slab() -> Result<(), KernelError> {
-    let path = std::path::Path::new(sysfs::PROC_VM).join("drop_caches");
-    sysfs::write_value(&path, "2")
-}
-
-/// Sends `req` outside any window: its value, or an error if it failed.
-pub(crate) fn req_ok(agent: &mut AgentProc, req: Request) -> Result<i64, KernelError> {
-    let reply = agent.request(req)?;
-    if reply.errno != Errno::OK {
-        return Err(KernelError::Agent(format!(
-            "agent request {req:?} failed: {}",
-            errno_name(reply.errno.0)
-        )));
-    }
-    Ok(reply.value)
-}
-
-fn prot_bits(p: Prot) -> i32 {
-    match p {
-        Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
-        Prot::Read => libc::PROT_READ,
-        Prot::None => libc::PROT_NONE,
-    }
-}
-
-fn advice_bits(a: Advice) -> i32 {
-    match a {
-        Advice::Hugepage => libc::MADV_HUGEPAGE,
-        Advice::NoHugepage => libc::MADV_NOHUGEPAGE,
-        Advice::DontNeed => libc::MADV_DONTNEED,
-        Advice::Free => libc::MADV_FREE,
-        Advice::Collapse => MADV_COLLAPSE,
-        Advice::Pageout => libc::MADV_PAGEOUT,
-        Advice::Cold => libc::MADV_COLD,
-    }
-}
-
-impl Backend for KernelBackend {
-    fn name(&self) -> &str {
-        BACKEND
-    }
-
-    /// A workload that reclaims would also split the folios other processes
-    /// left on the deferred split queue (counted system-wide as if they were
-    /// its own): empty the queue once before the first statement.
-    fn prepare(&mut self, ahead: &Lookahead) -> Result<(), BackendError> {
-        if ahead.reclaims {
-            drop_slab().map_err(|e| BackendError::failed(Default::default(), e.to_string()))?;
-            rcu_settle();
-        }
-        Ok(())
-    }
-
-    /// `prepare` must know whether the workload reclaims.
-    fn needs_lookahead(&self) -> bool {
-        true
-    }
-
-    fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
-        self.execute_retiring(stmt, &mut Gone::default())
-    }
-
-    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
+impl KernelBackend {
+    /// One statement (see [`Backend::execute_retiring`]).
+    fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         match &stmt.kind {
             StmtKind::Set { tunable, value } => self.set(stmt, tunable, value.to_string())?,
             StmtKind::Machine { params } => self.check_machine(stmt, params)?,
@@ -615,9 +594,165 @@ impl Backend for KernelBackend {
                     Ok(Call::ok(0))
                 })?;
             }
-            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {}
+            StmtKind::Snapshot { .. }
+            | StmtKind::Expect { .. }
+            | StmtKind::ExpectErrno { .. }
+            | StmtKind::ExpectSignal { .. } => {}
         }
         Ok(())
+    }
+
+    /// After `proc` was killed during `stmt`: it is gone as after `exit`,
+    /// its counters with nothing mapped going to `gone` (its memory was
+    /// freed when it died).
+    fn retire_killed(
+        &mut self,
+        stmt: &Stmt,
+        proc: &str,
+        gone: &mut Gone,
+    ) -> Result<(), BackendError> {
+        let Some(p) = self.agents.procs.remove(proc) else {
+            return Err(failed(stmt, format!("no process '{proc}' to retire")));
+        };
+        let mut c = Default::default();
+        zeroed_process(proc, p.minflt, p.spans(), &mut c);
+        gone.add(self.measure.judge(c, BTreeMap::new()));
+        drop(p);
+        settle_dead_mms(); // its mm's last page tables, as after exit
+        Ok(())
+    }
+}
+
+/// After `set` of a 1 GiB pool's nr_hugepages: the kernel allocates each
+/// gigantic page from contiguous memory (alloc_contig_pages), which a
+/// fragmented machine may not have, and gives fewer than asked without an
+/// error. Whether it can is the machine's state, not the workload's: then
+/// the workload cannot run here now (2 MiB pools are left as they are).
+fn gigantic_pool_filled(stmt: &Stmt, tunable: &Tunable, value: &str) -> Result<(), BackendError> {
+    const GIGANTIC_KB: u64 = 1 << 20;
+    if *tunable
+        != (Tunable::HugetlbNrHugepages {
+            size_kb: GIGANTIC_KB,
+        })
+    {
+        return Ok(());
+    }
+    let asked: u64 = value.parse().map_err(|_| {
+        failed(
+            stmt,
+            format!("{value:?} is not a number of pages for {}", tunable.path()),
+        )
+    })?;
+    let got = sysfs::read_tunable(tunable).map_err(|e| failed(stmt, e))?;
+    let got: u64 = got.parse().map_err(|_| {
+        failed(
+            stmt,
+            format!(
+                "{} reads {got:?}, not a number",
+                sysfs::tunable_file(tunable).display()
+            ),
+        )
+    })?;
+    if got < asked {
+        return Err(BackendError::unavailable(
+            stmt,
+            format!(
+                "the kernel gave {got} of {asked} 1 GiB pages (it found no more free contiguous 1 GiB ranges)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `<pid>,0x<start>,0x<end>` to debugfs split_huge_pages, which splits
+/// every THP mapped in the range. Kernels in lockdown (these VMs) refuse
+/// debugfs writes even to root: then one sentence says so.
+fn split_huge_pages(pid: i32, start: u64, end: u64) -> Result<(), KernelError> {
+    const FILE: &str = "/sys/kernel/debug/split_huge_pages";
+    let line = format!("{pid},{start:#x},{end:#x}");
+    std::fs::write(FILE, line).map_err(|e| match e.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOENT) => KernelError::Refused(format!(
+            "split needs {FILE}, which this kernel refuses ({}: debugfs locked down or not mounted); split by a partial munmap and `reclaim` instead",
+            errno_name(e.raw_os_error().unwrap_or(0))
+        )),
+        _ => KernelError::io(FILE, e),
+    })
+}
+
+/// `echo 2 > /proc/sys/vm/drop_caches`: the slab shrinkers, the deferred
+/// split and under-used THP shrinkers among them.
+fn drop_slab() -> Result<(), KernelError> {
+    let path = std::path::Path::new(sysfs::PROC_VM).join("drop_caches");
+    sysfs::write_value(&path, "2")
+}
+
+/// Sends `req` outside any window: its value, or an error if it failed.
+pub(crate) fn req_ok(agent: &mut AgentProc, req: Request) -> Result<i64, KernelError> {
+    let reply = agent.request(req)?;
+    if reply.errno != Errno::OK {
+        return Err(KernelError::Agent(format!(
+            "agent request {req:?} failed: {}",
+            errno_name(reply.errno.0)
+        )));
+    }
+    Ok(reply.value)
+}
+
+fn prot_bits(p: Prot) -> i32 {
+    match p {
+        Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+        Prot::Read => libc::PROT_READ,
+        Prot::None => libc::PROT_NONE,
+    }
+}
+
+fn advice_bits(a: Advice) -> i32 {
+    match a {
+        Advice::Hugepage => libc::MADV_HUGEPAGE,
+        Advice::NoHugepage => libc::MADV_NOHUGEPAGE,
+        Advice::DontNeed => libc::MADV_DONTNEED,
+        Advice::Free => libc::MADV_FREE,
+        Advice::Collapse => MADV_COLLAPSE,
+        Advice::Pageout => libc::MADV_PAGEOUT,
+        Advice::Cold => libc::MADV_COLD,
+    }
+}
+
+impl Backend for KernelBackend {
+    fn name(&self) -> &str {
+        BACKEND
+    }
+
+    /// A workload that reclaims would also split the folios other processes
+    /// left on the deferred split queue (counted system-wide as if they were
+    /// its own): empty the queue once before the first statement.
+    fn prepare(&mut self, ahead: &Lookahead) -> Result<(), BackendError> {
+        if ahead.reclaims {
+            drop_slab().map_err(|e| BackendError::failed(Default::default(), e.to_string()))?;
+            rcu_settle();
+        }
+        Ok(())
+    }
+
+    /// `prepare` must know whether the workload reclaims.
+    fn needs_lookahead(&self) -> bool {
+        true
+    }
+
+    fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        self.execute_retiring(stmt, &mut Gone::default())
+    }
+
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
+        let result = self.execute_stmt(stmt, gone);
+        if let Err(BackendError {
+            kind: BackendErrorKind::Killed { proc, .. },
+            ..
+        }) = &result
+        {
+            self.retire_killed(stmt, proc, gone)?;
+        }
+        result
     }
 
     /// Every counter as of now, and those of them that cannot be trusted

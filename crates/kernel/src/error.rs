@@ -17,6 +17,10 @@ pub enum KernelError {
     /// A process agent failed or died.
     #[error("{0}")]
     Agent(String),
+    /// A process agent was killed by `signal` (the message says how) and
+    /// is gone.
+    #[error("{message}")]
+    Killed { signal: i32, message: String },
 }
 
 /// `Permission denied (os error 13)` → `Permission denied (EACCES)`.

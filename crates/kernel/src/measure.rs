@@ -66,6 +66,10 @@ pub(crate) struct Measurement {
     forked: Option<u32>,
     /// mTHP sizes enabled at some point of the workload (see `close`).
     mthp_sizes_used: BTreeSet<u64>,
+    /// The first process killed by a signal, and the line: its own memory
+    /// and page tables went with its regions, inside that window, so the
+    /// anonymous-memory and page-table gauges are unknown after it.
+    killed: Option<(u32, String)>,
 }
 
 /// Why another process's activity makes system-wide counters unknown.
@@ -108,6 +112,7 @@ impl Measurement {
             unstable: None,
             forked: None,
             mthp_sizes_used: BTreeSet::new(),
+            killed: None,
         }
     }
 
@@ -164,7 +169,10 @@ impl Measurement {
     ) -> Result<(), BackendError> {
         let kerr = |e: KernelError| failed(stmt, e);
         let agent_faults = call.faults;
-        if frees_page_tables(&stmt.kind) {
+        if let Some(k) = &call.killed {
+            self.killed.get_or_insert((stmt.pos.line, k.proc.clone()));
+        }
+        if frees_page_tables(&stmt.kind) || call.killed.is_some() {
             rcu_settle();
         }
         self.after.capture(true).map_err(kerr)?;
@@ -296,6 +304,11 @@ impl Measurement {
             ));
         }
         self.last = Some(after);
+        if let Some(k) = call.killed {
+            // A process the kernel killed is the workload's outcome, measured
+            // above like any other.
+            return Err(BackendError::killed(stmt, &k.proc, k.signal, k.message));
+        }
         if call.errno != Errno::OK {
             // A program sees the errno and goes on; so does the workload,
             // with what the call did before failing measured above.
@@ -477,11 +490,17 @@ impl Measurement {
                 return Some(noise.why.clone());
             }
         }
-        let line = self
-            .forked
-            .filter(|_| anon_gauge && name != "vmstat.pgfault")?;
+        if !anon_gauge || name == "vmstat.pgfault" {
+            return None;
+        }
+        if let Some(line) = self.forked {
+            return Some(format!(
+                "fork (line {line}) copied the agent's own memory and page tables too"
+            ));
+        }
+        let (line, proc) = self.killed.as_ref()?;
         Some(format!(
-            "fork (line {line}) copied the agent's own memory and page tables too"
+            "{proc} was killed at line {line}: the agent's own memory and page tables went with its regions"
         ))
     }
 }
@@ -513,10 +532,35 @@ pub(crate) fn read_process<'a>(
     Ok(())
 }
 
+/// The per-process counters of `name`, an agent that is gone (killed), as
+/// [`read_process`] would read them with nothing mapped: every smaps field
+/// and folio count 0, and the faults of its accesses.
+pub(crate) fn zeroed_process<'a>(
+    name: &str,
+    minflt: i64,
+    regions: impl IntoIterator<Item = (&'a String, (u64, u64))>,
+    c: &mut Counters,
+) {
+    c.insert(format!("stat.{name}.minflt"), minflt);
+    let (s, f) = (smaps::SmapsSum::default(), pagemap::FolioScan::default());
+    let mut unknown = BTreeMap::new();
+    for (region, _) in regions {
+        insert_region(name, region, &s, &f, c, &mut unknown);
+    }
+    for (field, kb) in s.fields() {
+        c.insert(format!("smaps.{name}.{field}"), kb as i64);
+    }
+}
+
 /// The counters of region `region` of the agent `name` (pid `pid`) at
 /// `[start, start + len)` into `c` (its smaps fields, which it also returns
 /// for the process's sum, and its folios); those whose folios are not known
 /// go to `unknown`.
+///
+/// `folios.*` counts anonymous THPs, mTHPs and small folios: a HugeTLB
+/// region's pages are HugeTLB folios (KPF_HUGE, not KPF_THP), reported by
+/// smaps `*_Hugetlb` and the pool counters, so its folio counts are all 0
+/// and its pages are not scanned.
 pub(crate) fn read_region(
     name: &str,
     pid: i32,
@@ -525,13 +569,30 @@ pub(crate) fn read_region(
     len: u64,
     c: &mut Counters,
     unknown: &mut BTreeMap<String, String>,
-) -> Result<[(&'static str, u64); 8], KernelError> {
+) -> Result<[(&'static str, u64); smaps::FIELDS], KernelError> {
     let s = smaps::region_smaps(pid, start, start + len)?;
-    let fields = s.fields();
-    for (field, kb) in fields {
+    let f = if s.vmas > 0 && s.hugetlb_vmas == s.vmas {
+        pagemap::FolioScan::default()
+    } else {
+        pagemap::scan_folios(pid, start, start + len)?
+    };
+    insert_region(name, region, &s, &f, c, unknown);
+    Ok(s.fields())
+}
+
+/// The counters of region `region` of `name` with these smaps sums and
+/// folios, into `c` (and those whose folios are not known into `unknown`).
+pub(crate) fn insert_region(
+    name: &str,
+    region: &str,
+    s: &smaps::SmapsSum,
+    f: &pagemap::FolioScan,
+    c: &mut Counters,
+    unknown: &mut BTreeMap<String, String>,
+) {
+    for (field, kb) in s.fields() {
         c.insert(format!("smaps.{name}.{region}.{field}"), kb as i64);
     }
-    let f = pagemap::scan_folios(pid, start, start + len)?;
     for (order, n) in f.total.iter().enumerate() {
         if order == 1 {
             continue; // anonymous memory has no order-1 folios
@@ -554,5 +615,4 @@ pub(crate) fn read_region(
             unknown.insert(k.clone(), why.clone());
         }
     }
-    Ok(fields)
 }

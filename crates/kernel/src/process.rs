@@ -119,10 +119,16 @@ impl AgentProc {
         Ok(agent)
     }
 
-    /// Sends one request and waits for its reply.
+    /// Sends one request and waits for its reply. A reply with a signal is
+    /// the agent's last word (it is dying of the signal): it is returned
+    /// once the agent is gone, its memory freed.
     pub fn request(&mut self, req: Request) -> Result<Reply> {
         self.send(&req, None)?;
-        self.recv()
+        let reply = self.recv()?;
+        if reply.signal != 0 {
+            self.wait_gone(Duration::from_secs(30))?;
+        }
+        Ok(reply)
     }
 
     /// Forks the agent: returns the new agent and the parent's reply.
@@ -232,13 +238,16 @@ impl AgentProc {
         }
     }
 
-    /// The agent closed its channel: say how it died.
+    /// The agent closed its channel: say how it died. A spawned agent's
+    /// exit status is known: killed by a signal, it is
+    /// [`KernelError::Killed`] (and gone).
     fn died(&mut self, err: std::io::Error) -> KernelError {
         let pid = self.pid;
-        let how = match self.child.as_mut().map(|c| c.wait()) {
+        let (how, signal) = match self.child.as_mut().map(|c| c.wait()) {
             Some(Ok(status)) => {
                 use std::os::unix::process::ExitStatusExt;
-                match status.signal() {
+                let sig = status.signal();
+                let how = match sig {
                     Some(libc::SIGSEGV) => {
                         "was killed by SIGSEGV (an access the protection forbids)".to_string()
                     }
@@ -248,15 +257,24 @@ impl AgentProc {
                     Some(libc::SIGKILL) => "was killed by SIGKILL (out of memory?)".to_string(),
                     Some(sig) => format!("was killed by signal {sig}"),
                     None => format!("exited with {status}"),
-                }
+                };
+                self.pid = -1; // reaped: nothing to kill or wait for any more
+                (how, sig)
             }
-            _ => format!(
-                "stopped answering ({})",
-                err.raw_os_error().map_or(err.to_string(), errno_name)
+            _ => (
+                format!(
+                    "stopped answering ({})",
+                    err.raw_os_error().map_or(err.to_string(), errno_name)
+                ),
+                None,
             ),
         };
         unregister(pid);
-        KernelError::Agent(format!("agent pid {pid} {how}"))
+        let message = format!("agent pid {pid} {how}");
+        match signal {
+            Some(signal) => KernelError::Killed { signal, message },
+            None => KernelError::Agent(message),
+        }
     }
 }
 

@@ -12,8 +12,8 @@ use hugelab_workload::{Errno, HugetlbSize};
 pub const REQUEST_WORDS: usize = 8;
 /// A request as sent: `[op, a0..a6]`.
 pub type RequestWire = [u64; REQUEST_WORDS];
-/// A reply as sent: `[errno, value, loop_faults, all_faults]`.
-pub type ReplyWire = [i64; 4];
+/// A reply as sent: `[errno, value, loop_faults, all_faults, signal]`.
+pub type ReplyWire = [i64; 5];
 
 /// Opcodes (word 0 of a request).
 mod op {
@@ -123,6 +123,11 @@ pub struct Reply {
     /// Faults of the whole request, which the runner compares with the
     /// system-wide pgfault to detect other processes.
     pub all_faults: i64,
+    /// Not 0: the agent got this signal during the request (SIGBUS, SIGSEGV)
+    /// and is dying of it; this reply is its last word, sent from its
+    /// signal handler, with `value` the faulting address and the faults
+    /// counted up to the fault that killed it.
+    pub signal: i32,
 }
 
 impl Request {
@@ -238,6 +243,7 @@ impl Reply {
             value: pid,
             loop_faults: 0,
             all_faults: faults,
+            signal: 0,
         }
     }
 
@@ -247,16 +253,18 @@ impl Reply {
             self.value,
             self.loop_faults,
             self.all_faults,
+            i64::from(self.signal),
         ]
     }
 
     pub fn decode(wire: &ReplyWire) -> Reply {
-        let [errno, value, loop_faults, all_faults] = *wire;
+        let [errno, value, loop_faults, all_faults, signal] = *wire;
         Reply {
             errno: Errno(errno as i32),
             value,
             loop_faults,
             all_faults,
+            signal: signal as i32,
         }
     }
 }
@@ -353,12 +361,21 @@ mod tests {
                 value: 0,
                 loop_faults: 3,
                 all_faults: 5,
+                signal: 0,
             },
             Reply {
                 errno: Errno::OK,
                 value: 0x7f12_3440_0000,
                 loop_faults: 0,
                 all_faults: -1,
+                signal: 0,
+            },
+            Reply {
+                errno: Errno::OK,
+                value: 0x7f12_3440_0000,
+                loop_faults: 2,
+                all_faults: 3,
+                signal: libc::SIGBUS,
             },
         ] {
             assert_eq!(Reply::decode(&reply.encode()), reply);

@@ -10,6 +10,7 @@
 //! fields are whole pages and sum exactly.
 
 use crate::error::{KernelError, Result};
+use hugelab_workload::units::PAGE_SIZE;
 use std::io;
 
 /// The smaps fields of one region, summed over its VMAs, in kB as printed.
@@ -25,12 +26,21 @@ pub struct SmapsSum {
     pub private_dirty_kb: u64,
     pub anonymous_kb: u64,
     pub anon_huge_kb: u64,
+    pub shared_hugetlb_kb: u64,
+    pub private_hugetlb_kb: u64,
+    /// How many of the VMAs are HugeTLB mappings (`KernelPageSize` above
+    /// the base page: `vma_kernel_pagesize`), whose pages are HugeTLB
+    /// folios, never THPs or small folios.
+    pub hugetlb_vmas: u32,
 }
+
+/// How many smaps fields a region reports.
+pub const FIELDS: usize = 10;
 
 impl SmapsSum {
     /// (field, kB) pairs with the spelling and order of the model's
     /// `MemSizeStats::fields`, so both backends produce the same counter names.
-    pub fn fields(&self) -> [(&'static str, u64); 8] {
+    pub fn fields(&self) -> [(&'static str, u64); FIELDS] {
         [
             ("Rss", self.rss_kb),
             ("Pss", self.pss_kb),
@@ -40,12 +50,15 @@ impl SmapsSum {
             ("Private_Dirty", self.private_dirty_kb),
             ("Anonymous", self.anonymous_kb),
             ("AnonHugePages", self.anon_huge_kb),
+            ("Shared_Hugetlb", self.shared_hugetlb_kb),
+            ("Private_Hugetlb", self.private_hugetlb_kb),
         ]
     }
 }
 
-/// Sums Rss, Pss, Shared_/Private_Clean/Dirty, Anonymous and AnonHugePages over the VMAs of process `pid`
-/// that lie inside `[start, end)`.
+/// Sums Rss, Pss, Shared_/Private_Clean/Dirty, Anonymous, AnonHugePages and
+/// Shared_/Private_Hugetlb over the VMAs of process `pid` that lie inside
+/// `[start, end)`, and counts those that are HugeTLB mappings.
 ///
 /// A VMA that straddles a bound is an error rather than clipped: its fields
 /// cannot be split by address, and a region's VMAs never leave the region
@@ -137,6 +150,15 @@ pub fn parse_smaps(text: &str, start: u64, end: u64) -> std::result::Result<Smap
             "Private_Dirty" => &mut sum.private_dirty_kb,
             "Anonymous" => &mut sum.anonymous_kb,
             "AnonHugePages" => &mut sum.anon_huge_kb,
+            "Shared_Hugetlb" => &mut sum.shared_hugetlb_kb,
+            "Private_Hugetlb" => &mut sum.private_hugetlb_kb,
+            "KernelPageSize" => {
+                // Not summed: a HugeTLB VMA's page size is its hstate's.
+                if value.parse::<u64>().is_ok_and(|kb| kb * 1024 > PAGE_SIZE) {
+                    sum.hugetlb_vmas += 1;
+                }
+                continue;
+            }
             _ => continue,
         };
         *slot += value
@@ -206,9 +228,56 @@ VmFlags: mr mw me
                 ("Private_Clean", 0),
                 ("Private_Dirty", 4),
                 ("Anonymous", 2056),
-                ("AnonHugePages", 2048)
+                ("AnonHugePages", 2048),
+                ("Shared_Hugetlb", 0),
+                ("Private_Hugetlb", 0)
             ]
         );
+    }
+
+    /// Two VMAs of a HugeTLB region as Linux 6.18 prints them
+    /// (`show_smap`: Rss counts no HugeTLB page; `smaps_hugetlb_range` puts
+    /// each in Shared_ or Private_Hugetlb).
+    const HUGETLB: &str = "\
+7f0040000000-7f0040400000 rw-p 00000000 00:10 4242                       /anon_hugepage (deleted)
+Size:               4096 kB
+KernelPageSize:     2048 kB
+MMUPageSize:        2048 kB
+Rss:                   0 kB
+Pss:                   0 kB
+Anonymous:             0 kB
+AnonHugePages:         0 kB
+Shared_Hugetlb:     2048 kB
+Private_Hugetlb:    2048 kB
+VmFlags: rd wr mr mw me de ht
+7f0040400000-7f0040600000 rw-p 00400000 00:10 4242                       /anon_hugepage (deleted)
+KernelPageSize:     2048 kB
+Rss:                   0 kB
+Shared_Hugetlb:        0 kB
+Private_Hugetlb:    2048 kB
+VmFlags: rd wr mr mw me de ht
+";
+
+    #[test]
+    fn sums_hugetlb_fields_and_counts_hugetlb_vmas() {
+        let s = parse_smaps(HUGETLB, 0x7f0040000000, 0x7f0040600000).unwrap();
+        assert_eq!(
+            s,
+            SmapsSum {
+                vmas: 2,
+                shared_hugetlb_kb: 2048,
+                private_hugetlb_kb: 4096,
+                hugetlb_vmas: 2,
+                ..SmapsSum::default()
+            }
+        );
+        assert_eq!(
+            s.fields()[8..],
+            [("Shared_Hugetlb", 2048), ("Private_Hugetlb", 4096)]
+        );
+        // Base-page VMAs are not HugeTLB ones.
+        let s = parse_smaps(SAMPLE, 0x7f0000000000, 0x7f0000400000).unwrap();
+        assert_eq!(s.hugetlb_vmas, 0);
     }
 
     #[test]

@@ -236,9 +236,12 @@ fn base_pages() {
             ("Private_Clean", 0),
             ("Private_Dirty", 256),
             ("Anonymous", 256),
-            ("AnonHugePages", 0)
+            ("AnonHugePages", 0),
+            ("Shared_Hugetlb", 0),
+            ("Private_Hugetlb", 0)
         ]
     );
+    assert_eq!(sm.hugetlb_vmas, 0);
     assert_eq!(split.vmas, 2);
     assert_eq!(split.rss_kb, 256);
 }

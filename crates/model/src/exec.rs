@@ -12,8 +12,8 @@ use crate::vmstat::VmEvent;
 use crate::{counters, hugetlb, madvise, mprotect, Machine, Model, Task};
 use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::{
-    Advice, Arch, Backend, BackendError, Errno, HvoRuleName, KhugepagedKnob, MachineParam, Prot,
-    Range, Reading, SetValue, Stmt, StmtKind, Tunable, VmSysctl,
+    Advice, Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName, KhugepagedKnob,
+    MachineParam, Prot, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable, VmSysctl,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -338,6 +338,50 @@ impl Model {
         Ok(())
     }
 
+    /// A read or write (see [`Model::access`]); when a fault kills the
+    /// process (SIGBUS), the task is torn down as `exit` does and what it
+    /// leaves goes to `gone`, before the Killed outcome is returned.
+    #[allow(clippy::too_many_arguments)]
+    fn access_or_kill(
+        &mut self,
+        stmt: &Stmt,
+        proc: &str,
+        range: &Range,
+        step: u64,
+        write: bool,
+        zero: bool,
+        gone: &mut Gone,
+    ) -> Result<(), BackendError> {
+        let result = self.access(stmt, proc, range, step, write, zero);
+        if let Err(BackendError {
+            kind: BackendErrorKind::Killed { .. },
+            ..
+        }) = &result
+        {
+            self.exit_task(stmt, proc, gone)?;
+        }
+        result
+    }
+
+    /// `exit`, or a process killed by a signal: exit_mmap, the pins it
+    /// held, and what it leaves to `gone`.
+    fn exit_task(&mut self, stmt: &Stmt, proc: &str, gone: &mut Gone) -> Result<(), BackendError> {
+        use crate::reading_cache::Touches;
+        // Its fork family's readings change (pages it shared are no longer
+        // shared): marked while the task still links the family.
+        self.reading_cache
+            .invalidate(Touches::Family(proc), &self.tasks, &self.machine.anon_vmas);
+        let mut task = self
+            .tasks
+            .remove(proc)
+            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+        exit_mmap(&mut self.machine, &mut task.mm);
+        self.machine.anon_vmas.exit(task.mm.mm_id);
+        self.release_pins(proc);
+        self.retire_task(proc, task, gone);
+        Ok(())
+    }
+
     /// A read or write of `[start, end)`, one byte every `step`, across the VMAs there.
     fn access(
         &mut self,
@@ -356,7 +400,17 @@ impl Model {
             .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
         let faults_before = self.machine.stat.event(VmEvent::PgFault);
         let result = self.access_task(stmt, proc, &mut task, range, step, write, zero);
-        task.min_flt += self.machine.stat.event(VmEvent::PgFault) - faults_before;
+        let mut faults = self.machine.stat.event(VmEvent::PgFault) - faults_before;
+        if let Err(BackendError {
+            kind: BackendErrorKind::Killed { .. },
+            ..
+        }) = &result
+        {
+            // mm_account_fault counts a failed fault in PGFAULT but not in
+            // the task's min_flt.
+            faults -= 1;
+        }
+        task.min_flt += faults;
         self.tasks.insert(key, task);
         result
     }
@@ -415,6 +469,15 @@ impl Model {
                 )
             };
             done.map_err(|f| match f {
+                Fault::Sigbus { addr } => BackendError::killed(
+                    stmt,
+                    proc,
+                    Signal::SIGBUS,
+                    format!(
+                        "{proc} was killed by SIGBUS: its fault at {} could not be served",
+                        describe(&task.mm, addr)
+                    ),
+                ),
                 Fault::Sigsegv { addr, write } => failed(
                     stmt,
                     format!(
@@ -429,13 +492,6 @@ impl Model {
                     format!(
                         "out of memory: no free page for {proc}'s fault (machine memory is {} MiB)",
                         memory_mib
-                    ),
-                ),
-                Fault::Sigbus { addr } => failed(
-                    stmt,
-                    format!(
-                        "SIGBUS: no HugeTLB page for {proc}'s fault at {}",
-                        describe(&task.mm, addr)
                     ),
                 ),
             })?;
@@ -768,7 +824,7 @@ impl Model {
             }
             StmtKind::Read { proc, range, step } => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
-                self.access(stmt, proc, range, step, false, false)?;
+                self.access_or_kill(stmt, proc, range, step, false, false, gone)?;
             }
             StmtKind::Write {
                 proc,
@@ -777,22 +833,13 @@ impl Model {
                 zero,
             } => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
-                self.access(stmt, proc, range, step, true, *zero)?;
+                self.access_or_kill(stmt, proc, range, step, true, *zero, gone)?;
             }
             StmtKind::Pin { proc, range } => self.pin(stmt, proc, range)?,
             StmtKind::Unpin { proc, range } => self.unpin(stmt, proc, range)?,
             StmtKind::Fork { proc, child } => self.fork(stmt, proc, child)?,
             StmtKind::ThpDisable { proc, on } => self.task(stmt, proc)?.mm.thp_disabled = *on,
-            StmtKind::Exit { proc } => {
-                let mut task = self
-                    .tasks
-                    .remove(proc)
-                    .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-                exit_mmap(&mut self.machine, &mut task.mm);
-                self.machine.anon_vmas.exit(task.mm.mm_id);
-                self.release_pins(proc);
-                self.retire_task(proc, task, gone);
-            }
+            StmtKind::Exit { proc } => self.exit_task(stmt, proc, gone)?,
             StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
             StmtKind::Khugepaged => {
                 crate::khugepaged::khugepaged_do_scan(
@@ -804,7 +851,10 @@ impl Model {
                 let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));
                 crate::vmscan::drop_slab(&mut self.machine, &mut mms);
             }
-            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {
+            StmtKind::Snapshot { .. }
+            | StmtKind::Expect { .. }
+            | StmtKind::ExpectErrno { .. }
+            | StmtKind::ExpectSignal { .. } => {
                 unreachable!("run() handles snapshot and expect")
             }
         }

@@ -66,9 +66,9 @@ pub fn pin_user_pages(
             stores: false,
         };
         access_range(m, mm, &vma, addr, piece_end, write).map_err(|f| match f {
-            Fault::Sigsegv { .. } => PinError::Efault,
+            // vm_fault_to_errno: VM_FAULT_SIGBUS is -EFAULT for GUP.
+            Fault::Sigsegv { .. } | Fault::Sigbus { .. } => PinError::Efault,
             Fault::Oom => PinError::Oom,
-            Fault::Sigbus { .. } => PinError::Efault,
         })?;
         addr = piece_end;
     }

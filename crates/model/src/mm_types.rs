@@ -166,8 +166,9 @@ pub enum Fault {
     Sigsegv { addr: u64, write: bool },
     /// VM_FAULT_OOM: not even an order-0 page could be allocated.
     Oom,
-    /// VM_FAULT_SIGBUS: no page can back the access (a HugeTLB fault with
-    /// an empty pool).
+    /// VM_FAULT_SIGBUS: the fault cannot be served and the process gets
+    /// SIGBUS (a HugeTLB fault when the pool has no page for it:
+    /// `alloc_hugetlb_folio` fails with -ENOSPC). The task is killed.
     Sigbus { addr: u64 },
 }
 

@@ -4,6 +4,7 @@
 //! refuses or fails a statement can point at it (`buf.hlw:7:12: ...`).
 
 pub use crate::errno::Errno;
+pub use crate::signal::Signal;
 use std::fmt;
 
 /// A whole workload: its statements in file order.
@@ -303,14 +304,22 @@ pub enum StmtKind {
     Snapshot {
         label: Name,
     },
+    /// `expect <counter> [+ <counter>]... <op> <value>`: a counter, or the
+    /// sum of several, against a number.
     Expect {
-        counter: String,
+        /// The counters summed, in the order written; at least one.
+        counters: Vec<String>,
         op: CmpOp,
-        value: u64,
+        value: i64,
     },
     /// `expect errno == <ERRNO>|0`: the outcome of the statement before it.
     ExpectErrno {
         errno: Errno,
+    },
+    /// `expect signal == <SIGNAL>|0`: whether the process of the statement
+    /// before it was killed by that signal (0: it was not killed).
+    ExpectSignal {
+        signal: Signal,
     },
 }
 
@@ -337,7 +346,43 @@ impl StmtKind {
             StmtKind::Khugepaged => "khugepaged",
             StmtKind::Reclaim => "reclaim",
             StmtKind::Snapshot { .. } => "snapshot",
-            StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => "expect",
+            StmtKind::Expect { .. }
+            | StmtKind::ExpectErrno { .. }
+            | StmtKind::ExpectSignal { .. } => "expect",
         }
+    }
+
+    /// The process that runs the statement: the `<proc>` of `<proc> <verb>`
+    /// (for `fork`, the parent), of `split` and of `spawn`. A signal that
+    /// kills it during the statement is what `expect signal` checks.
+    pub fn process(&self) -> Option<&str> {
+        match self {
+            StmtKind::Spawn { proc, .. }
+            | StmtKind::Mmap { proc, .. }
+            | StmtKind::Munmap { proc, .. }
+            | StmtKind::Mprotect { proc, .. }
+            | StmtKind::Madvise { proc, .. }
+            | StmtKind::Read { proc, .. }
+            | StmtKind::Write { proc, .. }
+            | StmtKind::Pin { proc, .. }
+            | StmtKind::Unpin { proc, .. }
+            | StmtKind::Fork { proc, .. }
+            | StmtKind::ThpDisable { proc, .. }
+            | StmtKind::Exit { proc }
+            | StmtKind::Split { proc, .. } => Some(proc),
+            _ => None,
+        }
+    }
+
+    /// Whether this is a `snapshot` or `expect`: a statement that checks
+    /// rather than runs something.
+    pub fn checks(&self) -> bool {
+        matches!(
+            self,
+            StmtKind::Snapshot { .. }
+                | StmtKind::Expect { .. }
+                | StmtKind::ExpectErrno { .. }
+                | StmtKind::ExpectSignal { .. }
+        )
     }
 }

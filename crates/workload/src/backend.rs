@@ -7,11 +7,12 @@
 //! `run`, `diff`, `compare` and the tests are all consumers of the same
 //! [`Observation`], so a backend never formats output.
 
-use crate::ast::{Errno, Pos, Stmt, StmtKind, Workload};
+use crate::ast::{Errno, Pos, Signal, Stmt, StmtKind, Workload};
 use crate::gone::{Gone, Last};
-use crate::observation::{ExpectOutcome, FailedCall, Observation, Reading, Snapshot};
+use crate::observation::{ExpectOutcome, FailedCall, Kill, Observation, Reading, Snapshot};
 use crate::parse::{open, stream_file, ParseError, MAX_LINE};
 use std::borrow::Borrow;
+use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufRead, Read};
 use std::path::Path;
@@ -29,6 +30,16 @@ pub enum BackendErrorKind {
     /// The system call the statement stands for returned this errno, as a
     /// program would see it: the run goes on, and `expect errno` can check it.
     Errno(Errno),
+    /// The machine cannot run this workload now, for a reason that is its
+    /// state, not the workload's (a 1 GiB HugeTLB pool the kernel could not
+    /// fill: memory too fragmented): the run stops, and `diff` and the
+    /// scenario tests report the workload as skipped with the reason.
+    Unavailable,
+    /// The kernel killed process `proc` with `signal` during the statement
+    /// (SIGBUS: a HugeTLB fault with no page in the pool). The backend has
+    /// retired the process as `exit` does (its last counters are in the
+    /// `Gone` it was given): the run goes on, and `expect signal` can check it.
+    Killed { proc: String, signal: Signal },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,6 +77,31 @@ impl BackendError {
     }
 }
 
+impl BackendError {
+    /// The machine cannot run the workload now; `reason` says why, as one
+    /// sentence (`the kernel gave 1 of 2 1 GiB pages`).
+    pub fn unavailable(stmt: &Stmt, reason: impl fmt::Display) -> Self {
+        BackendError {
+            pos: stmt.pos,
+            kind: BackendErrorKind::Unavailable,
+            message: format!("cannot run on this machine now: {reason}"),
+        }
+    }
+
+    /// Process `proc` was killed by `signal` during the statement; `message`
+    /// says how, for people (`b was killed by SIGBUS`).
+    pub fn killed(stmt: &Stmt, proc: &str, signal: Signal, message: impl Into<String>) -> Self {
+        BackendError {
+            pos: stmt.pos,
+            kind: BackendErrorKind::Killed {
+                proc: proc.to_string(),
+                signal,
+            },
+            message: message.into(),
+        }
+    }
+}
+
 /// An error that stopped a run, as `file:line:col: message`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RunError {
@@ -76,6 +112,23 @@ pub enum RunError {
     /// The backend could not execute a statement (or read its counters).
     #[error("{file}:{}:{}: {}", .error.pos.line, .error.pos.col, .error.message)]
     Backend { file: String, error: BackendError },
+}
+
+impl RunError {
+    /// Whether the run stopped because the machine cannot run the workload
+    /// now ([`BackendErrorKind::Unavailable`]): a skip, not a failure.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            RunError::Backend {
+                error: BackendError {
+                    kind: BackendErrorKind::Unavailable,
+                    ..
+                },
+                ..
+            }
+        )
+    }
 }
 
 /// What a backend may need to know about a whole workload before its first
@@ -236,15 +289,23 @@ pub fn run_file(backend: &mut dyn Backend, path: &Path) -> Result<Observation, R
 /// Snapshots are taken at every `snapshot` statement and at the end (label
 /// `end`); `expect` lines are evaluated against the counters at their place
 /// (those of a region or process that is gone: against their last values,
-/// which snapshots do not show), `expect errno` against the outcome of the
-/// statement before it. A failed expectation or a failed system call does
-/// not stop the run; a statement the backend cannot execute does, and so
-/// does an error in `stmts` (a parse or check error of a streamed workload,
-/// found when the run gets to it: the statements before it have run).
+/// which snapshots do not show), `expect errno` and `expect signal` against
+/// the outcome of the statement before it. A failed expectation, a failed
+/// system call and a process killed by a signal do not stop the run; a
+/// statement the backend cannot execute does, and so does an error in
+/// `stmts` (a parse or check error of a streamed workload, found when the
+/// run gets to it: the statements before it have run).
+///
+/// A killed process is gone, as after `exit`. The checker learns it from an
+/// `expect signal == <SIGNAL>` right after the statement (and then frees its
+/// name); a statement that names a killed process no such line declared
+/// stops the run with a message saying so. When an `expect signal ==
+/// <SIGNAL>` finds the process alive, the expectation fails and the process
+/// is ended as by `exit`, so that what follows finds it gone, as it says.
 ///
 /// `backend.prepare` gets `ahead`; `file` names the workload in errors and
 /// in the observation. Nothing is kept per statement but the observation's
-/// own snapshots, expectations and failed calls.
+/// own snapshots, expectations, failed calls and kills.
 pub fn run_stream<S: Borrow<Stmt>>(
     backend: &mut dyn Backend,
     file: &str,
@@ -257,6 +318,7 @@ pub fn run_stream<S: Borrow<Stmt>>(
         snapshots: Vec::new(),
         expects: Vec::new(),
         failed_calls: Vec::new(),
+        kills: Vec::new(),
     };
     let wrap = |error| RunError::Backend {
         file: file.to_string(),
@@ -267,7 +329,11 @@ pub fn run_stream<S: Borrow<Stmt>>(
     let mut reading: Option<Reading> = None;
     // What gone regions and processes left: counters no reading has any more.
     let mut gone = Gone::default();
-    let mut errno = Errno::OK;
+    // The outcome of the last statement that ran something.
+    let mut last = Outcome::default();
+    // Processes killed that no `expect signal` has declared: the checker
+    // still takes them as alive. Name → (line, signal).
+    let mut undeclared: HashMap<String, (u32, Signal)> = HashMap::new();
     for stmt in stmts {
         let stmt = stmt?;
         let stmt: &Stmt = stmt.borrow();
@@ -282,42 +348,78 @@ pub fn run_stream<S: Borrow<Stmt>>(
                     unknown: r.unknown.clone(),
                 });
             }
-            StmtKind::Expect { counter, op, value } => {
-                let one = match reading {
-                    Some(_) => None,
-                    None => backend.read_counter(counter).transpose().map_err(wrap)?,
-                };
-                let r = match &one {
-                    Some(one) => one,
-                    None => current(backend, &mut reading).map_err(wrap)?,
-                };
-                let last = if r.has(counter) {
-                    None
-                } else {
-                    gone.get(counter)
-                };
-                let outcome = match last {
-                    Some(last) => {
-                        let (actual, unknown) = match last {
-                            Last::Value(v) => (Some(v), None),
-                            Last::Unknown(why) => (None, Some(why.to_string())),
+            StmtKind::Expect {
+                counters,
+                op,
+                value,
+            } => {
+                let outcome = match counters.as_slice() {
+                    [counter] => {
+                        let one = match reading {
+                            Some(_) => None,
+                            None => backend.read_counter(counter).transpose().map_err(wrap)?,
                         };
+                        let r = match &one {
+                            Some(one) => one,
+                            None => current(backend, &mut reading).map_err(wrap)?,
+                        };
+                        let (actual, unknown) = term(r, &gone, counter);
                         ExpectOutcome::evaluate_value(
                             stmt.pos, counter, *op, *value, actual, unknown,
                         )
                     }
-                    None => ExpectOutcome::evaluate(stmt.pos, counter, *op, *value, r),
+                    terms => {
+                        let r = current(backend, &mut reading).map_err(wrap)?;
+                        let (actual, unknown) = sum(r, &gone, terms);
+                        let text = terms.join(" + ");
+                        ExpectOutcome::evaluate_value(stmt.pos, &text, *op, *value, actual, unknown)
+                    }
                 };
                 obs.expects.push(outcome);
             }
             StmtKind::ExpectErrno { errno: expected } => {
-                obs.expects
-                    .push(ExpectOutcome::evaluate_errno(stmt.pos, *expected, errno));
+                obs.expects.push(ExpectOutcome::evaluate_errno(
+                    stmt.pos, *expected, last.errno,
+                ));
+            }
+            StmtKind::ExpectSignal { signal: expected } => {
+                obs.expects.push(ExpectOutcome::evaluate_signal(
+                    stmt.pos,
+                    *expected,
+                    last.signal,
+                ));
+                if let (true, Some(proc)) = (*expected != Signal::NONE, &last.proc) {
+                    // The checker takes the process as gone from here on.
+                    if undeclared.remove(proc).is_none() && last.signal == Signal::NONE {
+                        reading = None;
+                        let exit = Stmt {
+                            pos: stmt.pos,
+                            kind: StmtKind::Exit { proc: proc.clone() },
+                        };
+                        backend.execute_retiring(&exit, &mut gone).map_err(wrap)?;
+                    }
+                }
             }
             _ => {
+                if let Some((proc, (line, signal))) = stmt
+                    .kind
+                    .process()
+                    .and_then(|p| undeclared.get_key_value(p))
+                {
+                    return Err(wrap(BackendError::failed(
+                        stmt.pos,
+                        format!(
+                            "process '{proc}' was killed by {signal} at line {line}; a workload that expects it says `expect signal == {signal}` right after that line, and then no longer names '{proc}' (or gives the name to a new process)"
+                        ),
+                    )));
+                }
                 reading = None;
-                errno = match backend.execute_retiring(stmt, &mut gone) {
-                    Ok(()) => Errno::OK,
+                last = Outcome {
+                    proc: stmt.kind.process().map(str::to_string),
+                    ..Outcome::default()
+                };
+                match backend.execute_retiring(stmt, &mut gone) {
+                    Ok(()) => {}
                     Err(BackendError {
                         kind: BackendErrorKind::Errno(e),
                         message,
@@ -330,10 +432,28 @@ pub fn run_stream<S: Borrow<Stmt>>(
                             errno: e,
                             message,
                         });
-                        e
+                        last.errno = e;
+                    }
+                    Err(BackendError {
+                        kind: BackendErrorKind::Killed { proc, signal },
+                        message,
+                        ..
+                    }) => {
+                        obs.kills.push(Kill {
+                            line: stmt.pos.line,
+                            col: stmt.pos.col,
+                            statement: stmt.kind.to_string(),
+                            process: proc.clone(),
+                            signal,
+                            message,
+                        });
+                        if last.proc.as_deref() == Some(proc.as_str()) {
+                            last.signal = signal;
+                        }
+                        undeclared.insert(proc, (stmt.pos.line, signal));
                     }
                     Err(e) => return Err(wrap(e)),
-                };
+                }
             }
         }
     }
@@ -348,4 +468,45 @@ pub fn run_stream<S: Borrow<Stmt>>(
         unknown: r.unknown.clone(),
     });
     Ok(obs)
+}
+
+/// What the last statement that ran something did: its errno, and the
+/// signal that killed its own process (0: none).
+#[derive(Default)]
+struct Outcome {
+    proc: Option<String>,
+    errno: Errno,
+    signal: Signal,
+}
+
+/// One counter as of now: its value, or why it is unknown; neither when
+/// the backend does not report it. A counter of a region or process that is
+/// gone is its last value.
+fn term(r: &Reading, gone: &Gone, counter: &str) -> (Option<i64>, Option<String>) {
+    if !r.has(counter) {
+        match gone.get(counter) {
+            Some(Last::Value(v)) => return (Some(v), None),
+            Some(Last::Unknown(why)) => return (None, Some(why.to_string())),
+            None => {}
+        }
+    }
+    (
+        r.counters.get(counter).copied(),
+        r.unknown.get(counter).cloned(),
+    )
+}
+
+/// The sum of `terms` as of now: unknown when one of them is (with why),
+/// not reported when one of them is not.
+fn sum(r: &Reading, gone: &Gone, terms: &[String]) -> (Option<i64>, Option<String>) {
+    let mut total: i64 = 0;
+    let mut missing = false;
+    for t in terms {
+        match term(r, gone, t) {
+            (_, Some(why)) => return (None, Some(format!("{t}: {why}"))),
+            (Some(v), None) => total = total.saturating_add(v),
+            (None, None) => missing = true,
+        }
+    }
+    (if missing { None } else { Some(total) }, None)
 }

@@ -65,7 +65,8 @@ pub(crate) enum Part {
     Align,
     Step,
     Label,
-    Counter,
+    /// The i-th counter of an `expect` (0 unless it sums several).
+    Counter(usize),
     MachineKey(&'static str),
 }
 
@@ -103,6 +104,9 @@ struct Process {
     origin: &'static str,
     line: u32,
     exited: Option<u32>,
+    /// The signal that killed it, when it did not exit by itself (an
+    /// `expect signal` said so).
+    killed: Option<Signal>,
     /// The regions that exist now.
     regions: BTreeMap<Name, Region>,
     /// Regions this process name had and that are gone, with why and where
@@ -123,6 +127,7 @@ impl Process {
             origin,
             line,
             exited: None,
+            killed: None,
             regions,
             gone: BTreeMap::new(),
         }
@@ -141,8 +146,8 @@ pub(crate) struct Checker {
     procs: BTreeMap<Name, Process>,
     snapshots: BTreeMap<Name, u32>,
     /// The line of the last statement that runs something, which
-    /// `expect errno` checks.
-    last_call: Option<u32>,
+    /// `expect errno` and `expect signal` check, and the process that ran it.
+    last_call: Option<(u32, Option<Name>)>,
 }
 
 /// Up to a few names, for "it has buf, heap" style hints.
@@ -206,6 +211,17 @@ impl Checker {
     /// Why `name` is not a live process: unknown, or exited.
     fn not_live(&self, name: &str) -> Issue {
         match self.procs.get(name) {
+            Some(Process {
+                exited: Some(line),
+                killed: Some(signal),
+                ..
+            }) => issue(
+                Part::Proc,
+                format!(
+                    "process {} was killed by {signal} (at line {line})",
+                    quote(name)
+                ),
+            ),
             Some(Process {
                 exited: Some(line), ..
             }) => issue(
@@ -338,19 +354,11 @@ impl Checker {
 
     /// A counter name the registry describes, whose process, region and
     /// cgroup parts name ones the workload has.
-    fn counter(&self, name: &str) -> Result<(), Issue> {
+    fn counter(&self, name: &str, part: Part) -> Result<(), Issue> {
         let Some(c) = crate::counters::lookup(name) else {
-            return Err(issue(
-                Part::Counter,
-                crate::counters::unknown_counter_message(name),
-            ));
+            return Err(issue(part, crate::counters::unknown_counter_message(name)));
         };
-        let missing = |what: String| {
-            Err(issue(
-                Part::Counter,
-                format!("counter '{name}' names {what}"),
-            ))
-        };
+        let missing = |what: String| Err(issue(part, format!("counter '{name}' names {what}")));
         if let Some(proc) = c.proc {
             let Some(p) = self.procs.get(proc) else {
                 return missing(format!(
@@ -387,12 +395,8 @@ impl Checker {
                 }
             }
         }
-        let checks = matches!(
-            stmt.kind,
-            StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. }
-        );
-        if !checks {
-            self.last_call = Some(line);
+        if !stmt.kind.checks() {
+            self.last_call = Some((line, stmt.kind.process().map(str::to_string)));
         }
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
@@ -622,11 +626,19 @@ impl Checker {
                 }
                 self.snapshots.insert(label.clone(), line);
             }
-            StmtKind::Expect { counter, .. } => {
-                if !valid_counter(counter) {
-                    return Err(stmt_issue(format!("bad counter name {}", quote(counter))));
+            StmtKind::Expect { counters, .. } => {
+                if counters.is_empty() {
+                    return Err(stmt_issue("expect needs a counter"));
                 }
-                self.counter(counter)?;
+                for (i, counter) in counters.iter().enumerate() {
+                    if !valid_counter(counter) {
+                        return Err(issue(
+                            Part::Counter(i),
+                            format!("bad counter name {}", quote(counter)),
+                        ));
+                    }
+                    self.counter(counter, Part::Counter(i))?;
+                }
             }
             StmtKind::ExpectErrno { .. } => {
                 if self.last_call.is_none() {
@@ -635,6 +647,37 @@ impl Checker {
                     ));
                 }
             }
+            StmtKind::ExpectSignal { signal } => self.expect_signal(*signal)?,
+        }
+        Ok(())
+    }
+}
+
+impl Checker {
+    /// `expect signal == S`: the statement before it must have a process;
+    /// a signal other than 0 says that process was killed there, so it is
+    /// gone from then on, as after `exit` (its name is free again).
+    fn expect_signal(&mut self, signal: Signal) -> Result<(), Issue> {
+        let Some((line, proc)) = self.last_call.clone() else {
+            return Err(stmt_issue(
+                "expect signal checks the process of the statement before it, and there is none",
+            ));
+        };
+        let Some(proc) = proc else {
+            return Err(stmt_issue(format!(
+                "expect signal checks the process of the statement before it, and the one at line {line} runs in no process"
+            )));
+        };
+        if signal == Signal::NONE {
+            return Ok(());
+        }
+        // A `<proc> exit` before it: the process is already gone.
+        let p = self.live(&proc)?;
+        p.exited = Some(line);
+        p.killed = Some(signal);
+        let how = "gone with its process, which was killed";
+        for (name, _) in std::mem::take(&mut p.regions) {
+            p.gone.insert(name, Gone { line, how });
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ pub mod observation;
 pub mod parse;
 pub mod placement;
 pub mod print;
+pub mod signal;
 pub mod source;
 pub mod tunables;
 pub mod units;
@@ -22,5 +23,7 @@ pub use backend::{
     run, run_file, run_stream, Backend, BackendError, BackendErrorKind, Lookahead, RunError,
 };
 pub use counters::CounterKind;
-pub use observation::{Counters, ExpectOutcome, FailedCall, Observation, Reading, Snapshot, ERRNO};
+pub use observation::{
+    Counters, ExpectOutcome, FailedCall, Kill, Observation, Reading, Snapshot, ERRNO, SIGNAL,
+};
 pub use parse::{open, parse, parse_file, stream_file, ParseError, SizeError, Statements};

@@ -3,9 +3,11 @@
 //! Counter names, kinds and units are those of the registry
 //! ([`crate::counters`]). A backend reports every counter it models; a counter
 //! it does not model is absent, never zero. A statement whose system call
-//! failed is listed with its errno in [`Observation::failed_calls`].
+//! failed is listed with its errno in [`Observation::failed_calls`], one
+//! during which the kernel killed a process with the signal in
+//! [`Observation::kills`].
 
-use crate::ast::{CmpOp, Errno, Pos};
+use crate::ast::{CmpOp, Errno, Pos, Signal};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -58,11 +60,28 @@ pub struct FailedCall {
     pub message: String,
 }
 
+/// A statement during which a process was killed by a signal: the process
+/// is gone from then on, as after `exit`, and the workload went on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Kill {
+    pub line: u32,
+    pub col: u32,
+    /// The statement as written (canonical form).
+    pub statement: String,
+    /// The process that was killed.
+    pub process: String,
+    pub signal: Signal,
+    /// What the backend said about it.
+    pub message: String,
+}
+
 /// The outcome of one `expect` statement.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ExpectOutcome {
     pub line: u32,
     pub col: u32,
+    /// The counter, or the sum as written (`vmstat.a + vmstat.b`), or
+    /// `errno` or `signal`.
     pub counter: String,
     pub op: &'static str,
     pub expected: i64,
@@ -76,7 +95,7 @@ pub struct ExpectOutcome {
 }
 
 impl ExpectOutcome {
-    pub fn evaluate(pos: Pos, counter: &str, op: CmpOp, expected: u64, reading: &Reading) -> Self {
+    pub fn evaluate(pos: Pos, counter: &str, op: CmpOp, expected: i64, reading: &Reading) -> Self {
         let actual = reading.counters.get(counter).copied();
         let unknown = reading.unknown.get(counter).cloned();
         Self::evaluate_value(pos, counter, op, expected, actual, unknown)
@@ -89,11 +108,10 @@ impl ExpectOutcome {
         pos: Pos,
         counter: &str,
         op: CmpOp,
-        expected: u64,
+        expected: i64,
         actual: Option<i64>,
         unknown: Option<String>,
     ) -> Self {
-        let expected = i64::try_from(expected).unwrap_or(i64::MAX);
         let passed = actual.is_some_and(|a| match op {
             CmpOp::Eq => a == expected,
             CmpOp::Le => a <= expected,
@@ -125,7 +143,22 @@ impl ExpectOutcome {
         }
     }
 
-    /// A value of this expectation as people read it: errnos by name.
+    /// `expect signal == S` against the signal that killed the process of
+    /// the statement before it (0: it was not killed).
+    pub fn evaluate_signal(pos: Pos, expected: Signal, actual: Signal) -> Self {
+        ExpectOutcome {
+            line: pos.line,
+            col: pos.col,
+            counter: SIGNAL.to_string(),
+            op: CmpOp::Eq.symbol(),
+            expected: expected.0.into(),
+            actual: Some(actual.0.into()),
+            passed: expected == actual,
+            unknown: None,
+        }
+    }
+
+    /// A value of this expectation as people read it: errnos and signals by name.
     /// `file:line:col: expect C OP V failed: actual A`, for a failed one.
     pub fn failure(&self, file: &str) -> String {
         let actual = self
@@ -144,6 +177,8 @@ impl ExpectOutcome {
     pub fn show(&self, v: i64) -> String {
         if self.counter == ERRNO {
             Errno(v as i32).name()
+        } else if self.counter == SIGNAL {
+            Signal(v as i32).name()
         } else {
             v.to_string()
         }
@@ -152,6 +187,9 @@ impl ExpectOutcome {
 
 /// The pseudo-counter of `expect errno`.
 pub const ERRNO: &str = "errno";
+
+/// The pseudo-counter of `expect signal`.
+pub const SIGNAL: &str = "signal";
 
 impl CmpOp {
     pub fn symbol(self) -> &'static str {
@@ -172,6 +210,8 @@ pub struct Observation {
     pub expects: Vec<ExpectOutcome>,
     /// Statements whose system call failed, in order.
     pub failed_calls: Vec<FailedCall>,
+    /// Statements during which a process was killed by a signal, in order.
+    pub kills: Vec<Kill>,
 }
 
 impl Observation {

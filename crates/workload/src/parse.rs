@@ -17,6 +17,7 @@
 
 use crate::ast::*;
 use crate::check::{valid_name, Checker, Issue, Part, RESERVED};
+use crate::observation::{ERRNO, SIGNAL};
 pub use crate::source::{open, Source};
 use std::io::{BufRead, Read};
 use std::path::Path;
@@ -98,22 +99,36 @@ pub(crate) fn parse_decimal(s: &str) -> Option<Option<u64>> {
     Some(n)
 }
 
-/// A non-negative integer in decimal or `0x` hex (the value of `expect`).
-fn parse_uint(s: &str) -> Result<u64, String> {
+/// An integer in decimal or `0x` hex, with an optional leading `-` (the
+/// value of `expect`: a change since the start may be negative).
+fn parse_int(s: &str) -> Result<i64, String> {
     let bad = || {
         format!(
-            "bad value {}; expected a non-negative integer like 42 or 0x2a",
+            "bad value {}; expected an integer like 42, -7 or 0x2a",
             quote(s)
         )
     };
     let large = || format!("value too large: {}", quote(s));
-    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+    let (neg, digits) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s),
+    };
+    let magnitude: u64 = if let Some(hex) = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+    {
         if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad());
         }
-        return u64::from_str_radix(hex, 16).map_err(|_| large());
+        u64::from_str_radix(hex, 16).map_err(|_| large())?
+    } else {
+        parse_decimal(digits).ok_or_else(bad)?.ok_or_else(large)?
+    };
+    if neg {
+        0i64.checked_sub_unsigned(magnitude).ok_or_else(large)
+    } else {
+        i64::try_from(magnitude).map_err(|_| large())
     }
-    parse_decimal(s).ok_or_else(bad)?.ok_or_else(large)
 }
 
 /// A user token inside an error message: quoted, control characters escaped
@@ -149,7 +164,8 @@ const USAGE_CGROUP: &str = "cgroup <cg> [memory.max=<size>]";
 const USAGE_SPAWN: &str = "spawn <proc> [cgroup=<cg>]";
 const USAGE_SPLIT: &str = "split <proc> <range>";
 const USAGE_SNAPSHOT: &str = "snapshot <label>";
-const USAGE_EXPECT: &str = "expect <counter> ==|<=|>= <value>, or expect errno == <ERRNO>|0";
+const USAGE_EXPECT: &str =
+    "expect <counter> [+ <counter>]... ==|<=|>= <value>, or expect errno == <ERRNO>|0, or expect signal == <SIGNAL>|0";
 const USAGE_MMAP: &str =
     "<proc> mmap <region> <size> [align=<size>] [hugetlb=2M|1G] [shared] [prot=rw|r|none]";
 const USAGE_MUNMAP: &str = "<proc> munmap <range>";
@@ -866,11 +882,11 @@ fn parse_machine(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
                 }),
             ),
             "struct_page" => {
-                let n = parse_uint(value).map_err(|m| l.err(vcol, m))?;
-                if n == 0 || n > 4096 {
+                let n = parse_int(value).map_err(|m| l.err(vcol, m))?;
+                if !(1..=4096).contains(&n) {
                     return Err(l.err(vcol, "struct_page is 1 to 4096 bytes"));
                 }
-                ("struct_page", MachineParam::StructPage(n))
+                ("struct_page", MachineParam::StructPage(n as u64))
             }
             _ => return Err(l.err(t.col, format!("unknown machine key {}; {keys}", quote(key)))),
         };
@@ -885,18 +901,33 @@ fn parse_machine(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
 }
 
 fn parse_expect(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
-    let c = l.arg(1, "counter", USAGE_EXPECT)?;
-    if !crate::check::valid_counter(c.text) {
-        return Err(l.err(
-            c.col,
-            format!(
-                "bad counter name {}; expected a dotted name of [A-Za-z0-9_.-] like vmstat.thp_fault_alloc",
-                quote(c.text)
-            ),
-        ));
-    }
-    l.mark(Part::Counter, c.col);
-    let o = l.arg(2, "comparison", USAGE_EXPECT)?;
+    // `expect C [+ C]... OP V`: counters joined by `+` tokens.
+    let mut counters = Vec::new();
+    let mut i = 1;
+    let o = loop {
+        let c = l.arg(i, "counter", USAGE_EXPECT)?;
+        if !crate::check::valid_counter(c.text) {
+            let hint = if c.text.contains('+') {
+                "; a sum is written with spaces around each +, like vmstat.a + vmstat.b"
+            } else {
+                ""
+            };
+            return Err(l.err(
+                c.col,
+                format!(
+                    "bad counter name {}; expected a dotted name of [A-Za-z0-9_.-] like vmstat.thp_fault_alloc{hint}",
+                    quote(c.text)
+                ),
+            ));
+        }
+        l.mark(Part::Counter(counters.len()), c.col);
+        counters.push(c.text.to_string());
+        let o = l.arg(i + 1, "comparison", USAGE_EXPECT)?;
+        if o.text != "+" {
+            break o;
+        }
+        i += 2;
+    };
     let op = match o.text {
         "==" => CmpOp::Eq,
         "<=" => CmpOp::Le,
@@ -905,35 +936,68 @@ fn parse_expect(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
             return Err(l.err(
                 o.col,
                 format!(
-                    "unknown comparison {}; expected one of ==, <=, >=",
+                    "unknown comparison {}; expected one of ==, <=, >= (or + between counters)",
                     quote(o.text)
                 ),
             ))
         }
     };
-    let v = l.arg(3, "value", USAGE_EXPECT)?;
-    if c.text == "errno" {
+    let v = l.arg(i + 2, "value", USAGE_EXPECT)?;
+    let outcome = match counters.as_slice() {
+        [one] if one == ERRNO || one == SIGNAL => Some(one.as_str()),
+        _ => None,
+    };
+    if let Some(what) = outcome {
         if op != CmpOp::Eq {
-            return Err(l.err(o.col, "an errno is compared with == only"));
+            let what = if what == ERRNO {
+                "an errno"
+            } else {
+                "a signal"
+            };
+            return Err(l.err(o.col, format!("{what} is compared with == only")));
         }
-        let errno = Errno::from_name(v.text).ok_or_else(|| {
-            let names: Vec<&str> = Errno::known_names().collect();
-            l.err(
-                v.col,
-                format!(
-                    "unknown errno {}; expected 0 (success) or one of {}",
-                    quote(v.text),
-                    names.join(", ")
-                ),
-            )
-        })?;
-        l.no_more(4, USAGE_EXPECT)?;
-        return Ok(StmtKind::ExpectErrno { errno });
+        l.no_more(i + 3, USAGE_EXPECT)?;
+        return if what == ERRNO {
+            let errno = Errno::from_name(v.text).ok_or_else(|| {
+                let names: Vec<&str> = Errno::known_names().collect();
+                l.err(
+                    v.col,
+                    format!(
+                        "unknown errno {}; expected 0 (success) or one of {}",
+                        quote(v.text),
+                        names.join(", ")
+                    ),
+                )
+            })?;
+            Ok(StmtKind::ExpectErrno { errno })
+        } else {
+            let signal = Signal::from_name(v.text).ok_or_else(|| {
+                let names: Vec<&str> = Signal::known_names().collect();
+                l.err(
+                    v.col,
+                    format!(
+                        "unknown signal {}; expected 0 (not killed) or one of {}",
+                        quote(v.text),
+                        names.join(", ")
+                    ),
+                )
+            })?;
+            Ok(StmtKind::ExpectSignal { signal })
+        };
     }
-    let value = parse_uint(v.text).map_err(|m| l.err(v.col, m))?;
-    l.no_more(4, USAGE_EXPECT)?;
+    if let Some(pos) = counters.iter().position(|c| c == ERRNO || c == SIGNAL) {
+        return Err(l.err(
+            l.toks[1 + 2 * pos].col,
+            format!(
+                "{} is an outcome, not a counter: it cannot be summed",
+                counters[pos]
+            ),
+        ));
+    }
+    let value = parse_int(v.text).map_err(|m| l.err(v.col, m))?;
+    l.no_more(i + 3, USAGE_EXPECT)?;
     Ok(StmtKind::Expect {
-        counter: c.text.to_string(),
+        counters,
         op,
         value,
     })

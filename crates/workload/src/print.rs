@@ -236,8 +236,13 @@ impl fmt::Display for StmtKind {
             StmtKind::Khugepaged => f.write_str("khugepaged"),
             StmtKind::Reclaim => f.write_str("reclaim"),
             StmtKind::Snapshot { label } => write!(f, "snapshot {label}"),
-            StmtKind::Expect { counter, op, value } => write!(f, "expect {counter} {op} {value}"),
+            StmtKind::Expect {
+                counters,
+                op,
+                value,
+            } => write!(f, "expect {} {op} {value}", counters.join(" + ")),
             StmtKind::ExpectErrno { errno } => write!(f, "expect errno == {errno}"),
+            StmtKind::ExpectSignal { signal } => write!(f, "expect signal == {signal}"),
         }
     }
 }

@@ -363,17 +363,17 @@ fn process_lifecycle_and_globals() {
                 label: "after".into()
             },
             StmtKind::Expect {
-                counter: "vmstat.thp_fault_alloc".into(),
+                counters: vec!["vmstat.thp_fault_alloc".into()],
                 op: CmpOp::Ge,
                 value: 2
             },
             StmtKind::Expect {
-                counter: "mthp.64kB.anon_fault_alloc".into(),
+                counters: vec!["mthp.64kB.anon_fault_alloc".into()],
                 op: CmpOp::Eq,
                 value: 16
             },
             StmtKind::Expect {
-                counter: "smaps.a.buf.Rss".into(),
+                counters: vec!["smaps.a.buf.Rss".into()],
                 op: CmpOp::Le,
                 value: 4096
             },
@@ -1049,7 +1049,8 @@ fn other_bad_input() {
     fails("expect .vmstat == 1\n", 1, 8, "bad counter name");
     fails("expect a..b == 1\n", 1, 8, "bad counter name");
     fails("expect vmstat.x != 1\n", 1, 17, "unknown comparison '!='");
-    fails("expect vmstat.x == -1\n", 1, 20, "bad value '-1'");
+    fails("expect vmstat.pgfault == --1\n", 1, 26, "bad value '--1'");
+    fails("expect vmstat.pgfault == 1-\n", 1, 26, "bad value '1-'");
     fails(
         "spawn a\nmachine arch=arm64\n",
         2,
@@ -1117,6 +1118,132 @@ fn counter_naming_a_missing_process_region_or_cgroup() {
         1,
         8,
         "names cgroup 'g', which no statement before it creates",
+    );
+}
+
+#[test]
+fn expect_signal() {
+    let k = kinds(&format!(
+        "{PRE}a fork b\nb write buf\nexpect signal == SIGBUS\na write buf\nexpect signal == 0\n"
+    ));
+    assert_eq!(
+        k[k.len() - 3..],
+        [
+            StmtKind::ExpectSignal {
+                signal: Signal::SIGBUS
+            },
+            StmtKind::Write {
+                proc: "a".into(),
+                range: Range {
+                    region: "buf".into(),
+                    offset: None,
+                    len: None
+                },
+                step: None,
+                zero: false
+            },
+            StmtKind::ExpectSignal {
+                signal: Signal::NONE
+            }
+        ]
+    );
+    // The process it declares killed is gone: its name is free, and it
+    // can no longer be used; its counters can still be named.
+    let killed = format!("{PRE}a fork b\nb write buf\nexpect signal == SIGBUS\n");
+    kinds(&format!(
+        "{killed}expect smaps.b.buf.Rss == 0\nspawn b\nb mmap buf 4K\n"
+    ));
+    fails(
+        &format!("{killed}b read buf\n"),
+        6,
+        1,
+        "process 'b' was killed by SIGBUS (at line 4)",
+    );
+    fails(
+        &format!("{PRE}expect signal == SIGWHAT\n"),
+        3,
+        18,
+        "unknown signal 'SIGWHAT'; expected 0 (not killed) or one of SIGHUP",
+    );
+    fails(
+        &format!("{PRE}expect signal <= SIGBUS\n"),
+        3,
+        15,
+        "a signal is compared with == only",
+    );
+    fails(
+        "expect signal == 0\n",
+        1,
+        1,
+        "expect signal checks the process of the statement before it, and there is none",
+    );
+    fails(
+        &format!("{PRE}reclaim\nexpect signal == SIGBUS\n"),
+        4,
+        1,
+        "the one at line 3 runs in no process",
+    );
+    fails(
+        &format!("{PRE}expect signal + vmstat.pgfault == 0\n"),
+        3,
+        8,
+        "signal is an outcome, not a counter",
+    );
+}
+
+#[test]
+fn expect_sums() {
+    let k = kinds("expect vmstat.nr_memmap_pages + vmstat.nr_memmap_boot_pages == -112\n");
+    assert_eq!(
+        k,
+        [StmtKind::Expect {
+            counters: vec![
+                "vmstat.nr_memmap_pages".into(),
+                "vmstat.nr_memmap_boot_pages".into()
+            ],
+            op: CmpOp::Eq,
+            value: -112
+        }]
+    );
+    assert_eq!(
+        kinds("expect vmstat.pgfault >= -0x10\n"),
+        [StmtKind::Expect {
+            counters: vec!["vmstat.pgfault".into()],
+            op: CmpOp::Ge,
+            value: -16
+        }]
+    );
+    // Each part is checked against the registry, at its own column.
+    fails(
+        "expect vmstat.pgfault + vmstat.pgfualt == 1\n",
+        1,
+        25,
+        "did you mean vmstat.pgfault?",
+    );
+    fails(
+        "expect vmstat.pgfault + smaps.a.Rss == 1\n",
+        1,
+        25,
+        "names process 'a'",
+    );
+    fails(
+        "expect vmstat.pgfault+vmstat.thp_fault_alloc == 1\n",
+        1,
+        8,
+        "a sum is written with spaces around each +",
+    );
+    fails(
+        "expect vmstat.pgfault + == 1\n",
+        1,
+        25,
+        "bad counter name '=='",
+    );
+    fails("expect vmstat.pgfault +\n", 1, 24, "missing counter");
+    fails(
+        "expect vmstat.pgfault == 9223372036854775808\n",
+        1,
+        26,
+        "value too large",
     );
 }
 

@@ -313,6 +313,13 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
             16 => StmtKind::Snapshot {
                 label: format!("s{counter}"),
             },
+            // Only `0`: a signal would make the process gone for the
+            // checker, and later statements here may still name it.
+            _ if r.b % 7 == 1 && kinds.last().is_some_and(|k| k.process().is_some()) => {
+                StmtKind::ExpectSignal {
+                    signal: Signal::NONE,
+                }
+            }
             _ if r.b % 5 == 0 && kinds.last().is_some_and(|k| !is_check(k)) => {
                 let names = ["0", "EAGAIN", "EINVAL", "ENOMEM", "EFAULT"];
                 StmtKind::ExpectErrno {
@@ -335,10 +342,20 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                 if let Some(cg) = pick(&cgroups, r.c) {
                     counters.push(format!("memcg.{cg}.memory.peak"));
                 }
+                let first = counters[(r.a % counters.len() as u64) as usize].clone();
+                let mut sum = vec![first];
+                if r.b % 4 == 3 {
+                    sum.push(counters[(r.c % counters.len() as u64) as usize].clone());
+                }
+                let magnitude = (r.c >> (r.a % 64)) as i64;
                 StmtKind::Expect {
-                    counter: counters[(r.a % counters.len() as u64) as usize].clone(),
+                    counters: sum,
                     op: [CmpOp::Eq, CmpOp::Le, CmpOp::Ge][(r.b % 3) as usize],
-                    value: r.c >> (r.a % 64),
+                    value: if r.a % 3 == 0 {
+                        magnitude.wrapping_neg()
+                    } else {
+                        magnitude
+                    },
                 }
             }
         };
@@ -580,8 +597,5 @@ proptest! {
 /// `snapshot` and `expect` lines: `expect errno` checks the statement before
 /// the first of them.
 fn is_check(k: &StmtKind) -> bool {
-    matches!(
-        k,
-        StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. }
-    )
+    k.checks()
 }

@@ -306,10 +306,34 @@ const MEMINFO: &[Field] = &[
 ];
 
 /// /proc/PID/smaps fields (`fs/proc/task_mmu.c` `__show_smap`), in kB.
-const SMAPS: &[Field] = fields!(absolute(Unit::Kb):
-    "Rss", "Pss", "Shared_Clean", "Shared_Dirty", "Private_Clean", "Private_Dirty",
-    "Anonymous", "LazyFree", "AnonHugePages", "Shared_Hugetlb", "Private_Hugetlb",
-);
+const SMAPS: &[Field] = &[
+    absolute("Rss", Unit::Kb),
+    absolute("Pss", Unit::Kb),
+    absolute("Shared_Clean", Unit::Kb),
+    absolute("Shared_Dirty", Unit::Kb),
+    absolute("Private_Clean", Unit::Kb),
+    absolute("Private_Dirty", Unit::Kb),
+    absolute("Anonymous", Unit::Kb),
+    absolute("LazyFree", Unit::Kb),
+    absolute("AnonHugePages", Unit::Kb),
+    Field {
+        bound: Some(Bound {
+            kind: SumWith("Private_Hugetlb"),
+            why: HUGETLB_PMD_SHARED,
+        }),
+        ..absolute("Shared_Hugetlb", Unit::Kb)
+    },
+    Field {
+        bound: Some(Bound {
+            kind: SumWith("Shared_Hugetlb"),
+            why: HUGETLB_PMD_SHARED,
+        }),
+        ..absolute("Private_Hugetlb", Unit::Kb)
+    },
+];
+
+/// Why smaps' two HugeTLB fields are compared by their sum.
+const HUGETLB_PMD_SHARED: &str = "smaps_hugetlb_range counts a HugeTLB page as shared when hugetlb_pmd_shared() finds the refcount of the page-table page holding its entry above 1; for a 1 GiB page that is the PUD table page, which on these kernels reads above 1 in a process of its own (a page mapped once shows as Shared_Hugetlb, in most runs but not all), so only the sum is the workload's";
 
 /// The folios of a region, counted from pagemap and kpageflags.
 const FOLIOS: &[Field] = &[absolute("folios", Unit::Folios)];

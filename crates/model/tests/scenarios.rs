@@ -93,15 +93,21 @@ fn invariants_hold_after_every_statement() {
         for stmt in &workload.stmts {
             if matches!(
                 stmt.kind,
-                StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. }
+                StmtKind::Snapshot { .. }
+                    | StmtKind::Expect { .. }
+                    | StmtKind::ExpectErrno { .. }
+                    | StmtKind::ExpectSignal { .. }
             ) {
                 continue;
             }
-            // A refused system call is an outcome: the invariants must hold
-            // after it too.
+            // A refused system call, or a process killed by a signal, is an
+            // outcome: the invariants must hold after it too.
             if let Err(e) = model.execute(stmt) {
                 assert!(
-                    matches!(e.kind, BackendErrorKind::Errno(_)),
+                    matches!(
+                        e.kind,
+                        BackendErrorKind::Errno(_) | BackendErrorKind::Killed { .. }
+                    ),
                     "{}:{}: {}",
                     file.display(),
                     stmt.pos.line,

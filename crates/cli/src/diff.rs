@@ -51,6 +51,17 @@ enum Verdict {
     Unknown,
 }
 
+impl Verdict {
+    /// Match when both sides agree, else Mismatch.
+    fn same(equal: bool) -> Verdict {
+        if equal {
+            Verdict::Match
+        } else {
+            Verdict::Mismatch
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Row {
     snapshot: String,
@@ -308,11 +319,7 @@ fn compare_kills(model: &Observation, kernel: &Observation) -> Vec<KillRow> {
                 process: proc.to_string(),
                 model: m,
                 kernel: k,
-                verdict: if m == k {
-                    Verdict::Match
-                } else {
-                    Verdict::Mismatch
-                },
+                verdict: Verdict::same(m == k),
             }
         })
         .collect()
@@ -344,11 +351,7 @@ fn compare_calls(model: &Observation, kernel: &Observation) -> Vec<CallRow> {
                 statement: statement.to_string(),
                 model: m,
                 kernel: k,
-                verdict: if m == k {
-                    Verdict::Match
-                } else {
-                    Verdict::Mismatch
-                },
+                verdict: Verdict::same(m == k),
             }
         })
         .collect()

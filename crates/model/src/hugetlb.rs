@@ -773,6 +773,13 @@ fn hugetlb_no_page(
     Ok(())
 }
 
+/// set_huge_ptep_writable: the huge PTE at `haddr` allows writes now.
+fn set_huge_ptep_writable(mm: &mut MmStruct, haddr: u64) {
+    if let Some(pte) = mm.hugetlb_ptes.get_mut(&haddr) {
+        pte.writable = true;
+    }
+}
+
 /// hugetlb_wp: a write to a read-only huge PTE.
 fn hugetlb_wp(
     m: &mut Machine,
@@ -784,13 +791,7 @@ fn hugetlb_wp(
     let hv = hv_of(vma);
     let pte = mm.hugetlb_ptes[&haddr];
     if hv.shared {
-        mm.hugetlb_ptes.insert(
-            haddr,
-            HugePte {
-                writable: true,
-                ..pte
-            },
-        );
+        set_huge_ptep_writable(mm, haddr);
         return Ok(());
     }
     let old = pte.folio;
@@ -798,13 +799,7 @@ fn hugetlb_wp(
         let f = m.hugetlb.folios.get_mut(&old).expect("folio");
         if f.mapcount == 1 && f.anon {
             f.anon_exclusive = true;
-            mm.hugetlb_ptes.insert(
-                haddr,
-                HugePte {
-                    writable: true,
-                    ..pte
-                },
-            );
+            set_huge_ptep_writable(mm, haddr);
             return Ok(());
         }
         let cow_from_owner = hv.owner && f.anon;

@@ -127,19 +127,7 @@ impl MmStruct {
     /// do_mmap of an anonymous private region; returns its start address.
     pub fn do_mmap(&mut self, name: &str, len: u64, align: Option<u64>, prot: u32) -> u64 {
         let align = align.unwrap_or(placement::default_align(len));
-        let start = placement::place_region(&mut self.mmap_cursor, len, align);
-        self.vmas.insert(
-            start,
-            Vma {
-                start,
-                end: start + len,
-                flags: prot,
-                anon_vma: false,
-                hugetlb: None,
-            },
-        );
-        self.regions.insert(name.to_string(), Region { start, len });
-        start
+        self.map_region(name, len, align, prot, None)
     }
 
     /// do_mmap of a HugeTLB region (MAP_HUGETLB; its file and reservation
@@ -152,6 +140,18 @@ impl MmStruct {
         prot: u32,
         hv: HugetlbVma,
     ) -> u64 {
+        self.map_region(name, len, align, prot, Some(hv))
+    }
+
+    /// A new region in a VMA of its own, placed by hugelab's rule.
+    fn map_region(
+        &mut self,
+        name: &str,
+        len: u64,
+        align: u64,
+        prot: u32,
+        hugetlb: Option<HugetlbVma>,
+    ) -> u64 {
         let start = placement::place_region(&mut self.mmap_cursor, len, align);
         self.vmas.insert(
             start,
@@ -160,7 +160,7 @@ impl MmStruct {
                 end: start + len,
                 flags: prot,
                 anon_vma: false,
-                hugetlb: Some(hv),
+                hugetlb,
             },
         );
         self.regions.insert(name.to_string(), Region { start, len });

@@ -32,6 +32,10 @@
 //!   unknown, and the faults the agents take inside it (unsharing their own
 //!   memory) are left out of pgfault.
 //! - folios.* of a region are unknown when kpageflags read 0 for its pages.
+//! - With vm.hugetlb_optimize_vmemmap 1, the page-table gauges are unknown
+//!   from then on: the first HVO in a 128 MiB range splits the vmemmap PMD
+//!   there (a kernel page table counted in NR_PAGETABLE), and which ranges
+//!   an earlier run split already only the machine's history says.
 
 use crate::backend::{failed, Agents, Call};
 use crate::error::KernelError;
@@ -64,6 +68,9 @@ pub(crate) struct Measurement {
     /// The line of the first `fork`: the anonymous-memory and page-table
     /// gauges are unknown after it.
     forked: Option<u32>,
+    /// The first window that ran with vm.hugetlb_optimize_vmemmap 1: the
+    /// page-table gauges are unknown after it (see `distrust`).
+    hvo_on: Option<u32>,
     /// mTHP sizes enabled at some point of the workload (see `close`).
     mthp_sizes_used: BTreeSet<u64>,
     /// The first process killed by a signal, and the line: its own memory
@@ -111,6 +118,7 @@ impl Measurement {
             noise: None,
             unstable: None,
             forked: None,
+            hvo_on: None,
             mthp_sizes_used: BTreeSet::new(),
             killed: None,
         }
@@ -145,6 +153,9 @@ impl Measurement {
     fn open(&mut self, stmt: &Stmt, agents: &Agents) -> Result<Opened, BackendError> {
         if matches!(stmt.kind, StmtKind::Fork { .. }) {
             self.forked.get_or_insert(stmt.pos.line);
+        }
+        if self.hvo_on.is_none() && hvo_enabled() {
+            self.hvo_on = Some(stmt.pos.line);
         }
         // The runner's own faults around the two readings (first use of a
         // code path, heap growth) are not another process's: counted from
@@ -493,6 +504,12 @@ impl Measurement {
         if !anon_gauge || name == "vmstat.pgfault" {
             return None;
         }
+        let page_tables = matches!(name, "vmstat.nr_page_table_pages" | "meminfo.PageTables");
+        if let (Some(line), true) = (self.hvo_on, page_tables) {
+            return Some(format!(
+                "HVO is on from line {line}: optimizing a HugeTLB page in a 128 MiB range whose vmemmap is still PMD-mapped splits that PMD (vmemmap_split_pmd: a kernel page table, in NR_PAGETABLE), and which ranges are split is the machine's history"
+            ));
+        }
         if let Some(line) = self.forked {
             return Some(format!(
                 "fork (line {line}) copied the agent's own memory and page tables too"
@@ -615,4 +632,9 @@ pub(crate) fn insert_region(
             unknown.insert(k.clone(), why.clone());
         }
     }
+}
+
+/// Whether vm.hugetlb_optimize_vmemmap is 1 now (absent: no HVO here).
+fn hvo_enabled() -> bool {
+    std::fs::read_to_string("/proc/sys/vm/hugetlb_optimize_vmemmap").is_ok_and(|v| v.trim() == "1")
 }

@@ -101,8 +101,11 @@ impl Hstate {
         self.nr_huge_pages - self.surplus_huge_pages
     }
 
-    fn available_huge_pages(&self) -> i64 {
-        self.free_huge_pages as i64 - self.resv_huge_pages
+    /// `free - resv` as the kernel's unsigned long: when the reservations
+    /// wrapped below zero or exceed the free pages it is not 0, and a page
+    /// is dequeued anyway.
+    fn available_huge_pages(&self) -> u64 {
+        (self.free_huge_pages as i64 - self.resv_huge_pages) as u64
     }
 }
 
@@ -354,10 +357,11 @@ pub fn set_max_huge_pages(m: &mut Machine, h: HstateIdx, count: u64) {
     if hs.free_huge_pages > hs.persistent_huge_pages() {
         persistent_free = hs.free_huge_pages.saturating_sub(hs.surplus_huge_pages);
     }
-    let min_count = (hs.resv_huge_pages + hs.persistent_huge_pages() as i64
-        - persistent_free as i64)
-        .max(count as i64)
-        .max(0) as u64;
+    // Unsigned arithmetic, as the kernel's: a sum that wraps below zero
+    // (reservations gone negative) is huge, and no page is freed.
+    let min_count = ((hs.resv_huge_pages + hs.persistent_huge_pages() as i64
+        - persistent_free as i64) as u64)
+        .max(count);
     let mut freed = Vec::new();
     while min_count < m.hugetlb.hstates[h].persistent_huge_pages() {
         match remove_pool_hugetlb_folio(m, h, false) {
@@ -626,7 +630,7 @@ fn alloc_hugetlb_folio(
     // consumed by the page being copied.
     let map_chg = cow_from_owner || vma_needs_reservation(m, vma, hv, addr);
     let gbl_chg = map_chg;
-    let available = m.hugetlb.hstates[h].available_huge_pages() > 0;
+    let available = m.hugetlb.hstates[h].available_huge_pages() != 0;
     let folio = if gbl_chg && !available {
         None
     } else {
@@ -878,12 +882,18 @@ fn unmap_ref_private(
 }
 
 /// __unmap_hugepage_range over a whole VMA piece `[start, end)` (huge-page
-/// aligned).
-pub fn unmap_hugepage_range(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, start: u64, end: u64) {
+/// aligned): the pages it unmapped, for the caller's mmu_gather to put
+/// (`tlb_finish_mmu`) once every VMA of the unmap is zapped.
+pub fn unmap_hugepage_range(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    start: u64,
+    end: u64,
+) -> Vec<Pfn> {
     let hv = hv_of(vma);
     let h = hv.hstate;
     let addrs: Vec<u64> = mm.hugetlb_ptes.range(start..end).map(|(a, _)| *a).collect();
-    // The mmu_gather frees the pages after the whole range is zapped.
     let mut gathered = Vec::with_capacity(addrs.len());
     for addr in addrs {
         let pte = mm.hugetlb_ptes.remove(&addr).expect("present");
@@ -904,6 +914,12 @@ pub fn unmap_hugepage_range(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, start
         }
         gathered.push(folio);
     }
+    gathered
+}
+
+/// tlb_finish_mmu for HugeTLB pages: the gathered pages lose the reference
+/// their mappings held; the last one frees a page.
+pub fn tlb_finish_mmu(m: &mut Machine, gathered: Vec<Pfn>) {
     for folio in gathered {
         folio_put(m, folio);
     }

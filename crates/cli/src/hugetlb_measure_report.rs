@@ -696,14 +696,7 @@ mod tests {
 
     /// The cells of every table row whose first two cells are `a` and `b`.
     fn rows<'a>(text: &'a str, a: &'a str, b: &'a str) -> impl Iterator<Item = Vec<String>> + 'a {
-        text.lines()
-            .filter(|l| l.starts_with('|'))
-            .map(|l| {
-                l.trim_matches('|')
-                    .split('|')
-                    .map(|c| c.trim().to_string())
-                    .collect::<Vec<_>>()
-            })
+        crate::table::all_row_cells(text)
             .filter(move |c| c[0] == a && c.get(1).is_some_and(|x| x == b))
     }
 

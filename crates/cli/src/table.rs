@@ -49,19 +49,23 @@ fn render_aligned(header: &[String], rows: &[Vec<String>], left: usize) -> Strin
     out
 }
 
+/// The cells of every row of the rendered tables in `text` (tests read
+/// tables back with it).
+#[cfg(test)]
+pub fn all_row_cells(text: &str) -> impl Iterator<Item = Vec<String>> + '_ {
+    text.lines().filter(|l| l.starts_with('|')).map(|l| {
+        l.trim_matches('|')
+            .split('|')
+            .map(|c| c.trim().to_string())
+            .collect()
+    })
+}
+
 /// The cells of the first row of a rendered table whose first cell is
-/// `first` (tests read tables back with it).
+/// `first`.
 #[cfg(test)]
 pub fn row_cells(table: &str, first: &str) -> Vec<String> {
-    table
-        .lines()
-        .filter(|l| l.starts_with('|'))
-        .map(|l| {
-            l.trim_matches('|')
-                .split('|')
-                .map(|c| c.trim().to_string())
-                .collect::<Vec<_>>()
-        })
+    all_row_cells(table)
         .find(|c| c[0] == first)
         .unwrap_or_else(|| panic!("no {first} row in\n{table}"))
 }

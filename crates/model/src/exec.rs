@@ -392,14 +392,54 @@ impl Model {
         write: bool,
         zero: bool,
     ) -> Result<(), BackendError> {
-        // The task leaves the map for the access, so that a HugeTLB fault
-        // can reach the other processes (unmap_ref_private).
-        let (key, mut task) = self
+        let memory_mib = self.memory_bytes >> 20;
+        let task = self
             .tasks
-            .remove_entry(proc)
+            .get(proc)
             .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
+        // A region is HugeTLB or not as a whole (such VMAs never merge).
+        let hugetlb = task
+            .mm
+            .regions
+            .get(&range.region)
+            .is_some_and(|r| hugetlb::range_has_hugetlb(&task.mm, r.start, r.start + r.len));
         let faults_before = self.machine.stat.event(VmEvent::PgFault);
-        let result = self.access_task(stmt, proc, &mut task, range, step, write, zero);
+        let (result, task) = if hugetlb {
+            // The task leaves the map for the access, so that a HugeTLB
+            // fault can reach the other processes (unmap_ref_private).
+            let (key, mut task) = self.tasks.remove_entry(proc).expect("found above");
+            let mut others: Vec<&mut MmStruct> =
+                self.tasks.values_mut().map(|t| &mut t.mm).collect();
+            let result = access_task(
+                &mut self.machine,
+                memory_mib,
+                stmt,
+                proc,
+                &mut task,
+                &mut others,
+                range,
+                step,
+                write,
+                zero,
+            );
+            self.tasks.insert(key, task);
+            (result, self.tasks.get_mut(proc).expect("put back"))
+        } else {
+            let task = self.tasks.get_mut(proc).expect("found above");
+            let result = access_task(
+                &mut self.machine,
+                memory_mib,
+                stmt,
+                proc,
+                task,
+                &mut [],
+                range,
+                step,
+                write,
+                zero,
+            );
+            (result, task)
+        };
         let mut faults = self.machine.stat.event(VmEvent::PgFault) - faults_before;
         if let Err(BackendError {
             kind: BackendErrorKind::Killed { .. },
@@ -411,94 +451,93 @@ impl Model {
             faults -= 1;
         }
         task.min_flt += faults;
-        self.tasks.insert(key, task);
         result
     }
+}
 
-    #[allow(clippy::too_many_arguments)]
-    fn access_task(
-        &mut self,
-        stmt: &Stmt,
-        proc: &str,
-        task: &mut Task,
-        range: &Range,
-        step: u64,
-        write: bool,
-        zero: bool,
-    ) -> Result<(), BackendError> {
-        let memory_mib = self.memory_bytes >> 20;
-        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
-        let mut addr = start;
-        while addr < end {
-            let vma = task.mm.find_vma(addr).ok_or_else(|| {
-                failed(
-                    stmt,
-                    format!(
-                        "SIGSEGV: {proc} touched unmapped memory at {}",
-                        describe(&task.mm, addr)
-                    ),
-                )
-            })?;
-            let piece_end = end.min(vma.end);
-            let machine = &mut self.machine;
-            let done = if vma.hugetlb.is_some() {
-                let mut others: Vec<&mut MmStruct> =
-                    self.tasks.values_mut().map(|t| &mut t.mm).collect();
-                hugetlb::hugetlb_access(
-                    machine,
-                    &mut task.mm,
-                    &mut others,
-                    &vma,
-                    addr..piece_end,
+/// The accesses of `access`, VMA by VMA; `others` are the other processes'
+/// mms, which only a HugeTLB fault needs.
+#[allow(clippy::too_many_arguments)]
+fn access_task(
+    machine: &mut Machine,
+    memory_mib: u64,
+    stmt: &Stmt,
+    proc: &str,
+    task: &mut Task,
+    others: &mut [&mut MmStruct],
+    range: &Range,
+    step: u64,
+    write: bool,
+    zero: bool,
+) -> Result<(), BackendError> {
+    let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+    let mut addr = start;
+    while addr < end {
+        let vma = task.mm.find_vma(addr).ok_or_else(|| {
+            failed(
+                stmt,
+                format!(
+                    "SIGSEGV: {proc} touched unmapped memory at {}",
+                    describe(&task.mm, addr)
+                ),
+            )
+        })?;
+        let piece_end = end.min(vma.end);
+        let done = if vma.hugetlb.is_some() {
+            hugetlb::hugetlb_access(
+                machine,
+                &mut task.mm,
+                others,
+                &vma,
+                addr..piece_end,
+                step,
+                write,
+            )
+        } else {
+            access_range(
+                machine,
+                &mut task.mm,
+                &vma,
+                addr,
+                piece_end,
+                Access {
                     step,
                     write,
-                )
-            } else {
-                access_range(
-                    machine,
-                    &mut task.mm,
-                    &vma,
-                    addr,
-                    piece_end,
-                    Access {
-                        step,
-                        write,
-                        zero,
-                        stores: write,
-                    },
-                )
-            };
-            done.map_err(|f| match f {
-                Fault::Sigbus { addr } => BackendError::killed(
-                    stmt,
-                    proc,
-                    Signal::SIGBUS,
-                    format!(
-                        "{proc} was killed by SIGBUS: its fault at {} could not be served",
-                        describe(&task.mm, addr)
-                    ),
+                    zero,
+                    stores: write,
+                },
+            )
+        };
+        done.map_err(|f| match f {
+            Fault::Sigbus { addr } => BackendError::killed(
+                stmt,
+                proc,
+                Signal::SIGBUS,
+                format!(
+                    "{proc} was killed by SIGBUS: its fault at {} could not be served",
+                    describe(&task.mm, addr)
                 ),
-                Fault::Sigsegv { addr, write } => failed(
-                    stmt,
-                    format!(
-                        "SIGSEGV: {proc} {} {} which is mapped {}",
-                        if write { "wrote" } else { "read" },
-                        describe(&task.mm, addr),
-                        prot_name(vma.flags)
-                    ),
+            ),
+            Fault::Sigsegv { addr, write } => failed(
+                stmt,
+                format!(
+                    "SIGSEGV: {proc} {} {} which is mapped {}",
+                    if write { "wrote" } else { "read" },
+                    describe(&task.mm, addr),
+                    prot_name(vma.flags)
                 ),
-                Fault::Oom => failed(
-                    stmt,
-                    format!(
-                        "out of memory: no free page for {proc}'s fault (machine memory is {} MiB)",
-                        memory_mib
-                    ),
+            ),
+            Fault::Oom => failed(
+                stmt,
+                format!(
+                    "out of memory: no free page for {proc}'s fault (machine memory is {} MiB)",
+                    memory_mib
                 ),
-            })?;
-            addr += (piece_end - addr).div_ceil(step) * step;
-        }
-        Ok(())
+            ),
+        })?;
+        addr += (piece_end - addr).div_ceil(step) * step;
     }
+    Ok(())
 }
 
 fn prot_name(flags: u32) -> &'static str {

@@ -119,8 +119,6 @@ pub struct HugetlbFolio {
     pub in_page_cache: bool,
     /// folio_test_anon: a private mapping's page.
     pub anon: bool,
-    /// PageAnonExclusive of the head page.
-    pub anon_exclusive: bool,
     /// folio_test_hugetlb_restore_reserve.
     pub restore_reserve: bool,
     /// On the free list.
@@ -245,7 +243,6 @@ fn alloc_fresh_hugetlb_folio(m: &mut Machine, h: HstateIdx, optimize: bool) -> O
             mapcount: 0,
             in_page_cache: false,
             anon: false,
-            anon_exclusive: false,
             restore_reserve: false,
             free: false,
         },
@@ -301,7 +298,6 @@ fn enqueue_hugetlb_folio(m: &mut Machine, folio: Pfn) {
     let f = m.hugetlb.folios.get_mut(&folio).expect("a hugetlb folio");
     f.free = true;
     f.anon = false;
-    f.anon_exclusive = false;
     let hs = &mut m.hugetlb.hstates[f.hstate];
     hs.freelist.push(folio);
     hs.free_huge_pages += 1;
@@ -459,7 +455,6 @@ fn free_huge_folio(m: &mut Machine, folio: Pfn) {
     let h = f.hstate;
     let restore = std::mem::take(&mut f.restore_reserve);
     f.anon = false;
-    f.anon_exclusive = false;
     let hs = &mut m.hugetlb.hstates[h];
     if restore {
         hs.resv_huge_pages += 1;
@@ -766,7 +761,6 @@ fn hugetlb_no_page(
         // hugetlb_add_new_anon_rmap.
         f.restore_reserve = false;
         f.anon = true;
-        f.anon_exclusive = true;
     }
     f.mapcount += 1;
     let writable = hv.shared && vma.flags & Vma::VM_WRITE != 0;
@@ -802,7 +796,6 @@ fn hugetlb_wp(
     loop {
         let f = m.hugetlb.folios.get_mut(&old).expect("folio");
         if f.mapcount == 1 && f.anon {
-            f.anon_exclusive = true;
             set_huge_ptep_writable(mm, haddr);
             return Ok(());
         }
@@ -812,7 +805,6 @@ fn hugetlb_wp(
                 let f = m.hugetlb.folios.get_mut(&new).expect("folio");
                 f.restore_reserve = false;
                 f.anon = true;
-                f.anon_exclusive = true;
                 f.mapcount = 1;
                 mm.hugetlb_ptes.insert(
                     haddr,
@@ -960,7 +952,6 @@ pub fn copy_hugetlb_page_range(
         let f = m.hugetlb.folios.get_mut(&pte.folio).expect("folio");
         f.mapcount += 1;
         let pte = if f.anon {
-            f.anon_exclusive = false;
             HugePte {
                 writable: false,
                 ..pte
@@ -986,12 +977,7 @@ pub fn hugetlb_access(
     write: bool,
 ) -> Result<(), Fault> {
     let (start, end) = (range.start, range.end);
-    let allowed = if write {
-        vma.flags & Vma::VM_WRITE != 0
-    } else {
-        vma.flags & Vma::VM_READ != 0
-    };
-    if !allowed {
+    if !vma.allows(write) {
         return Err(Fault::Sigsegv { addr: start, write });
     }
     let size = huge_page_size(hv_of(vma).hstate);

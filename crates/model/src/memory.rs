@@ -324,12 +324,7 @@ pub fn access_range(
         zero,
         stores,
     } = access;
-    let allowed = if write {
-        vma.flags & Vma::VM_WRITE != 0
-    } else {
-        vma.flags & Vma::VM_READ != 0
-    };
-    if !allowed {
+    if !vma.allows(write) {
         return Err(Fault::Sigsegv { addr: start, write });
     }
     if write && !vma.anon_vma {

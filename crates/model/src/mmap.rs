@@ -52,6 +52,13 @@ impl Vma {
     pub const VM_HUGEPAGE: u32 = 1 << 2;
     pub const VM_NOHUGEPAGE: u32 = 1 << 3;
     pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
+
+    /// Whether the VMA's protection allows a read, or a write (else the
+    /// access faults with SIGSEGV).
+    pub fn allows(&self, write: bool) -> bool {
+        let need = if write { Self::VM_WRITE } else { Self::VM_READ };
+        self.flags & need != 0
+    }
 }
 
 /// A named region of a process: where `mmap` put it.

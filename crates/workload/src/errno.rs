@@ -14,7 +14,7 @@ use std::fmt;
 pub struct Errno(pub i32);
 
 /// Every errno hugelab knows by name.
-const NAMES: &[(&str, i32)] = &[
+const NAMES: NameTable = NameTable(&[
     ("EPERM", 1),
     ("ENOENT", 2),
     ("ESRCH", 3),
@@ -38,7 +38,7 @@ const NAMES: &[(&str, i32)] = &[
     ("EOVERFLOW", 75),
     ("EOPNOTSUPP", 95),
     ("EHWPOISON", 133),
-];
+]);
 
 impl Errno {
     pub const OK: Errno = Errno(0);
@@ -53,29 +53,46 @@ impl Errno {
 
     /// `EAGAIN`, `0`, or the number of an errno without a name here.
     pub fn name(self) -> String {
-        if self.0 == 0 {
-            return "0".into();
-        }
-        NAMES
-            .iter()
-            .find(|(_, n)| *n == self.0)
-            .map_or_else(|| format!("errno {}", self.0), |(name, _)| name.to_string())
+        NAMES.name(self.0, "errno")
     }
 
     /// `EAGAIN` or `0`.
     pub fn from_name(s: &str) -> Option<Errno> {
-        if s == "0" {
-            return Some(Errno::OK);
-        }
-        NAMES
-            .iter()
-            .find(|(name, _)| *name == s)
-            .map(|(_, n)| Errno(*n))
+        NAMES.number(s).map(Errno)
     }
 
     /// The names `from_name` accepts, for error messages.
     pub fn known_names() -> impl Iterator<Item = &'static str> {
-        NAMES.iter().map(|(name, _)| *name)
+        NAMES.names()
+    }
+}
+
+/// The kernel's names for a kind of number (errnos, signals), 0 being
+/// written `0` (no error, no signal).
+pub(crate) struct NameTable(pub &'static [(&'static str, i32)]);
+
+impl NameTable {
+    /// The name of `n`, `0`, or `<kind> <n>` for a number without one.
+    pub fn name(&self, n: i32, kind: &str) -> String {
+        if n == 0 {
+            return "0".into();
+        }
+        self.0
+            .iter()
+            .find(|(_, v)| *v == n)
+            .map_or_else(|| format!("{kind} {n}"), |(name, _)| name.to_string())
+    }
+
+    /// The number named `s` (`0` included).
+    pub fn number(&self, s: &str) -> Option<i32> {
+        if s == "0" {
+            return Some(0);
+        }
+        self.0.iter().find(|(name, _)| *name == s).map(|(_, n)| *n)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.0.iter().map(|(name, _)| *name)
     }
 }
 

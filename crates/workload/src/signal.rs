@@ -7,6 +7,7 @@
 //! would, the run goes on, and `expect signal == SIGBUS` on the next line
 //! checks it (`expect signal == 0`: the process was not killed).
 
+use crate::errno::NameTable;
 use serde::{Serialize, Serializer};
 use std::fmt;
 
@@ -15,7 +16,7 @@ use std::fmt;
 pub struct Signal(pub i32);
 
 /// Every signal hugelab knows by name.
-const NAMES: &[(&str, i32)] = &[
+const NAMES: NameTable = NameTable(&[
     ("SIGHUP", 1),
     ("SIGINT", 2),
     ("SIGQUIT", 3),
@@ -31,7 +32,7 @@ const NAMES: &[(&str, i32)] = &[
     ("SIGPIPE", 13),
     ("SIGALRM", 14),
     ("SIGTERM", 15),
-];
+]);
 
 impl Signal {
     pub const NONE: Signal = Signal(0);
@@ -41,29 +42,17 @@ impl Signal {
 
     /// `SIGBUS`, `0`, or `signal N` for one without a name here.
     pub fn name(self) -> String {
-        if self.0 == 0 {
-            return "0".into();
-        }
-        NAMES.iter().find(|(_, n)| *n == self.0).map_or_else(
-            || format!("signal {}", self.0),
-            |(name, _)| name.to_string(),
-        )
+        NAMES.name(self.0, "signal")
     }
 
     /// `SIGBUS` or `0`.
     pub fn from_name(s: &str) -> Option<Signal> {
-        if s == "0" {
-            return Some(Signal::NONE);
-        }
-        NAMES
-            .iter()
-            .find(|(name, _)| *name == s)
-            .map(|(_, n)| Signal(*n))
+        NAMES.number(s).map(Signal)
     }
 
     /// The names `from_name` accepts, for error messages.
     pub fn known_names() -> impl Iterator<Item = &'static str> {
-        NAMES.iter().map(|(name, _)| *name)
+        NAMES.names()
     }
 }
 

@@ -28,7 +28,7 @@ use crate::mm_types::{
     page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
 };
 use crate::mmap::{MmStruct, Vma};
-use crate::page_alloc::{alloc_folio, free_folio};
+use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap::{self, MmList};
 use crate::vmstat::{MthpStat, VmEvent};
@@ -186,7 +186,7 @@ pub fn do_huge_pmd_anonymous_page(
         mm.pmds.insert(haddr / PMD_SIZE, Pmd::HugeZero { deposit });
         return Ok(PmdFault::Done);
     }
-    let Some(folio) = vma_alloc_anon_folio_pmd(m) else {
+    let Some(folio) = vma_alloc_anon_folio_pmd(m, vma) else {
         return Ok(PmdFault::Fallback);
     };
     let deposit = match m.pte_alloc_one() {
@@ -202,8 +202,9 @@ pub fn do_huge_pmd_anonymous_page(
 
 /// vma_alloc_anon_folio_pmd: an order-9 folio, zeroed, or None after counting
 /// the fallback.
-fn vma_alloc_anon_folio_pmd(m: &mut Machine) -> Option<Pfn> {
-    match alloc_folio(m, HPAGE_PMD_ORDER) {
+fn vma_alloc_anon_folio_pmd(m: &mut Machine, vma: &Vma) -> Option<Pfn> {
+    let gfp = crate::gfp::vma_thp_gfp_mask(&m.thp, vma);
+    match crate::page_alloc::vma_alloc_folio(m, gfp, HPAGE_PMD_ORDER) {
         Some(folio) => Some(folio),
         None => {
             m.stat.count_vm_event(VmEvent::ThpFaultFallback);
@@ -261,7 +262,7 @@ pub fn do_huge_zero_wp_pmd(
         unreachable!("do_huge_zero_wp_pmd on a PMD that is not the huge zero page");
     };
     let deposit = *deposit;
-    match vma_alloc_anon_folio_pmd(m) {
+    match vma_alloc_anon_folio_pmd(m, vma) {
         Some(folio) => {
             // Queued for the under-used shrinker by map_anon_folio_pmd (the
             // first 6.18 releases, before upstream 2a1351cd, did not).

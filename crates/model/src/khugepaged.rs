@@ -45,7 +45,6 @@ use crate::mm_types::{
     page_folio, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
 };
 use crate::mmap::{MmStruct, Vma};
-use crate::page_alloc::alloc_folio;
 use crate::pgtable::Pmd;
 use crate::rmap;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
@@ -272,7 +271,8 @@ fn collapse_huge_page(
     haddr: u64,
     khugepaged: bool,
 ) -> Scan {
-    let Some(folio) = alloc_folio(m, HPAGE_PMD_ORDER) else {
+    let gfp = crate::gfp::khugepaged_gfp(&m.thp, khugepaged);
+    let Some(folio) = crate::page_alloc::vma_alloc_folio(m, gfp, HPAGE_PMD_ORDER) else {
         m.stat.count_vm_event(VmEvent::ThpCollapseAllocFailed);
         return Scan::AllocHugePageFail;
     };

@@ -27,6 +27,7 @@ pub mod counters;
 pub mod debug_vm;
 mod exec;
 pub mod fork;
+pub mod gfp;
 pub mod gup;
 pub mod huge_memory;
 pub mod hugetlb;
@@ -45,6 +46,7 @@ pub mod rmap;
 pub mod sparse;
 pub mod task_mmu;
 pub mod thp_utilization;
+pub mod trace;
 pub mod vmscan;
 pub mod vmstat;
 
@@ -77,6 +79,8 @@ pub struct Machine {
     pub hugetlb: hugetlb::Hugetlb,
     /// The vmemmap of HugeTLB pages (HVO) and the memmap counters.
     pub vmemmap: hugetlb_vmemmap::Vmemmap,
+    /// Fault decisions being recorded for `hugelab explain` (see trace).
+    pub trace: Option<Box<trace::Trace>>,
     /// A bug put in on purpose, to show the invariant checker catches it.
     #[doc(hidden)]
     pub injected_bug: Option<InjectedBug>,
@@ -107,6 +111,7 @@ impl Machine {
             anon_vmas: rmap::AnonVmas::default(),
             hugetlb: hugetlb::Hugetlb::default(),
             vmemmap: hugetlb_vmemmap::Vmemmap::default(),
+            trace: None,
             injected_bug: None,
         }
     }

@@ -41,6 +41,7 @@
 //! the workload, zero or not, also marks the page written (`pg::WRITTEN`);
 //! GUP's write fault (`Access::stores` false) stores nothing and marks nothing.
 
+use crate::gfp::vma_thp_gfp_mask;
 use crate::huge_memory::{
     do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
     split_huge_pmd, thp_vma_allowable_orders, thp_vma_suitable_orders, PmdFault,
@@ -48,7 +49,7 @@ use crate::huge_memory::{
 use crate::internal::folio_pte_batch;
 use crate::mm_types::{page_folio, pg, Fault, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
-use crate::page_alloc::{alloc_folio, free_folio};
+use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
@@ -211,9 +212,10 @@ fn alloc_anon_folio(
             orders &= !(1 << order);
         }
     }
+    let gfp = vma_thp_gfp_mask(&m.thp, vma);
     while orders != 0 {
         let order = highest_order(orders);
-        if let Some(folio) = alloc_folio(m, order) {
+        if let Some(folio) = vma_alloc_folio(m, gfp, order) {
             return Ok((folio, order));
         }
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);

@@ -23,9 +23,11 @@
 //!   kernel links `page->buddy_list` instead), so a free and every merge it
 //!   makes cost O(1) and the lists never hold stale entries.
 
+use crate::gfp::Gfp;
 use crate::huge_memory::folio_unqueue_deferred_split;
 use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
 use crate::sparse::MemMap;
+use crate::trace::Step;
 use crate::vmstat::MthpStat;
 use crate::Machine;
 
@@ -289,6 +291,19 @@ pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
         page.init(pg::TAIL | pg::ZEROED, order);
     }
     Some(pfn)
+}
+
+/// vma_alloc_folio (`__alloc_pages` for a user folio): the buddy allocator's
+/// fast path, and what `gfp` allows when it finds no free block. Records
+/// the attempt for `hugelab explain`.
+pub fn vma_alloc_folio(m: &mut Machine, gfp: Gfp, order: u32) -> Option<Pfn> {
+    let folio = alloc_folio(m, order);
+    m.trace(|| Step::Alloc {
+        order,
+        gfp,
+        ok: folio.is_some(),
+    });
+    folio
 }
 
 /// The end of folio_put for a folio whose last reference went: `__folio_put`

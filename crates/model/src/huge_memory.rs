@@ -31,6 +31,7 @@ use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap::{self, MmList};
+use crate::trace::Step;
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 use hugelab_workload::{ThpDefrag, ThpEnabled, ThpSizeEnabled};
@@ -124,6 +125,42 @@ pub fn thp_vma_allowable_orders(thp: &ThpSettings, mm: &MmStruct, vma: &Vma, ord
     orders
 }
 
+/// Why thp_vma_allowable_orders leaves each order of `orders` out, for
+/// `hugelab explain` (the kernel keeps no reason; this follows its checks).
+pub fn thp_vma_denials(
+    thp: &ThpSettings,
+    mm: &MmStruct,
+    vma: &Vma,
+    orders: u32,
+) -> Vec<(u32, crate::trace::Denial)> {
+    use crate::trace::Denial;
+    let allowed = thp_vma_allowable_orders(thp, mm, vma, orders);
+    let hugepage = vma.flags & Vma::VM_HUGEPAGE != 0;
+    let mut out = Vec::new();
+    for o in (0..=HPAGE_PMD_ORDER).rev() {
+        if orders & (1 << o) == 0 || allowed & (1 << o) != 0 || THP_ORDERS_ALL_ANON & (1 << o) == 0
+        {
+            continue;
+        }
+        // The sysfs mask first, then the VMA and process vetoes, as
+        // thp_vma_allowable_orders and __thp_vma_allowable_orders check.
+        let d = match thp.size_enabled[o as usize] {
+            ThpSizeEnabled::Never => Denial::SizeNever,
+            ThpSizeEnabled::Inherit if thp.enabled == ThpEnabled::Never => Denial::InheritNever,
+            ThpSizeEnabled::Madvise if !hugepage => Denial::NotMadvised,
+            ThpSizeEnabled::Inherit if thp.enabled == ThpEnabled::Madvise && !hugepage => {
+                Denial::NotMadvised
+            }
+            _ if vma.flags & Vma::VM_NOHUGEPAGE != 0 => Denial::VmNoHugepage,
+            _ if mm.thp_disabled => Denial::ProcessDisabled,
+            // Allowed by the mask, vetoed by nothing else: cannot happen.
+            _ => continue,
+        };
+        out.push((o, d));
+    }
+    out
+}
+
 /// vma_thp_disabled: MADV_NOHUGEPAGE, then PR_SET_THP_DISABLE, win over MADV_HUGEPAGE.
 pub fn vma_thp_disabled(mm: &MmStruct, vma: &Vma) -> bool {
     vma.flags & Vma::VM_NOHUGEPAGE != 0 || mm.thp_disabled
@@ -171,16 +208,26 @@ pub fn do_huge_pmd_anonymous_page(
     write: bool,
 ) -> Result<PmdFault, Fault> {
     let haddr = addr & !(PMD_SIZE - 1);
-    if !thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER) {
+    let suitable = thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER);
+    m.trace(|| Step::Suitable {
+        orders: u32::from(suitable) << HPAGE_PMD_ORDER,
+        unsuitable: u32::from(!suitable) << HPAGE_PMD_ORDER,
+    });
+    if !suitable {
         return Ok(PmdFault::Fallback);
     }
     mm.anon_vma_prepare(addr);
     crate::khugepaged::khugepaged_enter_vma(m, mm, vma);
     if !write && m.thp.use_zero_page {
+        m.trace(|| Step::ZeroPage { huge: true });
         let deposit = m.pte_alloc_one()?;
         if mm_get_huge_zero_folio(m, mm).is_none() {
             m.pte_free(deposit);
             m.stat.count_vm_event(VmEvent::ThpFaultFallback);
+            m.trace(|| Step::Fallback {
+                order: HPAGE_PMD_ORDER,
+                counters: vec!["thp_zero_page_alloc_failed", "thp_fault_fallback"],
+            });
             return Ok(PmdFault::Fallback);
         }
         mm.pmds.insert(haddr / PMD_SIZE, Pmd::HugeZero { deposit });
@@ -210,6 +257,10 @@ fn vma_alloc_anon_folio_pmd(m: &mut Machine, vma: &Vma) -> Option<Pfn> {
             m.stat.count_vm_event(VmEvent::ThpFaultFallback);
             m.stat
                 .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultFallback);
+            m.trace(|| Step::Fallback {
+                order: HPAGE_PMD_ORDER,
+                counters: vec!["thp_fault_fallback", "anon_fault_fallback"],
+            });
             None
         }
     }
@@ -238,6 +289,9 @@ fn map_anon_folio_pmd(
         },
     );
     m.stat.count_vm_event(VmEvent::ThpFaultAlloc);
+    m.trace(|| Step::Mapped {
+        order: HPAGE_PMD_ORDER,
+    });
     m.stat
         .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc);
     // A fresh PMD THP is a candidate for the underused shrinker, from either
@@ -262,6 +316,11 @@ pub fn do_huge_zero_wp_pmd(
         unreachable!("do_huge_zero_wp_pmd on a PMD that is not the huge zero page");
     };
     let deposit = *deposit;
+    m.trace(|| Step::Wp {
+        huge: true,
+        zero: true,
+        reused: false,
+    });
     match vma_alloc_anon_folio_pmd(m, vma) {
         Some(folio) => {
             // Queued for the under-used shrinker by map_anon_folio_pmd (the
@@ -292,8 +351,18 @@ pub fn do_huge_pmd_wp_page(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Pmd
         if let Some(Pmd::Huge { writable, .. }) = mm.pmds.get_mut(&index) {
             *writable = true;
         }
+        m.trace(|| Step::Wp {
+            huge: true,
+            zero: false,
+            reused: true,
+        });
         return PmdFault::Done;
     }
+    m.trace(|| Step::Wp {
+        huge: true,
+        zero: false,
+        reused: false,
+    });
     split_huge_pmd(m, mm, index * PMD_SIZE);
     PmdFault::Fallback
 }

@@ -41,10 +41,10 @@
 //! the workload, zero or not, also marks the page written (`pg::WRITTEN`);
 //! GUP's write fault (`Access::stores` false) stores nothing and marks nothing.
 
-use crate::gfp::vma_thp_gfp_mask;
+use crate::gfp::{vma_thp_gfp_mask, Gfp};
 use crate::huge_memory::{
     do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
-    split_huge_pmd, thp_vma_allowable_orders, thp_vma_suitable_orders, PmdFault,
+    split_huge_pmd, thp_vma_allowable_orders, thp_vma_denials, thp_vma_suitable_orders, PmdFault,
 };
 use crate::internal::folio_pte_batch;
 use crate::mm_types::{page_folio, pg, Fault, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
@@ -53,6 +53,7 @@ use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
+use crate::trace::Step;
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 
@@ -81,11 +82,21 @@ pub fn handle_mm_fault(
     write: bool,
 ) -> Result<(), Fault> {
     m.stat.count_vm_event(VmEvent::PgFault);
+    m.trace_fault(addr, write);
     let index = addr / PMD_SIZE;
     match mm.pmds.get(&index) {
         None => {
             pud_pmd_alloc(m, mm, addr)?;
-            let pmd_allowed = thp_vma_allowable_orders(&m.thp, mm, vma, 1 << HPAGE_PMD_ORDER) != 0;
+            let pmd = 1 << HPAGE_PMD_ORDER;
+            let pmd_allowed = thp_vma_allowable_orders(&m.thp, mm, vma, pmd) != 0;
+            if m.tracing() {
+                let denied = thp_vma_denials(&m.thp, mm, vma, pmd);
+                m.trace(|| Step::Allowable {
+                    pmd: true,
+                    orders: if pmd_allowed { pmd } else { 0 },
+                    denied,
+                });
+            }
             if pmd_allowed {
                 if let PmdFault::Done = do_huge_pmd_anonymous_page(m, mm, vma, addr, write)? {
                     return Ok(());
@@ -146,10 +157,12 @@ fn do_anonymous_page(
     write: bool,
 ) -> Result<(), Fault> {
     if !write {
+        m.trace(|| Step::ZeroPage { huge: false });
         table(mm, addr).ptes[pte_index(addr)] = Pte::ZERO;
         return Ok(());
     }
     let (folio, order) = alloc_anon_folio(m, mm, vma, addr)?;
+    m.trace(|| Step::Mapped { order });
     let nr = 1u64 << order;
     let start = addr & !((PAGE_SIZE << order) - 1);
     rmap::folio_add_new_anon_rmap(m, folio, order, false, mm.mm_id, start);
@@ -198,8 +211,22 @@ fn alloc_anon_folio(
     addr: u64,
 ) -> Result<(Pfn, u32), Fault> {
     let below_pmd = (1 << HPAGE_PMD_ORDER) - 1;
-    let mut orders = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd);
-    orders = thp_vma_suitable_orders(vma, addr, orders);
+    let allowed = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd);
+    if m.tracing() {
+        let denied = thp_vma_denials(&m.thp, mm, vma, below_pmd);
+        m.trace(|| Step::Allowable {
+            pmd: false,
+            orders: allowed,
+            denied,
+        });
+    }
+    let mut orders = thp_vma_suitable_orders(vma, addr, allowed);
+    if allowed != 0 {
+        m.trace(|| Step::Suitable {
+            orders,
+            unsuitable: allowed & !orders,
+        });
+    }
     // The PTE-emptiness filter needs the table only when some order is left.
     if orders != 0 {
         let t = table(mm, addr);
@@ -210,6 +237,7 @@ fn alloc_anon_folio(
                 break;
             }
             orders &= !(1 << order);
+            m.trace(|| Step::PtesPopulated { order });
         }
     }
     let gfp = vma_thp_gfp_mask(&m.thp, vma);
@@ -219,9 +247,17 @@ fn alloc_anon_folio(
             return Ok((folio, order));
         }
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
+        m.trace(|| Step::Fallback {
+            order,
+            counters: vec!["anon_fault_fallback"],
+        });
         orders &= !(1 << order);
     }
-    alloc_folio(m, 0).map(|f| (f, 0)).ok_or(Fault::Oom)
+    let folio = vma_alloc_folio(m, Gfp::HIGHUSER_MOVABLE, 0);
+    if folio.is_none() {
+        m.trace(|| Step::Oom);
+    }
+    folio.map(|f| (f, 0)).ok_or(Fault::Oom)
 }
 
 /// do_wp_page: a write to a read-only PTE of a writable VMA. The shared zero
@@ -231,10 +267,22 @@ fn alloc_anon_folio(
 fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Result<(), Fault> {
     let pte = table(mm, addr).ptes[pte_index(addr)];
     let Some(page) = pte.pfn() else {
+        m.trace(|| Step::Wp {
+            huge: false,
+            zero: true,
+            reused: false,
+        });
         return wp_page_copy(m, mm, vma, addr, None);
     };
     let folio = page_folio(m, page);
-    if m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio) {
+    let reused =
+        m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio);
+    m.trace(|| Step::Wp {
+        huge: false,
+        zero: false,
+        reused,
+    });
+    if reused {
         // wp_page_reuse: only the faulting PTE becomes writable.
         m.zone.memmap.page_mut(page).set(pg::ANON_EXCLUSIVE);
         let t = table(mm, addr);
@@ -370,7 +418,9 @@ pub fn access_range(
                         addr += step;
                         continue;
                     }
-                    if write && !small_only {
+                    // A traced run takes every fault the long way, where
+                    // its decisions are recorded.
+                    if (write && !small_only) || m.tracing() {
                         break;
                     }
                     // handle_mm_fault -> do_anonymous_page at order 0, inline:

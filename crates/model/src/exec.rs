@@ -312,6 +312,7 @@ impl Model {
                     }
                     let thp = self.machine.thp.clone();
                     let (check, bug) = (self.check_invariants, self.machine.injected_bug);
+                    let trace = self.machine.trace.take();
                     let v = &self.machine.vmemmap;
                     let (optimize, rule, geometry) = (v.optimize, v.rule, v.geometry);
                     let pools: Vec<(u64, u64)> = self
@@ -324,6 +325,7 @@ impl Model {
                     *self = Model::new(bytes).with_thp_settings(thp);
                     self.check_invariants = check;
                     self.machine.injected_bug = bug;
+                    self.machine.trace = trace;
                     // The settings so far apply to the new machine: pools
                     // set before `machine` are allocated from its memory.
                     let v = &mut self.machine.vmemmap;

@@ -83,6 +83,19 @@ pub fn handle_mm_fault(
 ) -> Result<(), Fault> {
     m.stat.count_vm_event(VmEvent::PgFault);
     m.trace_fault(addr, write);
+    let r = __handle_mm_fault(m, mm, vma, addr, write);
+    m.trace_fault_end();
+    r
+}
+
+/// __handle_mm_fault: the PMD-level dispatch, then handle_pte_fault.
+fn __handle_mm_fault(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
     let index = addr / PMD_SIZE;
     match mm.pmds.get(&index) {
         None => {

@@ -116,6 +116,9 @@ pub struct FaultTrace {
 #[derive(Default)]
 pub struct Trace {
     pub faults: Vec<FaultTrace>,
+    /// Inside a fault: allocations elsewhere (khugepaged, MADV_COLLAPSE)
+    /// belong to no fault and are not recorded.
+    in_fault: bool,
 }
 
 impl Machine {
@@ -139,6 +142,7 @@ impl Machine {
     #[inline]
     pub fn trace_fault(&mut self, addr: u64, write: bool) {
         if let Some(t) = &mut self.trace {
+            t.in_fault = true;
             t.faults.push(FaultTrace {
                 addr,
                 write,
@@ -147,11 +151,19 @@ impl Machine {
         }
     }
 
+    /// The current fault is handled.
+    #[inline]
+    pub fn trace_fault_end(&mut self) {
+        if let Some(t) = &mut self.trace {
+            t.in_fault = false;
+        }
+    }
+
     /// One decision of the current fault; `step` is built only when tracing.
     #[inline]
     pub fn trace(&mut self, step: impl FnOnce() -> Step) {
         if let Some(t) = &mut self.trace {
-            if let Some(f) = t.faults.last_mut() {
+            if let (true, Some(f)) = (t.in_fault, t.faults.last_mut()) {
                 f.steps.push(step());
             }
         }

@@ -156,3 +156,40 @@ fn invariants_hold_after_every_statement() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Recording the fault decisions (`hugelab explain`) takes every fault the
+/// long way, past the first-touch fast path: it must not change a single
+/// counter, and every recorded fault must end in a decision.
+#[test]
+fn tracing_changes_nothing_it_observes() {
+    use hugelab_model::trace::Step;
+    for file in scenarios() {
+        let Ok(workload) = parse_file(&file) else {
+            continue;
+        };
+        let plain = run(&mut Model::default(), &workload).map(|o| serde_json_string(&o));
+        let mut traced = Model::default();
+        traced.machine.start_trace();
+        let with = run(&mut traced, &workload).map(|o| serde_json_string(&o));
+        assert_eq!(plain, with, "{}: tracing changed the run", file.display());
+        let trace = traced.machine.take_trace().expect("still tracing");
+        for f in &trace.faults {
+            let last = f.steps.last();
+            assert!(
+                matches!(
+                    last,
+                    Some(
+                        Step::Mapped { .. }
+                            | Step::ZeroPage { .. }
+                            | Step::Oom
+                            | Step::Wp { reused: true, .. }
+                            | Step::Wp { huge: false, .. }
+                    )
+                ),
+                "{}: a fault at {:#x} ends in {last:?}",
+                file.display(),
+                f.addr
+            );
+        }
+    }
+}

@@ -359,6 +359,7 @@ pub fn access_range(
                         }
                         if stores {
                             store(m, pfn, zero);
+                            t.pte_mkdirty(i);
                         }
                         addr += step;
                         continue;
@@ -390,8 +391,14 @@ pub fn access_range(
                     continue;
                 }
             }
-            Some(Pmd::Huge { pfn, writable, .. }) if !write || *writable => {
+            Some(Pmd::Huge {
+                pfn,
+                writable,
+                dirty,
+                ..
+            }) if !write || *writable => {
                 let pfn = *pfn;
+                *dirty |= stores;
                 while addr < limit {
                     if stores {
                         store(m, Pfn(pfn.0 + pte_index(addr) as u64), zero);
@@ -490,7 +497,9 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
             small_unmapped += i64::from(page.mapcount == 0);
             unmapped += 1;
             if page.private == 0 {
-                // free_folio of a small folio is the buddy free alone.
+                // free_folio of a small folio is the buddy free alone
+                // (and forgetting its LRU state, if it has one).
+                m.lru.forget(pfn);
                 if run.1 > 0 && run.0 .0 + run.1 == pfn.0 {
                     run.1 += 1;
                 } else {

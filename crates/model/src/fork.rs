@@ -133,6 +133,8 @@ fn copy_pte_range(
     let Some(Pmd::Table(dt)) = dst.pmds.get_mut(&index) else {
         unreachable!("copy_pte_range without a destination table");
     };
+    // The child's PTEs keep the parent's dirty bits (a clean one after MADV_FREE).
+    dt.dirty = st.dirty;
     let writable = vma.flags & Vma::VM_WRITE != 0;
     let (mut i, end) = (pte_index(lo), pte_index(hi - 1) + 1);
     let mut rss = 0u64;

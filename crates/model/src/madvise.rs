@@ -27,10 +27,10 @@
 //!
 //! Simplifications: no per-cpu LRU batches (see `swap`); the
 //! `lru_add_drain` at the start of each call is implicit (the model puts a
-//! new folio on the LRU at once); an order-0 folio mapped by more than one
-//! mm is not marked lazily freed (the kernel marks it, and reclaim would
-//! then unmap it from every mm: the model keeps no reverse map of small
-//! folios); a folio the kernel would fail to trylock is never met.
+//! new folio on the LRU at once); a folio the kernel would fail to trylock
+//! is never met. As in the kernel, MADV_FREE checks the mapcount of a small
+//! folio only when it is PG_dirty, so an order-0 page fork left shared is
+//! marked lazily freed too, and reclaim discards it from every mm.
 
 use crate::huge_memory::split_folio;
 use crate::internal::folio_pte_batch;
@@ -286,10 +286,6 @@ fn madvise_free_pte_range(m: &mut Machine, mms: &mut MmList, id: MmId, addr: u64
                 continue;
             }
             folio_clear_dirty(m, folio);
-        }
-        if nr_pages == 1 && folio_mapcount(m, folio) > 1 {
-            // See the module doc: not modelled.
-            continue;
         }
         let mm = mms.get_mut(id).expect("the caller's mm");
         if let Some(Pmd::Table(t)) = mm.pmds.get_mut(&(first / PMD_SIZE)) {

@@ -148,8 +148,13 @@ pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> b
     let (walk, addr) = if order > 0 {
         rmap::rmap_walk_anon(m, folio)
     } else {
+        // A small folio has no anon_vma in the model: every mm of the fork
+        // family of the mm that marked it, at the address it was marked at.
         let e = m.lru.get(folio);
-        (vec![e.mm], e.addr)
+        let mut ids = Vec::new();
+        m.anon_vmas.tree(m.anon_vmas.root(e.mm), &mut ids);
+        ids.retain(|id| m.anon_vmas.get(*id).is_some_and(|av| av.mm_alive));
+        (ids, e.addr)
     };
     let index = addr / PMD_SIZE;
     let first = pte_index(addr);

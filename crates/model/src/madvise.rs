@@ -203,8 +203,8 @@ fn madvise_free_huge_pmd(
 /// when that is not all of it.
 enum LargeStep {
     Whole(usize),
-    /// Skip one PTE (shared, or the split failed).
-    Skip,
+    /// Skip this many PTEs, the folio's batch (shared, or the split failed).
+    Skip(usize),
     /// Split: look at the same PTE again.
     Again,
 }
@@ -228,12 +228,12 @@ fn large_folio_step(
         return LargeStep::Whole(nr);
     }
     if folio_maybe_mapped_shared(m, folio) {
-        return LargeStep::Skip;
+        return LargeStep::Skip(nr);
     }
     if split_folio(m, mms, folio) {
         LargeStep::Again
     } else {
-        LargeStep::Skip
+        LargeStep::Skip(nr)
     }
 }
 
@@ -270,8 +270,8 @@ fn madvise_free_pte_range(m: &mut Machine, mms: &mut MmList, id: MmId, addr: u64
         let nr = if nr_pages > 1 {
             match large_folio_step(m, mms, id, folio, addr, next) {
                 LargeStep::Whole(nr) => nr,
-                LargeStep::Skip => {
-                    addr += PAGE_SIZE;
+                LargeStep::Skip(nr) => {
+                    addr += nr as u64 * PAGE_SIZE;
                     continue;
                 }
                 LargeStep::Again => continue,
@@ -338,8 +338,8 @@ fn madvise_cold_or_pageout_pte_range(
         let nr = if nr_pages > 1 {
             match large_folio_step(m, mms, id, folio, addr, next) {
                 LargeStep::Whole(nr) => nr,
-                LargeStep::Skip => {
-                    addr += PAGE_SIZE;
+                LargeStep::Skip(nr) => {
+                    addr += nr as u64 * PAGE_SIZE;
                     continue;
                 }
                 LargeStep::Again => continue,

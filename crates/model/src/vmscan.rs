@@ -205,6 +205,9 @@ pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> b
 /// accepts (by pfn order), taken until they hold `nr_to_reclaim` pages.
 /// Returns the pages freed: fewer when some were written again since
 /// MADV_FREE (they become swapbacked and active instead), or pinned.
+/// It unmaps pages of whichever processes map the folios, so the statement
+/// that calls it must forget every process's cached readings
+/// (`reading_cache::Touches::Everything`), not only its own family's.
 pub fn shrink_lazyfree(
     m: &mut Machine,
     mms: &mut MmList,
@@ -224,4 +227,66 @@ pub fn shrink_lazyfree(
         list.push(folio);
     }
     shrink_folio_list(m, mms, list)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Model;
+
+    /// Two PMD THPs lazily freed, the second written again.
+    fn model() -> Model {
+        let text = "set transparent_hugepage/enabled always\n\
+                    spawn a\n\
+                    a mmap r 4M\n\
+                    a write r\n\
+                    a madvise r FREE\n\
+                    a write r+2M:4K\n";
+        let w = hugelab_workload::parse("t.hlw", text).expect("parses");
+        let mut model = Model::default().with_invariant_checks();
+        hugelab_workload::run(&mut model, &w).expect("runs");
+        model
+    }
+
+    fn shrink(model: &mut Model, nr: u64, filter: impl FnMut(&Machine, Pfn) -> bool) -> u64 {
+        let mut mms = MmList::new(model.tasks.values_mut().map(|t| &mut t.mm));
+        shrink_lazyfree(&mut model.machine, &mut mms, nr, filter)
+    }
+
+    #[test]
+    fn shrink_lazyfree_discards_clean_folios_and_keeps_written_ones() {
+        let mut model = model();
+        assert_eq!(model.machine.stat.event(VmEvent::PgLazyfree), 1024);
+        let freed = shrink(&mut model, u64::MAX, |_, _| true);
+        assert_eq!(freed, 512);
+        assert_eq!(model.machine.stat.event(VmEvent::PgLazyfreed), 512);
+        // The written THP is swapbacked again, active and dirty: nothing
+        // lazily freed is left, and a second pass frees nothing.
+        assert!(model
+            .machine
+            .lru
+            .entries()
+            .iter()
+            .all(|(_, e)| e.flags == swap::ACTIVE | swap::DIRTY));
+        assert_eq!(shrink(&mut model, u64::MAX, |_, _| true), 0);
+        assert_eq!(model.tasks["a"].mm.anon_rss, 512);
+        // The statement that reclaims forgets every process's readings.
+        model.reading_cache = Default::default();
+        let broken = crate::debug_vm::check(&model);
+        assert!(broken.is_empty(), "{broken:?}");
+    }
+
+    #[test]
+    fn shrink_lazyfree_takes_only_what_the_filter_accepts_and_stops_at_the_target() {
+        let mut model = model();
+        assert_eq!(shrink(&mut model, u64::MAX, |_, _| false), 0);
+        // One folio is enough for a target of one page.
+        let mut seen = 0;
+        shrink(&mut model, 1, |_, _| {
+            seen += 1;
+            true
+        });
+        assert_eq!(seen, 1);
+        assert_eq!(model.machine.stat.event(VmEvent::PgLazyfree), 1024);
+    }
 }

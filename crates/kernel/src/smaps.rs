@@ -277,7 +277,7 @@ VmFlags: rd wr mr mw me de ht
             }
         );
         assert_eq!(
-            s.fields()[8..],
+            s.fields()[9..],
             [("Shared_Hugetlb", 2048), ("Private_Hugetlb", 4096)]
         );
         // Base-page VMAs are not HugeTLB ones.

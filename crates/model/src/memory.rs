@@ -40,6 +40,9 @@
 //! leaves it. For the utilization report (`thp_utilization`) every store of
 //! the workload, zero or not, also marks the page written (`pg::WRITTEN`);
 //! GUP's write fault (`Access::stores` false) stores nothing and marks nothing.
+//! Every store also sets the dirty bit of the PTE or PMD it goes through
+//! (`pgtable`: what the MMU does; only MADV_FREE clears it), in the same
+//! branch, so the hot loop gains no test.
 
 use crate::gfp::vma_thp_gfp_mask;
 use crate::huge_memory::{

@@ -222,5 +222,6 @@ fn copy_present_page(
     let addr = index * PMD_SIZE + i as u64 * crate::mm_types::PAGE_SIZE;
     rmap::folio_add_new_anon_rmap(m, new, 0, false, dst_id, addr);
     dt.ptes[i] = Pte::new(new, writable);
+    dt.pte_mkdirty(i);
     Ok(())
 }

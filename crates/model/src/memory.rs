@@ -166,6 +166,7 @@ fn do_anonymous_page(
     let t = table(mm, addr);
     for i in 0..nr as usize {
         t.ptes[first + i] = Pte::new(Pfn(folio.0 + i as u64), writable);
+        t.pte_mkdirty(first + i);
     }
     Ok(())
 }
@@ -242,6 +243,7 @@ fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Resul
         m.zone.memmap.page_mut(page).set(pg::ANON_EXCLUSIVE);
         let t = table(mm, addr);
         t.ptes[pte_index(addr)] = pte.mkwrite();
+        t.pte_mkdirty(pte_index(addr));
         return Ok(());
     }
     wp_page_copy(m, mm, vma, addr, Some((folio, page)))
@@ -279,7 +281,9 @@ fn wp_page_copy(
     }
     rmap::folio_add_new_anon_rmap(m, new, 0, false, mm.mm_id, addr);
     let writable = vma.flags & Vma::VM_WRITE != 0;
-    table(mm, addr).ptes[pte_index(addr)] = Pte::new(new, writable);
+    let t = table(mm, addr);
+    t.ptes[pte_index(addr)] = Pte::new(new, writable);
+    t.pte_mkdirty(pte_index(addr));
     match old {
         Some((folio, page)) => {
             if rmap::folio_remove_rmap_ptes(m, folio, page, 1, mm.mm_id) {
@@ -384,6 +388,7 @@ pub fn access_range(
                         break;
                     };
                     t.ptes[i] = new;
+                    t.pte_mkdirty_if(i, write);
                     faulted += u64::from(write);
                 }
                 mm.anon_rss += faulted;

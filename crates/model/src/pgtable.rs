@@ -10,8 +10,10 @@
 //! accessed bit (the model never ages mappings); the dirty bit is kept beside
 //! the PTEs, one bit per entry in `PteTable::dirty`, and in `Pmd::Huge`, and
 //! only MADV_FREE ever clears it (it matters for lazily-freed folios only: a
-//! new table starts all dirty, as every anon PTE is made dirty by the write
-//! fault that maps it); no swap or migration entries.
+//! new table starts all dirty, and every write fault, copy-on-write or fork
+//! copy that maps a page makes its PTE dirty, as the kernel's do); no swap
+//! or migration entries. So a clean PTE maps a folio that MADV_FREE cleaned,
+//! which has LRU state (`swap`) as long as it lives.
 
 use crate::mm_types::{Pfn, PAGE_SHIFT, PTRS_PER_PTE};
 
@@ -100,6 +102,13 @@ impl PteTable {
     #[inline]
     pub fn pte_mkdirty(&mut self, i: usize) {
         self.dirty[i / 64] |= 1 << (i % 64);
+    }
+
+    /// pte_mkdirty of entry `i` when `cond`, without a branch (a write
+    /// fault maps its page dirty).
+    #[inline]
+    pub fn pte_mkdirty_if(&mut self, i: usize, cond: bool) {
+        self.dirty[i / 64] |= u64::from(cond) << (i % 64);
     }
 
     /// pte_mkclean of entries `[first, first + nr)`.

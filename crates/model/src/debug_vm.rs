@@ -38,6 +38,17 @@ use std::collections::{BTreeMap, BTreeSet};
 pub fn check(model: &Model) -> Vec<String> {
     let m = &model.machine;
     let mut bad = Vec::new();
+    // LRU state (swap): only folios in use have one, and a lazily-freed
+    // folio is anon (it may be active: reclaim activates one it cannot
+    // unmap, a pinned one, without making it swapbacked).
+    for (folio, e) in m.lru.entries() {
+        let p = m.zone.memmap.page(folio);
+        if !p.test(crate::mm_types::pg::HEAD) || p.test(crate::mm_types::pg::BUDDY) {
+            bad.push(format!("{folio} has LRU state but is no folio in use"));
+        } else if e.flags & crate::swap::LAZYFREE != 0 && !p.test(crate::mm_types::pg::ANON) {
+            bad.push(format!("lazily-freed {folio} is not anon"));
+        }
+    }
     let mut pte_maps: BTreeMap<Pfn, u32> = BTreeMap::new();
     let mut pmd_maps: BTreeMap<Pfn, u32> = BTreeMap::new();
     let mut tables = 0i64;

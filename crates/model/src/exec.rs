@@ -592,7 +592,11 @@ impl Backend for Model {
         let faults = self.machine.stat.event(VmEvent::PgFault);
         if let Touches::FamilyIfFaulting(_) = touches {
             let result = self.execute_stmt(stmt, gone);
-            if self.machine.stat.event(VmEvent::PgFault) != faults {
+            // A store to a lazily-freed folio's clean mapping dirties it
+            // without a fault (smaps' Private_Clean and LazyFree move).
+            let redirties =
+                matches!(stmt.kind, StmtKind::Write { .. }) && !self.machine.lru.is_empty();
+            if self.machine.stat.event(VmEvent::PgFault) != faults || redirties {
                 let cache = &mut self.reading_cache;
                 cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
             }
@@ -842,6 +846,27 @@ impl Model {
             StmtKind::Madvise {
                 proc,
                 range,
+                advice: advice @ (Advice::Free | Advice::Cold | Advice::Pageout),
+            } => {
+                let (_, task, start, end) = self.resolve_range(stmt, proc, range)?;
+                let id = task.mm.mm_id;
+                let advice = match advice {
+                    Advice::Free => madvise::LruAdvice::Free,
+                    Advice::Cold => madvise::LruAdvice::Cold,
+                    _ => madvise::LruAdvice::Pageout,
+                };
+                let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));
+                if !madvise::madvise_lru(&mut self.machine, &mut mms, id, start, end, advice) {
+                    return Err(BackendError::errno(
+                        stmt,
+                        Errno::ENOMEM,
+                        "madvise: part of the range is not mapped",
+                    ));
+                }
+            }
+            StmtKind::Madvise {
+                proc,
+                range,
                 advice,
             } => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
@@ -855,7 +880,6 @@ impl Model {
                     Advice::DontNeed => {
                         madvise::madvise_dontneed(machine, &mut task.mm, start, end)
                     }
-                    Advice::Free => return unsupported("madvise FREE"),
                     Advice::Collapse => {
                         use crate::khugepaged::madvise_collapse;
                         match madvise_collapse(machine, &mut task.mm, start, end) {
@@ -869,8 +893,7 @@ impl Model {
                             }
                         }
                     }
-                    Advice::Pageout => return unsupported("madvise PAGEOUT"),
-                    Advice::Cold => return unsupported("madvise COLD"),
+                    Advice::Free | Advice::Pageout | Advice::Cold => unreachable!("above"),
                 };
                 if !covered {
                     return Err(BackendError::errno(

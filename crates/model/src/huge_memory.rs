@@ -285,6 +285,7 @@ fn map_anon_folio_pmd(
         Pmd::Huge {
             pfn: folio,
             writable,
+            dirty: true,
             deposit,
         },
     );
@@ -386,8 +387,8 @@ pub fn copy_huge_pmd(
             dst.pmds.insert(index, Pmd::HugeZero { deposit: pgtable });
             Ok(PmdFault::Done)
         }
-        Some(Pmd::Huge { pfn, .. }) => {
-            let folio = *pfn;
+        Some(Pmd::Huge { pfn, dirty, .. }) => {
+            let (folio, dirty) = (*pfn, *dirty);
             let maybe_pinned = src.has_pinned && rmap::folio_maybe_dma_pinned(m, folio);
             if rmap::folio_try_dup_anon_rmap_pmd(m, folio, dst.mm_id, src.mm_id, maybe_pinned)
                 .is_err()
@@ -405,6 +406,7 @@ pub fn copy_huge_pmd(
                 Pmd::Huge {
                     pfn: folio,
                     writable: false,
+                    dirty,
                     deposit: pgtable,
                 },
             );
@@ -477,11 +479,15 @@ pub fn split_huge_pmd(m: &mut Machine, mm: &mut MmStruct, haddr: u64) {
         Pmd::Huge {
             pfn,
             writable,
+            dirty,
             deposit,
         } => {
             let mut table = PteTable::new(deposit);
             for (i, pte) in table.ptes.iter_mut().enumerate() {
                 *pte = Pte::new(Pfn(pfn.0 + i as u64), writable);
+            }
+            if !dirty {
+                table.pte_mkclean(0, crate::mm_types::PTRS_PER_PTE);
             }
             // The head's PageAnonExclusive speaks for the PMD mapping; the
             // PTEs inherit it page by page.
@@ -576,6 +582,25 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         m.stat.count_mthp_stat(order, MthpStat::SplitFailed);
         return false;
     }
+    // unmap_folio replaces a PTE-mapped folio's PTEs one at a time
+    // (try_to_migrate_one), so after the first one a folio with two or
+    // more pages mapped once each is partially mapped for a moment:
+    // __folio_remove_rmap queues it (split_deferred) before the split
+    // takes it off the queue again. A PMD mapping is split frozen, whole.
+    let mapped = rmap::folio_nr_pages_mapped(m, folio);
+    if rmap::folio_entire_mapcount(m, folio) == 0
+        && mapped >= 2
+        && u64::from(mapped) == rmap::folio_mapcount(m, folio)
+        && !m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED)
+    {
+        if order == HPAGE_PMD_ORDER {
+            m.stat.count_vm_event(VmEvent::ThpDeferredSplitPage);
+        }
+        m.stat.count_mthp_stat(order, MthpStat::SplitDeferred);
+    }
+    // The new folios inherit the head's LRU flags (see swap).
+    let lru = m.lru.get(folio);
+    m.lru.forget(folio);
     // The mappings are found through the folio's anon_vma and index: the
     // one place in each mm of its fork family where its pages can be.
     let (walk, addr) = rmap::rmap_walk_anon(m, folio);
@@ -652,6 +677,8 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         page.private = u32::from(mapcount);
         if mapcount == 0 {
             m.zone.free_pages(pfn, 0);
+        } else {
+            crate::swap::split_folio_lru(m, lru, pfn, i);
         }
     }
     true

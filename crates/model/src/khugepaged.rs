@@ -306,6 +306,7 @@ fn collapse_huge_page(
         Pmd::Huge {
             pfn: folio,
             writable: vma.flags & Vma::VM_WRITE != 0,
+            dirty: true,
             deposit: table.page,
         },
     );

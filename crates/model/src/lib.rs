@@ -6,7 +6,8 @@
 //! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
 //! deferred split queue and its shrinker), `hugetlb` (HugeTLB pools,
 //! reservations, faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
-//! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator,
+//! `mprotect`, `madvise` (also MADV_FREE, COLD, PAGEOUT), `swap` (the LRU
+//! flags of anon folios), `vmscan` (drop_slab, reclaim_pages), `page_alloc` (buddy allocator,
 //! folio allocation and free), `internal` (folio_pte_batch, from
 //! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
 //! (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache` (readings kept
@@ -44,6 +45,7 @@ pub mod pgtable;
 pub mod reading_cache;
 pub mod rmap;
 pub mod sparse;
+pub mod swap;
 pub mod task_mmu;
 pub mod thp_utilization;
 pub mod trace;
@@ -79,6 +81,8 @@ pub struct Machine {
     pub hugetlb: hugetlb::Hugetlb,
     /// The vmemmap of HugeTLB pages (HVO) and the memmap counters.
     pub vmemmap: hugetlb_vmemmap::Vmemmap,
+    /// The LRU state of anon folios that left the default (see swap).
+    pub lru: swap::Lru,
     /// Fault decisions being recorded for `hugelab explain` (see trace).
     pub trace: Option<Box<trace::Trace>>,
     /// A bug put in on purpose, to show the invariant checker catches it.
@@ -111,6 +115,7 @@ impl Machine {
             anon_vmas: rmap::AnonVmas::default(),
             hugetlb: hugetlb::Hugetlb::default(),
             vmemmap: hugetlb_vmemmap::Vmemmap::default(),
+            lru: swap::Lru::default(),
             trace: None,
             injected_bug: None,
         }

@@ -40,6 +40,9 @@
 //! leaves it. For the utilization report (`thp_utilization`) every store of
 //! the workload, zero or not, also marks the page written (`pg::WRITTEN`);
 //! GUP's write fault (`Access::stores` false) stores nothing and marks nothing.
+//! Every store also sets the dirty bit of the PTE or PMD it goes through
+//! (`pgtable`: what the MMU does; only MADV_FREE clears it), in the same
+//! branch, so the hot loop gains no test.
 
 use crate::gfp::{vma_thp_gfp_mask, Gfp};
 use crate::huge_memory::{
@@ -189,6 +192,7 @@ fn do_anonymous_page(
     let t = table(mm, addr);
     for i in 0..nr as usize {
         t.ptes[first + i] = Pte::new(Pfn(folio.0 + i as u64), writable);
+        t.pte_mkdirty(first + i);
     }
     Ok(())
 }
@@ -300,6 +304,7 @@ fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Resul
         m.zone.memmap.page_mut(page).set(pg::ANON_EXCLUSIVE);
         let t = table(mm, addr);
         t.ptes[pte_index(addr)] = pte.mkwrite();
+        t.pte_mkdirty(pte_index(addr));
         return Ok(());
     }
     wp_page_copy(m, mm, vma, addr, Some((folio, page)))
@@ -337,7 +342,9 @@ fn wp_page_copy(
     }
     rmap::folio_add_new_anon_rmap(m, new, 0, false, mm.mm_id, addr);
     let writable = vma.flags & Vma::VM_WRITE != 0;
-    table(mm, addr).ptes[pte_index(addr)] = Pte::new(new, writable);
+    let t = table(mm, addr);
+    t.ptes[pte_index(addr)] = Pte::new(new, writable);
+    t.pte_mkdirty(pte_index(addr));
     match old {
         Some((folio, page)) => {
             if rmap::folio_remove_rmap_ptes(m, folio, page, 1, mm.mm_id) {
@@ -420,6 +427,7 @@ pub fn access_range(
                         }
                         if stores {
                             store(m, pfn, zero);
+                            t.pte_mkdirty(i);
                         }
                         addr += step;
                         continue;
@@ -443,6 +451,7 @@ pub fn access_range(
                         break;
                     };
                     t.ptes[i] = new;
+                    t.pte_mkdirty_if(i, write);
                     faulted += u64::from(write);
                 }
                 mm.anon_rss += faulted;
@@ -453,8 +462,14 @@ pub fn access_range(
                     continue;
                 }
             }
-            Some(Pmd::Huge { pfn, writable, .. }) if !write || *writable => {
+            Some(Pmd::Huge {
+                pfn,
+                writable,
+                dirty,
+                ..
+            }) if !write || *writable => {
                 let pfn = *pfn;
+                *dirty |= stores;
                 while addr < limit {
                     if stores {
                         store(m, Pfn(pfn.0 + pte_index(addr) as u64), zero);
@@ -553,7 +568,9 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
             small_unmapped += i64::from(page.mapcount == 0);
             unmapped += 1;
             if page.private == 0 {
-                // free_folio of a small folio is the buddy free alone.
+                // free_folio of a small folio is the buddy free alone
+                // (and forgetting its LRU state, if it has one).
+                m.lru.forget(pfn);
                 if run.1 > 0 && run.0 .0 + run.1 == pfn.0 {
                     run.1 += 1;
                 } else {

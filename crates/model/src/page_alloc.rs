@@ -314,6 +314,7 @@ pub fn vma_alloc_folio(m: &mut Machine, gfp: Gfp, order: u32) -> Option<Pfn> {
 pub fn free_folio(m: &mut Machine, folio: Pfn) {
     let head = *m.zone.memmap.page(folio);
     let order = head.order();
+    m.lru.forget(folio);
     if order > 0 {
         folio_unqueue_deferred_split(m, folio, order);
         m.folio_mm_ids.remove(&folio);

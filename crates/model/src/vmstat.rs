@@ -26,10 +26,14 @@ pub enum VmEvent {
     ThpSplitPage,
     ThpSplitPageFailed,
     ThpUnderusedSplitPage,
+    PgDeactivate,
+    PgLazyfree,
+    PgLazyfreed,
+    ThpSwpoutFallback,
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 14] = [
+    pub const ALL: [VmEvent; 18] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
@@ -44,6 +48,10 @@ impl VmEvent {
         VmEvent::ThpSplitPage,
         VmEvent::ThpSplitPageFailed,
         VmEvent::ThpUnderusedSplitPage,
+        VmEvent::PgDeactivate,
+        VmEvent::PgLazyfree,
+        VmEvent::PgLazyfreed,
+        VmEvent::ThpSwpoutFallback,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +70,10 @@ impl VmEvent {
             VmEvent::ThpSplitPage => "thp_split_page",
             VmEvent::ThpSplitPageFailed => "thp_split_page_failed",
             VmEvent::ThpUnderusedSplitPage => "thp_underused_split_page",
+            VmEvent::PgDeactivate => "pgdeactivate",
+            VmEvent::PgLazyfree => "pglazyfree",
+            VmEvent::PgLazyfreed => "pglazyfreed",
+            VmEvent::ThpSwpoutFallback => "thp_swpout_fallback",
         }
     }
 }
@@ -74,6 +86,7 @@ pub enum MthpStat {
     SplitDeferred,
     Split,
     SplitFailed,
+    SwpoutFallback,
     /// Gauge.
     NrAnon,
     /// Gauge.
@@ -81,12 +94,13 @@ pub enum MthpStat {
 }
 
 impl MthpStat {
-    pub const ALL: [MthpStat; 7] = [
+    pub const ALL: [MthpStat; 8] = [
         MthpStat::AnonFaultAlloc,
         MthpStat::AnonFaultFallback,
         MthpStat::SplitDeferred,
         MthpStat::Split,
         MthpStat::SplitFailed,
+        MthpStat::SwpoutFallback,
         MthpStat::NrAnon,
         MthpStat::NrAnonPartiallyMapped,
     ];
@@ -98,6 +112,7 @@ impl MthpStat {
             MthpStat::SplitDeferred => "split_deferred",
             MthpStat::Split => "split",
             MthpStat::SplitFailed => "split_failed",
+            MthpStat::SwpoutFallback => "swpout_fallback",
             MthpStat::NrAnon => "nr_anon",
             MthpStat::NrAnonPartiallyMapped => "nr_anon_partially_mapped",
         }
@@ -124,6 +139,12 @@ impl VmStat {
     #[inline]
     pub fn count_vm_event(&mut self, event: VmEvent) {
         self.events[event as usize] += 1;
+    }
+
+    /// count_vm_events.
+    #[inline]
+    pub fn count_vm_events(&mut self, event: VmEvent, n: u64) {
+        self.events[event as usize] += n;
     }
 
     pub fn event(&self, event: VmEvent) -> u64 {

@@ -27,7 +27,15 @@ mod prediction;
 const SIZES: [u64; 9] = [1, 4, 16, 48, 256, 512, 512, 514, 1024];
 const ALIGNS: [&str; 3] = ["", " align=64K", " align=2M"];
 const PROTS: [&str; 3] = ["rw", "r", "none"];
-const ADVICE: [&str; 4] = ["HUGEPAGE", "NOHUGEPAGE", "DONTNEED", "COLLAPSE"];
+const ADVICE: [&str; 7] = [
+    "HUGEPAGE",
+    "NOHUGEPAGE",
+    "DONTNEED",
+    "COLLAPSE",
+    "FREE",
+    "COLD",
+    "PAGEOUT",
+];
 const MAX_PROCS: usize = 4;
 const MAX_REGIONS: usize = 3;
 

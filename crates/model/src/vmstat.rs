@@ -26,10 +26,22 @@ pub enum VmEvent {
     ThpSplitPage,
     ThpSplitPageFailed,
     ThpUnderusedSplitPage,
+    /// mm/compaction.c and mm/migrate.c (CONFIG_COMPACTION, CONFIG_MIGRATION).
+    CompactMigrateScanned,
+    CompactFreeScanned,
+    CompactIsolated,
+    CompactStall,
+    CompactFail,
+    CompactSuccess,
+    CompactDaemonWake,
+    CompactDaemonMigrateScanned,
+    CompactDaemonFreeScanned,
+    PgmigrateSuccess,
+    PgmigrateFail,
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 14] = [
+    pub const ALL: [VmEvent; 25] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
@@ -44,6 +56,17 @@ impl VmEvent {
         VmEvent::ThpSplitPage,
         VmEvent::ThpSplitPageFailed,
         VmEvent::ThpUnderusedSplitPage,
+        VmEvent::CompactMigrateScanned,
+        VmEvent::CompactFreeScanned,
+        VmEvent::CompactIsolated,
+        VmEvent::CompactStall,
+        VmEvent::CompactFail,
+        VmEvent::CompactSuccess,
+        VmEvent::CompactDaemonWake,
+        VmEvent::CompactDaemonMigrateScanned,
+        VmEvent::CompactDaemonFreeScanned,
+        VmEvent::PgmigrateSuccess,
+        VmEvent::PgmigrateFail,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +85,17 @@ impl VmEvent {
             VmEvent::ThpSplitPage => "thp_split_page",
             VmEvent::ThpSplitPageFailed => "thp_split_page_failed",
             VmEvent::ThpUnderusedSplitPage => "thp_underused_split_page",
+            VmEvent::CompactMigrateScanned => "compact_migrate_scanned",
+            VmEvent::CompactFreeScanned => "compact_free_scanned",
+            VmEvent::CompactIsolated => "compact_isolated",
+            VmEvent::CompactStall => "compact_stall",
+            VmEvent::CompactFail => "compact_fail",
+            VmEvent::CompactSuccess => "compact_success",
+            VmEvent::CompactDaemonWake => "compact_daemon_wake",
+            VmEvent::CompactDaemonMigrateScanned => "compact_daemon_migrate_scanned",
+            VmEvent::CompactDaemonFreeScanned => "compact_daemon_free_scanned",
+            VmEvent::PgmigrateSuccess => "pgmigrate_success",
+            VmEvent::PgmigrateFail => "pgmigrate_fail",
         }
     }
 }
@@ -124,6 +158,12 @@ impl VmStat {
     #[inline]
     pub fn count_vm_event(&mut self, event: VmEvent) {
         self.events[event as usize] += 1;
+    }
+
+    /// count_vm_events.
+    #[inline]
+    pub fn count_vm_events(&mut self, event: VmEvent, n: u64) {
+        self.events[event as usize] += n;
     }
 
     pub fn event(&self, event: VmEvent) -> u64 {

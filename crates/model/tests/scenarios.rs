@@ -186,8 +186,10 @@ fn android_churn_makes_most_64k_faults_fall_back_unless_compaction_runs() {
         "no compaction at defrag=madvise"
     );
 
-    let mut thp = hugelab_model::huge_memory::ThpSettings::default();
-    thp.defrag = hugelab_workload::ThpDefrag::Always;
+    let thp = hugelab_model::huge_memory::ThpSettings {
+        defrag: hugelab_workload::ThpDefrag::Always,
+        ..Default::default()
+    };
     let obs = run(&mut Model::default().with_thp_settings(thp), &workload).expect("runs");
     assert!(
         phase(&obs, "mthp.64kB.anon_fault_fallback") < fallback / 2,

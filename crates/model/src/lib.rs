@@ -6,8 +6,10 @@
 //! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
 //! deferred split queue and its shrinker), `hugetlb` (HugeTLB pools,
 //! reservations, faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
-//! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator,
-//! folio allocation and free), `internal` (folio_pte_batch, from
+//! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator
+//! with migratetypes, folio allocation and free, the allocation slow path),
+//! `compaction` (direct compaction, kcompactd, migration), `fragment` (the
+//! unmovable-page generator of the `fragment` statement), `internal` (folio_pte_batch, from
 //! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
 //! (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache` (readings kept
 //! until a statement changes them), `thp_utilization` (folio

@@ -1,27 +1,54 @@
-//! The buddy allocator: one zone of physical memory, free lists per order;
-//! and folios allocated from it and freed to it (`alloc_folio`, `free_folio`).
+//! The buddy allocator: one zone of physical memory, free lists per order
+//! and migratetype; folios allocated from it and freed to it (`alloc_folio`,
+//! `free_folio`); and the allocation slow path for user folios
+//! (`vma_alloc_folio`), which may compact (`compaction`).
 //!
-//! Follows Linux 6.18 `mm/page_alloc.c`: `__rmqueue_smallest` takes the smallest
-//! free block of at least the requested order and `expand`s it, returning the
-//! upper halves to the free lists; `__free_one_page` merges a freed block with
-//! its buddy while the buddy is free and of the same order.
+//! Follows Linux 6.18 `mm/page_alloc.c`:
+//! - `__rmqueue`: `__rmqueue_smallest` takes the smallest free block of at
+//!   least the requested order from the free lists of the allocation's
+//!   migratetype and `expand`s it, returning the upper halves to the lists
+//!   of the block's pageblock type; failing that, `__rmqueue_claim` takes the
+//!   largest block of the other type whose pageblock it can claim
+//!   (`should_try_claim_block`, `try_to_claim_block`: a block of a pageblock
+//!   or more always, a smaller one when the pageblock's free and compatible
+//!   pages are at least half of it), first whole pageblocks only
+//!   (ALLOC_NOFRAGMENT, which a ZONE_NORMAL allocation with a lower zone
+//!   starts with), then any; failing that `__rmqueue_steal` takes the
+//!   smallest block of the other type, leaving its pageblock's type;
+//! - `__free_one_page` merges a freed block with its buddy while the buddy is
+//!   free and of the same order (merged pageblocks take the freed block's
+//!   type);
+//! - `__alloc_pages_slowpath`, `__alloc_pages_direct_compact` and
+//!   alloc_pages_mpol's first THISNODE|NORETRY try for a PMD order
+//!   (mm/mempolicy.c): see `vma_alloc_folio`.
 //!
 //! Deliberate simplifications:
-//! - one node, one zone (ZONE_NORMAL), no migratetypes, no per-cpu page lists
-//!   (frees merge at once), no watermarks or lowmem reserves: an allocation fails
-//!   only when no free block of a sufficient order exists;
-//! - no direct compaction or reclaim yet, whatever `defrag` says: a large-folio
-//!   allocation fails as soon as memory is too fragmented for it;
+//! - one node, one zone (ZONE_NORMAL), two migratetypes (MIGRATE_UNMOVABLE:
+//!   page tables, the huge zero folio, the `fragment` generator's pages;
+//!   MIGRATE_MOVABLE: everything else, HugeTLB and HVO's vmemmap pages
+//!   included), no per-cpu page lists (frees merge at once), no watermarks,
+//!   watermark boosting or lowmem reserves: an allocation fails only when no
+//!   free block of a sufficient order exists;
+//! - no direct reclaim, kswapd or OOM killer: nothing the model keeps is
+//!   reclaimable (no swap, no page cache), so the slow path's reclaim steps
+//!   free nothing and its retry loops (`should_reclaim_retry`,
+//!   `should_compact_retry`, which need reclaim progress) end at once; a
+//!   non-costly order that the kernel would hand to `__alloc_pages_may_oom`
+//!   fails;
 //! - memory never touched is not on any free list: it sits above `frontier` as
-//!   MAX_PAGE_ORDER blocks and is carved off when the free lists run dry, so the
-//!   model of a 1 TiB machine costs nothing before it is used (the kernel's
-//!   deferred struct page init does the same with its memmap);
+//!   MAX_PAGE_ORDER blocks (MIGRATE_MOVABLE, behind every listed movable
+//!   block, as boot memory is freed to the lists' tails) and is carved off
+//!   when the free lists run dry, so the model of a 1 TiB machine costs
+//!   nothing before it is used (the kernel's deferred struct page init does
+//!   the same with its memmap);
 //! - free lists are LIFO stacks (the kernel adds freed pages at the head and
 //!   allocates from the head). Taking a block out of the middle of its list
 //!   (a merge with a freed buddy, `del_page_from_free_list`) moves the top
 //!   block into its slot: each free block's head page records its slot (the
 //!   kernel links `page->buddy_list` instead), so a free and every merge it
-//!   makes cost O(1) and the lists never hold stale entries.
+//!   makes cost O(1) and the lists never hold stale entries. A claimed
+//!   pageblock's free blocks go to the tail of their new list
+//!   (`move_to_free_list`), which costs the length of that list.
 
 use crate::compaction::PAGEBLOCK_ORDER;
 use crate::compaction::{

@@ -770,6 +770,26 @@ a mmap t 2M align=2M
     }
 
     #[test]
+    fn the_trace_shows_the_compaction_decision() {
+        let mut m = run(&format!(
+            "{FRAGMENTED}set transparent_hugepage/defrag always\n"
+        ));
+        m.machine.start_trace();
+        // Nothing opens a fault record yet (`hugelab explain` will): one
+        // record for the statement's one fault.
+        m.machine.trace_fault(0, true);
+        let w = hugelab_workload::parse("t.hlw", &format!("{FRAGMENTED}a write t:4K\n")).unwrap();
+        m.execute(w.stmts.last().unwrap()).unwrap();
+        let trace = m.machine.take_trace().unwrap();
+        let steps = &trace.faults[0].steps;
+        assert!(steps.contains(&Step::Compact {
+            order: 9,
+            sync: false,
+            result: CompactResult::Success
+        }));
+    }
+
+    #[test]
     fn without_direct_reclaim_nothing_is_compacted() {
         let mut m = run(&format!(
             "{FRAGMENTED}set transparent_hugepage/defrag never\na write t:4K\n"

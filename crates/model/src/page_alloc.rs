@@ -415,16 +415,25 @@ impl Zone {
         area.list.push(pfn as u32);
     }
 
-    /// __add_to_free_list at the tail (move_to_free_list): allocated last.
-    fn add_to_free_list_tail(&mut self, pfn: u64, order: u32) {
-        let mt = self.block_mt(pfn) as usize;
-        self.memmap.page_mut(Pfn(pfn)).init(pg::BUDDY, order);
-        let area = &mut self.free_area[order as usize][mt];
-        area.list.insert(0, pfn as u32);
-        let list = area.list.clone();
-        for (slot, p) in list.into_iter().enumerate() {
+    /// __add_to_free_list at the tail (move_to_free_list) for blocks of one
+    /// order, in order: allocated after every block already listed. The
+    /// list's slots are renumbered once.
+    fn add_to_free_list_tail(&mut self, blocks: &[u64], order: u32) {
+        let Some(&first) = blocks.first() else {
+            return;
+        };
+        let mt = self.block_mt(first) as usize;
+        for &pfn in blocks {
+            self.memmap.page_mut(Pfn(pfn)).init(pg::BUDDY, order);
+        }
+        let list = &mut self.free_area[order as usize][mt].list;
+        // The list's tail is its start (blocks are taken from the end).
+        list.splice(0..0, blocks.iter().rev().map(|&p| p as u32));
+        let list = std::mem::take(list);
+        for (slot, &p) in list.iter().enumerate() {
             self.memmap.page_mut(Pfn(u64::from(p))).private = slot as u32;
         }
+        self.free_area[order as usize][mt].list = list;
     }
 
     /// del_page_from_free_list: the block leaves its list from wherever it
@@ -586,8 +595,13 @@ impl Zone {
             self.del_page_from_free_list(pfn, order);
         }
         self.set_block_mt(start, mt);
-        for (pfn, order) in blocks {
-            self.add_to_free_list_tail(pfn, order);
+        for order in 0..=MAX_PAGE_ORDER {
+            let of_order: Vec<u64> = blocks
+                .iter()
+                .filter(|b| b.1 == order)
+                .map(|b| b.0)
+                .collect();
+            self.add_to_free_list_tail(&of_order, order);
         }
     }
 

@@ -45,7 +45,13 @@
 //!   positions (`compact_cached_migrate_pfn`, `compact_cached_free_pfn`),
 //!   no pageblock skip bits, no `fast_find_migrateblock` /
 //!   `fast_isolate_freepages` and no capture of a freed page; a failed run is
-//!   therefore always COMPACT_COMPLETE, never COMPACT_PARTIAL_SKIPPED;
+//!   therefore always COMPACT_COMPLETE (or COMPACT_CONTENDED when migration
+//!   ran out of free pages first), never COMPACT_PARTIAL_SKIPPED. Without
+//!   `fast_isolate_freepages` the free scanner alone, with the kernel's
+//!   stride (32 in async mode, and doubling in any mode over pageblocks
+//!   that gave nothing), can miss free pages that a regular pattern (every
+//!   other frame free) puts out of its step, where the kernel would find
+//!   them on the free lists;
 //! - only PTE-mapped anonymous folios move (a PMD-mapped THP is order 9, which
 //!   compaction never isolates for a request of order 9 or less); HugeTLB
 //!   pages, page tables, the huge zero folio and the fragmentation
@@ -54,9 +60,10 @@
 //!   tables of the mms compaction is given (the model records the anon_vma
 //!   and index of large folios only), built once per compaction run: a folio
 //!   with a mapping in an mm it was not given fails to isolate. Direct
-//!   compaction gets the faulting mm and every other process's (`exec` lends
-//!   them when the statement may run out of never-used memory); khugepaged's
-//!   gets the mm it collapses in only;
+//!   compaction of a `write` fault gets the faulting mm and every other
+//!   process's (`exec` lends them when the statement may run out of
+//!   never-used memory); that of khugepaged, MADV_COLLAPSE and a `pin`'s
+//!   faults gets the one mm it works in, and kcompactd every mm;
 //! - kcompactd is no thread: it runs when the statement that woke it ends
 //!   (`Machine::kcompactd_max_order`, see `exec`), once, at the highest
 //!   order it was woken for; no proactive compaction.

@@ -712,23 +712,48 @@ pub fn vma_alloc_folio(
     gfp: Gfp,
     order: u32,
 ) -> Option<Pfn> {
+    with_mms(m, mm, |m, mms| {
+        let first = if order == HPAGE_PMD_ORDER {
+            Gfp {
+                noretry: true,
+                ..gfp
+            }
+        } else {
+            gfp
+        };
+        let folio = alloc_pages(m, mms, first, order);
+        if folio.is_none() && order == HPAGE_PMD_ORDER && gfp.direct_reclaim {
+            return alloc_pages(m, mms, gfp, order);
+        }
+        folio
+    })
+}
+
+/// __folio_alloc: one `__alloc_pages` of a user folio, without
+/// alloc_pages_mpol's first try (khugepaged's and MADV_COLLAPSE's
+/// alloc_charge_folio). `mm` as for `vma_alloc_folio`.
+pub fn folio_alloc(
+    m: &mut Machine,
+    mm: Option<&mut MmStruct>,
+    gfp: Gfp,
+    order: u32,
+) -> Option<Pfn> {
+    with_mms(m, mm, |m, mms| alloc_pages(m, mms, gfp, order))
+}
+
+/// Runs `f` with the mms compaction may migrate pages of: `mm` and those
+/// `exec` lent (`Machine::lent_mms`).
+fn with_mms<T>(
+    m: &mut Machine,
+    mm: Option<&mut MmStruct>,
+    f: impl FnOnce(&mut Machine, &mut [&mut MmStruct]) -> T,
+) -> T {
     let mut lent = std::mem::take(&mut m.lent_mms);
     let mut mms: Vec<&mut MmStruct> = lent.iter_mut().chain(mm).collect();
-    let first = if order == HPAGE_PMD_ORDER {
-        Gfp {
-            noretry: true,
-            ..gfp
-        }
-    } else {
-        gfp
-    };
-    let mut folio = alloc_pages(m, &mut mms, first, order);
-    if folio.is_none() && order == HPAGE_PMD_ORDER && gfp.direct_reclaim {
-        folio = alloc_pages(m, &mut mms, gfp, order);
-    }
+    let out = f(m, &mut mms);
     drop(mms);
     m.lent_mms = lent;
-    folio
+    out
 }
 
 /// __alloc_pages: get_page_from_freelist, then __alloc_pages_slowpath.
@@ -796,6 +821,9 @@ fn alloc_pages_direct_compact(
     order: u32,
     prio: CompactPriority,
 ) -> (Option<Pfn>, CompactStatus) {
+    if order == 0 {
+        return (None, CompactStatus::Skipped);
+    }
     let result = try_to_compact_pages(m, mms, order, prio);
     m.trace(|| Step::Compact {
         order,

@@ -255,7 +255,7 @@ pub fn check(model: &Model) -> Vec<String> {
     );
     let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
     let hugetlb = m.hugetlb.frames() + m.vmemmap.zone_frames();
-    let used = frames + tables as u64 + zero + hugetlb;
+    let used = frames + tables as u64 + zero + hugetlb + m.unmovable_pages;
     let total = m.zone.spanned_pages();
     if used + m.zone.nr_free_pages() != total {
         bad.push(format!(

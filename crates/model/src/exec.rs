@@ -264,6 +264,40 @@ impl Model {
         Ok((&mut self.machine, task, start, end))
     }
 
+    /// Lends the other processes' mms to the machine (`Machine::lent_mms`)
+    /// for a write of `range` by `proc` that may run out of never-used
+    /// memory, so that compaction can migrate their pages too: a statement
+    /// that cannot exhaust it cannot have a failing allocation, and pays
+    /// nothing. Returns the names to give them back to.
+    fn lend_mms_for(&mut self, proc: &str, range: &Range, write: bool) -> Vec<String> {
+        let len = self.tasks[proc]
+            .mm
+            .regions
+            .get(&range.region)
+            .map_or(0, |r| r.len);
+        let pages = len / PAGE_SIZE;
+        let short = self.machine.zone.never_used_frames() < pages + pages / 256 + 2048;
+        if !write || !short || self.tasks.len() < 2 {
+            return Vec::new();
+        }
+        let mut names = Vec::new();
+        for (name, task) in &mut self.tasks {
+            if name != proc {
+                self.machine.lent_mms.push(std::mem::take(&mut task.mm));
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+
+    /// Takes back what `lend_mms_for` lent.
+    fn return_mms(&mut self, names: Vec<String>) {
+        let mms = std::mem::take(&mut self.machine.lent_mms);
+        for (name, mm) in names.into_iter().zip(mms) {
+            self.tasks.get_mut(&name).expect("a lender").mm = mm;
+        }
+    }
+
     fn task(&mut self, stmt: &Stmt, proc: &str) -> Result<&mut Task, BackendError> {
         self.tasks.get_mut(proc).ok_or_else(|| {
             failed(
@@ -427,6 +461,7 @@ impl Model {
             self.tasks.insert(key, task);
             (result, self.tasks.get_mut(proc).expect("put back"))
         } else {
+            let lent = self.lend_mms_for(proc, range, write);
             let task = self.tasks.get_mut(proc).expect("found above");
             let result = access_task(
                 &mut self.machine,
@@ -440,7 +475,8 @@ impl Model {
                 write,
                 zero,
             );
-            (result, task)
+            self.return_mms(lent);
+            (result, self.tasks.get_mut(proc).expect("still there"))
         };
         let mut faults = self.machine.stat.event(VmEvent::PgFault) - faults_before;
         if let Err(BackendError {
@@ -605,6 +641,11 @@ impl Backend for Model {
             let cache = &mut self.reading_cache;
             cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
             self.execute_stmt(stmt, gone)?;
+        }
+        if self.machine.kcompactd_max_order != 0 {
+            // kcompactd, woken during the statement, runs as it ends.
+            let mut mms: Vec<&mut MmStruct> = self.tasks.values_mut().map(|t| &mut t.mm).collect();
+            crate::compaction::kcompactd_do_work(&mut self.machine, &mut mms);
         }
         if self.check_invariants {
             let broken = crate::debug_vm::check(self);
@@ -927,6 +968,13 @@ impl Model {
                     &mut self.machine,
                     self.tasks.values_mut().map(|t| &mut t.mm),
                 );
+            }
+            StmtKind::Fragment {
+                permille,
+                pattern,
+                seed,
+            } => {
+                crate::fragment::fragment(&mut self.machine, *permille, *pattern, *seed);
             }
             StmtKind::Reclaim => {
                 let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));

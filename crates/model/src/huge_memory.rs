@@ -233,7 +233,7 @@ pub fn do_huge_pmd_anonymous_page(
         mm.pmds.insert(haddr / PMD_SIZE, Pmd::HugeZero { deposit });
         return Ok(PmdFault::Done);
     }
-    let Some(folio) = vma_alloc_anon_folio_pmd(m, vma) else {
+    let Some(folio) = vma_alloc_anon_folio_pmd(m, mm, vma) else {
         return Ok(PmdFault::Fallback);
     };
     let deposit = match m.pte_alloc_one() {
@@ -249,9 +249,9 @@ pub fn do_huge_pmd_anonymous_page(
 
 /// vma_alloc_anon_folio_pmd: an order-9 folio, zeroed, or None after counting
 /// the fallback.
-fn vma_alloc_anon_folio_pmd(m: &mut Machine, vma: &Vma) -> Option<Pfn> {
+fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Option<Pfn> {
     let gfp = crate::gfp::vma_thp_gfp_mask(&m.thp, vma);
-    match crate::page_alloc::vma_alloc_folio(m, gfp, HPAGE_PMD_ORDER) {
+    match crate::page_alloc::vma_alloc_folio(m, Some(mm), gfp, HPAGE_PMD_ORDER) {
         Some(folio) => Some(folio),
         None => {
             m.stat.count_vm_event(VmEvent::ThpFaultFallback);
@@ -322,7 +322,7 @@ pub fn do_huge_zero_wp_pmd(
         zero: true,
         reused: false,
     });
-    match vma_alloc_anon_folio_pmd(m, vma) {
+    match vma_alloc_anon_folio_pmd(m, mm, vma) {
         Some(folio) => {
             // Queued for the under-used shrinker by map_anon_folio_pmd (the
             // first 6.18 releases, before upstream 2a1351cd, did not).
@@ -424,7 +424,11 @@ fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Option<Pfn> {
     }
     let folio = match m.huge_zero_folio {
         Some(folio) => folio,
-        None => match m.zone.alloc_pages(HPAGE_PMD_ORDER) {
+        // GFP_TRANSHUGE & ~__GFP_MOVABLE.
+        None => match m
+            .zone
+            .alloc_pages_mt(HPAGE_PMD_ORDER, crate::page_alloc::MigrateType::Unmovable)
+        {
             Some(folio) => {
                 m.stat.count_vm_event(VmEvent::ThpZeroPageAlloc);
                 m.huge_zero_folio = Some(folio);
@@ -534,6 +538,14 @@ impl DeferredSplitQueue {
     fn remove(&mut self, folio: Pfn) {
         if let Some(seq) = self.position.remove(&folio) {
             self.list.remove(&seq);
+        }
+    }
+
+    /// A queued folio moved (compaction migrated it): it keeps its place.
+    pub(crate) fn replace(&mut self, old: Pfn, new: Pfn) {
+        if let Some(seq) = self.position.remove(&old) {
+            self.list.insert(seq, new);
+            self.position.insert(new, seq);
         }
     }
 

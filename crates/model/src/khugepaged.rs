@@ -272,7 +272,7 @@ fn collapse_huge_page(
     khugepaged: bool,
 ) -> Scan {
     let gfp = crate::gfp::khugepaged_gfp(&m.thp, khugepaged);
-    let Some(folio) = crate::page_alloc::vma_alloc_folio(m, gfp, HPAGE_PMD_ORDER) else {
+    let Some(folio) = crate::page_alloc::folio_alloc(m, Some(mm), gfp, HPAGE_PMD_ORDER) else {
         m.stat.count_vm_event(VmEvent::ThpCollapseAllocFailed);
         return Scan::AllocHugePageFail;
     };

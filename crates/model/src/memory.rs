@@ -260,7 +260,7 @@ fn alloc_anon_folio(
     let gfp = vma_thp_gfp_mask(&m.thp, vma);
     while orders != 0 {
         let order = highest_order(orders);
-        if let Some(folio) = vma_alloc_folio(m, gfp, order) {
+        if let Some(folio) = vma_alloc_folio(m, Some(mm), gfp, order) {
             return Ok((folio, order));
         }
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
@@ -270,7 +270,7 @@ fn alloc_anon_folio(
         });
         orders &= !(1 << order);
     }
-    let folio = vma_alloc_folio(m, Gfp::HIGHUSER_MOVABLE, 0);
+    let folio = vma_alloc_folio(m, Some(mm), Gfp::HIGHUSER_MOVABLE, 0);
     if folio.is_none() {
         m.trace(|| Step::Oom);
     }

@@ -30,10 +30,22 @@ pub enum VmEvent {
     PgLazyfree,
     PgLazyfreed,
     ThpSwpoutFallback,
+    /// mm/compaction.c and mm/migrate.c (CONFIG_COMPACTION, CONFIG_MIGRATION).
+    CompactMigrateScanned,
+    CompactFreeScanned,
+    CompactIsolated,
+    CompactStall,
+    CompactFail,
+    CompactSuccess,
+    CompactDaemonWake,
+    CompactDaemonMigrateScanned,
+    CompactDaemonFreeScanned,
+    PgmigrateSuccess,
+    PgmigrateFail,
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 18] = [
+    pub const ALL: [VmEvent; 29] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
@@ -52,6 +64,17 @@ impl VmEvent {
         VmEvent::PgLazyfree,
         VmEvent::PgLazyfreed,
         VmEvent::ThpSwpoutFallback,
+        VmEvent::CompactMigrateScanned,
+        VmEvent::CompactFreeScanned,
+        VmEvent::CompactIsolated,
+        VmEvent::CompactStall,
+        VmEvent::CompactFail,
+        VmEvent::CompactSuccess,
+        VmEvent::CompactDaemonWake,
+        VmEvent::CompactDaemonMigrateScanned,
+        VmEvent::CompactDaemonFreeScanned,
+        VmEvent::PgmigrateSuccess,
+        VmEvent::PgmigrateFail,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +97,17 @@ impl VmEvent {
             VmEvent::PgLazyfree => "pglazyfree",
             VmEvent::PgLazyfreed => "pglazyfreed",
             VmEvent::ThpSwpoutFallback => "thp_swpout_fallback",
+            VmEvent::CompactMigrateScanned => "compact_migrate_scanned",
+            VmEvent::CompactFreeScanned => "compact_free_scanned",
+            VmEvent::CompactIsolated => "compact_isolated",
+            VmEvent::CompactStall => "compact_stall",
+            VmEvent::CompactFail => "compact_fail",
+            VmEvent::CompactSuccess => "compact_success",
+            VmEvent::CompactDaemonWake => "compact_daemon_wake",
+            VmEvent::CompactDaemonMigrateScanned => "compact_daemon_migrate_scanned",
+            VmEvent::CompactDaemonFreeScanned => "compact_daemon_free_scanned",
+            VmEvent::PgmigrateSuccess => "pgmigrate_success",
+            VmEvent::PgmigrateFail => "pgmigrate_fail",
         }
     }
 }

@@ -145,7 +145,8 @@ fn invariants_hold_after_every_statement() {
         }
         let m = &model.machine;
         let zero = m.huge_zero_folio.map_or(0, |_| 512);
-        let kept = zero + m.vmemmap.zone_frames();
+        // The fragmentation generator's unmovable pages stay to the end.
+        let kept = zero + m.vmemmap.zone_frames() + m.unmovable_pages;
         if m.zone.nr_free_pages() + kept != m.zone.spanned_pages() {
             failures.push(format!(
                 "{}: {} frames still allocated after every process exited and the pools emptied",
@@ -192,4 +193,44 @@ fn tracing_changes_nothing_it_observes() {
             );
         }
     }
+}
+
+/// workloads/android-64k-fallback.hlw: after the churn most of `measure`'s
+/// 64K faults fall back; with defrag=always (async direct compaction for
+/// the costly order) none do.
+#[test]
+fn android_churn_makes_most_64k_faults_fall_back_unless_compaction_runs() {
+    let file =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../workloads/android-64k-fallback.hlw");
+    let workload = parse_file(&file).expect("parses");
+    let phase = |obs: &hugelab_workload::Observation, name: &str| {
+        let at = |label: &str| {
+            let s = obs.snapshots.iter().find(|s| s.label == label).unwrap();
+            s.counters.get(name).copied().unwrap_or(0)
+        };
+        at("measured") - at("churned")
+    };
+    let obs = run(&mut Model::default(), &workload).expect("runs");
+    let (alloc, fallback) = (
+        phase(&obs, "mthp.64kB.anon_fault_alloc"),
+        phase(&obs, "mthp.64kB.anon_fault_fallback"),
+    );
+    assert_eq!(alloc + fallback, 256, "16M of first 64K faults");
+    assert!(fallback * 4 > 256 * 3, "most fall back: {fallback} of 256");
+    assert_eq!(
+        phase(&obs, "vmstat.compact_stall"),
+        0,
+        "no compaction at defrag=madvise"
+    );
+
+    let thp = hugelab_model::huge_memory::ThpSettings {
+        defrag: hugelab_workload::ThpDefrag::Always,
+        ..Default::default()
+    };
+    let obs = run(&mut Model::default().with_thp_settings(thp), &workload).expect("runs");
+    assert!(
+        phase(&obs, "mthp.64kB.anon_fault_fallback") < fallback / 2,
+        "compaction gives most of them their 64K folio"
+    );
+    assert!(phase(&obs, "vmstat.compact_success") > 0);
 }

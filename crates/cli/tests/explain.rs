@@ -69,7 +69,7 @@ fn a_pmd_fault_that_gets_its_thp() {
             chain(&[
                 "thp_vma_allowable_orders (PMD): 2M allowed",
                 "thp_vma_suitable_orders: 2M fit",
-                "__alloc_pages(order 9, GFP_TRANSHUGE_LIGHT): ok",
+                "__alloc_pages(order 9, GFP_TRANSHUGE_LIGHT|__GFP_NORETRY): ok",
                 "mapped a 2M folio",
             ])
         )]
@@ -257,7 +257,7 @@ fn no_free_block_falls_back_to_the_next_order() {
             chain(&[
                 "thp_vma_allowable_orders (PMD): 2M allowed",
                 "thp_vma_suitable_orders: 2M fit",
-                "__alloc_pages(order 9, GFP_TRANSHUGE_LIGHT): no free block",
+                "__alloc_pages(order 9, GFP_TRANSHUGE_LIGHT|__GFP_NORETRY): no free block",
                 "2M falls back (thp_fault_fallback, anon_fault_fallback)",
                 &format!("thp_vma_allowable_orders (mTHP): 64K allowed; {MTHP_NEVER}"),
                 "thp_vma_suitable_orders: 64K fit",
@@ -280,5 +280,56 @@ fn a_line_without_a_statement_is_refused() {
         common::stderr(&out).contains(":2: no statement starts on this line"),
         "{}",
         common::stderr(&out)
+    );
+}
+
+/// 64M, filled with 4K pages, then pageblocks 3-5 emptied but for their
+/// last page each: 2012 free pages and no free 2M block (the model-only compaction
+/// scenarios' machine).
+const FRAGMENTED: &str = "machine memory=64M
+set transparent_hugepage/enabled never
+spawn a
+a mmap fill 62M align=2M
+a write fill
+a munmap fill+2M:2044K
+a munmap fill+4M:2044K
+a munmap fill+6M:2044K
+set transparent_hugepage/enabled always
+set transparent_hugepage/hugepages-64kB/enabled never
+";
+
+#[test]
+fn direct_compaction_and_kcompactd_are_named() {
+    // defrag=always: GFP_TRANSHUGE (direct reclaim; __GFP_NORETRY for a VMA
+    // without MADV_HUGEPAGE), and alloc_pages_mpol's first, local-node try
+    // adds __GFP_NORETRY anyway; the slow path compacts async first.
+    let got = explain_last(
+        "compact",
+        &format!("{FRAGMENTED}set transparent_hugepage/defrag always\na mmap t 2M align=2M\na write t:4K\n"),
+    );
+    assert_eq!(
+        got[0].1,
+        chain(&[
+            "thp_vma_allowable_orders (PMD): 2M allowed",
+            "thp_vma_suitable_orders: 2M fit",
+            "__alloc_pages(order 9, GFP_TRANSHUGE|__GFP_NORETRY): no free block",
+            "try_to_compact_pages(order 9, async): COMPACT_SUCCESS",
+            "mapped a 2M folio",
+        ])
+    );
+    // defrag=defer: fail fast, wake kcompactd, fall back.
+    let got = explain_last(
+        "kcompactd",
+        &format!("{FRAGMENTED}set transparent_hugepage/defrag defer\na mmap t 2M align=2M\na write t:4K\n"),
+    );
+    assert_eq!(
+        got[0].1[..5],
+        chain(&[
+            "thp_vma_allowable_orders (PMD): 2M allowed",
+            "thp_vma_suitable_orders: 2M fit",
+            "__alloc_pages(order 9, GFP_TRANSHUGE_LIGHT|__GFP_KSWAPD_RECLAIM|__GFP_NORETRY): no free block",
+            "wakeup_kcompactd(order 9)",
+            "2M falls back (thp_fault_fallback, anon_fault_fallback)",
+        ])[..]
     );
 }

@@ -41,8 +41,9 @@
 //! the workload, zero or not, also marks the page written (`pg::WRITTEN`);
 //! GUP's write fault (`Access::stores` false) stores nothing and marks nothing.
 //! Every store also sets the dirty bit of the PTE or PMD it goes through
-//! (`pgtable`: what the MMU does; only MADV_FREE clears it), in the same
-//! branch, so the hot loop gains no test.
+//! (`pgtable`: what the MMU does; only MADV_FREE clears it); the store loop
+//! touches the bits only in a table that has a clean one (a test made once
+//! per table, outside the loop).
 
 use crate::gfp::{vma_thp_gfp_mask, Gfp};
 use crate::huge_memory::{
@@ -418,6 +419,10 @@ pub fn access_range(
             Some(Pmd::Table(t)) => {
                 let mut faulted = 0u64;
                 let mut oom = false;
+                // Stores dirty their PTEs; only MADV_FREE leaves any clean,
+                // so the loop pays for the bit only in a table that has one.
+                let clean = !t.all_dirty();
+                let mkdirty = stores && clean;
                 while addr < limit {
                     let i = pte_index(addr);
                     let pte = t.ptes[i];
@@ -427,7 +432,9 @@ pub fn access_range(
                         }
                         if stores {
                             store(m, pfn, zero);
-                            t.pte_mkdirty(i);
+                            if mkdirty {
+                                t.pte_mkdirty(i);
+                            }
                         }
                         addr += step;
                         continue;
@@ -451,7 +458,9 @@ pub fn access_range(
                         break;
                     };
                     t.ptes[i] = new;
-                    t.pte_mkdirty_if(i, write);
+                    if clean {
+                        t.pte_mkdirty_if(i, write);
+                    }
                     faulted += u64::from(write);
                 }
                 mm.anon_rss += faulted;

@@ -111,6 +111,12 @@ impl PteTable {
         self.dirty[i / 64] |= u64::from(cond) << (i % 64);
     }
 
+    /// Whether every entry is dirty (no MADV_FREE left one clean).
+    #[inline]
+    pub fn all_dirty(&self) -> bool {
+        self.dirty.iter().all(|&d| d == u64::MAX)
+    }
+
     /// pte_mkclean of entries `[first, first + nr)`.
     pub fn pte_mkclean(&mut self, first: usize, nr: usize) {
         for i in first..first + nr {

@@ -205,6 +205,12 @@ pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> b
 /// accepts (by pfn order), taken until they hold `nr_to_reclaim` pages.
 /// Returns the pages freed: fewer when some were written again since
 /// MADV_FREE (they become swapbacked and active instead), or pinned.
+/// Without swap, LRU reclaim (memcg limit reclaim included) scans no anon
+/// list (`can_reclaim_anon_pages` is false), but lazily-freed folios are on
+/// the file list and are scanned there; this takes them in pfn order, not
+/// LRU order, and as MADV_PAGEOUT does (ignore_references): the kernel's
+/// `folio_check_references` would first keep one whose PTE is young (read
+/// since MADV_FREE), and the model has no accessed bit.
 /// It unmaps pages of whichever processes map the folios, so the statement
 /// that calls it must forget every process's cached readings
 /// (`reading_cache::Touches::Everything`), not only its own family's.

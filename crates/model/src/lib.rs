@@ -6,7 +6,8 @@
 //! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
 //! deferred split queue and its shrinker), `hugetlb` (HugeTLB pools,
 //! reservations, faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
-//! `mprotect`, `madvise`, `vmscan` (drop_slab), `page_alloc` (buddy allocator,
+//! `mprotect`, `madvise`, `memcontrol` (memory cgroups: charges, limit
+//! reclaim, the memcg OOM killer), `vmscan` (drop_slab), `page_alloc` (buddy allocator,
 //! folio allocation and free), `internal` (folio_pte_batch, from
 //! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
 //! (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache` (readings kept
@@ -17,7 +18,7 @@
 //! leaves out.
 //!
 //! Machine-wide simplifications: x86_64 with 4 KiB pages and one NUMA node; no
-//! swap, page cache, memcg or concurrency yet; statements the model
+//! swap, page cache or concurrency yet; statements the model
 //! cannot execute are refused with an error naming them, never ignored.
 //!
 //! The model is pure: no files, clocks, syscalls or unseeded randomness. The
@@ -35,6 +36,7 @@ pub mod hugetlb_vmemmap;
 pub mod internal;
 pub mod khugepaged;
 pub mod madvise;
+pub mod memcontrol;
 pub mod memory;
 pub mod mm_types;
 pub mod mmap;
@@ -81,6 +83,8 @@ pub struct Machine {
     pub vmemmap: hugetlb_vmemmap::Vmemmap,
     /// Fault decisions being recorded for `hugelab explain` (see trace).
     pub trace: Option<Box<trace::Trace>>,
+    /// Memory cgroups and what is charged to them (see memcontrol).
+    pub memcg: memcontrol::Memcgs,
     /// A bug put in on purpose, to show the invariant checker catches it.
     #[doc(hidden)]
     pub injected_bug: Option<InjectedBug>,
@@ -112,6 +116,7 @@ impl Machine {
             hugetlb: hugetlb::Hugetlb::default(),
             vmemmap: hugetlb_vmemmap::Vmemmap::default(),
             trace: None,
+            memcg: memcontrol::Memcgs::default(),
             injected_bug: None,
         }
     }
@@ -121,6 +126,7 @@ impl Machine {
         let pfn = self.zone.alloc_pages(0).ok_or(Fault::Oom)?;
         self.zone.memmap.page_mut(pfn).init(pg::PGTABLE, 0);
         self.stat.nr_pagetable += 1;
+        memcontrol::memcg_kmem_charge_page(self, pfn);
         Ok(pfn)
     }
 
@@ -128,6 +134,7 @@ impl Machine {
     pub fn pte_free(&mut self, pfn: Pfn) {
         debug_assert!(self.zone.memmap.page(pfn).test(pg::PGTABLE));
         self.stat.nr_pagetable -= 1;
+        memcontrol::mem_cgroup_uncharge(self, pfn);
         self.zone.free_pages(pfn, 0);
     }
 }

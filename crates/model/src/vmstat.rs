@@ -3,8 +3,7 @@
 //! Follows Linux 6.18 `include/linux/vm_event_item.h` (events), `mm/vmstat.c`
 //! (node stats shown in /proc/vmstat) and `mm/huge_memory.c` (per-size mTHP stats
 //! under hugepages-<size>kB/stats/). Only what the model drives is here: a
-//! counter the model does not maintain is not reported at all (no memcg yet,
-//! so no `*_fallback_charge`). The names are the registry's
+//! counter the model does not maintain is not reported at all. The names are the registry's
 //! (`hugelab_workload::counters`); a test checks every one is there.
 
 use crate::mm_types::HPAGE_PMD_ORDER;
@@ -26,10 +25,12 @@ pub enum VmEvent {
     ThpSplitPage,
     ThpSplitPageFailed,
     ThpUnderusedSplitPage,
+    ThpFaultFallbackCharge,
+    OomKill,
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 14] = [
+    pub const ALL: [VmEvent; 16] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
@@ -44,6 +45,8 @@ impl VmEvent {
         VmEvent::ThpSplitPage,
         VmEvent::ThpSplitPageFailed,
         VmEvent::ThpUnderusedSplitPage,
+        VmEvent::ThpFaultFallbackCharge,
+        VmEvent::OomKill,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +65,8 @@ impl VmEvent {
             VmEvent::ThpSplitPage => "thp_split_page",
             VmEvent::ThpSplitPageFailed => "thp_split_page_failed",
             VmEvent::ThpUnderusedSplitPage => "thp_underused_split_page",
+            VmEvent::ThpFaultFallbackCharge => "thp_fault_fallback_charge",
+            VmEvent::OomKill => "oom_kill",
         }
     }
 }
@@ -78,10 +83,11 @@ pub enum MthpStat {
     NrAnon,
     /// Gauge.
     NrAnonPartiallyMapped,
+    AnonFaultFallbackCharge,
 }
 
 impl MthpStat {
-    pub const ALL: [MthpStat; 7] = [
+    pub const ALL: [MthpStat; 8] = [
         MthpStat::AnonFaultAlloc,
         MthpStat::AnonFaultFallback,
         MthpStat::SplitDeferred,
@@ -89,6 +95,7 @@ impl MthpStat {
         MthpStat::SplitFailed,
         MthpStat::NrAnon,
         MthpStat::NrAnonPartiallyMapped,
+        MthpStat::AnonFaultFallbackCharge,
     ];
 
     pub fn name(self) -> &'static str {
@@ -100,6 +107,7 @@ impl MthpStat {
             MthpStat::SplitFailed => "split_failed",
             MthpStat::NrAnon => "nr_anon",
             MthpStat::NrAnonPartiallyMapped => "nr_anon_partially_mapped",
+            MthpStat::AnonFaultFallbackCharge => "anon_fault_fallback_charge",
         }
     }
 }

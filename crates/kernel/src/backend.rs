@@ -48,6 +48,9 @@ struct Proc {
     cursor: u64,
     /// Faults taken by the workload's accesses (getrusage around the loop).
     minflt: i64,
+    /// The directory of the memory cgroup the agent is in, if the workload
+    /// put it in one (a forked agent is in its parent's).
+    memcg_dir: Option<std::path::PathBuf>,
 }
 
 /// The workload's processes by name, each a live agent: what a window's
@@ -105,6 +108,13 @@ pub(crate) fn failed(stmt: &Stmt, e: impl std::fmt::Display) -> BackendError {
     BackendError::failed(stmt.pos, e.to_string())
 }
 
+/// Whether the memcg OOM killer killed in `p`'s group since it read
+/// `before`.
+fn oom_killed(p: &Proc, before: Option<u64>) -> bool {
+    let now = p.memcg_dir.as_deref().and_then(crate::memcg::oom_kills_at);
+    matches!((before, now), (Some(b), Some(n)) if n > b)
+}
+
 impl Agents {
     fn get_mut(&mut self, stmt: &Stmt, name: &str) -> Result<&mut Proc, BackendError> {
         self.procs
@@ -123,6 +133,7 @@ impl Agents {
         req: Request,
     ) -> Result<(i64, Call), BackendError> {
         let p = self.get_mut(stmt, proc)?;
+        let oom_kills_before = p.memcg_dir.as_deref().and_then(crate::memcg::oom_kills_at);
         let killed = |signal: i32, how: String| {
             let signal = Signal(signal);
             if signal == Signal::SIGSEGV {
@@ -140,6 +151,17 @@ impl Agents {
                 // No last word: its faults are not known.
                 let call = Call {
                     killed: killed(signal, message)?,
+                    ..Call::ok(0)
+                };
+                return Ok((0, call));
+            }
+            Err(KernelError::Agent(message)) if oom_killed(p, oom_kills_before) => {
+                // A forked agent is reaped by its parent agent, so its exit
+                // status is lost; the memcg OOM killer's count says it was
+                // killed by SIGKILL (oom_kill_process sends nothing else).
+                let how = format!("{message}; its memory cgroup's oom_kill count moved");
+                let call = Call {
+                    killed: killed(libc::SIGKILL, how)?,
                     ..Call::ok(0)
                 };
                 return Ok((0, call));
@@ -396,12 +418,14 @@ impl KernelBackend {
                 // image are freed later (lazy TLB mm, RCU callbacks), which
                 // must not land in the next window.
                 settle_dead_mms();
+                let mut memcg_dir = None;
                 if let Some(cg) = cgroup {
                     let memcg = self
                         .cgroups
-                        .get(cg)
+                        .get_mut(cg)
                         .ok_or_else(|| failed(stmt, format!("no cgroup '{cg}'")))?;
                     memcg.attach(agent.pid).map_err(|e| failed(stmt, e))?;
+                    memcg_dir = Some(memcg.dir().to_path_buf());
                 }
                 self.agents.procs.insert(
                     proc.clone(),
@@ -410,6 +434,7 @@ impl KernelBackend {
                         regions: BTreeMap::new(),
                         cursor: 0,
                         minflt: 0,
+                        memcg_dir,
                     },
                 );
             }
@@ -525,6 +550,7 @@ impl KernelBackend {
                         regions: p.regions.clone(),
                         cursor: p.cursor,
                         minflt: 0,
+                        memcg_dir: p.memcg_dir.clone(),
                     });
                     Ok(Call::ok(faults))
                 })?;

@@ -225,7 +225,9 @@ impl Measurement {
         // mTHPs below the PMD size come only from faults while their size is
         // enabled: a size never enabled in this workload that changes is
         // another process's folio (freed, say, when MADV_COLLAPSE drains
-        // the LRU caches).
+        // the LRU caches). A `set` that enables a size enables it inside
+        // its own window: other processes' faults may take one there.
+        self.mthp_sizes_used.extend(mthp_sizes_enabled());
         let foreign = after.iter().find(|(name, v)| {
             mthp_size_kb(name).is_some_and(|kb| {
                 kb < 2048

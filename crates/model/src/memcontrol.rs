@@ -488,3 +488,156 @@ pub fn recount(m: &Machine) -> Vec<u64> {
     }
     usage
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::end_counters;
+
+    const ONLY_PMD: &str = "set transparent_hugepage/hugepages-16kB/enabled never\n\
+        set transparent_hugepage/hugepages-32kB/enabled never\n\
+        set transparent_hugepage/hugepages-64kB/enabled never\n\
+        set transparent_hugepage/hugepages-128kB/enabled never\n\
+        set transparent_hugepage/hugepages-256kB/enabled never\n\
+        set transparent_hugepage/hugepages-512kB/enabled never\n\
+        set transparent_hugepage/hugepages-1024kB/enabled never\n\
+        set transparent_hugepage/hugepages-2048kB/enabled inherit\n";
+
+    fn run(body: &str) -> hugelab_workload::Counters {
+        end_counters(&format!("{ONLY_PMD}{body}"))
+    }
+
+    #[test]
+    fn page_counter_refuses_over_max_and_keeps_the_peak() {
+        let mut c = PageCounter {
+            max: 10,
+            ..PageCounter::default()
+        };
+        assert!(c.try_charge(8));
+        assert!(!c.try_charge(3));
+        assert_eq!(c.failcnt, 1);
+        c.uncharge(8);
+        assert!(c.try_charge(10));
+        assert_eq!((c.usage, c.watermark), (10, 10));
+    }
+
+    #[test]
+    fn a_thp_charge_that_cannot_block_falls_back_without_reclaim() {
+        let c = run("set transparent_hugepage/enabled always\n\
+             set transparent_hugepage/defrag madvise\n\
+             cgroup g memory.max=3M\n\
+             spawn a cgroup=g\n\
+             a mmap buf 4M align=2M\n\
+             a write buf:4K\n\
+             a write buf+2M:4K\n");
+        assert_eq!(c["vmstat.thp_fault_alloc"], 1);
+        assert_eq!(c["vmstat.thp_fault_fallback"], 1);
+        assert_eq!(c["vmstat.thp_fault_fallback_charge"], 1);
+        assert_eq!(c["mthp.2048kB.anon_fault_fallback_charge"], 1);
+        // GFP_TRANSHUGE_LIGHT: nomem before MEMCG_MAX.
+        assert_eq!(c["memcg.g.memory.events.max"], 0);
+    }
+
+    #[test]
+    fn a_blocking_thp_charge_reclaims_an_underused_thp_first() {
+        let c = run("set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/defrag madvise\n\
+             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
+             cgroup g memory.max=3M\n\
+             spawn a cgroup=g\n\
+             a mmap one 2M align=2M\n\
+             a madvise one HUGEPAGE\n\
+             a write one:4K\n\
+             a mmap two 2M align=2M\n\
+             a madvise two HUGEPAGE\n\
+             a write two:4K\n");
+        assert_eq!(c["vmstat.thp_fault_alloc"], 2);
+        assert_eq!(c["vmstat.thp_underused_split_page"], 1);
+        assert_eq!(c["vmstat.thp_fault_fallback_charge"], 0);
+        assert_eq!(c["memcg.g.memory.events.max"], 1);
+    }
+
+    #[test]
+    fn a_blocking_thp_charge_with_nothing_to_reclaim_falls_back_without_oom() {
+        let c = run("set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/defrag madvise\n\
+             cgroup g memory.max=3M\n\
+             spawn a cgroup=g\n\
+             a mmap one 2M align=2M\n\
+             a madvise one HUGEPAGE\n\
+             a write one\n\
+             a mmap two 2M align=2M\n\
+             a madvise two HUGEPAGE\n\
+             a write two:4K\n");
+        assert_eq!(c["vmstat.thp_fault_fallback_charge"], 1);
+        // Costly order: the retry loop ends without mem_cgroup_oom.
+        assert_eq!(c["memcg.g.memory.events.oom"], 0);
+        assert_eq!(c["vmstat.oom_kill"], 0);
+        // One reclaim, one after the drain, MAX_RECLAIM_RETRIES more.
+        assert_eq!(
+            c["memcg.g.memory.events.max"],
+            2 + i64::from(MAX_RECLAIM_RETRIES)
+        );
+    }
+
+    #[test]
+    fn an_order0_charge_with_nothing_to_reclaim_kills_the_largest_process() {
+        let c = run("set transparent_hugepage/enabled never\n\
+             cgroup g memory.max=2M\n\
+             spawn a cgroup=g\n\
+             a mmap buf 512K\n\
+             a write buf\n\
+             a fork b\n\
+             b mmap big 4M\n\
+             b write big\n\
+             expect signal == SIGKILL\n\
+             a mmap more 256K\n\
+             a write more\n");
+        assert_eq!(c["vmstat.oom_kill"], 1);
+        assert_eq!(c["memcg.g.memory.events.oom"], 1);
+        assert_eq!(c["memcg.g.memory.events.oom_kill"], 1);
+        assert_eq!(c["smaps.a.Rss"], 768);
+        assert!(!c.contains_key("smaps.b.Rss"));
+        assert_eq!(c["memcg.g.memory.peak"], 2048);
+    }
+
+    #[test]
+    fn the_oom_killer_may_choose_another_process_of_the_group() {
+        let w = hugelab_workload::parse(
+            "t.hlw",
+            &format!(
+                "{ONLY_PMD}set transparent_hugepage/enabled never\n\
+                 cgroup g memory.max=2M\n\
+                 spawn big cgroup=g\n\
+                 spawn small cgroup=g\n\
+                 big mmap buf 1536K\n\
+                 big write buf\n\
+                 small mmap buf 1M\n\
+                 small write buf\n"
+            ),
+        )
+        .unwrap();
+        let obs = hugelab_workload::run(&mut crate::Model::default(), &w).unwrap();
+        assert_eq!(obs.kills.len(), 1);
+        assert_eq!(obs.kills[0].process, "big");
+        let c = &obs.snapshots.last().unwrap().counters;
+        assert_eq!(c["smaps.small.Rss"], 1024);
+    }
+
+    #[test]
+    fn every_freed_page_is_uncharged() {
+        let c = run("set transparent_hugepage/enabled always\n\
+             cgroup g\n\
+             spawn a cgroup=g\n\
+             a mmap buf 4M align=2M\n\
+             a write buf\n\
+             a madvise buf+1M:1M DONTNEED\n\
+             a fork b\n\
+             b write buf:8K\n\
+             reclaim\n\
+             b exit\n\
+             a exit\n");
+        assert_eq!(c["memcg.g.memory.current"], 0);
+        assert!(c["memcg.g.memory.peak"] >= 4096);
+    }
+}

@@ -147,11 +147,20 @@ impl Agents {
         };
         let reply = match p.agent.request(req) {
             Ok(reply) => reply,
-            Err(KernelError::Killed { signal, message }) => {
-                // No last word: its faults are not known.
+            Err(KernelError::Killed {
+                signal,
+                message,
+                faults,
+            }) => {
+                // No last word: its faults come from its rusage where known
+                // (a spawned agent), plus the fault that failed: the memcg
+                // OOM killer's victim dies of a fault that returned
+                // VM_FAULT_OOM, which mm_account_fault counts in PGFAULT
+                // only.
+                let oom = signal == libc::SIGKILL;
                 let call = Call {
                     killed: killed(signal, message)?,
-                    ..Call::ok(0)
+                    ..Call::ok(faults.map_or(0, |f| f + i64::from(oom)))
                 };
                 return Ok((0, call));
             }

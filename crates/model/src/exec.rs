@@ -794,6 +794,7 @@ impl Model {
             .process()
             .and_then(|p| self.tasks.get(p))
             .and_then(|t| self.machine.memcg.mm_memcg(t.mm.mm_id));
+        self.machine.memcg.current_killed = false;
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
                 set_tunable(&mut self.machine, stmt, tunable, *value)?
@@ -956,7 +957,21 @@ impl Model {
                 self.access_or_kill(stmt, proc, range, step, true, *zero, gone)?;
                 self.retire_oom_victims(stmt, gone)?;
             }
-            StmtKind::Pin { proc, range } => self.pin(stmt, proc, range)?,
+            StmtKind::Pin { proc, range } => {
+                let pinned = self.pin(stmt, proc, range);
+                if self.machine.memcg.current_killed {
+                    // GUP's fault found the memcg full and the OOM killer
+                    // chose the pinning process.
+                    self.exit_task(stmt, proc, gone)?;
+                    return Err(BackendError::killed(
+                        stmt,
+                        proc,
+                        Signal::SIGKILL,
+                        format!("{proc} was killed by SIGKILL: the memcg OOM killer chose it when its memory cgroup reached memory.max"),
+                    ));
+                }
+                pinned?
+            }
             StmtKind::Unpin { proc, range } => self.unpin(stmt, proc, range)?,
             StmtKind::Fork { proc, child } => self.fork(stmt, proc, child)?,
             StmtKind::ThpDisable { proc, on } => self.task(stmt, proc)?.mm.thp_disabled = *on,

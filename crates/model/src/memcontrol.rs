@@ -45,7 +45,16 @@
 //!   folios (and THPs whole, `thp_swpout`); there is no kswapd and no
 //!   watermark, so memory.high and the global limits never reclaim;
 //! - `folio->memcg_data` is kept beside the memmap, by head pfn: a page
-//!   migration (compaction) must move it (`mem_cgroup_migrate`).
+//!   migration (compaction) must move it (`mem_cgroup_migrate`);
+//! - limit reclaim and the OOM killer see every process of the workload
+//!   during `read` and `write` (exec parks the others in `Memcgs::others`);
+//!   during `pin`, `fork`, MADV_COLLAPSE and `khugepaged` they see only the
+//!   mm at hand: the shrinker leaves a folio another mm may map on the
+//!   queue, and the OOM killer chooses among the processes it sees (during
+//!   `fork` none: the fork fails with ENOMEM where the kernel would kill
+//!   a process);
+//! - `oom_score_adj` is 0 for every process and v2's memory.oom.group is
+//!   not modelled (v1 has neither here).
 
 use crate::gfp::Gfp;
 use crate::mm_types::{Fault, Pfn};

@@ -650,3 +650,46 @@ mod tests {
         assert!(c["memcg.g.memory.peak"] >= 4096);
     }
 }
+
+#[cfg(test)]
+mod trace_tests {
+    use crate::trace::Step;
+    use hugelab_workload::Backend;
+
+    #[test]
+    fn a_charge_fallback_is_traced_with_its_counters() {
+        let text = "set transparent_hugepage/enabled always\n\
+             set transparent_hugepage/defrag madvise\n\
+             set transparent_hugepage/hugepages-2048kB/enabled inherit\n\
+             cgroup g memory.max=3M\n\
+             spawn a cgroup=g\n\
+             a mmap buf 4M align=2M\n\
+             a write buf:4K\n\
+             a write buf+2M:4K\n";
+        let w = hugelab_workload::parse("t.hlw", text).unwrap();
+        let mut model = crate::Model::default();
+        let (last, before) = w.stmts.split_last().unwrap();
+        for stmt in before {
+            model.execute(stmt).unwrap();
+        }
+        model.machine.start_trace();
+        // handle_mm_fault does not open fault records yet (hugelab
+        // explain will): one record for the statement's steps.
+        model.machine.trace_fault(0, true);
+        model.execute(last).unwrap();
+        let trace = model.machine.take_trace().unwrap();
+        let steps: Vec<&Step> = trace.faults.iter().flat_map(|f| &f.steps).collect();
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Charge { order: 9, ok: false, memcg, .. } if memcg == "g")));
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Fallback { order: 9, counters } if counters.contains(&"thp_fault_fallback_charge"))));
+        assert!(steps.iter().any(|s| matches!(
+            s,
+            Step::Charge {
+                order: 0,
+                ok: true,
+                ..
+            }
+        )));
+    }
+}

@@ -116,6 +116,34 @@ fn oom_killed(p: &Proc, before: Option<u64>) -> bool {
 }
 
 impl Agents {
+    /// The agent other than `proc` in the memory cgroup at `dir` that the
+    /// OOM killer killed (its oom_kill count moved while `proc` ran and
+    /// `proc` lives): one that is dead or dying, waited for up to a second.
+    fn oom_victim(&self, proc: &str, dir: Option<&std::path::Path>) -> Option<Killed> {
+        let dir = dir?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            let dead = self.procs.iter().find(|(name, p)| {
+                name.as_str() != proc
+                    && p.memcg_dir.as_deref() == Some(dir)
+                    && crate::process::exited(p.agent.pid)
+            });
+            if let Some((name, _)) = dead {
+                return Some(Killed {
+                    proc: name.clone(),
+                    signal: Signal::SIGKILL,
+                    message: format!(
+                        "{name} was killed by SIGKILL (the memcg OOM killer chose it while {proc} faulted in their memory cgroup)"
+                    ),
+                });
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     fn get_mut(&mut self, stmt: &Stmt, name: &str) -> Result<&mut Proc, BackendError> {
         self.procs
             .get_mut(name)
@@ -198,6 +226,11 @@ impl Agents {
                 _ => format!("its access at {:#x} could not be served", reply.value),
             };
             call.killed = killed(reply.signal, how)?;
+        }
+        let dir = p.memcg_dir.clone();
+        if call.killed.is_none() && oom_killed(p, oom_kills_before) {
+            // The OOM killer chose another process of the group.
+            call.killed = self.oom_victim(proc, dir.as_deref());
         }
         Ok((reply.value, call))
     }

@@ -512,7 +512,7 @@ impl Measurement {
         }
         if let (Some((line, proc)), "vmstat.pgfault") = (&self.oom_killed, name) {
             return Some(format!(
-                "the memcg OOM killer killed {proc} at line {line}: how many pages it faulted in before its group reached memory.max depends on kernel memory the model does not charge (the slab objects of its VMAs and anon_vmas, charged a page at a time through the per-cpu object stock)"
+                "the memcg OOM killer killed {proc} at line {line}: how many pages its group's processes faulted in before the group reached memory.max depends on kernel memory the model does not charge (the slab objects of their VMAs and anon_vmas, charged a page at a time through the per-cpu object stock)"
             ));
         }
         if !anon_gauge || name == "vmstat.pgfault" {

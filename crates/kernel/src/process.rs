@@ -311,6 +311,18 @@ fn wait4(pid: i32) -> std::io::Result<(i32, i64)> {
     }
 }
 
+/// Whether process `pid` has exited (gone, or a zombie: /proc/PID/stat
+/// state Z or X).
+pub fn exited(pid: i32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = text
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    matches!(state, Some("Z" | "X") | None)
+}
+
 /// Field 10 of /proc/PID/stat (minflt).
 fn proc_minflt(pid: i32) -> Option<i64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -11,6 +11,7 @@ mod bench_stats;
 mod compare;
 mod counters;
 mod diff;
+mod explain;
 mod hugetlb;
 mod hugetlb_measure;
 mod hugetlb_measure_report;
@@ -44,6 +45,9 @@ enum Command {
     Compare(compare::CompareArgs),
     /// Run workloads on the model and on this machine's kernel, side by side.
     Diff(diff::DiffArgs),
+    /// Why each fault of a statement got the folio size it got: the kernel's
+    /// decisions, fault by fault, grouped (FILE.hlw or FILE.hlw:LINE).
+    Explain(explain::ExplainArgs),
     /// List the counters hugelab knows: families, fields, kinds and units.
     Counters(counters::CountersArgs),
     /// The huge pages of running processes: shape, utilization, what the shrinker would free.
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Compare(args) => compare::main(args),
         Command::Diff(args) => diff::main(args),
+        Command::Explain(args) => explain::main(args),
         Command::Counters(args) => counters::main(args),
         Command::Scan(args) => scan::main(args),
         Command::Bench(args) => bench::main(args),

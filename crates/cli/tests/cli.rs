@@ -92,10 +92,11 @@ fn passing_run_prints_table_and_json() {
 
 #[test]
 fn unsupported_statement_is_refused_not_ignored() {
-    let (code, _, err) = run_text("spawn a\na mmap buf 2M\na madvise buf FREE\n");
+    let (code, _, err) = run_text("spawn a\na mmap buf 2M\na mmap sh 2M shared\n");
     assert_eq!(code, Some(2));
     assert!(
-        err.contains(":3:") && err.contains("madvise FREE is not supported by the model backend"),
+        err.contains(":3:")
+            && err.contains("mmap shared without hugetlb= is not supported by the model backend"),
         "{err}"
     );
 }

@@ -12,6 +12,13 @@
 //!   socket, read and decoded into buffers on a stack that was
 //!   touched in advance (also again right after `fork`, whose COW faults on
 //!   the agent's own stack then belong to the fork, not to a later access);
+//! - it runs on one CPU only (`pin_to_one_cpu`, inherited by `fork`), and
+//!   after a MADV_FREE or MADV_COLD it drains that CPU's LRU batches
+//!   (`drain_lru_batches`): the kernel keeps order-0 folios in per-cpu
+//!   batches (`lru_add` at fault, `lru_lazyfree`, `lru_deactivate`) and
+//!   counts pglazyfree / pgdeactivate only when a batch is moved, so without
+//!   this a statement's counts would depend on which CPU faulted and which
+//!   advised, and would come in some later statement's window;
 //! - faults are counted with getrusage around the access loop only
 //!   (`loop_faults`), and around the whole request (`all_faults`), which the
 //!   runner compares with the system-wide pgfault to detect other processes.
@@ -22,6 +29,10 @@ use hugelab_workload::{Errno, HugetlbSize};
 use std::hint::black_box;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering::Relaxed};
+
+/// An empty page of the agent's own (mapped, never touched), for
+/// `drain_lru_batches`.
+static DRAIN_PAGE: AtomicI64 = AtomicI64::new(0);
 
 /// The channel to the runner, for the signal handler's last word.
 static CHANNEL: AtomicI32 = AtomicI32::new(-1);
@@ -52,6 +63,21 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
         // Children forked for `fork` are reaped by the kernel: the runner
         // watches them by pid.
         libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+    }
+    pin_to_one_cpu();
+    // SAFETY: a new anonymous mapping of our own.
+    let drain = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            PAGE_SIZE as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if drain != libc::MAP_FAILED {
+        DRAIN_PAGE.store(drain as i64, Relaxed);
     }
     tame_own_mappings();
     report_fatal_signals();
@@ -151,7 +177,13 @@ fn execute(req: Request) -> Reply {
                 ok(libc::mprotect(addr as *mut _, len as usize, prot))
             }
             Request::Madvise { addr, len, advice } => {
-                ok(libc::madvise(addr as *mut _, len as usize, advice))
+                let r = libc::madvise(addr as *mut _, len as usize, advice);
+                let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                if advice == libc::MADV_FREE || advice == libc::MADV_COLD {
+                    drain_lru_batches();
+                }
+                *libc::__errno_location() = errno;
+                ok(r)
             }
             Request::Touch {
                 addr,
@@ -591,5 +623,31 @@ fn recv(fd: RawFd, wire: &mut RequestWire, passed: &mut RawFd) -> bool {
             *passed = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>());
         }
         true
+    }
+}
+
+/// Binds the agent to the CPU it runs on now, so that its faults and its
+/// madvise calls use the same CPU's LRU batches (see the module doc).
+fn pin_to_one_cpu() {
+    // SAFETY: plain syscalls on our own process with a set on our stack.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        if cpu < 0 {
+            return;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// lru_add_drain on the agent's CPU: MADV_COLD of an empty page of its own
+/// starts with it (mm/madvise.c `madvise_cold`) and finds nothing to do
+/// besides, so nothing else is counted.
+fn drain_lru_batches() {
+    let page = DRAIN_PAGE.load(Relaxed);
+    if page != 0 {
+        // SAFETY: our own mapping, never touched.
+        unsafe { libc::madvise(page as *mut _, PAGE_SIZE as usize, libc::MADV_COLD) };
     }
 }

@@ -654,6 +654,13 @@ impl KernelBackend {
                 self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
             StmtKind::Khugepaged => self.run_khugepaged(stmt)?,
+            StmtKind::Fragment { .. } => {
+                return Err(BackendError {
+                    pos: stmt.pos,
+                    kind: hugelab_workload::BackendErrorKind::Unsupported,
+                    message: "fragment is model-only: the kernel's memory cannot be fragmented on demand on these machines (the generator places unmovable kernel pages at chosen physical frames, which no user-space call can do)".into(),
+                })
+            }
             StmtKind::Reclaim => {
                 // drop_caches=2 runs the slab shrinkers: the deferred split
                 // queue and the under-used THP shrinker among them.

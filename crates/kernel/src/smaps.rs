@@ -32,10 +32,12 @@ pub struct SmapsSum {
     /// the base page: `vma_kernel_pagesize`), whose pages are HugeTLB
     /// folios, never THPs or small folios.
     pub hugetlb_vmas: u32,
+    /// LazyFree: pages of lazily-freed folios not written since MADV_FREE.
+    pub lazyfree_kb: u64,
 }
 
 /// How many smaps fields a region reports.
-pub const FIELDS: usize = 10;
+pub const FIELDS: usize = 11;
 
 impl SmapsSum {
     /// (field, kB) pairs with the spelling and order of the model's
@@ -49,6 +51,7 @@ impl SmapsSum {
             ("Private_Clean", self.private_clean_kb),
             ("Private_Dirty", self.private_dirty_kb),
             ("Anonymous", self.anonymous_kb),
+            ("LazyFree", self.lazyfree_kb),
             ("AnonHugePages", self.anon_huge_kb),
             ("Shared_Hugetlb", self.shared_hugetlb_kb),
             ("Private_Hugetlb", self.private_hugetlb_kb),
@@ -149,6 +152,7 @@ pub fn parse_smaps(text: &str, start: u64, end: u64) -> std::result::Result<Smap
             "Private_Clean" => &mut sum.private_clean_kb,
             "Private_Dirty" => &mut sum.private_dirty_kb,
             "Anonymous" => &mut sum.anonymous_kb,
+            "LazyFree" => &mut sum.lazyfree_kb,
             "AnonHugePages" => &mut sum.anon_huge_kb,
             "Shared_Hugetlb" => &mut sum.shared_hugetlb_kb,
             "Private_Hugetlb" => &mut sum.private_hugetlb_kb,
@@ -228,6 +232,7 @@ VmFlags: mr mw me
                 ("Private_Clean", 0),
                 ("Private_Dirty", 4),
                 ("Anonymous", 2056),
+                ("LazyFree", 0),
                 ("AnonHugePages", 2048),
                 ("Shared_Hugetlb", 0),
                 ("Private_Hugetlb", 0)
@@ -272,7 +277,7 @@ VmFlags: rd wr mr mw me de ht
             }
         );
         assert_eq!(
-            s.fields()[8..],
+            s.fields()[9..],
             [("Shared_Hugetlb", 2048), ("Private_Hugetlb", 4096)]
         );
         // Base-page VMAs are not HugeTLB ones.

@@ -236,6 +236,7 @@ fn base_pages() {
             ("Private_Clean", 0),
             ("Private_Dirty", 256),
             ("Anonymous", 256),
+            ("LazyFree", 0),
             ("AnonHugePages", 0),
             ("Shared_Hugetlb", 0),
             ("Private_Hugetlb", 0)

@@ -38,6 +38,17 @@ use std::collections::{BTreeMap, BTreeSet};
 pub fn check(model: &Model) -> Vec<String> {
     let m = &model.machine;
     let mut bad = Vec::new();
+    // LRU state (swap): only folios in use have one, and a lazily-freed
+    // folio is anon (it may be active: reclaim activates one it cannot
+    // unmap, a pinned one, without making it swapbacked).
+    for (folio, e) in m.lru.entries() {
+        let p = m.zone.memmap.page(folio);
+        if !p.test(crate::mm_types::pg::HEAD) || p.test(crate::mm_types::pg::BUDDY) {
+            bad.push(format!("{folio} has LRU state but is no folio in use"));
+        } else if e.flags & crate::swap::LAZYFREE != 0 && !p.test(crate::mm_types::pg::ANON) {
+            bad.push(format!("lazily-freed {folio} is not anon"));
+        }
+    }
     let mut pte_maps: BTreeMap<Pfn, u32> = BTreeMap::new();
     let mut pmd_maps: BTreeMap<Pfn, u32> = BTreeMap::new();
     let mut tables = 0i64;
@@ -260,7 +271,7 @@ pub fn check(model: &Model) -> Vec<String> {
     );
     let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
     let hugetlb = m.hugetlb.frames() + m.vmemmap.zone_frames();
-    let used = frames + tables as u64 + zero + hugetlb;
+    let used = frames + tables as u64 + zero + hugetlb + m.unmovable_pages;
     let total = m.zone.spanned_pages();
     if used + m.zone.nr_free_pages() != total {
         bad.push(format!(

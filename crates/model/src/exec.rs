@@ -268,6 +268,40 @@ impl Model {
         Ok((&mut self.machine, task, start, end))
     }
 
+    /// Lends the other processes' mms to the machine (`Machine::lent_mms`)
+    /// for a write of `range` by `proc` that may run out of never-used
+    /// memory, so that compaction can migrate their pages too: a statement
+    /// that cannot exhaust it cannot have a failing allocation, and pays
+    /// nothing. Returns the names to give them back to.
+    fn lend_mms_for(&mut self, proc: &str, range: &Range, write: bool) -> Vec<String> {
+        let len = self.tasks[proc]
+            .mm
+            .regions
+            .get(&range.region)
+            .map_or(0, |r| r.len);
+        let pages = len / PAGE_SIZE;
+        let short = self.machine.zone.never_used_frames() < pages + pages / 256 + 2048;
+        if !write || !short || self.tasks.len() < 2 {
+            return Vec::new();
+        }
+        let mut names = Vec::new();
+        for (name, task) in &mut self.tasks {
+            if name != proc {
+                self.machine.lent_mms.push(std::mem::take(&mut task.mm));
+                names.push(name.clone());
+            }
+        }
+        names
+    }
+
+    /// Takes back what `lend_mms_for` lent.
+    fn return_mms(&mut self, names: Vec<String>) {
+        let mms = std::mem::take(&mut self.machine.lent_mms);
+        for (name, mm) in names.into_iter().zip(mms) {
+            self.tasks.get_mut(&name).expect("a lender").mm = mm;
+        }
+    }
+
     fn task(&mut self, stmt: &Stmt, proc: &str) -> Result<&mut Task, BackendError> {
         self.tasks.get_mut(proc).ok_or_else(|| {
             failed(
@@ -316,6 +350,7 @@ impl Model {
                     }
                     let thp = self.machine.thp.clone();
                     let (check, bug) = (self.check_invariants, self.machine.injected_bug);
+                    let trace = self.machine.trace.take();
                     let v = &self.machine.vmemmap;
                     let (optimize, rule, geometry) = (v.optimize, v.rule, v.geometry);
                     let pools: Vec<(u64, u64)> = self
@@ -328,6 +363,7 @@ impl Model {
                     *self = Model::new(bytes).with_thp_settings(thp);
                     self.check_invariants = check;
                     self.machine.injected_bug = bug;
+                    self.machine.trace = trace;
                     // The settings so far apply to the new machine: pools
                     // set before `machine` are allocated from its memory.
                     let v = &mut self.machine.vmemmap;
@@ -472,6 +508,7 @@ impl Model {
             self.tasks.insert(key, task);
             (result, self.tasks.get_mut(proc).expect("put back"))
         } else {
+            let lent = self.lend_mms_for(proc, range, write);
             let task = self.tasks.get_mut(proc).expect("found above");
             let result = access_task(
                 &mut self.machine,
@@ -485,7 +522,8 @@ impl Model {
                 write,
                 zero,
             );
-            (result, task)
+            self.return_mms(lent);
+            (result, self.tasks.get_mut(proc).expect("still there"))
         };
         let mut faults = self.machine.stat.event(VmEvent::PgFault) - faults_before;
         if let Err(BackendError {
@@ -601,6 +639,23 @@ fn prot_name(flags: u32) -> &'static str {
     }
 }
 
+impl Model {
+    /// `region+offset` for an address of `proc` as the workload names it
+    /// (`buf+64K`), or the address in hex outside every region; None when
+    /// the process is gone.
+    pub fn describe_addr(&self, proc: &str, addr: u64) -> Option<String> {
+        let mm = &self.tasks.get(proc)?.mm;
+        Some(
+            mm.regions
+                .iter()
+                .find(|(_, r)| addr >= r.start && addr < r.start + r.len)
+                .map_or(format!("{addr:#x}"), |(name, r)| {
+                    format!("{name}+{}", hugelab_workload::Size(addr - r.start))
+                }),
+        )
+    }
+}
+
 /// `region+offset` for an address, for error messages.
 fn describe(mm: &MmStruct, addr: u64) -> String {
     mm.regions
@@ -631,7 +686,11 @@ impl Backend for Model {
         let faults = self.machine.stat.event(VmEvent::PgFault);
         if let Touches::FamilyIfFaulting(_) = touches {
             let result = self.execute_stmt(stmt, gone);
-            if self.machine.stat.event(VmEvent::PgFault) != faults {
+            // A store to a lazily-freed folio's clean mapping dirties it
+            // without a fault (smaps' Private_Clean and LazyFree move).
+            let redirties =
+                matches!(stmt.kind, StmtKind::Write { .. }) && !self.machine.lru.is_empty();
+            if self.machine.stat.event(VmEvent::PgFault) != faults || redirties {
                 let cache = &mut self.reading_cache;
                 cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
             }
@@ -640,6 +699,11 @@ impl Backend for Model {
             let cache = &mut self.reading_cache;
             cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
             self.execute_stmt(stmt, gone)?;
+        }
+        if self.machine.kcompactd_max_order != 0 {
+            // kcompactd, woken during the statement, runs as it ends.
+            let mut mms: Vec<&mut MmStruct> = self.tasks.values_mut().map(|t| &mut t.mm).collect();
+            crate::compaction::kcompactd_do_work(&mut self.machine, &mut mms);
         }
         if self.check_invariants {
             let broken = crate::debug_vm::check(self);
@@ -904,6 +968,27 @@ impl Model {
             StmtKind::Madvise {
                 proc,
                 range,
+                advice: advice @ (Advice::Free | Advice::Cold | Advice::Pageout),
+            } => {
+                let (_, task, start, end) = self.resolve_range(stmt, proc, range)?;
+                let id = task.mm.mm_id;
+                let advice = match advice {
+                    Advice::Free => madvise::LruAdvice::Free,
+                    Advice::Cold => madvise::LruAdvice::Cold,
+                    _ => madvise::LruAdvice::Pageout,
+                };
+                let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));
+                if !madvise::madvise_lru(&mut self.machine, &mut mms, id, start, end, advice) {
+                    return Err(BackendError::errno(
+                        stmt,
+                        Errno::ENOMEM,
+                        "madvise: part of the range is not mapped",
+                    ));
+                }
+            }
+            StmtKind::Madvise {
+                proc,
+                range,
                 advice,
             } => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
@@ -917,7 +1002,6 @@ impl Model {
                     Advice::DontNeed => {
                         madvise::madvise_dontneed(machine, &mut task.mm, start, end)
                     }
-                    Advice::Free => return unsupported("madvise FREE"),
                     Advice::Collapse => {
                         use crate::khugepaged::madvise_collapse;
                         match madvise_collapse(machine, &mut task.mm, start, end) {
@@ -931,8 +1015,7 @@ impl Model {
                             }
                         }
                     }
-                    Advice::Pageout => return unsupported("madvise PAGEOUT"),
-                    Advice::Cold => return unsupported("madvise COLD"),
+                    Advice::Free | Advice::Pageout | Advice::Cold => unreachable!("above"),
                 };
                 if !covered {
                     return Err(BackendError::errno(
@@ -982,6 +1065,13 @@ impl Model {
                     &mut self.machine,
                     self.tasks.values_mut().map(|t| &mut t.mm),
                 );
+            }
+            StmtKind::Fragment {
+                permille,
+                pattern,
+                seed,
+            } => {
+                crate::fragment::fragment(&mut self.machine, *permille, *pattern, *seed);
             }
             StmtKind::Reclaim => {
                 let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));

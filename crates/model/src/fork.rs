@@ -133,6 +133,8 @@ fn copy_pte_range(
     let Some(Pmd::Table(dt)) = dst.pmds.get_mut(&index) else {
         unreachable!("copy_pte_range without a destination table");
     };
+    // The child's PTEs keep the parent's dirty bits (a clean one after MADV_FREE).
+    dt.dirty = st.dirty;
     let writable = vma.flags & Vma::VM_WRITE != 0;
     let (mut i, end) = (pte_index(lo), pte_index(hi - 1) + 1);
     let mut rss = 0u64;
@@ -226,5 +228,6 @@ fn copy_present_page(
     let addr = index * PMD_SIZE + i as u64 * crate::mm_types::PAGE_SIZE;
     rmap::folio_add_new_anon_rmap(m, new, 0, false, dst_id, addr);
     dt.ptes[i] = Pte::new(new, writable);
+    dt.pte_mkdirty(i);
     Ok(())
 }

@@ -31,6 +31,7 @@ use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap::{self, MmList};
+use crate::trace::Step;
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 use hugelab_workload::{ThpDefrag, ThpEnabled, ThpSizeEnabled};
@@ -124,6 +125,42 @@ pub fn thp_vma_allowable_orders(thp: &ThpSettings, mm: &MmStruct, vma: &Vma, ord
     orders
 }
 
+/// Why thp_vma_allowable_orders leaves each order of `orders` out, for
+/// `hugelab explain` (the kernel keeps no reason; this follows its checks).
+pub fn thp_vma_denials(
+    thp: &ThpSettings,
+    mm: &MmStruct,
+    vma: &Vma,
+    orders: u32,
+) -> Vec<(u32, crate::trace::Denial)> {
+    use crate::trace::Denial;
+    let allowed = thp_vma_allowable_orders(thp, mm, vma, orders);
+    let hugepage = vma.flags & Vma::VM_HUGEPAGE != 0;
+    let mut out = Vec::new();
+    for o in (0..=HPAGE_PMD_ORDER).rev() {
+        if orders & (1 << o) == 0 || allowed & (1 << o) != 0 || THP_ORDERS_ALL_ANON & (1 << o) == 0
+        {
+            continue;
+        }
+        // The sysfs mask first, then the VMA and process vetoes, as
+        // thp_vma_allowable_orders and __thp_vma_allowable_orders check.
+        let d = match thp.size_enabled[o as usize] {
+            ThpSizeEnabled::Never => Denial::SizeNever,
+            ThpSizeEnabled::Inherit if thp.enabled == ThpEnabled::Never => Denial::InheritNever,
+            ThpSizeEnabled::Madvise if !hugepage => Denial::NotMadvised,
+            ThpSizeEnabled::Inherit if thp.enabled == ThpEnabled::Madvise && !hugepage => {
+                Denial::NotMadvised
+            }
+            _ if vma.flags & Vma::VM_NOHUGEPAGE != 0 => Denial::VmNoHugepage,
+            _ if mm.thp_disabled => Denial::ProcessDisabled,
+            // Allowed by the mask, vetoed by nothing else: cannot happen.
+            _ => continue,
+        };
+        out.push((o, d));
+    }
+    out
+}
+
 /// vma_thp_disabled: MADV_NOHUGEPAGE, then PR_SET_THP_DISABLE, win over MADV_HUGEPAGE.
 pub fn vma_thp_disabled(mm: &MmStruct, vma: &Vma) -> bool {
     vma.flags & Vma::VM_NOHUGEPAGE != 0 || mm.thp_disabled
@@ -171,16 +208,26 @@ pub fn do_huge_pmd_anonymous_page(
     write: bool,
 ) -> Result<PmdFault, Fault> {
     let haddr = addr & !(PMD_SIZE - 1);
-    if !thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER) {
+    let suitable = thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER);
+    m.trace(|| Step::Suitable {
+        orders: u32::from(suitable) << HPAGE_PMD_ORDER,
+        unsuitable: u32::from(!suitable) << HPAGE_PMD_ORDER,
+    });
+    if !suitable {
         return Ok(PmdFault::Fallback);
     }
     mm.anon_vma_prepare(addr);
     crate::khugepaged::khugepaged_enter_vma(m, mm, vma);
     if !write && m.thp.use_zero_page {
+        m.trace(|| Step::ZeroPage { huge: true });
         let deposit = m.pte_alloc_one()?;
         if mm_get_huge_zero_folio(m, mm).is_none() {
             m.pte_free(deposit);
             m.stat.count_vm_event(VmEvent::ThpFaultFallback);
+            m.trace(|| Step::Fallback {
+                order: HPAGE_PMD_ORDER,
+                counters: vec!["thp_zero_page_alloc_failed", "thp_fault_fallback"],
+            });
             return Ok(PmdFault::Fallback);
         }
         mm.pmds.insert(haddr / PMD_SIZE, Pmd::HugeZero { deposit });
@@ -206,10 +253,10 @@ pub fn do_huge_pmd_anonymous_page(
 fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Option<Pfn> {
     let gfp = crate::gfp::vma_thp_gfp_mask(&m.thp, vma);
     let order = HPAGE_PMD_ORDER;
-    let Some(folio) = crate::page_alloc::vma_alloc_folio(m, gfp, order) else {
+    let Some(folio) = crate::page_alloc::vma_alloc_folio(m, Some(&mut *mm), gfp, order) else {
         m.stat.count_vm_event(VmEvent::ThpFaultFallback);
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
-        m.trace(|| crate::trace::Step::Fallback {
+        m.trace(|| Step::Fallback {
             order,
             counters: vec!["thp_fault_fallback", "anon_fault_fallback"],
         });
@@ -223,7 +270,7 @@ fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Op
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
         m.stat
             .count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
-        m.trace(|| crate::trace::Step::Fallback {
+        m.trace(|| Step::Fallback {
             order,
             counters: vec![
                 "thp_fault_fallback",
@@ -256,10 +303,14 @@ fn map_anon_folio_pmd(
         Pmd::Huge {
             pfn: folio,
             writable,
+            dirty: true,
             deposit,
         },
     );
     m.stat.count_vm_event(VmEvent::ThpFaultAlloc);
+    m.trace(|| Step::Mapped {
+        order: HPAGE_PMD_ORDER,
+    });
     m.stat
         .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc);
     // A fresh PMD THP is a candidate for the underused shrinker, from either
@@ -284,6 +335,11 @@ pub fn do_huge_zero_wp_pmd(
         unreachable!("do_huge_zero_wp_pmd on a PMD that is not the huge zero page");
     };
     let deposit = *deposit;
+    m.trace(|| Step::Wp {
+        huge: true,
+        zero: true,
+        reused: false,
+    });
     match vma_alloc_anon_folio_pmd(m, mm, vma) {
         Some(folio) => {
             // Queued for the under-used shrinker by map_anon_folio_pmd (the
@@ -314,8 +370,18 @@ pub fn do_huge_pmd_wp_page(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Pmd
         if let Some(Pmd::Huge { writable, .. }) = mm.pmds.get_mut(&index) {
             *writable = true;
         }
+        m.trace(|| Step::Wp {
+            huge: true,
+            zero: false,
+            reused: true,
+        });
         return PmdFault::Done;
     }
+    m.trace(|| Step::Wp {
+        huge: true,
+        zero: false,
+        reused: false,
+    });
     split_huge_pmd(m, mm, index * PMD_SIZE);
     PmdFault::Fallback
 }
@@ -339,8 +405,8 @@ pub fn copy_huge_pmd(
             dst.pmds.insert(index, Pmd::HugeZero { deposit: pgtable });
             Ok(PmdFault::Done)
         }
-        Some(Pmd::Huge { pfn, .. }) => {
-            let folio = *pfn;
+        Some(Pmd::Huge { pfn, dirty, .. }) => {
+            let (folio, dirty) = (*pfn, *dirty);
             let maybe_pinned = src.has_pinned && rmap::folio_maybe_dma_pinned(m, folio);
             if rmap::folio_try_dup_anon_rmap_pmd(m, folio, dst.mm_id, src.mm_id, maybe_pinned)
                 .is_err()
@@ -358,6 +424,7 @@ pub fn copy_huge_pmd(
                 Pmd::Huge {
                     pfn: folio,
                     writable: false,
+                    dirty,
                     deposit: pgtable,
                 },
             );
@@ -375,7 +442,11 @@ fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Option<Pfn> {
     }
     let folio = match m.huge_zero_folio {
         Some(folio) => folio,
-        None => match m.zone.alloc_pages(HPAGE_PMD_ORDER) {
+        // GFP_TRANSHUGE & ~__GFP_MOVABLE.
+        None => match m
+            .zone
+            .alloc_pages_mt(HPAGE_PMD_ORDER, crate::page_alloc::MigrateType::Unmovable)
+        {
             Some(folio) => {
                 m.stat.count_vm_event(VmEvent::ThpZeroPageAlloc);
                 m.huge_zero_folio = Some(folio);
@@ -430,11 +501,15 @@ pub fn split_huge_pmd(m: &mut Machine, mm: &mut MmStruct, haddr: u64) {
         Pmd::Huge {
             pfn,
             writable,
+            dirty,
             deposit,
         } => {
             let mut table = PteTable::new(deposit);
             for (i, pte) in table.ptes.iter_mut().enumerate() {
                 *pte = Pte::new(Pfn(pfn.0 + i as u64), writable);
+            }
+            if !dirty {
+                table.pte_mkclean(0, crate::mm_types::PTRS_PER_PTE);
             }
             // The head's PageAnonExclusive speaks for the PMD mapping; the
             // PTEs inherit it page by page.
@@ -491,6 +566,14 @@ impl DeferredSplitQueue {
         }
     }
 
+    /// A queued folio moved (compaction migrated it): it keeps its place.
+    pub(crate) fn replace(&mut self, old: Pfn, new: Pfn) {
+        if let Some(seq) = self.position.remove(&old) {
+            self.list.insert(seq, new);
+            self.position.insert(new, seq);
+        }
+    }
+
     /// Takes every queued folio off the queue, oldest first.
     pub fn drain(&mut self) -> Vec<Pfn> {
         self.position.clear();
@@ -536,6 +619,25 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         m.stat.count_mthp_stat(order, MthpStat::SplitFailed);
         return false;
     }
+    // unmap_folio replaces a PTE-mapped folio's PTEs one at a time
+    // (try_to_migrate_one), so after the first one a folio with two or
+    // more pages mapped once each is partially mapped for a moment:
+    // __folio_remove_rmap queues it (split_deferred) before the split
+    // takes it off the queue again. A PMD mapping is split frozen, whole.
+    let mapped = rmap::folio_nr_pages_mapped(m, folio);
+    if rmap::folio_entire_mapcount(m, folio) == 0
+        && mapped >= 2
+        && u64::from(mapped) == rmap::folio_mapcount(m, folio)
+        && !m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED)
+    {
+        if order == HPAGE_PMD_ORDER {
+            m.stat.count_vm_event(VmEvent::ThpDeferredSplitPage);
+        }
+        m.stat.count_mthp_stat(order, MthpStat::SplitDeferred);
+    }
+    // The new folios inherit the head's LRU flags (see swap).
+    let lru = m.lru.get(folio);
+    m.lru.forget(folio);
     // The mappings are found through the folio's anon_vma and index: the
     // one place in each mm of its fork family where its pages can be.
     let (walk, addr) = rmap::rmap_walk_anon(m, folio);
@@ -614,6 +716,8 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         if mapcount == 0 {
             crate::memcontrol::mem_cgroup_uncharge(m, pfn);
             m.zone.free_pages(pfn, 0);
+        } else {
+            crate::swap::split_folio_lru(m, lru, pfn, i);
         }
     }
     true

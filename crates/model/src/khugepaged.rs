@@ -276,7 +276,7 @@ fn collapse_huge_page(
     khugepaged: bool,
 ) -> Scan {
     let gfp = crate::gfp::khugepaged_gfp(&m.thp, khugepaged);
-    let Some(folio) = crate::page_alloc::vma_alloc_folio(m, gfp, HPAGE_PMD_ORDER) else {
+    let Some(folio) = crate::page_alloc::folio_alloc(m, Some(mm), gfp, HPAGE_PMD_ORDER) else {
         m.stat.count_vm_event(VmEvent::ThpCollapseAllocFailed);
         return Scan::AllocHugePageFail;
     };
@@ -317,6 +317,7 @@ fn collapse_huge_page(
         Pmd::Huge {
             pfn: folio,
             writable: vma.flags & Vma::VM_WRITE != 0,
+            dirty: true,
             deposit: table.page,
         },
     );

@@ -6,9 +6,13 @@
 //! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
 //! deferred split queue and its shrinker), `hugetlb` (HugeTLB pools,
 //! reservations, faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
-//! `mprotect`, `madvise`, `memcontrol` (memory cgroups: charges, limit
-//! reclaim, the memcg OOM killer), `vmscan` (drop_slab), `page_alloc` (buddy allocator,
-//! folio allocation and free), `internal` (folio_pte_batch, from
+//! `mprotect`, `madvise` (also MADV_FREE, COLD, PAGEOUT), `memcontrol`
+//! (memory cgroups: charges, limit reclaim, the memcg OOM killer), `swap` (the LRU
+//! flags of anon folios), `vmscan` (drop_slab, reclaim_pages), `page_alloc`
+//! (buddy allocator with migratetypes, folio allocation and free, the
+//! allocation slow path), `compaction` (direct compaction, kcompactd,
+//! migration), `fragment` (the unmovable-page generator of the `fragment`
+//! statement), `internal` (folio_pte_batch, from
 //! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
 //! (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache` (readings kept
 //! until a statement changes them), `thp_utilization` (folio
@@ -24,10 +28,12 @@
 //! The model is pure: no files, clocks, syscalls or unseeded randomness. The
 //! same workload gives the same counters, bit for bit.
 
+pub mod compaction;
 pub mod counters;
 pub mod debug_vm;
 mod exec;
 pub mod fork;
+pub mod fragment;
 pub mod gfp;
 pub mod gup;
 pub mod huge_memory;
@@ -46,6 +52,7 @@ pub mod pgtable;
 pub mod reading_cache;
 pub mod rmap;
 pub mod sparse;
+pub mod swap;
 pub mod task_mmu;
 pub mod thp_utilization;
 pub mod trace;
@@ -81,8 +88,20 @@ pub struct Machine {
     pub hugetlb: hugetlb::Hugetlb,
     /// The vmemmap of HugeTLB pages (HVO) and the memmap counters.
     pub vmemmap: hugetlb_vmemmap::Vmemmap,
+    /// The LRU state of anon folios that left the default (see swap).
+    pub lru: swap::Lru,
     /// Fault decisions being recorded for `hugelab explain` (see trace).
     pub trace: Option<Box<trace::Trace>>,
+    /// The other processes' address spaces, lent by `exec` for a statement
+    /// whose allocations may need compaction, so that migration can rewrite
+    /// their page tables (the model's stand-in for an rmap walk of order-0
+    /// folios; see `compaction`). Empty otherwise.
+    pub lent_mms: Vec<MmStruct>,
+    /// pgdat->kcompactd_max_order: the order kcompactd was woken for, run
+    /// when the statement ends (0: not woken).
+    pub kcompactd_max_order: u32,
+    /// Pages the fragmentation generator holds (unmovable kernel pages).
+    pub unmovable_pages: u64,
     /// Memory cgroups and what is charged to them (see memcontrol).
     pub memcg: memcontrol::Memcgs,
     /// A bug put in on purpose, to show the invariant checker catches it.
@@ -115,7 +134,11 @@ impl Machine {
             anon_vmas: rmap::AnonVmas::default(),
             hugetlb: hugetlb::Hugetlb::default(),
             vmemmap: hugetlb_vmemmap::Vmemmap::default(),
+            lru: swap::Lru::default(),
             trace: None,
+            lent_mms: Vec::new(),
+            kcompactd_max_order: 0,
+            unmovable_pages: 0,
             memcg: memcontrol::Memcgs::default(),
             injected_bug: None,
         }
@@ -123,7 +146,10 @@ impl Machine {
 
     /// pte_alloc_one: a page-table page (NR_PAGETABLE).
     pub fn pte_alloc_one(&mut self) -> Result<Pfn, Fault> {
-        let pfn = self.zone.alloc_pages(0).ok_or(Fault::Oom)?;
+        let pfn = self
+            .zone
+            .alloc_pages_mt(0, page_alloc::MigrateType::Unmovable)
+            .ok_or(Fault::Oom)?;
         self.zone.memmap.page_mut(pfn).init(pg::PGTABLE, 0);
         self.stat.nr_pagetable += 1;
         memcontrol::memcg_kmem_charge_page(self, pfn);

@@ -12,13 +12,36 @@
 //! MADV_COLLAPSE is `khugepaged::madvise_collapse`, in mm/khugepaged.c as in
 //! the kernel.
 //!
-//! Not modelled yet: FREE, PAGEOUT, COLD (the model refuses them).
+//! MADV_FREE (`madvise_free_single_vma`, `madvise_free_pte_range`, and
+//! `madvise_free_huge_pmd` of mm/huge_memory.c) marks the exclusive folios
+//! of the range lazily freed (`swap::folio_mark_lazyfree`) and cleans their
+//! PTEs or PMD; MADV_COLD and MADV_PAGEOUT (`madvise_cold_or_pageout_pte_range`)
+//! deactivate them (`swap::folio_deactivate`) or reclaim them at once
+//! (`vmscan::reclaim_pages`). All three skip a folio another mapping may
+//! share (`folio_maybe_mapped_shared`, or a mapcount that is not the folio's
+//! page count), and split a large folio the range covers only in part
+//! (`split_folio`: its PMD first, and its zero-filled pages go to the zero
+//! page), then handle the pages of the range one by one. `can_madv_lru_vma`
+//! refuses VM_LOCKED, VM_PFNMAP and HugeTLB VMAs: the model has no mlock,
+//! and exec refuses HugeTLB ranges before they get here.
+//!
+//! Simplifications: no per-cpu LRU batches (see `swap`); the
+//! `lru_add_drain` at the start of each call is implicit (the model puts a
+//! new folio on the LRU at once); a folio the kernel would fail to trylock
+//! is never met. As in the kernel, MADV_FREE checks the mapcount of a small
+//! folio only when it is PG_dirty, so an order-0 page fork left shared is
+//! marked lazily freed too, and reclaim discards it from every mm.
 
+use crate::huge_memory::split_folio;
+use crate::internal::folio_pte_batch;
 use crate::khugepaged::khugepaged_enter_vma;
 use crate::memory::zap_page_range;
-use crate::mm_types::PMD_SIZE;
+use crate::mm_types::{page_folio, Pfn, PAGE_SIZE, PMD_SIZE};
 use crate::mmap::{update_vma_flags, MmStruct, Vma};
-use crate::pgtable::Pmd;
+use crate::pgtable::{pte_index, Pmd};
+use crate::rmap::{folio_mapcount, folio_maybe_mapped_shared, MmId, MmList};
+use crate::swap::{folio_clear_dirty, folio_deactivate, folio_mark_lazyfree, folio_test_dirty};
+use crate::vmscan::reclaim_pages;
 use crate::Machine;
 
 /// MADV_HUGEPAGE / MADV_NOHUGEPAGE over `[start, end)`; false if part is unmapped.
@@ -73,5 +96,268 @@ fn reclaim_pt(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
                 }
             }
         }
+    }
+}
+
+/// Which of the three LRU advices a walk carries out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LruAdvice {
+    /// MADV_FREE.
+    Free,
+    /// MADV_COLD.
+    Cold,
+    /// MADV_PAGEOUT.
+    Pageout,
+}
+
+/// The part of `[start, end)` each VMA covers, and whether the VMAs cover
+/// all of it (else the call ends with ENOMEM, after doing the VMAs there are).
+fn vma_ranges(mm: &MmStruct, start: u64, end: u64) -> (Vec<(u64, u64)>, bool) {
+    let mut covered = start;
+    let mut ranges = Vec::new();
+    for vma in mm.vmas_in(start, end) {
+        if vma.start <= covered {
+            covered = vma.end;
+        }
+        ranges.push((vma.start.max(start), vma.end.min(end)));
+    }
+    (ranges, covered >= end)
+}
+
+/// MADV_FREE, MADV_COLD or MADV_PAGEOUT over `[start, end)` of mm `id`
+/// (madvise_free_single_vma, madvise_cold, madvise_pageout, per VMA);
+/// false if part of the range is unmapped.
+pub fn madvise_lru(
+    m: &mut Machine,
+    mms: &mut MmList,
+    id: MmId,
+    start: u64,
+    end: u64,
+    advice: LruAdvice,
+) -> bool {
+    let (ranges, covered) = vma_ranges(mms.get_mut(id).expect("the caller's mm"), start, end);
+    for (lo, hi) in ranges {
+        let mut addr = lo;
+        while addr < hi {
+            let next = ((addr / PMD_SIZE) + 1) * PMD_SIZE;
+            let next = next.min(hi);
+            match advice {
+                LruAdvice::Free => madvise_free_pte_range(m, mms, id, addr, next),
+                _ => madvise_cold_or_pageout_pte_range(m, mms, id, addr, next, advice),
+            }
+            addr = next;
+        }
+    }
+    covered
+}
+
+/// The PMD entry of `addr` in mm `id`: a THP's folio, or whether there is a table.
+enum PmdKind {
+    None,
+    Huge(Pfn),
+    Table,
+}
+
+fn pmd_kind(mms: &mut MmList, id: MmId, addr: u64) -> PmdKind {
+    match mms
+        .get_mut(id)
+        .and_then(|mm| mm.pmds.get(&(addr / PMD_SIZE)))
+    {
+        Some(Pmd::Huge { pfn, .. }) => PmdKind::Huge(*pfn),
+        Some(Pmd::Table(_)) => PmdKind::Table,
+        _ => PmdKind::None,
+    }
+}
+
+/// madvise_free_huge_pmd (mm/huge_memory.c): a THP mapped by the PMD of
+/// `[addr, next)`. Skipped when another mm may map it; split when the range
+/// covers part of it (then the caller walks the new PTEs); else its PMD is
+/// cleaned and the folio lazily freed. True when the PMD was handled whole.
+fn madvise_free_huge_pmd(
+    m: &mut Machine,
+    mms: &mut MmList,
+    id: MmId,
+    folio: Pfn,
+    addr: u64,
+    next: u64,
+) -> bool {
+    if folio_maybe_mapped_shared(m, folio) {
+        return true;
+    }
+    if next - addr != PMD_SIZE {
+        split_folio(m, mms, folio);
+        return false;
+    }
+    folio_clear_dirty(m, folio);
+    let mm = mms.get_mut(id).expect("the caller's mm");
+    if let Some(Pmd::Huge { dirty, .. }) = mm.pmds.get_mut(&(addr / PMD_SIZE)) {
+        *dirty = false;
+    }
+    folio_mark_lazyfree(m, folio, id, addr);
+    true
+}
+
+/// The next step of a PTE walk over a large folio met at `addr`: the
+/// number of its pages mapped from there on inside `[addr, end)`
+/// (madvise_folio_pte_batch), or None after splitting it (or trying to)
+/// when that is not all of it.
+enum LargeStep {
+    Whole(usize),
+    /// Skip this many PTEs, the folio's batch (shared, or the split failed).
+    Skip(usize),
+    /// Split: look at the same PTE again.
+    Again,
+}
+
+fn large_folio_step(
+    m: &mut Machine,
+    mms: &mut MmList,
+    id: MmId,
+    folio: Pfn,
+    addr: u64,
+    end: u64,
+) -> LargeStep {
+    let mm = mms.get_mut(id).expect("the caller's mm");
+    let Some(Pmd::Table(t)) = mm.pmds.get(&(addr / PMD_SIZE)) else {
+        unreachable!("a PTE walk without a table");
+    };
+    let i = pte_index(addr);
+    let max = ((end - addr) / PAGE_SIZE) as usize;
+    let nr = folio_pte_batch(m, folio, &t.ptes[i..], max);
+    if (nr as u64) == 1 << m.zone.memmap.page(folio).order() {
+        return LargeStep::Whole(nr);
+    }
+    if folio_maybe_mapped_shared(m, folio) {
+        return LargeStep::Skip(nr);
+    }
+    if split_folio(m, mms, folio) {
+        LargeStep::Again
+    } else {
+        LargeStep::Skip(nr)
+    }
+}
+
+/// The folio mapped at `addr` in mm `id`, if a normal page is.
+fn pte_folio(m: &Machine, mms: &mut MmList, id: MmId, addr: u64) -> Option<Pfn> {
+    let mm = mms.get_mut(id)?;
+    let Some(Pmd::Table(t)) = mm.pmds.get(&(addr / PMD_SIZE)) else {
+        return None;
+    };
+    t.ptes[pte_index(addr)].pfn().map(|p| page_folio(m, p))
+}
+
+/// madvise_free_pte_range over `[addr, next)`, inside one PMD.
+fn madvise_free_pte_range(m: &mut Machine, mms: &mut MmList, id: MmId, addr: u64, next: u64) {
+    match pmd_kind(mms, id, addr) {
+        PmdKind::None => return,
+        PmdKind::Huge(folio) => {
+            if madvise_free_huge_pmd(m, mms, id, folio, addr, next) {
+                return;
+            }
+            if !matches!(pmd_kind(mms, id, addr), PmdKind::Table) {
+                return;
+            }
+        }
+        PmdKind::Table => {}
+    }
+    let mut addr = addr;
+    while addr < next {
+        let Some(folio) = pte_folio(m, mms, id, addr) else {
+            addr += PAGE_SIZE;
+            continue;
+        };
+        let nr_pages = 1u64 << m.zone.memmap.page(folio).order();
+        let nr = if nr_pages > 1 {
+            match large_folio_step(m, mms, id, folio, addr, next) {
+                LargeStep::Whole(nr) => nr,
+                LargeStep::Skip(nr) => {
+                    addr += nr as u64 * PAGE_SIZE;
+                    continue;
+                }
+                LargeStep::Again => continue,
+            }
+        } else {
+            1
+        };
+        let first = addr;
+        addr += nr as u64 * PAGE_SIZE;
+        if folio_test_dirty(m, folio) {
+            if folio_mapcount(m, folio) != nr_pages {
+                continue;
+            }
+            folio_clear_dirty(m, folio);
+        }
+        let mm = mms.get_mut(id).expect("the caller's mm");
+        if let Some(Pmd::Table(t)) = mm.pmds.get_mut(&(first / PMD_SIZE)) {
+            t.pte_mkclean(pte_index(first), nr);
+        }
+        folio_mark_lazyfree(m, folio, id, first);
+    }
+}
+
+/// madvise_cold_or_pageout_pte_range over `[addr, next)`, inside one PMD:
+/// each exclusive folio of the range is deactivated (COLD) or reclaimed
+/// (PAGEOUT, `reclaim_pages` on the folios of this PMD at its end).
+fn madvise_cold_or_pageout_pte_range(
+    m: &mut Machine,
+    mms: &mut MmList,
+    id: MmId,
+    addr: u64,
+    next: u64,
+    advice: LruAdvice,
+) {
+    let pageout = advice == LruAdvice::Pageout;
+    let mut list = Vec::new();
+    match pmd_kind(mms, id, addr) {
+        PmdKind::None => return,
+        PmdKind::Huge(folio) => {
+            if folio_maybe_mapped_shared(m, folio) {
+                return;
+            }
+            if next - addr == PMD_SIZE {
+                if pageout {
+                    reclaim_pages(m, mms, vec![folio]);
+                } else {
+                    folio_deactivate(m, folio);
+                }
+                return;
+            }
+            if !split_folio(m, mms, folio) {
+                return;
+            }
+        }
+        PmdKind::Table => {}
+    }
+    let mut addr = addr;
+    while addr < next {
+        let Some(folio) = pte_folio(m, mms, id, addr) else {
+            addr += PAGE_SIZE;
+            continue;
+        };
+        let nr_pages = 1u64 << m.zone.memmap.page(folio).order();
+        let nr = if nr_pages > 1 {
+            match large_folio_step(m, mms, id, folio, addr, next) {
+                LargeStep::Whole(nr) => nr,
+                LargeStep::Skip(nr) => {
+                    addr += nr as u64 * PAGE_SIZE;
+                    continue;
+                }
+                LargeStep::Again => continue,
+            }
+        } else {
+            1
+        };
+        addr += nr as u64 * PAGE_SIZE;
+        if folio_mapcount(m, folio) != nr_pages {
+            continue;
+        }
+        if pageout {
+            list.push(folio);
+        } else {
+            folio_deactivate(m, folio);
+        }
+    }
+    if pageout {
+        reclaim_pages(m, mms, list);
     }
 }

@@ -68,6 +68,8 @@ use std::collections::BTreeMap;
 
 /// MAX_RECLAIM_RETRIES (mm/internal.h).
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
+/// SWAP_CLUSTER_MAX: the least limit reclaim tries to free.
+pub const SWAP_CLUSTER_MAX: u64 = 32;
 /// PAGE_ALLOC_COSTLY_ORDER: above it a charge never calls the OOM killer.
 pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
 
@@ -344,7 +346,7 @@ fn try_charge_memcg(
             return Err(Fault::Oom);
         }
         m.memcg.groups[memcg].events.max += 1;
-        let nr_reclaimed = try_to_free_mem_cgroup_pages(m, mm.as_deref_mut(), memcg);
+        let nr_reclaimed = try_to_free_mem_cgroup_pages(m, mm.as_deref_mut(), memcg, nr);
         if m.memcg.margin(memcg) >= nr {
             continue;
         }
@@ -377,21 +379,31 @@ fn try_charge_memcg(
 }
 
 /// try_to_free_mem_cgroup_pages without swap: the memcg's lazily-freed
-/// folios are discarded and the deferred split shrinker runs on the memcg's
-/// queue. Returns the pages reclaimed from the LRU (nr_reclaimed; what the
-/// shrinker frees is not counted there for memcg reclaim).
+/// folios are discarded (up to nr_to_reclaim = max(nr, SWAP_CLUSTER_MAX)
+/// pages) and, if that falls short, the deferred split shrinker runs on the
+/// memcg's queue. Returns the pages reclaimed from the LRU (nr_reclaimed;
+/// what the shrinker frees is not counted there for memcg reclaim).
 pub fn try_to_free_mem_cgroup_pages(
     m: &mut Machine,
     mm: Option<&mut MmStruct>,
     memcg: MemcgId,
+    nr: u64,
 ) -> u64 {
     let mut others = std::mem::take(&mut m.memcg.others);
     let mut mms = MmList::new(others.values_mut().map(|t| &mut t.mm).chain(mm));
     // lazyfree discard: see vmscan (shrink_folio_list frees the memcg's
     // clean lazily-freed anonymous folios; their pages count in
-    // nr_reclaimed).
-    let nr_reclaimed = 0;
-    deferred_split_scan_memcg(m, &mut mms, memcg);
+    // nr_reclaimed). shrink_lruvec runs before shrink_slab.
+    let nr_to_reclaim = nr.max(SWAP_CLUSTER_MAX);
+    let nr_reclaimed = crate::vmscan::shrink_lazyfree(m, &mut mms, nr_to_reclaim, |m, f| {
+        m.memcg.folio_memcg(f) == Some(memcg)
+    });
+    // The shrinker's scan count (its queue length >> priority) reaches a
+    // memcg's few queued folios only at the lowest priorities, which
+    // do_try_to_free_pages gets to only while the LRU falls short.
+    if nr_reclaimed < nr_to_reclaim {
+        deferred_split_scan_memcg(m, &mut mms, memcg);
+    }
     drop(mms);
     m.memcg.others = others;
     nr_reclaimed

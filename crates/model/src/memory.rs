@@ -47,11 +47,14 @@
 //! leaves it. For the utilization report (`thp_utilization`) every store of
 //! the workload, zero or not, also marks the page written (`pg::WRITTEN`);
 //! GUP's write fault (`Access::stores` false) stores nothing and marks nothing.
+//! Every store also sets the dirty bit of the PTE or PMD it goes through
+//! (`pgtable`: what the MMU does; only MADV_FREE clears it), in the same
+//! branch, so the hot loop gains no test.
 
-use crate::gfp::vma_thp_gfp_mask;
+use crate::gfp::{vma_thp_gfp_mask, Gfp};
 use crate::huge_memory::{
     do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
-    split_huge_pmd, thp_vma_allowable_orders, thp_vma_suitable_orders, PmdFault,
+    split_huge_pmd, thp_vma_allowable_orders, thp_vma_denials, thp_vma_suitable_orders, PmdFault,
 };
 use crate::internal::folio_pte_batch;
 use crate::memcontrol::mem_cgroup_charge;
@@ -90,11 +93,34 @@ pub fn handle_mm_fault(
     write: bool,
 ) -> Result<(), Fault> {
     m.stat.count_vm_event(VmEvent::PgFault);
+    m.trace_fault(addr, write);
+    let r = __handle_mm_fault(m, mm, vma, addr, write);
+    m.trace_fault_end();
+    r
+}
+
+/// __handle_mm_fault: the PMD-level dispatch, then handle_pte_fault.
+fn __handle_mm_fault(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
     let index = addr / PMD_SIZE;
     match mm.pmds.get(&index) {
         None => {
             pud_pmd_alloc(m, mm, addr)?;
-            let pmd_allowed = thp_vma_allowable_orders(&m.thp, mm, vma, 1 << HPAGE_PMD_ORDER) != 0;
+            let pmd = 1 << HPAGE_PMD_ORDER;
+            let pmd_allowed = thp_vma_allowable_orders(&m.thp, mm, vma, pmd) != 0;
+            if m.tracing() {
+                let denied = thp_vma_denials(&m.thp, mm, vma, pmd);
+                m.trace(|| Step::Allowable {
+                    pmd: true,
+                    orders: if pmd_allowed { pmd } else { 0 },
+                    denied,
+                });
+            }
             if pmd_allowed {
                 if let PmdFault::Done = do_huge_pmd_anonymous_page(m, mm, vma, addr, write)? {
                     return Ok(());
@@ -155,10 +181,12 @@ fn do_anonymous_page(
     write: bool,
 ) -> Result<(), Fault> {
     if !write {
+        m.trace(|| Step::ZeroPage { huge: false });
         table(mm, addr).ptes[pte_index(addr)] = Pte::ZERO;
         return Ok(());
     }
     let (folio, order) = alloc_anon_folio(m, mm, vma, addr)?;
+    m.trace(|| Step::Mapped { order });
     let nr = 1u64 << order;
     let start = addr & !((PAGE_SIZE << order) - 1);
     rmap::folio_add_new_anon_rmap(m, folio, order, false, mm.mm_id, start);
@@ -172,6 +200,7 @@ fn do_anonymous_page(
     let t = table(mm, addr);
     for i in 0..nr as usize {
         t.ptes[first + i] = Pte::new(Pfn(folio.0 + i as u64), writable);
+        t.pte_mkdirty(first + i);
     }
     Ok(())
 }
@@ -215,8 +244,22 @@ fn alloc_anon_folio(
     addr: u64,
 ) -> Result<(Pfn, u32), Fault> {
     let below_pmd = (1 << HPAGE_PMD_ORDER) - 1;
-    let mut orders = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd);
-    orders = thp_vma_suitable_orders(vma, addr, orders);
+    let allowed = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd);
+    if m.tracing() {
+        let denied = thp_vma_denials(&m.thp, mm, vma, below_pmd);
+        m.trace(|| Step::Allowable {
+            pmd: false,
+            orders: allowed,
+            denied,
+        });
+    }
+    let mut orders = thp_vma_suitable_orders(vma, addr, allowed);
+    if allowed != 0 {
+        m.trace(|| Step::Suitable {
+            orders,
+            unsuitable: allowed & !orders,
+        });
+    }
     // The PTE-emptiness filter needs the table only when some order is left.
     if orders != 0 {
         let t = table(mm, addr);
@@ -227,6 +270,7 @@ fn alloc_anon_folio(
                 break;
             }
             orders &= !(1 << order);
+            m.trace(|| Step::PtesPopulated { order });
         }
     }
     let gfp = vma_thp_gfp_mask(&m.thp, vma);
@@ -234,7 +278,7 @@ fn alloc_anon_folio(
     while orders != 0 {
         let order = highest_order(orders);
         let mut counters = vec!["anon_fault_fallback"];
-        if let Some(folio) = vma_alloc_folio(m, gfp, order) {
+        if let Some(folio) = vma_alloc_folio(m, Some(&mut *mm), gfp, order) {
             match mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp) {
                 Ok(()) => return Ok((folio, order)),
                 Err(_) => {
@@ -259,10 +303,14 @@ fn folio_prealloc(
     mm: &mut MmStruct,
     mm_id: rmap::MmId,
 ) -> Result<(Pfn, u32), Fault> {
-    let folio = alloc_folio(m, 0).ok_or(Fault::Oom)?;
-    let gfp = crate::gfp::Gfp::HIGHUSER_MOVABLE;
+    let gfp = Gfp::HIGHUSER_MOVABLE;
+    let Some(folio) = vma_alloc_folio(m, Some(&mut *mm), gfp, 0) else {
+        m.trace(|| Step::Oom);
+        return Err(Fault::Oom);
+    };
     if let Err(e) = mem_cgroup_charge(m, Some(mm), mm_id, folio, 0, gfp) {
         free_folio(m, folio);
+        m.trace(|| Step::Oom);
         return Err(e);
     }
     Ok((folio, 0))
@@ -275,14 +323,27 @@ fn folio_prealloc(
 fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Result<(), Fault> {
     let pte = table(mm, addr).ptes[pte_index(addr)];
     let Some(page) = pte.pfn() else {
+        m.trace(|| Step::Wp {
+            huge: false,
+            zero: true,
+            reused: false,
+        });
         return wp_page_copy(m, mm, vma, addr, None);
     };
     let folio = page_folio(m, page);
-    if m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio) {
+    let reused =
+        m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio);
+    m.trace(|| Step::Wp {
+        huge: false,
+        zero: false,
+        reused,
+    });
+    if reused {
         // wp_page_reuse: only the faulting PTE becomes writable.
         m.zone.memmap.page_mut(page).set(pg::ANON_EXCLUSIVE);
         let t = table(mm, addr);
         t.ptes[pte_index(addr)] = pte.mkwrite();
+        t.pte_mkdirty(pte_index(addr));
         return Ok(());
     }
     wp_page_copy(m, mm, vma, addr, Some((folio, page)))
@@ -314,13 +375,23 @@ fn wp_page_copy(
     addr: u64,
     old: Option<(Pfn, Pfn)>,
 ) -> Result<(), Fault> {
-    let (new, _) = folio_prealloc(m, mm, mm.mm_id)?;
+    // folio_prealloc: the copy is charged with GFP_KERNEL (the allocation
+    // itself is not a decision `hugelab explain` shows: do_wp_page's is).
+    let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
+    let mm_id = mm.mm_id;
+    if let Err(e) = mem_cgroup_charge(m, Some(&mut *mm), mm_id, new, 0, Gfp::HIGHUSER_MOVABLE) {
+        free_folio(m, new);
+        m.trace(|| Step::Oom);
+        return Err(e);
+    }
     if let Some((_, page)) = old {
         copy_content(m, page, new);
     }
     rmap::folio_add_new_anon_rmap(m, new, 0, false, mm.mm_id, addr);
     let writable = vma.flags & Vma::VM_WRITE != 0;
-    table(mm, addr).ptes[pte_index(addr)] = Pte::new(new, writable);
+    let t = table(mm, addr);
+    t.ptes[pte_index(addr)] = Pte::new(new, writable);
+    t.pte_mkdirty(pte_index(addr));
     match old {
         Some((folio, page)) => {
             if rmap::folio_remove_rmap_ptes(m, folio, page, 1, mm.mm_id) {
@@ -404,6 +475,7 @@ pub fn access_range(
                         }
                         if stores {
                             store(m, pfn, zero);
+                            t.pte_mkdirty(i);
                         }
                         addr += step;
                         continue;
@@ -415,7 +487,9 @@ pub fn access_range(
                         addr += step;
                         continue;
                     }
-                    if write && !small_only {
+                    // A traced run takes every fault the long way, where
+                    // its decisions are recorded.
+                    if (write && !small_only) || m.tracing() {
                         break;
                     }
                     // handle_mm_fault -> do_anonymous_page at order 0, inline:
@@ -425,6 +499,7 @@ pub fn access_range(
                         break;
                     };
                     t.ptes[i] = new;
+                    t.pte_mkdirty_if(i, write);
                     faulted += u64::from(write);
                 }
                 mm.anon_rss += faulted;
@@ -435,8 +510,14 @@ pub fn access_range(
                     continue;
                 }
             }
-            Some(Pmd::Huge { pfn, writable, .. }) if !write || *writable => {
+            Some(Pmd::Huge {
+                pfn,
+                writable,
+                dirty,
+                ..
+            }) if !write || *writable => {
                 let pfn = *pfn;
+                *dirty |= stores;
                 while addr < limit {
                     if stores {
                         store(m, Pfn(pfn.0 + pte_index(addr) as u64), zero);
@@ -536,7 +617,9 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
             unmapped += 1;
             if page.private == 0 {
                 crate::memcontrol::mem_cgroup_uncharge(m, pfn);
-                // free_folio of a small folio is the buddy free alone.
+                // free_folio of a small folio is the buddy free alone
+                // (and forgetting its LRU state, if it has one).
+                m.lru.forget(pfn);
                 if run.1 > 0 && run.0 .0 + run.1 == pfn.0 {
                     run.1 += 1;
                 } else {

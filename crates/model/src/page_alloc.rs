@@ -1,35 +1,96 @@
-//! The buddy allocator: one zone of physical memory, free lists per order;
-//! and folios allocated from it and freed to it (`alloc_folio`, `free_folio`).
+//! The buddy allocator: one zone of physical memory, free lists per order
+//! and migratetype; folios allocated from it and freed to it (`alloc_folio`,
+//! `free_folio`); and the allocation slow path for user folios
+//! (`vma_alloc_folio`), which may compact (`compaction`).
 //!
-//! Follows Linux 6.18 `mm/page_alloc.c`: `__rmqueue_smallest` takes the smallest
-//! free block of at least the requested order and `expand`s it, returning the
-//! upper halves to the free lists; `__free_one_page` merges a freed block with
-//! its buddy while the buddy is free and of the same order.
+//! Follows Linux 6.18 `mm/page_alloc.c`:
+//! - `__rmqueue`: `__rmqueue_smallest` takes the smallest free block of at
+//!   least the requested order from the free lists of the allocation's
+//!   migratetype and `expand`s it, returning the upper halves to the lists
+//!   of the block's pageblock type; failing that, `__rmqueue_claim` takes the
+//!   largest block of the other type whose pageblock it can claim
+//!   (`should_try_claim_block`, `try_to_claim_block`: a block of a pageblock
+//!   or more always, a smaller one when the pageblock's free and compatible
+//!   pages are at least half of it), first whole pageblocks only
+//!   (ALLOC_NOFRAGMENT, which a ZONE_NORMAL allocation with a lower zone
+//!   starts with), then any; failing that `__rmqueue_steal` takes the
+//!   smallest block of the other type, leaving its pageblock's type;
+//! - `__free_one_page` merges a freed block with its buddy while the buddy is
+//!   free and of the same order (merged pageblocks take the freed block's
+//!   type);
+//! - `__alloc_pages_slowpath`, `__alloc_pages_direct_compact` and
+//!   alloc_pages_mpol's first THISNODE|NORETRY try for a PMD order
+//!   (mm/mempolicy.c): see `vma_alloc_folio`.
 //!
 //! Deliberate simplifications:
-//! - one node, one zone (ZONE_NORMAL), no migratetypes, no per-cpu page lists
-//!   (frees merge at once), no watermarks or lowmem reserves: an allocation fails
-//!   only when no free block of a sufficient order exists;
-//! - no direct compaction or reclaim yet, whatever `defrag` says: a large-folio
-//!   allocation fails as soon as memory is too fragmented for it;
+//! - one node, one zone (ZONE_NORMAL), two migratetypes (MIGRATE_UNMOVABLE:
+//!   page tables, the huge zero folio, the `fragment` generator's pages;
+//!   MIGRATE_MOVABLE: everything else, HugeTLB and HVO's vmemmap pages
+//!   included), no per-cpu page lists (frees merge at once), no watermarks,
+//!   watermark boosting or lowmem reserves: an allocation fails only when no
+//!   free block of a sufficient order exists;
+//! - no direct reclaim, kswapd or OOM killer: nothing the model keeps is
+//!   reclaimable (no swap, no page cache), so the slow path's reclaim steps
+//!   free nothing and its retry loops (`should_reclaim_retry`,
+//!   `should_compact_retry`, which need reclaim progress) end at once; a
+//!   non-costly order that the kernel would hand to `__alloc_pages_may_oom`
+//!   fails;
 //! - memory never touched is not on any free list: it sits above `frontier` as
-//!   MAX_PAGE_ORDER blocks and is carved off when the free lists run dry, so the
-//!   model of a 1 TiB machine costs nothing before it is used (the kernel's
-//!   deferred struct page init does the same with its memmap);
+//!   MAX_PAGE_ORDER blocks (MIGRATE_MOVABLE, behind every listed movable
+//!   block, as boot memory is freed to the lists' tails) and is carved off
+//!   when the free lists run dry, so the model of a 1 TiB machine costs
+//!   nothing before it is used (the kernel's deferred struct page init does
+//!   the same with its memmap);
 //! - free lists are LIFO stacks (the kernel adds freed pages at the head and
 //!   allocates from the head). Taking a block out of the middle of its list
 //!   (a merge with a freed buddy, `del_page_from_free_list`) moves the top
 //!   block into its slot: each free block's head page records its slot (the
 //!   kernel links `page->buddy_list` instead), so a free and every merge it
-//!   makes cost O(1) and the lists never hold stale entries.
+//!   makes cost O(1) and the lists never hold stale entries. A claimed
+//!   pageblock's free blocks go to the tail of their new list
+//!   (`move_to_free_list`), which costs the length of that list.
 
+use crate::compaction::PAGEBLOCK_ORDER;
+use crate::compaction::{
+    try_to_compact_pages, wakeup_kcompactd, CompactPriority, CompactStatus, PAGE_ALLOC_COSTLY_ORDER,
+};
 use crate::gfp::Gfp;
 use crate::huge_memory::folio_unqueue_deferred_split;
+use crate::mm_types::HPAGE_PMD_ORDER;
 use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
+use crate::mmap::MmStruct;
 use crate::sparse::MemMap;
 use crate::trace::Step;
 use crate::vmstat::MthpStat;
+use crate::vmstat::VmEvent;
 use crate::Machine;
+
+/// The migratetypes the model distinguishes (enum migratetype).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MigrateType {
+    /// MIGRATE_UNMOVABLE: page tables, kernel pages.
+    Unmovable = 0,
+    /// MIGRATE_MOVABLE: user pages.
+    Movable = 1,
+}
+
+const NR_MIGRATETYPES: usize = 2;
+
+impl MigrateType {
+    /// fallbacks[]: the other type.
+    fn other(self) -> MigrateType {
+        match self {
+            MigrateType::Unmovable => MigrateType::Movable,
+            MigrateType::Movable => MigrateType::Unmovable,
+        }
+    }
+}
+
+/// should_try_claim_block: unmovable allocations always try to claim the
+/// pageblock they fall back into; movable ones only from half a pageblock up.
+fn should_try_claim_block(order: u32, mt: MigrateType) -> bool {
+    order >= PAGEBLOCK_ORDER || order >= PAGEBLOCK_ORDER / 2 || mt == MigrateType::Unmovable
+}
 
 #[derive(Default)]
 struct FreeArea {
@@ -46,7 +107,14 @@ impl FreeArea {
 
 pub struct Zone {
     pub memmap: MemMap,
-    free_area: [FreeArea; NR_PAGE_ORDERS],
+    /// The compaction state of the zone (deferral; see `compaction`).
+    pub compact: crate::compaction::ZoneCompact,
+    /// Pageblocks (order 9) marked MIGRATE_UNMOVABLE, by pageblock index;
+    /// every other pageblock is MIGRATE_MOVABLE. Grown only when a block is
+    /// marked, so a zone with no unmovable allocation costs nothing here.
+    unmovable_blocks: Vec<bool>,
+    /// free_area[order].free_list[migratetype].
+    free_area: [[FreeArea; NR_MIGRATETYPES]; NR_PAGE_ORDERS],
     /// Frames at or above this have never been allocated (and are not on any list).
     frontier: u64,
     /// zone->spanned_pages: frames in the zone.
@@ -60,6 +128,8 @@ impl Zone {
     pub fn new(nr_pages: u64) -> Self {
         Zone {
             memmap: MemMap::new(nr_pages),
+            compact: Default::default(),
+            unmovable_blocks: Vec::new(),
             free_area: Default::default(),
             frontier: 0,
             spanned: nr_pages,
@@ -75,12 +145,17 @@ impl Zone {
         self.nr_free_pages
     }
 
+    /// Frames never handed out yet (above the frontier).
+    pub fn never_used_frames(&self) -> u64 {
+        self.spanned - self.frontier
+    }
+
     /// nr_free of each order's free list (what /proc/buddyinfo prints), counting
     /// never-touched memory as free MAX_PAGE_ORDER blocks.
     pub fn buddyinfo(&self) -> [u64; NR_PAGE_ORDERS] {
         let mut info = [0; NR_PAGE_ORDERS];
         for (o, area) in self.free_area.iter().enumerate() {
-            info[o] = area.nr_free();
+            info[o] = area.iter().map(FreeArea::nr_free).sum();
         }
         let mut pfn = self.frontier;
         while pfn < self.spanned {
@@ -95,11 +170,23 @@ impl Zone {
     /// free block of that order or larger exists. Page metadata of the block is
     /// left cleared: the caller initialises what it uses.
     pub fn alloc_pages(&mut self, order: u32) -> Option<Pfn> {
+        self.alloc_pages_mt(order, MigrateType::Movable)
+    }
+
+    /// alloc_pages for an allocation of migratetype `mt` (`__rmqueue`): its
+    /// own free lists first, then claiming a block of the other type, at
+    /// first only whole pageblocks (ALLOC_NOFRAGMENT, which a ZONE_NORMAL
+    /// allocation starts with), then any claimable one, then stealing the
+    /// smallest block of the other type without claiming its pageblock.
+    pub fn alloc_pages_mt(&mut self, order: u32, mt: MigrateType) -> Option<Pfn> {
         debug_assert!(order <= MAX_PAGE_ORDER);
-        let (pfn, found) = self
-            .rmqueue_smallest(order)
-            .or_else(|| self.carve_frontier(order))?;
-        self.expand(pfn, order, found);
+        let pfn = match self.rmqueue_smallest(order, mt) {
+            Some(pfn) => pfn,
+            None => self
+                .rmqueue_claim(order, mt, true)
+                .or_else(|| self.rmqueue_claim(order, mt, false))
+                .or_else(|| self.rmqueue_steal(order, mt))?,
+        };
         let page = self.memmap.page_mut(Pfn(pfn));
         page.init(0, 0);
         self.nr_free_pages -= 1 << order;
@@ -168,10 +255,106 @@ impl Zone {
                 break;
             }
             self.del_page_from_free_list(buddy, order);
+            // Pageblocks that merge take the freed block's type.
+            let mt = self.block_mt(pfn);
+            if order >= PAGEBLOCK_ORDER && self.block_mt(buddy) != mt {
+                self.set_block_mt(buddy, mt);
+            }
             pfn &= !(1 << order);
             order += 1;
         }
         self.add_to_free_list(pfn, order);
+    }
+
+    /// get_pageblock_migratetype == MIGRATE_MOVABLE.
+    pub fn pageblock_movable(&self, pfn: Pfn) -> bool {
+        !self
+            .unmovable_blocks
+            .get((pfn.0 >> PAGEBLOCK_ORDER) as usize)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// The pageblock of `pfn` becomes MIGRATE_UNMOVABLE, its free blocks
+    /// moving to the unmovable lists (an unmovable allocation claimed it).
+    pub fn set_pageblock_unmovable(&mut self, pfn: Pfn) {
+        if self.pageblock_movable(pfn) {
+            self.move_freepages_block(
+                pfn.0 & !((1 << PAGEBLOCK_ORDER) - 1),
+                MigrateType::Unmovable,
+            );
+        }
+    }
+
+    /// A free block of `order` or more that a movable allocation can take
+    /// without stealing: on a movable list, or on an unmovable one at an
+    /// order whose pageblock it could claim (`__compact_finished`,
+    /// `find_suitable_fallback`).
+    pub fn has_movable_free_block(&self, order: u32) -> bool {
+        (order..=MAX_PAGE_ORDER).any(|o| {
+            !self.free_area[o as usize][MigrateType::Movable as usize]
+                .list
+                .is_empty()
+                || (should_try_claim_block(o, MigrateType::Movable)
+                    && !self.free_area[o as usize][MigrateType::Unmovable as usize]
+                        .list
+                        .is_empty())
+        }) || (self.frontier < self.spanned && self.frontier_block_order(self.frontier) >= order)
+    }
+
+    /// Whether a free block of `order` or larger exists (zone_watermark_ok
+    /// for `order` with the model's zero watermarks).
+    pub fn has_free_block(&self, order: u32) -> bool {
+        (order..=MAX_PAGE_ORDER).any(|o| self.free_area[o as usize].iter().any(|a| a.nr_free() > 0))
+            || (self.frontier < self.spanned && self.frontier_block_order(self.frontier) >= order)
+    }
+
+    /// Puts every never-used block on the free lists, so that a pfn walk
+    /// (compaction's scanners, the fragmentation generator) finds memory
+    /// as the kernel's memmap has it.
+    pub(crate) fn materialise_frontier(&mut self) {
+        while self.frontier < self.spanned {
+            let block = self.frontier_block_order(self.frontier);
+            let head = self.frontier;
+            self.memmap.online_section(Pfn(head));
+            self.frontier += 1 << block;
+            self.add_to_free_list(head, block);
+        }
+    }
+
+    /// __isolate_free_page: takes the free block headed at `pfn` off its
+    /// list (compaction's free scanner). The frontier must be materialised.
+    pub(crate) fn isolate_free_block(&mut self, pfn: Pfn, order: u32) {
+        debug_assert!(self.is_free_block(pfn.0, order));
+        self.del_page_from_free_list(pfn.0, order);
+        self.nr_free_pages -= 1 << order;
+    }
+
+    /// Takes the one free frame `pfn` (splitting the free block around it
+    /// and giving the rest back), or returns false when it is in use. The
+    /// frontier must be materialised. The page is left cleared.
+    pub(crate) fn take_free_page(&mut self, pfn: Pfn) -> bool {
+        let Some(order) =
+            (0..=MAX_PAGE_ORDER).find(|&o| self.is_free_block(pfn.0 & !((1 << o) - 1), o))
+        else {
+            return false;
+        };
+        let mut head = pfn.0 & !((1 << order) - 1);
+        self.del_page_from_free_list(head, order);
+        let mut o = order;
+        while o > 0 {
+            o -= 1;
+            let half = 1u64 << o;
+            if pfn.0 < head + half {
+                self.add_to_free_list(head + half, o);
+            } else {
+                self.add_to_free_list(head, o);
+                head += half;
+            }
+        }
+        self.memmap.page_mut(pfn).init(0, 0);
+        self.nr_free_pages -= 1;
+        true
     }
 
     /// Frees the `nr` order-0 pages from `pfn` on, in ascending order: the
@@ -194,22 +377,70 @@ impl Zone {
     }
 
     fn is_free_block(&self, pfn: u64, order: u32) -> bool {
+        if pfn >= self.frontier {
+            return false;
+        }
         let page = self.memmap.page(Pfn(pfn));
         page.test(pg::BUDDY) && page.order() == order
     }
 
+    /// The migratetype of the pageblock holding `pfn`.
+    fn block_mt(&self, pfn: u64) -> MigrateType {
+        if self.pageblock_movable(Pfn(pfn)) {
+            MigrateType::Movable
+        } else {
+            MigrateType::Unmovable
+        }
+    }
+
+    /// set_pageblock_migratetype, without moving free blocks.
+    fn set_block_mt(&mut self, pfn: u64, mt: MigrateType) {
+        let block = (pfn >> PAGEBLOCK_ORDER) as usize;
+        if mt == MigrateType::Unmovable && self.unmovable_blocks.len() <= block {
+            self.unmovable_blocks.resize(block + 1, false);
+        }
+        if let Some(b) = self.unmovable_blocks.get_mut(block) {
+            *b = mt == MigrateType::Unmovable;
+        }
+    }
+
+    /// __add_to_free_list at the head: the free list of the block's
+    /// pageblock type.
     fn add_to_free_list(&mut self, pfn: u64, order: u32) {
-        let area = &mut self.free_area[order as usize];
+        let mt = self.block_mt(pfn) as usize;
+        let area = &mut self.free_area[order as usize][mt];
         let page = self.memmap.page_mut(Pfn(pfn));
         page.init(pg::BUDDY, order);
         page.private = area.list.len() as u32;
         area.list.push(pfn as u32);
     }
 
+    /// __add_to_free_list at the tail (move_to_free_list) for blocks of one
+    /// order, in order: allocated after every block already listed. The
+    /// list's slots are renumbered once.
+    fn add_to_free_list_tail(&mut self, blocks: &[u64], order: u32) {
+        let Some(&first) = blocks.first() else {
+            return;
+        };
+        let mt = self.block_mt(first) as usize;
+        for &pfn in blocks {
+            self.memmap.page_mut(Pfn(pfn)).init(pg::BUDDY, order);
+        }
+        let list = &mut self.free_area[order as usize][mt].list;
+        // The list's tail is its start (blocks are taken from the end).
+        list.splice(0..0, blocks.iter().rev().map(|&p| p as u32));
+        let list = std::mem::take(list);
+        for (slot, &p) in list.iter().enumerate() {
+            self.memmap.page_mut(Pfn(u64::from(p))).private = slot as u32;
+        }
+        self.free_area[order as usize][mt].list = list;
+    }
+
     /// del_page_from_free_list: the block leaves its list from wherever it
     /// is; the list's top block takes its slot.
     fn del_page_from_free_list(&mut self, pfn: u64, order: u32) {
-        let area = &mut self.free_area[order as usize];
+        let mt = self.block_mt(pfn) as usize;
+        let area = &mut self.free_area[order as usize][mt];
         let slot = self.memmap.page(Pfn(pfn)).private as usize;
         debug_assert_eq!(area.list[slot] as u64, pfn);
         area.list.swap_remove(slot);
@@ -220,13 +451,169 @@ impl Zone {
     }
 
     /// __rmqueue_smallest: takes the head block of the first non-empty list
-    /// of order >= `order`.
-    fn rmqueue_smallest(&mut self, order: u32) -> Option<(u64, u32)> {
+    /// of `mt` of order >= `order` (never-used memory last, as MOVABLE
+    /// blocks at the lists' tails) and expands it.
+    fn rmqueue_smallest(&mut self, order: u32, mt: MigrateType) -> Option<u64> {
         for o in order..=MAX_PAGE_ORDER {
-            if let Some(pfn) = self.free_area[o as usize].list.pop() {
+            if let Some(&pfn) = self.free_area[o as usize][mt as usize].list.last() {
                 let pfn = u64::from(pfn);
-                self.memmap.page_mut(Pfn(pfn)).init(0, 0);
-                return Some((pfn, o));
+                self.del_page_from_free_list(pfn, o);
+                self.expand(pfn, order, o);
+                return Some(pfn);
+            }
+        }
+        if mt == MigrateType::Movable {
+            let (pfn, found) = self.carve_frontier(order)?;
+            self.expand(pfn, order, found);
+            return Some(pfn);
+        }
+        None
+    }
+
+    /// The head block of the free list of `mt` at `order`, putting the next
+    /// never-used block there first when the list is empty and the block
+    /// has that order (never-used memory is MOVABLE).
+    fn free_area_head(&mut self, order: u32, mt: MigrateType) -> Option<u64> {
+        if self.free_area[order as usize][mt as usize].list.is_empty()
+            && mt == MigrateType::Movable
+            && self.frontier < self.spanned
+            && self.frontier_block_order(self.frontier) == order
+        {
+            let head = self.frontier;
+            self.memmap.online_section(Pfn(head));
+            self.frontier += 1 << order;
+            self.add_to_free_list(head, order);
+        }
+        self.free_area[order as usize][mt as usize]
+            .list
+            .last()
+            .map(|&p| u64::from(p))
+    }
+
+    /// __rmqueue_claim: the largest free block of the other type, from
+    /// MAX_PAGE_ORDER down, whose pageblock `mt` can claim
+    /// (try_to_claim_block); with `nofragment` only whole pageblocks.
+    fn rmqueue_claim(&mut self, order: u32, mt: MigrateType, nofragment: bool) -> Option<u64> {
+        let min_order = if order < PAGEBLOCK_ORDER && nofragment {
+            PAGEBLOCK_ORDER
+        } else {
+            order
+        };
+        let other = mt.other();
+        for cur in (min_order..=MAX_PAGE_ORDER).rev() {
+            if !should_try_claim_block(cur, mt) {
+                break;
+            }
+            let Some(pfn) = self.free_area_head(cur, other) else {
+                continue;
+            };
+            if let Some(page) = self.try_to_claim_block(pfn, cur, order, mt, other) {
+                return Some(page);
+            }
+        }
+        None
+    }
+
+    /// try_to_claim_block: a free block of a pageblock or more changes type
+    /// with its pageblocks; a smaller one's pageblock is claimed when its
+    /// free and compatible pages are at least half of it.
+    fn try_to_claim_block(
+        &mut self,
+        pfn: u64,
+        cur: u32,
+        order: u32,
+        mt: MigrateType,
+        block_type: MigrateType,
+    ) -> Option<u64> {
+        if cur >= PAGEBLOCK_ORDER {
+            self.del_page_from_free_list(pfn, cur);
+            for block in 0..1u64 << (cur - PAGEBLOCK_ORDER) {
+                self.set_block_mt(pfn + (block << PAGEBLOCK_ORDER), mt);
+            }
+            self.expand(pfn, order, cur);
+            return Some(pfn);
+        }
+        let start = pfn & !((1 << PAGEBLOCK_ORDER) - 1);
+        let (free, movable) = self.count_block_pages(start);
+        let alike = match (mt, block_type) {
+            (MigrateType::Movable, _) => movable,
+            (MigrateType::Unmovable, MigrateType::Movable) => {
+                (1 << PAGEBLOCK_ORDER) - (free + movable)
+            }
+            _ => 0,
+        };
+        if free + alike >= 1 << (PAGEBLOCK_ORDER - 1) {
+            self.move_freepages_block(start, mt);
+            return self.rmqueue_smallest(order, mt);
+        }
+        None
+    }
+
+    /// prep_move_freepages_block: free pages and movable (anonymous user)
+    /// pages of the pageblock at `start`.
+    fn count_block_pages(&self, start: u64) -> (u64, u64) {
+        let (mut free, mut movable) = (0, 0);
+        let mut pfn = start;
+        let end = (start + (1 << PAGEBLOCK_ORDER)).min(self.spanned);
+        while pfn < end {
+            if pfn >= self.frontier {
+                free += end - pfn;
+                break;
+            }
+            let page = self.memmap.page(Pfn(pfn));
+            let step = if page.test(pg::BUDDY) {
+                free += 1 << page.order();
+                1 << page.order()
+            } else if page.test(pg::HEAD) && page.test(pg::ANON) {
+                movable += 1 << page.order();
+                1 << page.order()
+            } else {
+                1
+            };
+            pfn += step;
+        }
+        (free, movable)
+    }
+
+    /// __move_freepages_block and set_pageblock_migratetype: the pageblock
+    /// at `start` becomes `mt`, its free blocks move to the tails of `mt`'s
+    /// lists.
+    fn move_freepages_block(&mut self, start: u64, mt: MigrateType) {
+        let end = (start + (1 << PAGEBLOCK_ORDER)).min(self.frontier);
+        let mut blocks = Vec::new();
+        let mut pfn = start;
+        while pfn < end {
+            let page = *self.memmap.page(Pfn(pfn));
+            if page.test(pg::BUDDY) {
+                blocks.push((pfn, page.order()));
+                pfn += 1 << page.order();
+            } else {
+                pfn += 1;
+            }
+        }
+        for &(pfn, order) in &blocks {
+            self.del_page_from_free_list(pfn, order);
+        }
+        self.set_block_mt(start, mt);
+        for order in 0..=MAX_PAGE_ORDER {
+            let of_order: Vec<u64> = blocks
+                .iter()
+                .filter(|b| b.1 == order)
+                .map(|b| b.0)
+                .collect();
+            self.add_to_free_list_tail(&of_order, order);
+        }
+    }
+
+    /// __rmqueue_steal: the smallest free block of the other type, taken
+    /// without claiming its pageblock (the rest stays on the other lists).
+    fn rmqueue_steal(&mut self, order: u32, mt: MigrateType) -> Option<u64> {
+        let other = mt.other();
+        for cur in order..=MAX_PAGE_ORDER {
+            if let Some(pfn) = self.free_area_head(cur, other) {
+                self.del_page_from_free_list(pfn, cur);
+                self.expand(pfn, order, cur);
+                return Some(pfn);
             }
         }
         None
@@ -255,8 +642,20 @@ impl Zone {
             // A small block at the end of the zone: free it like any other.
             self.nr_free_pages -= 1 << block;
             self.free_pages(Pfn(pfn), block);
-            if let Some(found) = self.rmqueue_smallest(order) {
-                return Some(found);
+            let o = (order..=block).find(|&o| {
+                !self.free_area[o as usize][MigrateType::Movable as usize]
+                    .list
+                    .is_empty()
+            });
+            if let Some(o) = o {
+                let pfn = u64::from(
+                    *self.free_area[o as usize][MigrateType::Movable as usize]
+                        .list
+                        .last()
+                        .expect("found"),
+                );
+                self.del_page_from_free_list(pfn, o);
+                return Some((pfn, o));
             }
         }
         None
@@ -272,7 +671,12 @@ impl Zone {
 
     /// Host bytes used by the model of this zone.
     pub fn footprint_bytes(&self) -> u64 {
-        let lists: usize = self.free_area.iter().map(|a| a.list.capacity() * 4).sum();
+        let lists: usize = self
+            .free_area
+            .iter()
+            .flatten()
+            .map(|a| a.list.capacity() * 4)
+            .sum();
         self.memmap.footprint_bytes() + lists as u64
     }
 }
@@ -294,16 +698,150 @@ pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
 }
 
 /// vma_alloc_folio (`__alloc_pages` for a user folio): the buddy allocator's
-/// fast path, and what `gfp` allows when it finds no free block. Records
-/// the attempt for `hugelab explain`.
-pub fn vma_alloc_folio(m: &mut Machine, gfp: Gfp, order: u32) -> Option<Pfn> {
+/// fast path, and the slow path `gfp` allows when it finds no free block.
+/// `mm` is the faulting (or collapsing) mm; with the mms `exec` lent
+/// (`Machine::lent_mms`) it is what compaction may migrate pages of.
+///
+/// A PMD-order allocation goes through alloc_pages_mpol (mm/mempolicy.c,
+/// CONFIG_NUMA with the default policy) as on the development kernels: first
+/// `gfp | __GFP_THISNODE | __GFP_NORETRY`, and only when that fails and
+/// `gfp` allows direct reclaim, `gfp` itself (the model has one node).
+pub fn vma_alloc_folio(
+    m: &mut Machine,
+    mm: Option<&mut MmStruct>,
+    gfp: Gfp,
+    order: u32,
+) -> Option<Pfn> {
+    with_mms(m, mm, |m, mms| {
+        let first = if order == HPAGE_PMD_ORDER {
+            Gfp {
+                noretry: true,
+                ..gfp
+            }
+        } else {
+            gfp
+        };
+        let folio = alloc_pages(m, mms, first, order);
+        if folio.is_none() && order == HPAGE_PMD_ORDER && gfp.direct_reclaim {
+            return alloc_pages(m, mms, gfp, order);
+        }
+        folio
+    })
+}
+
+/// __folio_alloc: one `__alloc_pages` of a user folio, without
+/// alloc_pages_mpol's first try (khugepaged's and MADV_COLLAPSE's
+/// alloc_charge_folio). `mm` as for `vma_alloc_folio`.
+pub fn folio_alloc(
+    m: &mut Machine,
+    mm: Option<&mut MmStruct>,
+    gfp: Gfp,
+    order: u32,
+) -> Option<Pfn> {
+    with_mms(m, mm, |m, mms| alloc_pages(m, mms, gfp, order))
+}
+
+/// Runs `f` with the mms compaction may migrate pages of: `mm` and those
+/// `exec` lent (`Machine::lent_mms`).
+fn with_mms<T>(
+    m: &mut Machine,
+    mm: Option<&mut MmStruct>,
+    f: impl FnOnce(&mut Machine, &mut [&mut MmStruct]) -> T,
+) -> T {
+    let mut lent = std::mem::take(&mut m.lent_mms);
+    let mut mms: Vec<&mut MmStruct> = lent.iter_mut().chain(mm).collect();
+    let out = f(m, &mut mms);
+    drop(mms);
+    m.lent_mms = lent;
+    out
+}
+
+/// __alloc_pages: get_page_from_freelist, then __alloc_pages_slowpath.
+fn alloc_pages(m: &mut Machine, mms: &mut [&mut MmStruct], gfp: Gfp, order: u32) -> Option<Pfn> {
     let folio = alloc_folio(m, order);
     m.trace(|| Step::Alloc {
         order,
         gfp,
         ok: folio.is_some(),
     });
-    folio
+    folio.or_else(|| alloc_pages_slowpath(m, mms, gfp, order))
+}
+
+/// __alloc_pages_slowpath for a user folio of `order` > 0 (order-0 user
+/// pages never fail in the model short of OOM):
+/// - `__GFP_KSWAPD_RECLAIM` wakes kswapd, which has nothing to reclaim in
+///   the model (no swap, no page cache) and on going back to sleep wakes
+///   kcompactd for the order (`wake_all_kswapds` -> `kswapd_try_to_sleep`
+///   -> `wakeup_kcompactd`);
+/// - a costly order (> PAGE_ALLOC_COSTLY_ORDER) that may block tries async
+///   compaction first; with __GFP_NORETRY it gives up there when compaction
+///   was skipped or deferred, else keeps the async priority;
+/// - then direct reclaim (nothing to reclaim in the model) and direct
+///   compaction at `compact_priority` (sync-light unless kept async), and
+///   the allocation fails: __GFP_NORETRY, or a costly order without
+///   __GFP_RETRY_MAYFAIL, stops here; a non-costly order would retry while
+///   reclaim makes progress (`should_reclaim_retry`, `should_compact_retry`
+///   need it, and the model's never does) and then try the OOM killer
+///   (`__alloc_pages_may_oom`), which the model does not have: it fails.
+fn alloc_pages_slowpath(
+    m: &mut Machine,
+    mms: &mut [&mut MmStruct],
+    gfp: Gfp,
+    order: u32,
+) -> Option<Pfn> {
+    let costly = order > PAGE_ALLOC_COSTLY_ORDER;
+    if gfp.kswapd_reclaim {
+        wakeup_kcompactd(m, order);
+    }
+    let mut prio = CompactPriority::SyncLight;
+    if gfp.direct_reclaim && costly {
+        let (folio, result) = alloc_pages_direct_compact(m, mms, order, CompactPriority::Async);
+        if folio.is_some() {
+            return folio;
+        }
+        if gfp.noretry {
+            if matches!(result, CompactStatus::Skipped | CompactStatus::Deferred) {
+                return None;
+            }
+            prio = CompactPriority::Async;
+        }
+    }
+    if !gfp.direct_reclaim {
+        return None;
+    }
+    alloc_pages_direct_compact(m, mms, order, prio).0
+}
+
+/// __alloc_pages_direct_compact: try_to_compact_pages, then the free
+/// lists; counts compact_stall, and compact_success or compact_fail,
+/// unless compaction was skipped.
+fn alloc_pages_direct_compact(
+    m: &mut Machine,
+    mms: &mut [&mut MmStruct],
+    order: u32,
+    prio: CompactPriority,
+) -> (Option<Pfn>, CompactStatus) {
+    if order == 0 {
+        return (None, CompactStatus::Skipped);
+    }
+    let result = try_to_compact_pages(m, mms, order, prio);
+    m.trace(|| Step::Compact {
+        order,
+        sync: prio != CompactPriority::Async,
+        result: result.result(),
+    });
+    if result == CompactStatus::Skipped {
+        return (None, result);
+    }
+    m.stat.count_vm_event(VmEvent::CompactStall);
+    let folio = alloc_folio(m, order);
+    if folio.is_some() {
+        m.zone.compact.compaction_defer_reset(order, true);
+        m.stat.count_vm_event(VmEvent::CompactSuccess);
+    } else {
+        m.stat.count_vm_event(VmEvent::CompactFail);
+    }
+    (folio, result)
 }
 
 /// The end of folio_put for a folio whose last reference went: `__folio_put`
@@ -314,6 +852,7 @@ pub fn vma_alloc_folio(m: &mut Machine, gfp: Gfp, order: u32) -> Option<Pfn> {
 pub fn free_folio(m: &mut Machine, folio: Pfn) {
     let head = *m.zone.memmap.page(folio);
     let order = head.order();
+    m.lru.forget(folio);
     if order > 0 {
         folio_unqueue_deferred_split(m, folio, order);
         m.folio_mm_ids.remove(&folio);
@@ -373,7 +912,12 @@ mod tests {
 
     /// The free lists and page metadata, for comparing two zones.
     fn state(zone: &Zone) -> (Vec<Vec<u32>>, Vec<crate::mm_types::Page>) {
-        let lists = zone.free_area.iter().map(|a| a.list.clone()).collect();
+        let lists = zone
+            .free_area
+            .iter()
+            .flatten()
+            .map(|a| a.list.clone())
+            .collect();
         let pages = (0..zone.spanned)
             .map(|p| *zone.memmap.page(Pfn(p)))
             .collect();
@@ -450,5 +994,17 @@ mod tests {
     fn terabyte_zone_is_cheap_until_used() {
         let zone = Zone::new((1u64 << 40) >> 12);
         assert!(zone.footprint_bytes() < 1 << 20);
+    }
+}
+
+#[cfg(test)]
+mod mt_tests {
+    use super::*;
+
+    #[test]
+    fn an_unmovable_allocation_claims_a_whole_block() {
+        let mut zone = Zone::new(4096);
+        let p = zone.alloc_pages_mt(0, MigrateType::Unmovable).unwrap();
+        assert!(!zone.pageblock_movable(p), "{p}");
     }
 }

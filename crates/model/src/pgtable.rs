@@ -7,8 +7,13 @@
 //! in use (`PmdMap`); the PUD and PMD table pages still take frames (counted
 //! in NR_PAGETABLE, `MmStruct::pmd_tables` / `pud_tables`) but hold no
 //! entries; the P4D and PGD levels are not modelled (see `mmap`); no
-//! accessed/dirty bits (all anon PTEs are written young and dirty on fault,
-//! and the model never ages them yet); no swap or migration entries.
+//! accessed bit (the model never ages mappings); the dirty bit is kept beside
+//! the PTEs, one bit per entry in `PteTable::dirty`, and in `Pmd::Huge`, and
+//! only MADV_FREE ever clears it (it matters for lazily-freed folios only: a
+//! new table starts all dirty, and every write fault, copy-on-write or fork
+//! copy that maps a page makes its PTE dirty, as the kernel's do); no swap
+//! or migration entries. So a clean PTE maps a folio that MADV_FREE cleaned,
+//! which has LRU state (`swap`) as long as it lives.
 
 use crate::mm_types::{Pfn, PAGE_SHIFT, PTRS_PER_PTE};
 
@@ -74,6 +79,8 @@ impl Pte {
 pub struct PteTable {
     pub page: Pfn,
     pub ptes: [Pte; PTRS_PER_PTE],
+    /// pte_dirty of each entry, a bit per PTE (see the module doc).
+    pub dirty: [u64; PTRS_PER_PTE / 64],
 }
 
 impl PteTable {
@@ -81,7 +88,39 @@ impl PteTable {
         Box::new(PteTable {
             page,
             ptes: [Pte::NONE; PTRS_PER_PTE],
+            dirty: [u64::MAX; PTRS_PER_PTE / 64],
         })
+    }
+
+    /// pte_dirty of entry `i`.
+    #[inline]
+    pub fn pte_dirty(&self, i: usize) -> bool {
+        self.dirty[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    /// pte_mkdirty of entry `i`: what a store through it does (no branch).
+    #[inline]
+    pub fn pte_mkdirty(&mut self, i: usize) {
+        self.dirty[i / 64] |= 1 << (i % 64);
+    }
+
+    /// pte_mkdirty of entry `i` when `cond`, without a branch (a write
+    /// fault maps its page dirty).
+    #[inline]
+    pub fn pte_mkdirty_if(&mut self, i: usize, cond: bool) {
+        self.dirty[i / 64] |= u64::from(cond) << (i % 64);
+    }
+
+    /// pte_mkclean of entries `[first, first + nr)`.
+    pub fn pte_mkclean(&mut self, first: usize, nr: usize) {
+        for i in first..first + nr {
+            self.dirty[i / 64] &= !(1 << (i % 64));
+        }
+    }
+
+    /// Whether any of `[first, first + nr)` is dirty.
+    pub fn any_dirty(&self, first: usize, nr: usize) -> bool {
+        (first..first + nr).any(|i| self.pte_dirty(i))
     }
 
     /// pte_range_none: all `nr` PTEs from `first` are empty.
@@ -105,6 +144,8 @@ pub enum Pmd {
     Huge {
         pfn: Pfn,
         writable: bool,
+        /// pmd_dirty (see the module doc).
+        dirty: bool,
         deposit: Pfn,
     },
     Table(Box<PteTable>),

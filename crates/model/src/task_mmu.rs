@@ -5,7 +5,10 @@
 //! a page of a folio with refcount 1 counts whole to Pss, otherwise its share is
 //! 1/mapcount (its PTE mappings plus the folio's PMD mappings); AnonHugePages
 //! counts PMD-mapped anon folios only; a page is Shared_* when mapped twice or
-//! more, else Private_* (always *_Dirty for anon memory, see `accumulate`).
+//! more, else Private_*; *_Dirty when its PTE or PMD is dirty or its folio
+//! PG_dirty, else *_Clean (anon memory is clean only after MADV_FREE); a page
+//! of a lazily-freed folio (anon, !swapbacked) that is not dirty that way
+//! counts in LazyFree.
 //! Pss is kept in the kernel's fixed point (PSS_SHIFT = 12) and truncated to
 //! kB at the end, as `SEQ_PUT_DEC` does.
 //! `folios` is hugelab's own summary of what pagemap + kpageflags reveal: how
@@ -31,7 +34,10 @@ pub struct MemSizeStats {
     pub private_dirty: u64,
     pub pss: u64,
     pub anonymous: u64,
+    pub lazyfree: u64,
     pub anonymous_thp: u64,
+    pub shared_clean: u64,
+    pub private_clean: u64,
     /// HugeTLB pages mapped more than once / once (smaps_hugetlb_range);
     /// not in Rss.
     pub shared_hugetlb: u64,
@@ -40,30 +46,30 @@ pub struct MemSizeStats {
 
 impl MemSizeStats {
     /// (field, kB) pairs, in smaps order and spelling.
-    pub fn fields(&self) -> [(&'static str, u64); 10] {
+    pub fn fields(&self) -> [(&'static str, u64); 11] {
         [
             ("Rss", self.resident >> 10),
             ("Pss", self.pss >> (10 + PSS_SHIFT)),
-            ("Shared_Clean", 0),
+            ("Shared_Clean", self.shared_clean >> 10),
             ("Shared_Dirty", self.shared_dirty >> 10),
-            ("Private_Clean", 0),
+            ("Private_Clean", self.private_clean >> 10),
             ("Private_Dirty", self.private_dirty >> 10),
             ("Anonymous", self.anonymous >> 10),
+            ("LazyFree", self.lazyfree >> 10),
             ("AnonHugePages", self.anonymous_thp >> 10),
             ("Shared_Hugetlb", self.shared_hugetlb >> 10),
             ("Private_Hugetlb", self.private_hugetlb >> 10),
         ]
     }
 
-    /// smaps_page_accumulate for anon memory: every anon page the model maps
-    /// is dirty (its PTE or PMD was made dirty when it was mapped writable, and
-    /// fork, mprotect and split keep the bit), so *_Clean stay 0.
-    fn accumulate(&mut self, size: u64, pss: u64, private: bool) {
+    /// smaps_page_accumulate for anon memory.
+    fn accumulate(&mut self, size: u64, pss: u64, private: bool, dirty: bool) {
         self.pss += pss;
-        if private {
-            self.private_dirty += size;
-        } else {
-            self.shared_dirty += size;
+        match (private, dirty) {
+            (true, true) => self.private_dirty += size,
+            (false, true) => self.shared_dirty += size,
+            (true, false) => self.private_clean += size,
+            (false, false) => self.shared_clean += size,
         }
     }
 }
@@ -72,13 +78,35 @@ impl MemSizeStats {
 /// 1 is private and counts whole; otherwise each page is shared when mapped
 /// twice or more (folio_precise_page_mapcount: its PTE mappings plus the
 /// folio's PMD mappings) and its Pss is 1/mapcount. A pinned page mapped once
-/// is private, with all of its Pss.
-fn smaps_account(m: &Machine, mss: &mut MemSizeStats, folio: Pfn, page: Pfn, nr: u64) {
+/// is private, with all of its Pss. `dirty(i)` is the dirty bit of the
+/// mapping of page `i` of the `nr`.
+fn smaps_account(
+    m: &Machine,
+    mss: &mut MemSizeStats,
+    folio: Pfn,
+    page: Pfn,
+    nr: u64,
+    dirty: &dyn Fn(u64) -> bool,
+) {
     let size = nr * PAGE_SIZE;
     mss.resident += size;
     mss.anonymous += size;
+    let lru = m.lru.flags(folio);
+    let folio_dirty = lru & crate::swap::DIRTY != 0;
+    let lazyfree = lru & crate::swap::LAZYFREE != 0;
+    let all_dirty = folio_dirty || (0..nr).all(dirty);
+    if lazyfree && !folio_dirty {
+        mss.lazyfree += (0..nr).filter(|&i| !dirty(i)).count() as u64 * PAGE_SIZE;
+    }
     if folio_ref_count(m, folio) == 1 {
-        mss.accumulate(size, size << PSS_SHIFT, true);
+        if all_dirty {
+            mss.accumulate(size, size << PSS_SHIFT, true, true);
+        } else {
+            for i in 0..nr {
+                let d = folio_dirty || dirty(i);
+                mss.accumulate(PAGE_SIZE, PAGE_SIZE << PSS_SHIFT, true, d);
+            }
+        }
         return;
     }
     let entire = if m.zone.memmap.page(folio).order() > 0 {
@@ -86,19 +114,25 @@ fn smaps_account(m: &Machine, mss: &mut MemSizeStats, folio: Pfn, page: Pfn, nr:
     } else {
         0
     };
-    if entire > 0 && folio_nr_pages_mapped(m, folio) == 0 {
+    if entire > 0 && folio_nr_pages_mapped(m, folio) == 0 && all_dirty {
         // Mapped by PMDs only: every page has the same mapcount, so the
         // per-page sum is one product.
-        mss.accumulate(size, nr * ((PAGE_SIZE << PSS_SHIFT) / entire), entire < 2);
+        mss.accumulate(
+            size,
+            nr * ((PAGE_SIZE << PSS_SHIFT) / entire),
+            entire < 2,
+            true,
+        );
         return;
     }
     let mut share = (0u64, 0u64);
-    for p in m.zone.memmap.pages(page, nr) {
+    for (i, p) in m.zone.memmap.pages(page, nr).iter().enumerate() {
         let mapcount = (u64::from(p.mapcount) + entire).max(1);
         if share.0 != mapcount {
             share = (mapcount, (PAGE_SIZE << PSS_SHIFT) / mapcount);
         }
-        mss.accumulate(PAGE_SIZE, share.1, mapcount < 2);
+        let d = folio_dirty || dirty(i as u64);
+        mss.accumulate(PAGE_SIZE, share.1, mapcount < 2, d);
     }
 }
 
@@ -143,8 +177,9 @@ pub fn walk_range(
     for (index, pmd) in mm.pmds.range(start / PMD_SIZE..=(end - 1) / PMD_SIZE) {
         let slot = index * PMD_SIZE;
         match pmd {
-            Pmd::Huge { pfn, .. } => {
-                smaps_account(m, mss, *pfn, *pfn, HPAGE_PMD_NR);
+            Pmd::Huge { pfn, dirty, .. } => {
+                let dirty = *dirty;
+                smaps_account(m, mss, *pfn, *pfn, HPAGE_PMD_NR, &|_| dirty);
                 mss.anonymous_thp += PMD_SIZE;
                 folios.count(*pfn, HPAGE_PMD_ORDER, true);
             }
@@ -167,14 +202,19 @@ pub fn walk_range(
                         // smaps_account for a small folio: one page says it all.
                         mss.resident += PAGE_SIZE;
                         mss.anonymous += PAGE_SIZE;
+                        let lru = m.lru.flags(pfn);
+                        let dirty = t.pte_dirty(i) || lru & crate::swap::DIRTY != 0;
+                        if lru & crate::swap::LAZYFREE != 0 && !dirty {
+                            mss.lazyfree += PAGE_SIZE;
+                        }
                         if page.private == 1 {
-                            mss.accumulate(PAGE_SIZE, PAGE_SIZE << PSS_SHIFT, true);
+                            mss.accumulate(PAGE_SIZE, PAGE_SIZE << PSS_SHIFT, true, dirty);
                         } else {
                             let mapcount = u64::from(page.mapcount).max(1);
                             if share.0 != mapcount {
                                 share = (mapcount, (PAGE_SIZE << PSS_SHIFT) / mapcount);
                             }
-                            mss.accumulate(PAGE_SIZE, share.1, mapcount < 2);
+                            mss.accumulate(PAGE_SIZE, share.1, mapcount < 2, dirty);
                         }
                         folios.total[0] += 1;
                         i += 1;
@@ -183,7 +223,10 @@ pub fn walk_range(
                     // A large folio: its PTE batch at once.
                     let folio = page_folio(m, pfn);
                     let nr = folio_pte_batch(m, folio, &ptes[i..], ptes.len() - i);
-                    smaps_account(m, mss, folio, pfn, nr as u64);
+                    let base = i;
+                    smaps_account(m, mss, folio, pfn, nr as u64, &|k| {
+                        t.pte_dirty(base + k as usize)
+                    });
                     folios.count(folio, m.zone.memmap.page(folio).order(), false);
                     i += nr;
                 }

@@ -13,6 +13,7 @@
 use crate::gfp::Gfp;
 use crate::Machine;
 use serde::Serialize;
+use std::fmt::Write;
 
 /// One decision of one fault.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -59,6 +60,14 @@ pub enum Step {
     },
     /// The folio the fault mapped (order 0: a base page).
     Mapped { order: u32 },
+    /// A write to a write-protected mapping (do_wp_page, do_huge_pmd_wp_page,
+    /// do_huge_zero_wp_pmd): the page or THP `reused` in place, or not (a
+    /// copy at the PTE level; for a PMD, after splitting it).
+    Wp {
+        huge: bool,
+        zero: bool,
+        reused: bool,
+    },
     /// No page at all: VM_FAULT_OOM (and, under a memcg, its OOM killer).
     Oom,
 }
@@ -67,11 +76,12 @@ pub enum Step {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Denial {
-    /// hugepages-<size>kB/enabled is never (or inherit while the top-level
-    /// enabled is never).
+    /// hugepages-<size>kB/enabled is never.
     SizeNever,
-    /// The size (or the inherited top-level) is madvise and the VMA has no
-    /// MADV_HUGEPAGE.
+    /// hugepages-<size>kB/enabled is inherit and the top-level enabled never.
+    InheritNever,
+    /// The size (or the top-level enabled it inherits) is madvise and the
+    /// VMA has no MADV_HUGEPAGE.
     NotMadvised,
     /// MADV_NOHUGEPAGE on the VMA (VM_NOHUGEPAGE).
     VmNoHugepage,
@@ -106,6 +116,9 @@ pub struct FaultTrace {
 #[derive(Default)]
 pub struct Trace {
     pub faults: Vec<FaultTrace>,
+    /// Inside a fault: allocations elsewhere (khugepaged, MADV_COLLAPSE)
+    /// belong to no fault and are not recorded.
+    in_fault: bool,
 }
 
 impl Machine {
@@ -129,6 +142,7 @@ impl Machine {
     #[inline]
     pub fn trace_fault(&mut self, addr: u64, write: bool) {
         if let Some(t) = &mut self.trace {
+            t.in_fault = true;
             t.faults.push(FaultTrace {
                 addr,
                 write,
@@ -137,13 +151,224 @@ impl Machine {
         }
     }
 
+    /// The current fault is handled.
+    #[inline]
+    pub fn trace_fault_end(&mut self) {
+        if let Some(t) = &mut self.trace {
+            t.in_fault = false;
+        }
+    }
+
     /// One decision of the current fault; `step` is built only when tracing.
     #[inline]
     pub fn trace(&mut self, step: impl FnOnce() -> Step) {
         if let Some(t) = &mut self.trace {
-            if let Some(f) = t.faults.last_mut() {
+            if let (true, Some(f)) = (t.in_fault, t.faults.last_mut()) {
                 f.steps.push(step());
             }
         }
     }
+}
+
+/// A folio size as people say it: 4K, 64K, 2M.
+pub fn size_name(order: u32) -> String {
+    let kb = 4u64 << order;
+    if kb >= 1024 {
+        format!("{}M", kb / 1024)
+    } else {
+        format!("{kb}K")
+    }
+}
+
+/// The sizes of an order mask, largest first: "64K,32K".
+fn sizes(orders: u32) -> String {
+    let mut v: Vec<String> = (0..32)
+        .rev()
+        .filter(|o| orders & (1 << o) != 0)
+        .map(size_name)
+        .collect();
+    if v.is_empty() {
+        v.push("none".into());
+    }
+    v.join(",")
+}
+
+impl Denial {
+    fn describe(self) -> &'static str {
+        match self {
+            Denial::SizeNever => "hugepages-<size>kB/enabled never",
+            Denial::InheritNever => "hugepages-<size>kB/enabled inherit, enabled never",
+            Denial::NotMadvised => "madvise, and the VMA has no MADV_HUGEPAGE",
+            Denial::VmNoHugepage => "MADV_NOHUGEPAGE",
+            Denial::ProcessDisabled => "PR_SET_THP_DISABLE",
+        }
+    }
+}
+
+impl CompactResult {
+    fn describe(self) -> &'static str {
+        match self {
+            CompactResult::Success => "COMPACT_SUCCESS",
+            CompactResult::Fail => "COMPACT_COMPLETE, no block",
+            CompactResult::Deferred => "COMPACT_DEFERRED",
+            CompactResult::Skipped => "COMPACT_SKIPPED",
+        }
+    }
+}
+
+impl Step {
+    /// One decision in words, named after the kernel function that takes it.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        match self {
+            Step::Allowable {
+                pmd,
+                orders,
+                denied,
+            } => {
+                let what = if *pmd { "PMD" } else { "mTHP" };
+                let _ = write!(s, "thp_vma_allowable_orders ({what}): ");
+                if *orders != 0 {
+                    let _ = write!(s, "{} allowed", sizes(*orders));
+                } else {
+                    s.push_str("none allowed");
+                }
+                // One clause per reason, its sizes together.
+                let mut reasons: Vec<(Denial, u32)> = Vec::new();
+                for (o, d) in denied {
+                    match reasons.iter_mut().find(|(r, _)| r == d) {
+                        Some((_, mask)) => *mask |= 1 << o,
+                        None => reasons.push((*d, 1 << o)),
+                    }
+                }
+                for (d, mask) in reasons {
+                    let _ = write!(s, "; {}: {}", sizes(mask), d.describe());
+                }
+            }
+            Step::Suitable { orders, unsuitable } => {
+                let _ = write!(s, "thp_vma_suitable_orders: ");
+                if *unsuitable != 0 {
+                    let _ = write!(s, "{} cross the VMA's bounds", sizes(*unsuitable));
+                    if *orders != 0 {
+                        let _ = write!(s, ", {} fit", sizes(*orders));
+                    }
+                } else {
+                    let _ = write!(s, "{} fit", sizes(*orders));
+                }
+            }
+            Step::PtesPopulated { order } => {
+                let _ = write!(
+                    s,
+                    "pte_range_none: the {} range has a populated PTE",
+                    size_name(*order)
+                );
+            }
+            Step::ZeroPage { huge: false } => s.push_str("read fault: the shared zero page"),
+            Step::ZeroPage { huge: true } => s.push_str("read fault: the huge zero folio"),
+            Step::Alloc { order, gfp, ok } => {
+                let _ = write!(
+                    s,
+                    "__alloc_pages(order {order}, {}): {}",
+                    gfp.describe(),
+                    if *ok { "ok" } else { "no free block" }
+                );
+            }
+            Step::Compact {
+                order,
+                sync,
+                result,
+            } => {
+                let _ = write!(
+                    s,
+                    "try_to_compact_pages(order {order}, {}): {}",
+                    if *sync { "sync" } else { "async" },
+                    result.describe()
+                );
+            }
+            Step::WakeKcompactd { order } => {
+                let _ = write!(s, "wakeup_kcompactd(order {order})");
+            }
+            Step::Charge {
+                order,
+                memcg,
+                ok,
+                reclaimed,
+            } => {
+                let _ = write!(s, "mem_cgroup_charge({} to {memcg}): ", size_name(*order));
+                if *reclaimed > 0 {
+                    let _ = write!(s, "reclaimed {reclaimed} pages, ");
+                }
+                s.push_str(if *ok { "ok" } else { "over memory.max" });
+            }
+            Step::Fallback { order, counters } => {
+                let _ = write!(
+                    s,
+                    "{} falls back ({})",
+                    size_name(*order),
+                    counters.join(", ")
+                );
+            }
+            Step::Mapped { order } => {
+                let _ = write!(s, "mapped a {} folio", size_name(*order));
+            }
+            Step::Wp { huge, zero, reused } => {
+                let what = match (huge, zero) {
+                    (true, true) => "do_huge_zero_wp_pmd",
+                    (true, false) => "do_huge_pmd_wp_page",
+                    (false, _) => "do_wp_page",
+                };
+                let _ = write!(
+                    s,
+                    "{what}: {}",
+                    match (huge, zero, reused) {
+                        (_, _, true) => "reused in place",
+                        (true, true, false) =>
+                            "a new THP in place of the huge zero PMD, or a split",
+                        (true, false, false) => "PMD split, the write retried at the PTE level",
+                        (false, _, false) => "copied into a new page",
+                    }
+                );
+            }
+            Step::Oom => s.push_str("no page: VM_FAULT_OOM"),
+        }
+        s
+    }
+}
+
+/// Faults with the same chain of decisions, in the order first seen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FaultGroup {
+    pub faults: u64,
+    /// The first and last faulting address of the group.
+    pub first: u64,
+    pub last: u64,
+    pub write: bool,
+    pub steps: Vec<Step>,
+}
+
+/// Groups faults by their decision chain ("128 faults: ...").
+pub fn group(faults: &[FaultTrace]) -> Vec<FaultGroup> {
+    let mut groups: Vec<FaultGroup> = Vec::new();
+    let mut index: std::collections::HashMap<(bool, &[Step]), usize> = Default::default();
+    for f in faults {
+        match index.get(&(f.write, f.steps.as_slice())) {
+            Some(&i) => {
+                let g = &mut groups[i];
+                g.faults += 1;
+                g.first = g.first.min(f.addr);
+                g.last = g.last.max(f.addr);
+            }
+            None => {
+                index.insert((f.write, f.steps.as_slice()), groups.len());
+                groups.push(FaultGroup {
+                    faults: 1,
+                    first: f.addr,
+                    last: f.addr,
+                    write: f.write,
+                    steps: f.steps.clone(),
+                });
+            }
+        }
+    }
+    groups
 }

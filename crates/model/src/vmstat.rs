@@ -25,12 +25,28 @@ pub enum VmEvent {
     ThpSplitPage,
     ThpSplitPageFailed,
     ThpUnderusedSplitPage,
+    PgDeactivate,
+    PgLazyfree,
+    PgLazyfreed,
+    ThpSwpoutFallback,
+    /// mm/compaction.c and mm/migrate.c (CONFIG_COMPACTION, CONFIG_MIGRATION).
+    CompactMigrateScanned,
+    CompactFreeScanned,
+    CompactIsolated,
+    CompactStall,
+    CompactFail,
+    CompactSuccess,
+    CompactDaemonWake,
+    CompactDaemonMigrateScanned,
+    CompactDaemonFreeScanned,
+    PgmigrateSuccess,
+    PgmigrateFail,
     ThpFaultFallbackCharge,
     OomKill,
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 16] = [
+    pub const ALL: [VmEvent; 31] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
@@ -45,6 +61,21 @@ impl VmEvent {
         VmEvent::ThpSplitPage,
         VmEvent::ThpSplitPageFailed,
         VmEvent::ThpUnderusedSplitPage,
+        VmEvent::PgDeactivate,
+        VmEvent::PgLazyfree,
+        VmEvent::PgLazyfreed,
+        VmEvent::ThpSwpoutFallback,
+        VmEvent::CompactMigrateScanned,
+        VmEvent::CompactFreeScanned,
+        VmEvent::CompactIsolated,
+        VmEvent::CompactStall,
+        VmEvent::CompactFail,
+        VmEvent::CompactSuccess,
+        VmEvent::CompactDaemonWake,
+        VmEvent::CompactDaemonMigrateScanned,
+        VmEvent::CompactDaemonFreeScanned,
+        VmEvent::PgmigrateSuccess,
+        VmEvent::PgmigrateFail,
         VmEvent::ThpFaultFallbackCharge,
         VmEvent::OomKill,
     ];
@@ -65,6 +96,21 @@ impl VmEvent {
             VmEvent::ThpSplitPage => "thp_split_page",
             VmEvent::ThpSplitPageFailed => "thp_split_page_failed",
             VmEvent::ThpUnderusedSplitPage => "thp_underused_split_page",
+            VmEvent::PgDeactivate => "pgdeactivate",
+            VmEvent::PgLazyfree => "pglazyfree",
+            VmEvent::PgLazyfreed => "pglazyfreed",
+            VmEvent::ThpSwpoutFallback => "thp_swpout_fallback",
+            VmEvent::CompactMigrateScanned => "compact_migrate_scanned",
+            VmEvent::CompactFreeScanned => "compact_free_scanned",
+            VmEvent::CompactIsolated => "compact_isolated",
+            VmEvent::CompactStall => "compact_stall",
+            VmEvent::CompactFail => "compact_fail",
+            VmEvent::CompactSuccess => "compact_success",
+            VmEvent::CompactDaemonWake => "compact_daemon_wake",
+            VmEvent::CompactDaemonMigrateScanned => "compact_daemon_migrate_scanned",
+            VmEvent::CompactDaemonFreeScanned => "compact_daemon_free_scanned",
+            VmEvent::PgmigrateSuccess => "pgmigrate_success",
+            VmEvent::PgmigrateFail => "pgmigrate_fail",
             VmEvent::ThpFaultFallbackCharge => "thp_fault_fallback_charge",
             VmEvent::OomKill => "oom_kill",
         }
@@ -79,6 +125,7 @@ pub enum MthpStat {
     SplitDeferred,
     Split,
     SplitFailed,
+    SwpoutFallback,
     /// Gauge.
     NrAnon,
     /// Gauge.
@@ -87,12 +134,13 @@ pub enum MthpStat {
 }
 
 impl MthpStat {
-    pub const ALL: [MthpStat; 8] = [
+    pub const ALL: [MthpStat; 9] = [
         MthpStat::AnonFaultAlloc,
         MthpStat::AnonFaultFallback,
         MthpStat::SplitDeferred,
         MthpStat::Split,
         MthpStat::SplitFailed,
+        MthpStat::SwpoutFallback,
         MthpStat::NrAnon,
         MthpStat::NrAnonPartiallyMapped,
         MthpStat::AnonFaultFallbackCharge,
@@ -105,6 +153,7 @@ impl MthpStat {
             MthpStat::SplitDeferred => "split_deferred",
             MthpStat::Split => "split",
             MthpStat::SplitFailed => "split_failed",
+            MthpStat::SwpoutFallback => "swpout_fallback",
             MthpStat::NrAnon => "nr_anon",
             MthpStat::NrAnonPartiallyMapped => "nr_anon_partially_mapped",
             MthpStat::AnonFaultFallbackCharge => "anon_fault_fallback_charge",
@@ -132,6 +181,12 @@ impl VmStat {
     #[inline]
     pub fn count_vm_event(&mut self, event: VmEvent) {
         self.events[event as usize] += 1;
+    }
+
+    /// count_vm_events.
+    #[inline]
+    pub fn count_vm_events(&mut self, event: VmEvent, n: u64) {
+        self.events[event as usize] += n;
     }
 
     pub fn event(&self, event: VmEvent) -> u64 {

@@ -27,12 +27,20 @@ mod prediction;
 const SIZES: [u64; 9] = [1, 4, 16, 48, 256, 512, 512, 514, 1024];
 const ALIGNS: [&str; 3] = ["", " align=64K", " align=2M"];
 const PROTS: [&str; 3] = ["rw", "r", "none"];
-const ADVICE: [&str; 4] = ["HUGEPAGE", "NOHUGEPAGE", "DONTNEED", "COLLAPSE"];
+const ADVICE: [&str; 7] = [
+    "HUGEPAGE",
+    "NOHUGEPAGE",
+    "DONTNEED",
+    "COLLAPSE",
+    "FREE",
+    "COLD",
+    "PAGEOUT",
+];
 const MAX_PROCS: usize = 4;
 const MAX_REGIONS: usize = 3;
 
 /// Tunables a workload may set, at the start or in the middle.
-const SETTINGS: [&str; 16] = [
+const SETTINGS: [&str; 18] = [
     "transparent_hugepage/enabled always",
     "transparent_hugepage/enabled madvise",
     "transparent_hugepage/enabled never",
@@ -49,6 +57,8 @@ const SETTINGS: [&str; 16] = [
     "transparent_hugepage/khugepaged/max_ptes_none 0",
     "transparent_hugepage/khugepaged/max_ptes_none 409",
     "transparent_hugepage/khugepaged/max_ptes_shared 0",
+    "transparent_hugepage/defrag always",
+    "transparent_hugepage/defrag defer",
 ];
 
 /// A range inside a region: `off` and `len` are reduced modulo its size.
@@ -115,6 +125,12 @@ enum Op {
     },
     Khugepaged,
     Reclaim,
+    /// Unmovable pages through memory: share in percent, clustered, seed.
+    Fragment {
+        share: u8,
+        clustered: bool,
+        seed: u8,
+    },
     Set {
         setting: u8,
     },
@@ -164,6 +180,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => p().prop_map(|proc| Op::Exit { proc }),
         2 => Just(Op::Khugepaged),
         2 => Just(Op::Reclaim),
+        1 => (0..15u8, any::<bool>(), any::<u8>())
+            .prop_map(|(share, clustered, seed)| Op::Fragment { share, clustered, seed }),
         1 => (0..SETTINGS.len() as u8).prop_map(|setting| Op::Set { setting }),
     ]
 }
@@ -341,6 +359,14 @@ impl Shadow {
             }
             Op::Khugepaged => self.line("khugepaged".into()),
             Op::Reclaim => self.line("reclaim".into()),
+            Op::Fragment {
+                share,
+                clustered,
+                seed,
+            } => self.line(format!(
+                "fragment unmovable={share}% pattern={} seed={seed}",
+                if clustered { "clustered" } else { "spread" }
+            )),
             Op::Set { setting } => self.line(format!("set {}", SETTINGS[usize::from(setting)])),
             _ => {}
         }

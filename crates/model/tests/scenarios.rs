@@ -145,7 +145,8 @@ fn invariants_hold_after_every_statement() {
         }
         let m = &model.machine;
         let zero = m.huge_zero_folio.map_or(0, |_| 512);
-        let kept = zero + m.vmemmap.zone_frames();
+        // The fragmentation generator's unmovable pages stay to the end.
+        let kept = zero + m.vmemmap.zone_frames() + m.unmovable_pages;
         if m.zone.nr_free_pages() + kept != m.zone.spanned_pages() {
             failures.push(format!(
                 "{}: {} frames still allocated after every process exited and the pools emptied",
@@ -155,4 +156,81 @@ fn invariants_hold_after_every_statement() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Recording the fault decisions (`hugelab explain`) takes every fault the
+/// long way, past the first-touch fast path: it must not change a single
+/// counter, and every recorded fault must end in a decision.
+#[test]
+fn tracing_changes_nothing_it_observes() {
+    use hugelab_model::trace::Step;
+    for file in scenarios() {
+        let Ok(workload) = parse_file(&file) else {
+            continue;
+        };
+        let plain = run(&mut Model::default(), &workload).map(|o| serde_json_string(&o));
+        let mut traced = Model::default();
+        traced.machine.start_trace();
+        let with = run(&mut traced, &workload).map(|o| serde_json_string(&o));
+        assert_eq!(plain, with, "{}: tracing changed the run", file.display());
+        let trace = traced.machine.take_trace().expect("still tracing");
+        for f in &trace.faults {
+            let last = f.steps.last();
+            assert!(
+                matches!(
+                    last,
+                    Some(
+                        Step::Mapped { .. }
+                            | Step::ZeroPage { .. }
+                            | Step::Oom
+                            | Step::Wp { reused: true, .. }
+                            | Step::Wp { huge: false, .. }
+                    )
+                ),
+                "{}: a fault at {:#x} ends in {last:?}",
+                file.display(),
+                f.addr
+            );
+        }
+    }
+}
+
+/// workloads/android-64k-fallback.hlw: after the churn most of `measure`'s
+/// 64K faults fall back; with defrag=always (async direct compaction for
+/// the costly order) none do.
+#[test]
+fn android_churn_makes_most_64k_faults_fall_back_unless_compaction_runs() {
+    let file =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../workloads/android-64k-fallback.hlw");
+    let workload = parse_file(&file).expect("parses");
+    let phase = |obs: &hugelab_workload::Observation, name: &str| {
+        let at = |label: &str| {
+            let s = obs.snapshots.iter().find(|s| s.label == label).unwrap();
+            s.counters.get(name).copied().unwrap_or(0)
+        };
+        at("measured") - at("churned")
+    };
+    let obs = run(&mut Model::default(), &workload).expect("runs");
+    let (alloc, fallback) = (
+        phase(&obs, "mthp.64kB.anon_fault_alloc"),
+        phase(&obs, "mthp.64kB.anon_fault_fallback"),
+    );
+    assert_eq!(alloc + fallback, 256, "16M of first 64K faults");
+    assert!(fallback * 4 > 256 * 3, "most fall back: {fallback} of 256");
+    assert_eq!(
+        phase(&obs, "vmstat.compact_stall"),
+        0,
+        "no compaction at defrag=madvise"
+    );
+
+    let thp = hugelab_model::huge_memory::ThpSettings {
+        defrag: hugelab_workload::ThpDefrag::Always,
+        ..Default::default()
+    };
+    let obs = run(&mut Model::default().with_thp_settings(thp), &workload).expect("runs");
+    assert!(
+        phase(&obs, "mthp.64kB.anon_fault_fallback") < fallback / 2,
+        "compaction gives most of them their 64K folio"
+    );
+    assert!(phase(&obs, "vmstat.compact_success") > 0);
 }

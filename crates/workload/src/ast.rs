@@ -301,6 +301,14 @@ pub enum StmtKind {
     },
     Khugepaged,
     Reclaim,
+    /// `fragment unmovable=<percent>% [pattern=spread|clustered] [seed=<n>]`:
+    /// unmovable kernel pages through physical memory (model only).
+    Fragment {
+        /// The share of the machine's frames, in tenths of a percent.
+        permille: u32,
+        pattern: FragmentPattern,
+        seed: u64,
+    },
     Snapshot {
         label: Name,
     },
@@ -345,6 +353,7 @@ impl StmtKind {
             StmtKind::Split { .. } => "split",
             StmtKind::Khugepaged => "khugepaged",
             StmtKind::Reclaim => "reclaim",
+            StmtKind::Fragment { .. } => "fragment",
             StmtKind::Snapshot { .. } => "snapshot",
             StmtKind::Expect { .. }
             | StmtKind::ExpectErrno { .. }
@@ -384,5 +393,23 @@ impl StmtKind {
                 | StmtKind::ExpectErrno { .. }
                 | StmtKind::ExpectSignal { .. }
         )
+    }
+}
+
+/// Where `fragment` places its unmovable pages (see the model's `fragment`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FragmentPattern {
+    /// Some in every pageblock, at seeded offsets.
+    Spread,
+    /// Whole pageblocks, in a seeded order.
+    Clustered,
+}
+
+impl FragmentPattern {
+    pub fn name(self) -> &'static str {
+        match self {
+            FragmentPattern::Spread => "spread",
+            FragmentPattern::Clustered => "clustered",
+        }
     }
 }

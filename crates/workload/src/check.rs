@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 
 /// The top-level keywords: a line starting with one is that statement, so
 /// none of them can name a process.
-pub(crate) const RESERVED: [&str; 9] = [
+pub(crate) const RESERVED: [&str; 10] = [
     "set",
     "machine",
     "cgroup",
@@ -33,6 +33,7 @@ pub(crate) const RESERVED: [&str; 9] = [
     "split",
     "khugepaged",
     "reclaim",
+    "fragment",
     "snapshot",
     "expect",
 ];
@@ -604,7 +605,7 @@ impl Checker {
                     p.gone.insert(name, Gone { line, how });
                 }
             }
-            StmtKind::Khugepaged | StmtKind::Reclaim => {}
+            StmtKind::Khugepaged | StmtKind::Reclaim | StmtKind::Fragment { .. } => {}
             StmtKind::Snapshot { label } => {
                 if !valid_name(label) {
                     return Err(issue(

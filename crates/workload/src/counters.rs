@@ -196,6 +196,7 @@ const fn absolute(name: &'static str, unit: Unit) -> Field {
 const SPLIT_ATTEMPTS: &str = "counts split attempts, and drop_caches retries the deferred-split shrinker a varying number of times";
 const KHUGEPAGED_PASSES: &str = "khugepaged counts a range that fails its checks once per pass, and the kernel backend lets it make at least two full passes where the model makes one";
 const HUGE_ZERO_FOLIO: &str = "the huge zero folio may already exist on the machine (it lives until a shrinker frees it), so the kernel allocates it at most as often as the model";
+const BACKGROUND_COMPACTION: &str = "kcompactd (woken by any process's failing allocation, or proactive compaction) and direct compaction of other processes compact the real machine on their own, and the kernel backend cannot tell their work from the workload's; the model compacts only for the workload";
 const MEMMAP_SUM: &str = "HVO frees a HugeTLB page's vmemmap from boot memory (PageReserved: nr_memmap_boot_pages) or from pages an earlier restore allocated (nr_memmap_pages), whichever frames the kernel's page happens to have; only their sum is the workload's (measured here: a first 16-page cycle +16/-128, a later one -104/-8, the sum -7 per 2 MiB page every time)";
 
 use BoundKind::{KernelAboveModelBy, KernelAtLeastModel, KernelAtMostModel, SumWith};
@@ -249,6 +250,47 @@ const VMSTAT: &[Field] = &[
     event("thp_zero_page_alloc_failed"),
     event("thp_swpout"),
     event("thp_swpout_fallback"),
+    // mm/compaction.c and mm/migrate.c (CONFIG_COMPACTION): the model
+    // compacts only when memory is fragmented (model-only scenarios).
+    bounded(
+        "compact_migrate_scanned",
+        KernelAtLeastModel,
+        BACKGROUND_COMPACTION,
+    ),
+    bounded(
+        "compact_free_scanned",
+        KernelAtLeastModel,
+        BACKGROUND_COMPACTION,
+    ),
+    bounded(
+        "compact_isolated",
+        KernelAtLeastModel,
+        BACKGROUND_COMPACTION,
+    ),
+    bounded("compact_stall", KernelAtLeastModel, BACKGROUND_COMPACTION),
+    bounded("compact_fail", KernelAtLeastModel, BACKGROUND_COMPACTION),
+    bounded("compact_success", KernelAtLeastModel, BACKGROUND_COMPACTION),
+    bounded(
+        "compact_daemon_wake",
+        KernelAtLeastModel,
+        BACKGROUND_COMPACTION,
+    ),
+    bounded(
+        "compact_daemon_migrate_scanned",
+        KernelAtLeastModel,
+        BACKGROUND_COMPACTION,
+    ),
+    bounded(
+        "compact_daemon_free_scanned",
+        KernelAtLeastModel,
+        BACKGROUND_COMPACTION,
+    ),
+    bounded(
+        "pgmigrate_success",
+        KernelAtLeastModel,
+        BACKGROUND_COMPACTION,
+    ),
+    bounded("pgmigrate_fail", KernelAtLeastModel, BACKGROUND_COMPACTION),
     system_gauge("nr_free_pages", Unit::Pages),
     system_gauge("nr_anon_pages", Unit::Pages),
     // NR_ANON_THPS / HPAGE_PMD_NR: PMD-sized THPs, not pages.

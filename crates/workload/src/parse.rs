@@ -163,6 +163,7 @@ const USAGE_MACHINE: &str =
 const USAGE_CGROUP: &str = "cgroup <cg> [memory.max=<size>]";
 const USAGE_SPAWN: &str = "spawn <proc> [cgroup=<cg>]";
 const USAGE_SPLIT: &str = "split <proc> <range>";
+const USAGE_FRAGMENT: &str = "fragment unmovable=<percent>% [pattern=spread|clustered] [seed=<n>]";
 const USAGE_SNAPSHOT: &str = "snapshot <label>";
 const USAGE_EXPECT: &str =
     "expect <counter> [+ <counter>]... ==|<=|>= <value>, or expect errno == <ERRNO>|0, or expect signal == <SIGNAL>|0";
@@ -207,6 +208,11 @@ const READ_OPTS: &[OptSpec; 1] = &[opt("step", "<size>")];
 const WRITE_OPTS: &[OptSpec; 2] = &[opt("step", "<size>"), flag("zero")];
 const SPAWN_OPTS: &[OptSpec; 1] = &[opt("cgroup", "<cg>")];
 const CGROUP_OPTS: &[OptSpec; 1] = &[opt("memory.max", "<size>")];
+const FRAGMENT_OPTS: &[OptSpec; 3] = &[
+    opt("unmovable", "<percent>%"),
+    opt("pattern", "spread|clustered"),
+    opt("seed", "<n>"),
+];
 
 fn describe_opts(specs: &[OptSpec]) -> String {
     let v: Vec<String> = specs
@@ -739,13 +745,83 @@ pub fn parse_file(path: &Path) -> Result<Workload, ParseError> {
     Ok(Workload { file, stmts })
 }
 
+/// `fragment unmovable=<percent>% [pattern=spread|clustered] [seed=<n>]`.
+fn parse_fragment(l: &mut Line<'_>) -> Result<StmtKind, ParseError> {
+    let opts = l.options(1, "fragment", FRAGMENT_OPTS)?;
+    let Some(share) = opts[0] else {
+        return Err(l.err(
+            l.end_col(),
+            format!("fragment needs unmovable=<percent>%; usage: {USAGE_FRAGMENT}"),
+        ));
+    };
+    let permille = parse_percent(share.text).ok_or_else(|| {
+        l.err(
+            share.col,
+            format!(
+                "bad share {}; expected a percentage from 0% to 100% with at most one decimal, such as 10% or 2.5%",
+                quote(share.text)
+            ),
+        )
+    })?;
+    let pattern = match opts[1] {
+        None => FragmentPattern::Spread,
+        Some(t) => match t.text {
+            "spread" => FragmentPattern::Spread,
+            "clustered" => FragmentPattern::Clustered,
+            other => {
+                return Err(l.err(
+                    t.col,
+                    format!(
+                        "bad pattern {}; expected one of spread, clustered",
+                        quote(other)
+                    ),
+                ))
+            }
+        },
+    };
+    let seed = match opts[2] {
+        None => 0,
+        Some(t) => t.text.parse::<u64>().map_err(|_| {
+            l.err(
+                t.col,
+                format!("bad seed {}; expected a decimal integer", quote(t.text)),
+            )
+        })?,
+    };
+    Ok(StmtKind::Fragment {
+        permille,
+        pattern,
+        seed,
+    })
+}
+
+/// `10%` or `2.5%` in tenths of a percent, at most 100%.
+fn parse_percent(text: &str) -> Option<u32> {
+    let number = text.strip_suffix('%')?;
+    let (whole, tenth) = match number.split_once('.') {
+        Some((w, t)) if t.len() == 1 => (w, t),
+        Some(_) => return None,
+        None => (number, "0"),
+    };
+    if whole.is_empty()
+        || !whole
+            .bytes()
+            .chain(tenth.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let permille = whole.parse::<u32>().ok()?.checked_mul(10)? + tenth.parse::<u32>().ok()?;
+    (permille <= 1000).then_some(permille)
+}
+
 fn parse_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, ParseError> {
     let first = l.toks[0];
     // Most lines are `<proc> <verb>`: skip the keywords when the first
     // letter is none of theirs.
     if !matches!(
         first.text.as_bytes()[0],
-        b's' | b'm' | b'c' | b'k' | b'r' | b'e'
+        b's' | b'm' | b'c' | b'k' | b'r' | b'e' | b'f'
     ) {
         return parse_proc_stmt(l, checker);
     }
@@ -796,6 +872,7 @@ fn parse_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, ParseErro
             l.no_more(1, "reclaim")?;
             Ok(StmtKind::Reclaim)
         }
+        "fragment" => parse_fragment(l),
         "snapshot" => {
             let t = l.arg(1, "label", USAGE_SNAPSHOT)?;
             let label = l.name(t, "snapshot")?;

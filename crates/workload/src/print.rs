@@ -235,6 +235,21 @@ impl fmt::Display for StmtKind {
             StmtKind::Split { proc, range } => write!(f, "split {proc} {range}"),
             StmtKind::Khugepaged => f.write_str("khugepaged"),
             StmtKind::Reclaim => f.write_str("reclaim"),
+            StmtKind::Fragment {
+                permille,
+                pattern,
+                seed,
+            } => {
+                write!(f, "fragment unmovable={}", permille / 10)?;
+                if permille % 10 != 0 {
+                    write!(f, ".{}", permille % 10)?;
+                }
+                write!(f, "% pattern={}", pattern.name())?;
+                if *seed != 0 {
+                    write!(f, " seed={seed}")?;
+                }
+                Ok(())
+            }
             StmtKind::Snapshot { label } => write!(f, "snapshot {label}"),
             StmtKind::Expect {
                 counters,

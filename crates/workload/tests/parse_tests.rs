@@ -1280,3 +1280,43 @@ fn expect_errno() {
         "expect errno checks the statement before it, and there is none",
     );
 }
+
+#[test]
+fn fragment_statement() {
+    assert_eq!(
+        one("fragment unmovable=10%"),
+        StmtKind::Fragment {
+            permille: 100,
+            pattern: FragmentPattern::Spread,
+            seed: 0
+        }
+    );
+    assert_eq!(
+        one("fragment seed=42 pattern=clustered unmovable=2.5%"),
+        StmtKind::Fragment {
+            permille: 25,
+            pattern: FragmentPattern::Clustered,
+            seed: 42
+        }
+    );
+    let text = "fragment unmovable=2.5% pattern=clustered seed=42\nfragment unmovable=10% pattern=spread\n";
+    assert_eq!(parse("t.hlw", text).unwrap().to_string(), text);
+    fails("fragment", 1, 9, "fragment needs unmovable=<percent>%");
+    fails("fragment unmovable=10", 1, 20, "bad share '10'");
+    fails("fragment unmovable=101%", 1, 20, "bad share");
+    fails("fragment unmovable=1.25%", 1, 20, "at most one decimal");
+    fails(
+        "fragment unmovable=5% pattern=random",
+        1,
+        31,
+        "bad pattern 'random'",
+    );
+    fails("fragment unmovable=5% seed=-1", 1, 28, "bad seed");
+    fails(
+        "fragment unmovable=5% colour=red",
+        1,
+        23,
+        "unknown option 'colour'",
+    );
+    fails("spawn fragment", 1, 7, "fragment");
+}

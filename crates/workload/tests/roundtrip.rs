@@ -303,13 +303,19 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     }
                 }
             }
-            15 => {
-                if r.a % 2 == 0 {
-                    StmtKind::Khugepaged
-                } else {
-                    StmtKind::Reclaim
-                }
-            }
+            15 => match r.a % 3 {
+                0 => StmtKind::Khugepaged,
+                1 => StmtKind::Reclaim,
+                _ => StmtKind::Fragment {
+                    permille: (r.b % 1001) as u32,
+                    pattern: if r.c % 2 == 0 {
+                        FragmentPattern::Spread
+                    } else {
+                        FragmentPattern::Clustered
+                    },
+                    seed: r.c % 3 * (r.c >> 8),
+                },
+            },
             16 => StmtKind::Snapshot {
                 label: format!("s{counter}"),
             },

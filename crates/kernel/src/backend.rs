@@ -118,10 +118,11 @@ fn oom_killed(p: &Proc, before: Option<u64>) -> bool {
 impl Agents {
     /// The agent other than `proc` in the memory cgroup at `dir` that the
     /// OOM killer killed (its oom_kill count moved while `proc` ran and
-    /// `proc` lives): one that is dead or dying, waited for up to a second.
+    /// `proc` lives): one that is dead, waited for up to five seconds (a
+    /// busy machine can take a while to finish the exit).
     fn oom_victim(&self, proc: &str, dir: Option<&std::path::Path>) -> Option<Killed> {
         let dir = dir?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             let dead = self.procs.iter().find(|(name, p)| {
                 name.as_str() != proc

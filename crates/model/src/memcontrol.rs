@@ -36,8 +36,11 @@
 //!   modelled and not charged;
 //! - the memcg's deferred split queue is the machine's queue restricted to
 //!   the folios charged to it (the same folios in the same order);
-//!   `try_to_free_mem_cgroup_pages` scans it once per call, where the kernel
-//!   scans it at falling priorities until the queue is empty;
+//!   `try_to_free_mem_cgroup_pages` discards lazily-freed folios first and
+//!   scans that queue once when they fall short of nr_to_reclaim, where the
+//!   kernel walks LRU and shrinkers together at falling priorities (the
+//!   shrinker's scan count reaches a few queued folios only at the lowest
+//!   ones);
 //! - HugeTLB pages are not charged (memory_hugetlb_accounting is off by
 //!   default, and v1 never charges them), nor is the huge zero folio;
 //! - without swap, reclaim frees only what the shrinker splits off and what

@@ -24,14 +24,20 @@ pub fn main(args: CountersArgs) -> Result<ExitCode> {
     match args.family {
         None => print!("{}", families()),
         Some(name) => {
-            let Some(f) = FAMILIES.iter().find(|f| f.name == name) else {
-                let names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+            // A family name may have more than one shape (memcg's files
+            // and its memory.events fields): each is listed.
+            let matching: Vec<_> = FAMILIES.iter().filter(|f| f.name == name).collect();
+            if matching.is_empty() {
+                let mut names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+                names.dedup();
                 bail!(
                     "no counter family '{name}'; the families are {}",
                     names.join(", ")
                 );
-            };
-            print!("{}", fields(f));
+            }
+            for f in matching {
+                print!("{}", fields(f));
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

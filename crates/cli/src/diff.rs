@@ -361,6 +361,7 @@ fn within(kind: BoundKind, model: i64, kernel: i64) -> bool {
     match kind {
         BoundKind::KernelAtLeastModel => kernel >= model,
         BoundKind::KernelAtMostModel => kernel <= model,
+        BoundKind::KernelAboveModelBy(n) => kernel >= model && kernel - model <= n,
         BoundKind::SumWith(_) => false,
     }
 }

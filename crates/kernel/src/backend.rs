@@ -48,6 +48,9 @@ struct Proc {
     cursor: u64,
     /// Faults taken by the workload's accesses (getrusage around the loop).
     minflt: i64,
+    /// The directory of the memory cgroup the agent is in, if the workload
+    /// put it in one (a forked agent is in its parent's).
+    memcg_dir: Option<std::path::PathBuf>,
 }
 
 /// The workload's processes by name, each a live agent: what a window's
@@ -105,7 +108,43 @@ pub(crate) fn failed(stmt: &Stmt, e: impl std::fmt::Display) -> BackendError {
     BackendError::failed(stmt.pos, e.to_string())
 }
 
+/// Whether the memcg OOM killer killed in `p`'s group since it read
+/// `before`.
+fn oom_killed(p: &Proc, before: Option<u64>) -> bool {
+    let now = p.memcg_dir.as_deref().and_then(crate::memcg::oom_kills_at);
+    matches!((before, now), (Some(b), Some(n)) if n > b)
+}
+
 impl Agents {
+    /// The agent other than `proc` in the memory cgroup at `dir` that the
+    /// OOM killer killed (its oom_kill count moved while `proc` ran and
+    /// `proc` lives): one that is dead, waited for up to five seconds (a
+    /// busy machine can take a while to finish the exit).
+    fn oom_victim(&self, proc: &str, dir: Option<&std::path::Path>) -> Option<Killed> {
+        let dir = dir?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let dead = self.procs.iter().find(|(name, p)| {
+                name.as_str() != proc
+                    && p.memcg_dir.as_deref() == Some(dir)
+                    && crate::process::exited(p.agent.pid)
+            });
+            if let Some((name, _)) = dead {
+                return Some(Killed {
+                    proc: name.clone(),
+                    signal: Signal::SIGKILL,
+                    message: format!(
+                        "{name} was killed by SIGKILL (the memcg OOM killer chose it while {proc} faulted in their memory cgroup)"
+                    ),
+                });
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
     fn get_mut(&mut self, stmt: &Stmt, name: &str) -> Result<&mut Proc, BackendError> {
         self.procs
             .get_mut(name)
@@ -123,6 +162,7 @@ impl Agents {
         req: Request,
     ) -> Result<(i64, Call), BackendError> {
         let p = self.get_mut(stmt, proc)?;
+        let oom_kills_before = p.memcg_dir.as_deref().and_then(crate::memcg::oom_kills_at);
         let killed = |signal: i32, how: String| {
             let signal = Signal(signal);
             if signal == Signal::SIGSEGV {
@@ -136,10 +176,30 @@ impl Agents {
         };
         let reply = match p.agent.request(req) {
             Ok(reply) => reply,
-            Err(KernelError::Killed { signal, message }) => {
-                // No last word: its faults are not known.
+            Err(KernelError::Killed {
+                signal,
+                message,
+                faults,
+            }) => {
+                // No last word: its faults come from its rusage where known
+                // (a spawned agent), plus the fault that failed: the memcg
+                // OOM killer's victim dies of a fault that returned
+                // VM_FAULT_OOM, which mm_account_fault counts in PGFAULT
+                // only.
+                let oom = signal == libc::SIGKILL;
                 let call = Call {
                     killed: killed(signal, message)?,
+                    ..Call::ok(faults.map_or(0, |f| f + i64::from(oom)))
+                };
+                return Ok((0, call));
+            }
+            Err(KernelError::Agent(message)) if oom_killed(p, oom_kills_before) => {
+                // A forked agent is reaped by its parent agent, so its exit
+                // status is lost; the memcg OOM killer's count says it was
+                // killed by SIGKILL (oom_kill_process sends nothing else).
+                let how = format!("{message}; its memory cgroup's oom_kill count moved");
+                let call = Call {
+                    killed: killed(libc::SIGKILL, how)?,
                     ..Call::ok(0)
                 };
                 return Ok((0, call));
@@ -167,6 +227,11 @@ impl Agents {
                 _ => format!("its access at {:#x} could not be served", reply.value),
             };
             call.killed = killed(reply.signal, how)?;
+        }
+        let dir = p.memcg_dir.clone();
+        if call.killed.is_none() && oom_killed(p, oom_kills_before) {
+            // The OOM killer chose another process of the group.
+            call.killed = self.oom_victim(proc, dir.as_deref());
         }
         Ok((reply.value, call))
     }
@@ -396,12 +461,14 @@ impl KernelBackend {
                 // image are freed later (lazy TLB mm, RCU callbacks), which
                 // must not land in the next window.
                 settle_dead_mms();
+                let mut memcg_dir = None;
                 if let Some(cg) = cgroup {
                     let memcg = self
                         .cgroups
-                        .get(cg)
+                        .get_mut(cg)
                         .ok_or_else(|| failed(stmt, format!("no cgroup '{cg}'")))?;
                     memcg.attach(agent.pid).map_err(|e| failed(stmt, e))?;
+                    memcg_dir = Some(memcg.dir().to_path_buf());
                 }
                 self.agents.procs.insert(
                     proc.clone(),
@@ -410,6 +477,7 @@ impl KernelBackend {
                         regions: BTreeMap::new(),
                         cursor: 0,
                         minflt: 0,
+                        memcg_dir,
                     },
                 );
             }
@@ -525,6 +593,7 @@ impl KernelBackend {
                         regions: p.regions.clone(),
                         cursor: p.cursor,
                         minflt: 0,
+                        memcg_dir: p.memcg_dir.clone(),
                     });
                     Ok(Call::ok(faults))
                 })?;

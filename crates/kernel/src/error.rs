@@ -18,9 +18,14 @@ pub enum KernelError {
     #[error("{0}")]
     Agent(String),
     /// A process agent was killed by `signal` (the message says how) and
-    /// is gone.
+    /// is gone; `faults`: the minor faults it took during its last request
+    /// (from its rusage), where known.
     #[error("{message}")]
-    Killed { signal: i32, message: String },
+    Killed {
+        signal: i32,
+        message: String,
+        faults: Option<i64>,
+    },
 }
 
 /// `Permission denied (os error 13)` → `Permission denied (EACCES)`.

@@ -77,6 +77,8 @@ pub(crate) struct Measurement {
     /// and page tables went with its regions, inside that window, so the
     /// anonymous-memory and page-table gauges are unknown after it.
     killed: Option<(u32, String)>,
+    /// The first process the memcg OOM killer killed (SIGKILL), and the line.
+    oom_killed: Option<(u32, String)>,
 }
 
 /// Why another process's activity makes system-wide counters unknown.
@@ -121,6 +123,7 @@ impl Measurement {
             hvo_on: None,
             mthp_sizes_used: BTreeSet::new(),
             killed: None,
+            oom_killed: None,
         }
     }
 
@@ -182,6 +185,10 @@ impl Measurement {
         let agent_faults = call.faults;
         if let Some(k) = &call.killed {
             self.killed.get_or_insert((stmt.pos.line, k.proc.clone()));
+            if k.signal == hugelab_workload::Signal::SIGKILL {
+                self.oom_killed
+                    .get_or_insert((stmt.pos.line, k.proc.clone()));
+            }
         }
         if frees_page_tables(&stmt.kind) || call.killed.is_some() {
             rcu_settle();
@@ -225,7 +232,9 @@ impl Measurement {
         // mTHPs below the PMD size come only from faults while their size is
         // enabled: a size never enabled in this workload that changes is
         // another process's folio (freed, say, when MADV_COLLAPSE drains
-        // the LRU caches).
+        // the LRU caches). A `set` that enables a size enables it inside
+        // its own window: other processes' faults may take one there.
+        self.mthp_sizes_used.extend(mthp_sizes_enabled());
         let foreign = after.iter().find(|(name, v)| {
             mthp_size_kb(name).is_some_and(|kb| {
                 kb < 2048
@@ -500,6 +509,11 @@ impl Measurement {
             if system && (noise.wide || anon_gauge) {
                 return Some(noise.why.clone());
             }
+        }
+        if let (Some((line, proc)), "vmstat.pgfault") = (&self.oom_killed, name) {
+            return Some(format!(
+                "the memcg OOM killer killed {proc} at line {line}: how many pages its group's processes faulted in before the group reached memory.max depends on kernel memory the model does not charge (the slab objects of their VMAs and anon_vmas, charged a page at a time through the per-cpu object stock)"
+            ));
         }
         if !anon_gauge || name == "vmstat.pgfault" {
             return None;

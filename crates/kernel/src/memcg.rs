@@ -1,8 +1,23 @@
 //! Memory cgroups for `cgroup <cg> [memory.max=<size>]` and `spawn ...
 //! cgroup=<cg>`: cgroup v2 where the unified hierarchy has the memory
 //! controller, else v1 (these VMs: /sys/fs/cgroup/memory). Counters use the
-//! v2 names on both: `memcg.<cg>.memory.current` and `memory.peak` (v1:
-//! memory.usage_in_bytes and memory.max_usage_in_bytes).
+//! v2 names on both: `memcg.<cg>.memory.current`, `memory.peak` and
+//! `memory.max` (v1: memory.usage_in_bytes, memory.max_usage_in_bytes and
+//! memory.limit_in_bytes), `memory.events.<field>` (v2 memory.events; v1
+//! has only oom_kill, in memory.oom_control), all in kB whatever the file's
+//! unit.
+//!
+//! What the backend adds to a group, accounted openly: an agent joins its
+//! group after its start-up (its own pages stay charged where they were:
+//! charges do not move with a task), and the usage it brings with it is
+//! measured at the join (`memory.agent`, the sum over the group's agents)
+//! and added to the limit, so that the workload's own memory meets
+//! `memory.max` where the workload says; `memory.current`, `memory.peak`
+//! and `memory.max` are reported as read minus `memory.agent`. The
+//! per-cpu charge stock (MEMCG_CHARGE_BATCH pages per CPU) and the kernel
+//! memory of the workload's own VMAs and page tables are the workload's
+//! and stay in: `diff` compares current and peak with the registry's
+//! bound.
 //!
 //! A group is a directory `hugelab.<runner pid>.<name>`; it is removed when
 //! the run ends (after its processes), and `hugelab settings restore` removes
@@ -45,6 +60,10 @@ pub struct Memcg {
     pub name: String,
     dir: PathBuf,
     version: Version,
+    /// memory.max as the workload wrote it, in bytes.
+    limit: Option<u64>,
+    /// What the agents brought with them when they joined, in bytes.
+    agent_bytes: u64,
 }
 
 impl Memcg {
@@ -62,15 +81,57 @@ impl Memcg {
             name: name.to_string(),
             dir,
             version,
+            limit,
+            agent_bytes: 0,
         };
-        if let Some(limit) = limit {
-            let file = match version {
-                Version::V2 => "memory.max",
-                Version::V1 => "memory.limit_in_bytes",
-            };
-            cg.write(file, &limit.to_string())?;
-        }
+        cg.write_limit()?;
         Ok(cg)
+    }
+
+    /// The workload's limit plus what the agents brought (see the module
+    /// doc), in whole pages as page_counter_memparse keeps it.
+    fn write_limit(&self) -> Result<()> {
+        let Some(limit) = self.limit else {
+            return Ok(());
+        };
+        let page = hugelab_workload::units::PAGE_SIZE;
+        let bytes = (limit / page) * page + self.agent_bytes;
+        let file = match self.version {
+            Version::V2 => "memory.max",
+            Version::V1 => "memory.limit_in_bytes",
+        };
+        self.write(file, &bytes.to_string())
+    }
+
+    /// The group's usage now, in bytes.
+    fn usage_bytes(&self) -> Result<u64> {
+        let file = match self.version {
+            Version::V2 => "memory.current",
+            Version::V1 => "memory.usage_in_bytes",
+        };
+        self.read_u64(file)?.ok_or_else(|| {
+            KernelError::Refused(format!("{}: missing", self.dir.join(file).display()))
+        })
+    }
+
+    fn read_u64(&self, file: &str) -> Result<Option<u64>> {
+        let path = self.dir.join(file);
+        let Ok(text) = fs::read_to_string(&path) else {
+            return Ok(None);
+        };
+        let t = text.trim();
+        if t == "max" {
+            return Ok(Some(u64::MAX));
+        }
+        t.parse().map(Some).map_err(|_| {
+            KernelError::Refused(format!("{}: unexpected value {t:?}", path.display()))
+        })
+    }
+
+    /// The OOM kills in the group so far (v2 memory.events oom_kill, v1
+    /// memory.oom_control oom_kill).
+    pub fn oom_kills(&self) -> Option<u64> {
+        oom_kills_at(&self.dir)
     }
 
     /// The group's directory.
@@ -93,41 +154,86 @@ impl Memcg {
         fs::write(&path, value).map_err(|e| KernelError::io(path, e))
     }
 
-    /// Moves a process into the group (its later allocations are charged here).
-    pub fn attach(&self, pid: i32) -> Result<()> {
-        self.write("cgroup.procs", &pid.to_string())
+    /// Moves a process into the group (its later allocations are charged
+    /// here); what the group's usage grew by at the join is the agent's,
+    /// added to the limit (see the module doc).
+    pub fn attach(&mut self, pid: i32) -> Result<()> {
+        let before = self.usage_bytes()?;
+        self.write("cgroup.procs", &pid.to_string())?;
+        let grew = self.usage_bytes()?.saturating_sub(before);
+        if grew > 0 {
+            self.agent_bytes += grew;
+            self.write_limit()?;
+        }
+        Ok(())
     }
 
     /// (counter name, kB) of the group now: the registry's unit, whatever
     /// the file's own (bytes).
+    /// current, peak and max are read minus what the agents brought
+    /// (`memory.agent`, reported too); max only when the workload set one.
     pub fn counters(&self) -> Result<Vec<(String, i64)>> {
         let files = match self.version {
             Version::V2 => [
                 ("memory.current", "memory.current"),
                 ("memory.peak", "memory.peak"),
+                ("memory.max", "memory.max"),
             ],
             Version::V1 => [
                 ("memory.current", "memory.usage_in_bytes"),
                 ("memory.peak", "memory.max_usage_in_bytes"),
+                ("memory.max", "memory.limit_in_bytes"),
             ],
         };
-        let mut out = Vec::new();
+        let agent = self.agent_bytes as i64;
+        let mut out = vec![(format!("memcg.{}.memory.agent", self.name), agent / 1024)];
         for (name, file) in files {
-            let path = self.dir.join(file);
-            let Ok(text) = fs::read_to_string(&path) else {
-                continue; // memory.peak is missing on kernels before 5.19
+            // memory.peak is missing on kernels before 5.19.
+            let Some(bytes) = self.read_u64(file)? else {
+                continue;
             };
-            let bytes: i64 = text.trim().parse().map_err(|_| {
-                KernelError::Refused(format!(
-                    "{}: unexpected value {:?}",
-                    path.display(),
-                    text.trim()
-                ))
-            })?;
-            out.push((format!("memcg.{}.{name}", self.name), bytes / 1024));
+            if name == "memory.max" && self.limit.is_none() {
+                continue;
+            }
+            out.push((
+                format!("memcg.{}.{name}", self.name),
+                (bytes as i64 - agent) / 1024,
+            ));
+        }
+        let events: &[&str] = match self.version {
+            Version::V2 => &["max", "oom", "oom_kill"],
+            Version::V1 => &["oom_kill"],
+        };
+        let file = match self.version {
+            Version::V2 => "memory.events",
+            Version::V1 => "memory.oom_control",
+        };
+        for field in events {
+            if let Some(n) = keyed(&self.dir.join(file), field) {
+                out.push((
+                    format!("memcg.{}.memory.events.{field}", self.name),
+                    n as i64,
+                ));
+            }
         }
         Ok(out)
     }
+}
+
+/// The OOM kills in the group at `dir` so far: v2 memory.events, else v1
+/// memory.oom_control (`oom_kill` in both).
+pub fn oom_kills_at(dir: &Path) -> Option<u64> {
+    keyed(&dir.join("memory.events"), "oom_kill")
+        .or_else(|| keyed(&dir.join("memory.oom_control"), "oom_kill"))
+}
+
+/// The value of `key` in a flat keyed file (`key value` lines).
+fn keyed(path: &Path, key: &str) -> Option<u64> {
+    let text = fs::read_to_string(path).ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
 }
 
 impl Drop for Memcg {

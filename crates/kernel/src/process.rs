@@ -56,6 +56,9 @@ pub struct AgentProc {
     child: Option<Child>,
     /// Faults the agent reported in its hello (start-up or the fork).
     pub hello_faults: i64,
+    /// The agent's minor faults (/proc/PID/stat) when its current request
+    /// was sent, for a spawned agent killed without a last word.
+    minflt_at_request: Option<i64>,
 }
 
 fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd)> {
@@ -113,6 +116,7 @@ impl AgentProc {
             chan: ours,
             child: Some(child),
             hello_faults: 0,
+            minflt_at_request: None,
         };
         let hello = agent.recv()?;
         agent.hello_faults = hello.all_faults;
@@ -123,6 +127,9 @@ impl AgentProc {
     /// the agent's last word (it is dying of the signal): it is returned
     /// once the agent is gone, its memory freed.
     pub fn request(&mut self, req: Request) -> Result<Reply> {
+        if self.child.is_some() {
+            self.minflt_at_request = proc_minflt(self.pid);
+        }
         self.send(&req, None)?;
         let reply = self.recv()?;
         if reply.signal != 0 {
@@ -150,6 +157,7 @@ impl AgentProc {
             chan: ours,
             child: None,
             hello_faults: 0,
+            minflt_at_request: None,
         };
         let hello = child.recv()?;
         child.hello_faults = hello.all_faults;
@@ -243,9 +251,12 @@ impl AgentProc {
     /// [`KernelError::Killed`] (and gone).
     fn died(&mut self, err: std::io::Error) -> KernelError {
         let pid = self.pid;
-        let (how, signal) = match self.child.as_mut().map(|c| c.wait()) {
-            Some(Ok(status)) => {
+        let mut faults = None;
+        let (how, signal) = match self.child.as_mut().map(|_| wait4(pid)) {
+            Some(Ok((status, minflt))) => {
                 use std::os::unix::process::ExitStatusExt;
+                faults = self.minflt_at_request.map(|at| minflt - at);
+                let status = std::process::ExitStatus::from_raw(status);
                 let sig = status.signal();
                 let how = match sig {
                     Some(libc::SIGSEGV) => {
@@ -272,10 +283,56 @@ impl AgentProc {
         unregister(pid);
         let message = format!("agent pid {pid} {how}");
         match signal {
-            Some(signal) => KernelError::Killed { signal, message },
+            Some(signal) => KernelError::Killed {
+                signal,
+                message,
+                faults,
+            },
             None => KernelError::Agent(message),
         }
     }
+}
+
+/// waitpid with the child's resource usage: (wait status, minor faults).
+fn wait4(pid: i32) -> std::io::Result<(i32, i64)> {
+    let mut status = 0;
+    // SAFETY: wait4 writes into the two locals; pid is our own child.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: see above.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            return Ok((status, usage.ru_minflt));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Whether process `pid` has exited (gone, or a zombie: /proc/PID/stat
+/// state Z or X).
+pub fn exited(pid: i32) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let state = text
+        .rsplit_once(')')
+        .and_then(|(_, r)| r.split_whitespace().next());
+    matches!(state, Some("Z" | "X") | None)
+}
+
+/// Field 10 of /proc/PID/stat (minflt).
+fn proc_minflt(pid: i32) -> Option<i64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: count fields after its ')'.
+    text.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(7)?
+        .parse()
+        .ok()
 }
 
 impl Drop for AgentProc {

@@ -689,6 +689,8 @@ fn migrate_folio(
     let lru = m.lru.get(src);
     m.lru.forget(src);
     m.lru.set(dst, lru);
+    // mem_cgroup_migrate: the charge goes with the folio.
+    crate::memcontrol::mem_cgroup_migrate(m, src, dst);
     // The old folio's frames are free; the new one holds everything.
     m.zone.memmap.page_mut(src).init(pg::HEAD, 0);
     m.zone.free_pages(src, order);

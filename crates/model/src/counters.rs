@@ -134,6 +134,7 @@ pub fn machine_counter(m: &Machine, name: &str) -> Option<i64> {
         ("meminfo", "AnonPages") => kb(m.stat.nr_anon_mapped),
         ("meminfo", "AnonHugePages") => kb(m.stat.nr_anon_thps),
         ("meminfo", "PageTables") => kb(m.stat.nr_pagetable),
+        ("memcg", rest) => memcg_counter(m, rest)?,
         ("mthp", stat) => {
             let (size, item) = stat.split_once('.')?;
             let order = (2..=HPAGE_PMD_ORDER).find(|&o| size_name(o) == size)?;
@@ -143,6 +144,34 @@ pub fn machine_counter(m: &Machine, name: &str) -> Option<i64> {
         _ => return None,
     })
 }
+
+/// `<cg>.memory.<file>` of a memory cgroup (memcontrol), in kB like the
+/// registry says, whatever the file's unit: current, peak, max (only when
+/// the group has a limit), and the events the model raises.
+fn memcg_counter(m: &Machine, rest: &str) -> Option<i64> {
+    let (cg, file) = rest.split_once(".memory.")?;
+    let g = &m.memcg.groups[m.memcg.by_name(cg)?];
+    let kb = |pages: u64| (pages * PAGE_SIZE / 1024) as i64;
+    Some(match file {
+        "current" => kb(g.memory.usage),
+        "peak" => kb(g.memory.watermark),
+        "max" if m.memcg.limited(m.memcg.by_name(cg)) => kb(g.memory.max),
+        "events.max" => g.events.max as i64,
+        "events.oom" => g.events.oom as i64,
+        "events.oom_kill" => g.events.oom_kill as i64,
+        _ => return None,
+    })
+}
+
+/// The files of a memory cgroup the model reports (see `memcg_counter`).
+const MEMCG_FILES: [&str; 6] = [
+    "current",
+    "peak",
+    "max",
+    "events.max",
+    "events.oom",
+    "events.oom_kill",
+];
 
 /// Every counter of the model now. The machine-wide ones are read afresh
 /// (a fixed number); each process's come from `cache` unless a statement
@@ -156,6 +185,14 @@ pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
             (name.clone(), v)
         })
         .collect();
+    for g in &m.memcg.groups {
+        for file in MEMCG_FILES {
+            let name = format!("memcg.{}.memory.{file}", g.name);
+            if let Some(v) = machine_counter(m, &name) {
+                all.push((name, v));
+            }
+        }
+    }
     cache.retain_live(&model.tasks);
     for (proc, task) in &model.tasks {
         cache.proc_counters(m, proc, task, process_counters);

@@ -56,6 +56,22 @@ pub fn check(model: &Model) -> Vec<String> {
     let mut by_mm: BTreeMap<Pfn, BTreeMap<MmId, u64>> = BTreeMap::new();
     // Where each page of a large folio is mapped: (mm, page, address).
     let mut placed: Vec<(MmId, Pfn, u64)> = Vec::new();
+    // memcontrol: every group's usage is what is charged to it, and only
+    // pages in use are charged.
+    for (g, usage) in crate::memcontrol::recount(m).into_iter().enumerate() {
+        let group = &m.memcg.groups[g];
+        if group.memory.usage != usage {
+            bad.push(format!(
+                "memcg {}: usage {} pages, charged pages {usage}",
+                group.name, group.memory.usage
+            ));
+        }
+    }
+    for (pfn, _, _) in m.memcg.charged() {
+        if m.zone.memmap.page(pfn).test(crate::mm_types::pg::BUDDY) {
+            bad.push(format!("{pfn} is free but still charged to a memcg"));
+        }
+    }
     for (name, task) in &model.tasks {
         let mm = &task.mm;
         let mut count =

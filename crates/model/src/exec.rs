@@ -160,6 +160,10 @@ impl Model {
             .get_mut(parent)
             .ok_or_else(|| failed(stmt, format!("no process '{parent}'")))?
             .mm;
+        // The child is in its parent's memory cgroup.
+        if let Some(memcg) = machine.memcg.mm_memcg(src.mm_id) {
+            machine.memcg.attach(mm.mm_id, memcg);
+        }
         if dup_mmap(machine, src, &mut mm).is_err() {
             // The kernel undoes a half-made child; the model refuses to go on.
             return Err(failed(stmt, "fork failed: ENOMEM"));
@@ -413,9 +417,30 @@ impl Model {
             .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
         exit_mmap(&mut self.machine, &mut task.mm);
         self.machine.anon_vmas.exit(task.mm.mm_id);
+        self.machine.memcg.detach(task.mm.mm_id);
         self.release_pins(proc);
         self.retire_task(proc, task, gone);
         Ok(())
+    }
+
+    /// Processes the memcg OOM killer killed while another one faulted:
+    /// torn down already (memcontrol::out_of_memory); their pins and what
+    /// they leave go as at exit. The kill of the last of them is the
+    /// statement's outcome.
+    fn retire_oom_victims(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
+        let killed = std::mem::take(&mut self.machine.memcg.killed);
+        let mut outcome = Ok(());
+        for (name, task) in killed {
+            self.release_pins(&name);
+            self.retire_task(&name, task, gone);
+            outcome = Err(BackendError::killed(
+                stmt,
+                &name,
+                Signal::SIGKILL,
+                format!("{name} was killed by SIGKILL: the memcg OOM killer chose it when another process of its memory cgroup reached memory.max"),
+            ));
+        }
+        outcome
     }
 
     /// A read or write of `[start, end)`, one byte every `step`, across the VMAs there.
@@ -440,7 +465,29 @@ impl Model {
             .get(&range.region)
             .is_some_and(|r| hugetlb::range_has_hugetlb(&task.mm, r.start, r.start + r.len));
         let faults_before = self.machine.stat.event(VmEvent::PgFault);
-        let (result, task) = if hugetlb {
+        let memcg = !hugetlb && self.machine.memcg.is_active();
+        let (result, task) = if memcg {
+            // The other processes are parked in the machine for the
+            // access, where limit reclaim and the OOM killer can reach them.
+            let (key, mut task) = self.tasks.remove_entry(proc).expect("found above");
+            self.machine.memcg.others = std::mem::take(&mut self.tasks);
+            self.machine.memcg.current_killed = false;
+            let result = access_task(
+                &mut self.machine,
+                memory_mib,
+                stmt,
+                proc,
+                &mut task,
+                &mut [],
+                range,
+                step,
+                write,
+                zero,
+            );
+            self.tasks = std::mem::take(&mut self.machine.memcg.others);
+            self.tasks.insert(key, task);
+            (result, self.tasks.get_mut(proc).expect("put back"))
+        } else if hugetlb {
             // The task leaves the map for the access, so that a HugeTLB
             // fault can reach the other processes (unmap_ref_private).
             let (key, mut task) = self.tasks.remove_entry(proc).expect("found above");
@@ -556,6 +603,12 @@ fn access_task(
                     describe(&task.mm, addr)
                 ),
             ),
+            Fault::OomKilled => BackendError::killed(
+                stmt,
+                proc,
+                Signal::SIGKILL,
+                format!("{proc} was killed by SIGKILL: the memcg OOM killer chose it when its memory cgroup reached memory.max"),
+            ),
             Fault::Sigsegv { addr, write } => failed(
                 stmt,
                 format!(
@@ -624,7 +677,12 @@ impl Backend for Model {
 
     fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         use crate::reading_cache::{touches, Touches};
-        let touches = touches(&stmt.kind);
+        // Limit reclaim and the OOM killer reach every process of a memcg.
+        let touches = if self.machine.memcg.is_active() {
+            Touches::Everything
+        } else {
+            touches(&stmt.kind)
+        };
         let faults = self.machine.stat.event(VmEvent::PgFault);
         if let Touches::FamilyIfFaulting(_) = touches {
             let result = self.execute_stmt(stmt, gone);
@@ -794,21 +852,44 @@ impl Model {
                 return unsupported(&format!("{} of a HugeTLB region", stmt.kind.keyword()));
             }
         }
+        // `current`: kernel memory (page tables) is charged to its memcg.
+        self.machine.memcg.current = stmt
+            .kind
+            .process()
+            .and_then(|p| self.tasks.get(p))
+            .and_then(|t| self.machine.memcg.mm_memcg(t.mm.mm_id));
+        self.machine.memcg.current_killed = false;
         match &stmt.kind {
             StmtKind::Set { tunable, value } => {
                 set_tunable(&mut self.machine, stmt, tunable, *value)?
             }
             StmtKind::Machine { params } => self.machine_params(stmt, params)?,
-            StmtKind::Cgroup { .. } => return unsupported("cgroup"),
-            StmtKind::Spawn { proc, cgroup } => {
-                if cgroup.is_some() {
-                    return unsupported("spawn into a cgroup");
+            StmtKind::Cgroup { cgroup, memory_max } => {
+                if self.machine.memcg.by_name(cgroup).is_some() {
+                    return Err(failed(stmt, format!("cgroup '{cgroup}' already exists")));
                 }
+                // page_counter_memparse: whole pages, rounded down.
+                let max = memory_max.map(|s| s.bytes() / PAGE_SIZE);
+                self.machine.memcg.create(cgroup, max);
+            }
+            StmtKind::Spawn { proc, cgroup } => {
                 if self.tasks.contains_key(proc) {
                     return Err(failed(stmt, format!("process '{proc}' already exists")));
                 }
+                let memcg = match cgroup {
+                    Some(cg) => Some(
+                        self.machine
+                            .memcg
+                            .by_name(cg)
+                            .ok_or_else(|| failed(stmt, format!("no cgroup '{cg}'")))?,
+                    ),
+                    None => None,
+                };
                 self.started = true;
                 let mm = MmStruct::new(self.alloc_mm_id());
+                if let Some(memcg) = memcg {
+                    self.machine.memcg.attach(mm.mm_id, memcg);
+                }
                 self.machine.anon_vmas.alloc(mm.mm_id);
                 self.tasks.insert(proc.clone(), Task { mm, min_flt: 0 });
             }
@@ -947,6 +1028,7 @@ impl Model {
             StmtKind::Read { proc, range, step } => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access_or_kill(stmt, proc, range, step, false, false, gone)?;
+                self.retire_oom_victims(stmt, gone)?;
             }
             StmtKind::Write {
                 proc,
@@ -956,8 +1038,23 @@ impl Model {
             } => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access_or_kill(stmt, proc, range, step, true, *zero, gone)?;
+                self.retire_oom_victims(stmt, gone)?;
             }
-            StmtKind::Pin { proc, range } => self.pin(stmt, proc, range)?,
+            StmtKind::Pin { proc, range } => {
+                let pinned = self.pin(stmt, proc, range);
+                if self.machine.memcg.current_killed {
+                    // GUP's fault found the memcg full and the OOM killer
+                    // chose the pinning process.
+                    self.exit_task(stmt, proc, gone)?;
+                    return Err(BackendError::killed(
+                        stmt,
+                        proc,
+                        Signal::SIGKILL,
+                        format!("{proc} was killed by SIGKILL: the memcg OOM killer chose it when its memory cgroup reached memory.max"),
+                    ));
+                }
+                pinned?
+            }
             StmtKind::Unpin { proc, range } => self.unpin(stmt, proc, range)?,
             StmtKind::Fork { proc, child } => self.fork(stmt, proc, child)?,
             StmtKind::ThpDisable { proc, on } => self.task(stmt, proc)?.mm.thp_disabled = *on,

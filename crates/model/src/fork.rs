@@ -218,6 +218,12 @@ fn copy_present_page(
     writable: bool,
 ) -> Result<(), Fault> {
     let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
+    // folio_prealloc for the child (its memcg is the parent's).
+    let gfp = crate::gfp::Gfp::HIGHUSER_MOVABLE;
+    if crate::memcontrol::mem_cgroup_charge(m, None, dst_id, new, 0, gfp).is_err() {
+        crate::page_alloc::free_folio(m, new);
+        return Err(Fault::Oom);
+    }
     crate::thp_utilization::copy_content(m, page, new);
     let addr = index * PMD_SIZE + i as u64 * crate::mm_types::PAGE_SIZE;
     rmap::folio_add_new_anon_rmap(m, new, 0, false, dst_id, addr);

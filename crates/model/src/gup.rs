@@ -68,7 +68,7 @@ pub fn pin_user_pages(
         access_range(m, mm, &vma, addr, piece_end, write).map_err(|f| match f {
             // vm_fault_to_errno: VM_FAULT_SIGBUS is -EFAULT for GUP.
             Fault::Sigsegv { .. } | Fault::Sigbus { .. } => PinError::Efault,
-            Fault::Oom => PinError::Oom,
+            Fault::Oom | Fault::OomKilled => PinError::Oom,
         })?;
         addr = piece_end;
     }

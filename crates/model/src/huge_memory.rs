@@ -13,8 +13,8 @@
 //! `split_huge_page_to_list_to_order`, `split_huge_pages_pid`,
 //! `deferred_split_folio`, `deferred_split_scan`, `thp_underused`).
 //!
-//! Simplifications: no userfaultfd, no memcg charge (so the
-//! `*_fallback_charge` events stay 0), no NUMA (one deferred split queue);
+//! Simplifications: no userfaultfd, no NUMA (one deferred split queue; a
+//! memcg's queue is its part of it, see memcontrol);
 //! `defrag` is stored but the allocator has no compaction to apply it with;
 //! the vendor knob `anon_beside_full` is stored and must be 0 (the model
 //! refuses 1); folios are split to order 0 only (debugfs's new_order is not
@@ -247,23 +247,41 @@ pub fn do_huge_pmd_anonymous_page(
     Ok(PmdFault::Done)
 }
 
-/// vma_alloc_anon_folio_pmd: an order-9 folio, zeroed, or None after counting
-/// the fallback.
+/// vma_alloc_anon_folio_pmd: an order-9 folio, zeroed and charged to the
+/// mm's memcg, or None after counting the fallback (and, when the charge
+/// failed, the charge fallback too).
 fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Option<Pfn> {
     let gfp = crate::gfp::vma_thp_gfp_mask(&m.thp, vma);
-    match crate::page_alloc::vma_alloc_folio(m, Some(mm), gfp, HPAGE_PMD_ORDER) {
-        Some(folio) => Some(folio),
-        None => {
-            m.stat.count_vm_event(VmEvent::ThpFaultFallback);
-            m.stat
-                .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultFallback);
-            m.trace(|| Step::Fallback {
-                order: HPAGE_PMD_ORDER,
-                counters: vec!["thp_fault_fallback", "anon_fault_fallback"],
-            });
-            None
-        }
+    let order = HPAGE_PMD_ORDER;
+    let Some(folio) = crate::page_alloc::vma_alloc_folio(m, Some(&mut *mm), gfp, order) else {
+        m.stat.count_vm_event(VmEvent::ThpFaultFallback);
+        m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
+        m.trace(|| Step::Fallback {
+            order,
+            counters: vec!["thp_fault_fallback", "anon_fault_fallback"],
+        });
+        return None;
+    };
+    let mm_id = mm.mm_id;
+    if crate::memcontrol::mem_cgroup_charge(m, Some(mm), mm_id, folio, order, gfp).is_err() {
+        free_folio(m, folio);
+        m.stat.count_vm_event(VmEvent::ThpFaultFallback);
+        m.stat.count_vm_event(VmEvent::ThpFaultFallbackCharge);
+        m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
+        m.stat
+            .count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
+        m.trace(|| Step::Fallback {
+            order,
+            counters: vec![
+                "thp_fault_fallback",
+                "thp_fault_fallback_charge",
+                "anon_fault_fallback",
+                "anon_fault_fallback_charge",
+            ],
+        });
+        return None;
     }
+    Some(folio)
 }
 
 /// map_anon_folio_pmd: installs a new exclusive THP, counts the fault and
@@ -529,6 +547,13 @@ impl DeferredSplitQueue {
         self.list.values().copied()
     }
 
+    /// Takes these folios off the queue (a memcg's part of it).
+    pub(crate) fn remove_all(&mut self, folios: &[Pfn]) {
+        for &folio in folios {
+            self.remove(folio);
+        }
+    }
+
     pub(crate) fn add_tail(&mut self, folio: Pfn) {
         self.list.insert(self.next, folio);
         self.position.insert(folio, self.next);
@@ -673,6 +698,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         m.stat
             .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
     }
+    crate::memcontrol::split_page_memcg(m, folio, nr);
     for i in 0..nr {
         let pfn = Pfn(folio.0 + i);
         let page = m.zone.memmap.page_mut(pfn);
@@ -688,6 +714,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         // Each PTE mapping holds a reference on the page's new folio.
         page.private = u32::from(mapcount);
         if mapcount == 0 {
+            crate::memcontrol::mem_cgroup_uncharge(m, pfn);
             m.zone.free_pages(pfn, 0);
         } else {
             crate::swap::split_folio_lru(m, lru, pfn, i);
@@ -779,7 +806,13 @@ pub fn folio_unqueue_deferred_split(m: &mut Machine, folio: Pfn, order: u32) {
 /// queue: the under-used check is made once. A partially mapped folio whose
 /// split fails (pinned) goes back to the tail of the queue.
 pub fn deferred_split_scan(m: &mut Machine, mms: &mut MmList) {
-    for folio in m.deferred_split_queue.drain() {
+    let folios = m.deferred_split_queue.drain();
+    deferred_split_scan_folios(m, mms, folios);
+}
+
+/// deferred_split_scan's walk over `folios`, taken off the queue already.
+pub(crate) fn deferred_split_scan_folios(m: &mut Machine, mms: &mut MmList, folios: Vec<Pfn>) {
+    for folio in folios {
         m.zone.memmap.page_mut(folio).clear(pg::DEFERRED);
         let partially_mapped = m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED);
         let underused = !partially_mapped && thp_underused(m, folio);

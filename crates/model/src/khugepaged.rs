@@ -129,6 +129,9 @@ enum Scan {
     PageCount,
     /// No memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
     AllocHugePageFail,
+    /// The THP could not be charged to the mm's memcg
+    /// (SCAN_CGROUP_CHARGE_FAIL).
+    CgroupChargeFail,
 }
 
 /// hpage_collapse_scan_pmd: whether the PTE table at `haddr` qualifies.
@@ -195,7 +198,7 @@ pub enum CollapseError {
 fn madvise_collapse_errno(r: Scan) -> CollapseError {
     match r {
         Scan::AllocHugePageFail => CollapseError::NoMem,
-        Scan::ExceedNonePte => CollapseError::Busy,
+        Scan::ExceedNonePte | Scan::CgroupChargeFail => CollapseError::Busy,
         // "Resource temporary unavailable - trying again might succeed"
         // (also SCAN_PAGE_LOCK, SCAN_PAGE_LRU, SCAN_DEL_PAGE_LRU,
         // SCAN_PAGE_FILLED, which the model does not meet).
@@ -245,7 +248,8 @@ pub fn madvise_collapse(
                 Scan::PmdNone
                 | Scan::ExceedNonePte
                 | Scan::ExceedSharedPte
-                | Scan::AllocHugePageFail => {
+                | Scan::AllocHugePageFail
+                | Scan::CgroupChargeFail => {
                     last_fail = Some(result);
                     break;
                 }
@@ -277,6 +281,13 @@ fn collapse_huge_page(
         return Scan::AllocHugePageFail;
     };
     m.stat.count_vm_event(VmEvent::ThpCollapseAlloc);
+    // alloc_charge_folio: thp_collapse_alloc is counted before the charge.
+    let mm_id = mm.mm_id;
+    let order = HPAGE_PMD_ORDER;
+    if crate::memcontrol::mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp).is_err() {
+        crate::page_alloc::free_folio(m, folio);
+        return Scan::CgroupChargeFail;
+    }
     let index = haddr / PMD_SIZE;
     // __collapse_huge_page_copy: the old page copied into each subpage, if
     // any (none and zero-page PTEs become zero-filled, never-written pages).

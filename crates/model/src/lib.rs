@@ -6,7 +6,8 @@
 //! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
 //! deferred split queue and its shrinker), `hugetlb` (HugeTLB pools,
 //! reservations, faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
-//! `mprotect`, `madvise` (also MADV_FREE, COLD, PAGEOUT), `swap` (the LRU
+//! `mprotect`, `madvise` (also MADV_FREE, COLD, PAGEOUT), `memcontrol`
+//! (memory cgroups: charges, limit reclaim, the memcg OOM killer), `swap` (the LRU
 //! flags of anon folios), `vmscan` (drop_slab, reclaim_pages), `page_alloc`
 //! (buddy allocator with migratetypes, folio allocation and free, the
 //! allocation slow path), `compaction` (direct compaction, kcompactd,
@@ -21,7 +22,7 @@
 //! leaves out.
 //!
 //! Machine-wide simplifications: x86_64 with 4 KiB pages and one NUMA node; no
-//! swap, page cache, memcg or concurrency yet; statements the model
+//! swap, page cache or concurrency yet; statements the model
 //! cannot execute are refused with an error naming them, never ignored.
 //!
 //! The model is pure: no files, clocks, syscalls or unseeded randomness. The
@@ -41,6 +42,7 @@ pub mod hugetlb_vmemmap;
 pub mod internal;
 pub mod khugepaged;
 pub mod madvise;
+pub mod memcontrol;
 pub mod memory;
 pub mod mm_types;
 pub mod mmap;
@@ -100,6 +102,8 @@ pub struct Machine {
     pub kcompactd_max_order: u32,
     /// Pages the fragmentation generator holds (unmovable kernel pages).
     pub unmovable_pages: u64,
+    /// Memory cgroups and what is charged to them (see memcontrol).
+    pub memcg: memcontrol::Memcgs,
     /// A bug put in on purpose, to show the invariant checker catches it.
     #[doc(hidden)]
     pub injected_bug: Option<InjectedBug>,
@@ -135,6 +139,7 @@ impl Machine {
             lent_mms: Vec::new(),
             kcompactd_max_order: 0,
             unmovable_pages: 0,
+            memcg: memcontrol::Memcgs::default(),
             injected_bug: None,
         }
     }
@@ -147,6 +152,7 @@ impl Machine {
             .ok_or(Fault::Oom)?;
         self.zone.memmap.page_mut(pfn).init(pg::PGTABLE, 0);
         self.stat.nr_pagetable += 1;
+        memcontrol::memcg_kmem_charge_page(self, pfn);
         Ok(pfn)
     }
 
@@ -154,6 +160,7 @@ impl Machine {
     pub fn pte_free(&mut self, pfn: Pfn) {
         debug_assert!(self.zone.memmap.page(pfn).test(pg::PGTABLE));
         self.stat.nr_pagetable -= 1;
+        memcontrol::mem_cgroup_uncharge(self, pfn);
         self.zone.free_pages(pfn, 0);
     }
 }

@@ -30,7 +30,14 @@
 //! first touch is what large workloads do most. `zap_pte_range` and fork's
 //! `copy_pte_range` likewise handle a small folio's PTE inline.
 //!
-//! Simplifications: no userfaultfd, no memcg charge, no swap; no fault-around
+//! Every new folio is charged to the process's memcg after its allocation
+//! (`mem_cgroup_charge`, see memcontrol): alloc_anon_folio falls back to the
+//! next order when a large folio's charge fails, and an order-0 charge
+//! (`folio_prealloc`, GFP_KERNEL) that fails ends the fault in
+//! VM_FAULT_OOM. The inline order-0 path is taken only where a charge
+//! cannot fail (no memcg limit).
+//!
+//! Simplifications: no userfaultfd, no swap; no fault-around
 //! or retries (the model has no concurrency, so the rechecks under the PTE lock
 //! always pass); a write to memory the VMA does not allow, or to no VMA, is a
 //! SIGSEGV reported as an error rather than a signal; no LRU batches (the
@@ -51,6 +58,7 @@ use crate::huge_memory::{
     split_huge_pmd, thp_vma_allowable_orders, thp_vma_denials, thp_vma_suitable_orders, PmdFault,
 };
 use crate::internal::folio_pte_batch;
+use crate::memcontrol::mem_cgroup_charge;
 use crate::mm_types::{page_folio, pg, Fault, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
@@ -215,13 +223,21 @@ fn do_anonymous_page_small(
         return Some(Pte::ZERO);
     }
     let folio = alloc_folio(m, 0)?;
+    if m.memcg.is_active() {
+        // No limit here (see access_range): the charge cannot fail.
+        let gfp = crate::gfp::Gfp::HIGHUSER_MOVABLE;
+        let charged = crate::memcontrol::mem_cgroup_charge(m, None, mm_id, folio, 0, gfp);
+        debug_assert!(charged.is_ok());
+    }
     rmap::folio_add_new_anon_rmap(m, folio, 0, false, mm_id, addr);
     Some(Pte::new(folio, writable))
 }
 
 /// alloc_anon_folio: the largest allowed order whose naturally aligned range
 /// fits the VMA and has only empty PTEs, trying smaller orders when the
-/// allocation fails (each failure counts anon_fault_fallback), then order 0.
+/// allocation or the memcg charge fails (each failure counts
+/// anon_fault_fallback, a charge failure anon_fault_fallback_charge too),
+/// then order 0 (folio_prealloc: its charge failing is VM_FAULT_OOM).
 fn alloc_anon_folio(
     m: &mut Machine,
     mm: &mut MmStruct,
@@ -259,23 +275,46 @@ fn alloc_anon_folio(
         }
     }
     let gfp = vma_thp_gfp_mask(&m.thp, vma);
+    let mm_id = mm.mm_id;
     while orders != 0 {
         let order = highest_order(orders);
-        if let Some(folio) = vma_alloc_folio(m, Some(mm), gfp, order) {
-            return Ok((folio, order));
+        let mut counters = vec!["anon_fault_fallback"];
+        if let Some(folio) = vma_alloc_folio(m, Some(&mut *mm), gfp, order) {
+            match mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp) {
+                Ok(()) => return Ok((folio, order)),
+                Err(_) => {
+                    m.stat
+                        .count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
+                    free_folio(m, folio);
+                    counters.insert(0, "anon_fault_fallback_charge");
+                }
+            }
         }
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
-        m.trace(|| Step::Fallback {
-            order,
-            counters: vec!["anon_fault_fallback"],
-        });
+        m.trace(|| Step::Fallback { order, counters });
         orders &= !(1 << order);
     }
-    let folio = vma_alloc_folio(m, Some(mm), Gfp::HIGHUSER_MOVABLE, 0);
-    if folio.is_none() {
+    folio_prealloc(m, mm, mm_id)
+}
+
+/// folio_prealloc: an order-0 folio charged with GFP_KERNEL (limit reclaim,
+/// then the OOM killer), or VM_FAULT_OOM.
+fn folio_prealloc(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    mm_id: rmap::MmId,
+) -> Result<(Pfn, u32), Fault> {
+    let gfp = Gfp::HIGHUSER_MOVABLE;
+    let Some(folio) = vma_alloc_folio(m, Some(&mut *mm), gfp, 0) else {
         m.trace(|| Step::Oom);
+        return Err(Fault::Oom);
+    };
+    if let Err(e) = mem_cgroup_charge(m, Some(mm), mm_id, folio, 0, gfp) {
+        free_folio(m, folio);
+        m.trace(|| Step::Oom);
+        return Err(e);
     }
-    folio.map(|f| (f, 0)).ok_or(Fault::Oom)
+    Ok((folio, 0))
 }
 
 /// do_wp_page: a write to a read-only PTE of a writable VMA. The shared zero
@@ -337,7 +376,15 @@ fn wp_page_copy(
     addr: u64,
     old: Option<(Pfn, Pfn)>,
 ) -> Result<(), Fault> {
+    // folio_prealloc: the copy is charged with GFP_KERNEL (the allocation
+    // itself is not a decision `hugelab explain` shows: do_wp_page's is).
     let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
+    let mm_id = mm.mm_id;
+    if let Err(e) = mem_cgroup_charge(m, Some(&mut *mm), mm_id, new, 0, Gfp::HIGHUSER_MOVABLE) {
+        free_folio(m, new);
+        m.trace(|| Step::Oom);
+        return Err(e);
+    }
     if let Some((_, page)) = old {
         copy_content(m, page, new);
     }
@@ -407,7 +454,8 @@ pub fn access_range(
     // Whether a write fault on an empty PTE can only get an order-0 folio
     // (alloc_anon_folio with no order allowed): then it is handled inline.
     let below_pmd = (1 << HPAGE_PMD_ORDER) - 1;
-    let small_only = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd) == 0;
+    let small_only = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd) == 0
+        && !m.memcg.limited(m.memcg.mm_memcg(mm.mm_id));
     let writable = vma.flags & Vma::VM_WRITE != 0;
     let mm_id = mm.mm_id;
     let mut addr = start;
@@ -577,6 +625,7 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
             small_unmapped += i64::from(page.mapcount == 0);
             unmapped += 1;
             if page.private == 0 {
+                crate::memcontrol::mem_cgroup_uncharge(m, pfn);
                 // free_folio of a small folio is the buddy free alone
                 // (and forgetting its LRU state, if it has one).
                 m.lru.forget(pfn);

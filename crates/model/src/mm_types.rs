@@ -170,6 +170,9 @@ pub enum Fault {
     /// SIGBUS (a HugeTLB fault when the pool has no page for it:
     /// `alloc_hugetlb_folio` fails with -ENOSPC). The task is killed.
     Sigbus { addr: u64 },
+    /// The memcg OOM killer chose the faulting process (SIGKILL): its
+    /// charge failed with VM_FAULT_OOM and it dies (memcontrol).
+    OomKilled,
 }
 
 /// page_folio: the head of the folio that `page` belongs to. The kernel

@@ -862,6 +862,7 @@ pub fn free_folio(m: &mut Machine, folio: Pfn) {
             m.anon_vmas.put_folio(anon_vma);
         }
     }
+    crate::memcontrol::mem_cgroup_uncharge(m, folio);
     m.zone.free_pages(folio, order);
 }
 

@@ -3,8 +3,7 @@
 //! Follows Linux 6.18 `include/linux/vm_event_item.h` (events), `mm/vmstat.c`
 //! (node stats shown in /proc/vmstat) and `mm/huge_memory.c` (per-size mTHP stats
 //! under hugepages-<size>kB/stats/). Only what the model drives is here: a
-//! counter the model does not maintain is not reported at all (no memcg yet,
-//! so no `*_fallback_charge`). The names are the registry's
+//! counter the model does not maintain is not reported at all. The names are the registry's
 //! (`hugelab_workload::counters`); a test checks every one is there.
 
 use crate::mm_types::HPAGE_PMD_ORDER;
@@ -42,10 +41,12 @@ pub enum VmEvent {
     CompactDaemonFreeScanned,
     PgmigrateSuccess,
     PgmigrateFail,
+    ThpFaultFallbackCharge,
+    OomKill,
 }
 
 impl VmEvent {
-    pub const ALL: [VmEvent; 29] = [
+    pub const ALL: [VmEvent; 31] = [
         VmEvent::PgFault,
         VmEvent::ThpFaultAlloc,
         VmEvent::ThpFaultFallback,
@@ -75,6 +76,8 @@ impl VmEvent {
         VmEvent::CompactDaemonFreeScanned,
         VmEvent::PgmigrateSuccess,
         VmEvent::PgmigrateFail,
+        VmEvent::ThpFaultFallbackCharge,
+        VmEvent::OomKill,
     ];
 
     pub fn name(self) -> &'static str {
@@ -108,6 +111,8 @@ impl VmEvent {
             VmEvent::CompactDaemonFreeScanned => "compact_daemon_free_scanned",
             VmEvent::PgmigrateSuccess => "pgmigrate_success",
             VmEvent::PgmigrateFail => "pgmigrate_fail",
+            VmEvent::ThpFaultFallbackCharge => "thp_fault_fallback_charge",
+            VmEvent::OomKill => "oom_kill",
         }
     }
 }
@@ -125,10 +130,11 @@ pub enum MthpStat {
     NrAnon,
     /// Gauge.
     NrAnonPartiallyMapped,
+    AnonFaultFallbackCharge,
 }
 
 impl MthpStat {
-    pub const ALL: [MthpStat; 8] = [
+    pub const ALL: [MthpStat; 9] = [
         MthpStat::AnonFaultAlloc,
         MthpStat::AnonFaultFallback,
         MthpStat::SplitDeferred,
@@ -137,6 +143,7 @@ impl MthpStat {
         MthpStat::SwpoutFallback,
         MthpStat::NrAnon,
         MthpStat::NrAnonPartiallyMapped,
+        MthpStat::AnonFaultFallbackCharge,
     ];
 
     pub fn name(self) -> &'static str {
@@ -149,6 +156,7 @@ impl MthpStat {
             MthpStat::SwpoutFallback => "swpout_fallback",
             MthpStat::NrAnon => "nr_anon",
             MthpStat::NrAnonPartiallyMapped => "nr_anon_partially_mapped",
+            MthpStat::AnonFaultFallbackCharge => "anon_fault_fallback_charge",
         }
     }
 }

@@ -75,6 +75,8 @@ pub enum BoundKind {
     /// the kernel moves depends on the machine's state, their sum does not.
     /// Equal values match; equal sums are within the bound.
     SumWith(&'static str),
+    /// The kernel reads at least the model and at most this much more.
+    KernelAboveModelBy(i64),
 }
 
 impl BoundKind {
@@ -84,6 +86,7 @@ impl BoundKind {
             BoundKind::KernelAtLeastModel => "kernel_at_least_model".into(),
             BoundKind::KernelAtMostModel => "kernel_at_most_model".into(),
             BoundKind::SumWith(field) => format!("sum with {field}"),
+            BoundKind::KernelAboveModelBy(n) => format!("kernel_above_model_by_at_most {n}"),
         }
     }
 }
@@ -196,7 +199,7 @@ const HUGE_ZERO_FOLIO: &str = "the huge zero folio may already exist on the mach
 const BACKGROUND_COMPACTION: &str = "kcompactd (woken by any process's failing allocation, or proactive compaction) and direct compaction of other processes compact the real machine on their own, and the kernel backend cannot tell their work from the workload's; the model compacts only for the workload";
 const MEMMAP_SUM: &str = "HVO frees a HugeTLB page's vmemmap from boot memory (PageReserved: nr_memmap_boot_pages) or from pages an earlier restore allocated (nr_memmap_pages), whichever frames the kernel's page happens to have; only their sum is the workload's (measured here: a first 16-page cycle +16/-128, a later one -104/-8, the sum -7 per 2 MiB page every time)";
 
-use BoundKind::{KernelAtLeastModel, KernelAtMostModel, SumWith};
+use BoundKind::{KernelAboveModelBy, KernelAtLeastModel, KernelAtMostModel, SumWith};
 
 /// A table of fields made by one constructor with one unit.
 macro_rules! fields {
@@ -391,11 +394,44 @@ const HUGETLB: &[Field] = fields!(absolute(Unit::HugePages):
     "nr_overcommit_hugepages",
 );
 
-/// memory.<file> of the cgroup (v2 names; v1's usage_in_bytes and
-/// max_usage_in_bytes are read as current and peak), in kB.
-const MEMCG: &[Field] = fields!(absolute(Unit::Kb):
-    "current", "peak", "max",
-);
+/// memory.<file> of the cgroup (v2 names; v1's usage_in_bytes,
+/// max_usage_in_bytes and limit_in_bytes are read as current, peak and
+/// max), in kB. The kernel's usage also holds the per-cpu charge stock and
+/// kernel memory the model does not charge: `diff` compares current and
+/// peak with that bound.
+const MEMCG: &[Field] = &[
+    Field {
+        bound: Some(Bound {
+            kind: KernelAboveModelBy(MEMCG_SLACK_KB),
+            why: MEMCG_STOCK,
+        }),
+        ..absolute("current", Unit::Kb)
+    },
+    Field {
+        bound: Some(Bound {
+            kind: KernelAboveModelBy(MEMCG_SLACK_KB),
+            why: MEMCG_STOCK,
+        }),
+        ..absolute("peak", Unit::Kb)
+    },
+    absolute("max", Unit::Kb),
+    // The agent's own charge, measured when it joined (kernel backend only).
+    absolute("agent", Unit::Kb),
+];
+
+/// memory.events of the cgroup (`enum memcg_memory_event`): v2's
+/// memory.events; v1 has only oom_kill (memory.oom_control).
+const MEMCG_EVENTS: &[Field] = &[
+    // MEMCG_MAX is raised once per pass of try_charge_memcg's retry loop.
+    bounded("max", KernelAtLeastModel, MEMCG_MAX_PASSES),
+    event("oom"),
+    event("oom_kill"),
+];
+
+/// How far above the model the kernel's memory.current may read, in kB.
+pub const MEMCG_SLACK_KB: i64 = 1024;
+const MEMCG_STOCK: &str = "the kernel charges in batches of MEMCG_CHARGE_BATCH (64 pages) and keeps the rest in a per-cpu stock that memory.current counts (256 kB per CPU that charged), and charges kernel memory the model does not (VMAs, anon_vmas, slab pages: tens of kB): the kernel reads at least the model and at most 1024 kB above it";
+const MEMCG_MAX_PASSES: &str = "MEMCG_MAX counts passes of try_charge_memcg's retry loop, and the kernel's batch charge and drain_all_stock can add passes";
 
 use Part::{Choice, Field as F, Lit, Proc, Region, Size};
 
@@ -477,6 +513,14 @@ pub static FAMILIES: &[Family] = &[
         source: "memory.<file> of the cgroup (v2), or its v1 equivalent",
         shapes: &[&[Lit("memcg"), Part::Cgroup, Lit("memory"), F]],
         fields: MEMCG,
+    },
+    Family {
+        name: "memcg",
+        pattern: "memcg.<cg>.memory.events.<field>",
+        scope: Scope::Cgroup,
+        source: "memory.events of the cgroup (v2), or v1 memory.oom_control's oom_kill",
+        shapes: &[&[Lit("memcg"), Part::Cgroup, Lit("memory"), Lit("events"), F]],
+        fields: MEMCG_EVENTS,
     },
 ];
 

@@ -1,0 +1,710 @@
+//! Memory cgroups: `cgroup <cg> [memory.max=<size>]` and `spawn p
+//! cgroup=<cg>`. Every anonymous folio is charged to its process's memcg
+//! when a fault, a copy-on-write, fork or a collapse allocates it, and
+//! uncharged when it is freed; a charge over `memory.max` runs limit
+//! reclaim, and when nothing can be reclaimed, fails (a large folio: the
+//! fault falls back to the next order) or calls the memcg OOM killer
+//! (order-0 and other cheap charges).
+//!
+//! Follows Linux 6.18 `mm/memcontrol.c` (`mem_cgroup_charge`,
+//! `try_charge_memcg` with its retry loop, `mem_cgroup_margin`,
+//! `mem_cgroup_oom`, `mem_cgroup_out_of_memory`, `memcg_memory_event`,
+//! `split_page_memcg`, `mem_cgroup_uncharge`), `mm/page_counter.c`
+//! (`page_counter_try_charge`, `page_counter_charge`, `page_counter_uncharge`,
+//! the watermark that is memory.peak), `mm/oom_kill.c` (`select_bad_process`,
+//! `oom_badness`, `oom_kill_process`, `__oom_kill_process`: the OOM_KILL
+//! vmstat event and the memcg's MEMCG_OOM_KILL), and `mm/vmscan.c`
+//! (`try_to_free_mem_cgroup_pages`: without swap no anonymous page on the
+//! LRU can be reclaimed, but lazily-freed folios can, and shrink_slab runs
+//! the memcg-aware shrinkers, of which the deferred split shrinker is the
+//! one that frees anonymous memory: `deferred_split_scan` on the memcg's own
+//! queue, `get_deferred_split_queue`).
+//!
+//! Simplifications:
+//! - one level of groups below the root (the language has no nesting); the
+//!   root is not a group: a process spawned without `cgroup=` charges
+//!   nothing; cgroup v1's memsw counter and v2's memory.high, memory.low and
+//!   memory.swap.* are not modelled;
+//! - no per-cpu charge stock (`MEMCG_CHARGE_BATCH`): every charge goes to
+//!   the page counter at once, so `drain_all_stock` has nothing to drain;
+//!   the kernel's memory.current reads up to 64 pages per CPU above the
+//!   model's (the registry's bound for `diff`);
+//! - kernel memory: page-table pages are charged (GFP_PGTABLE_USER has
+//!   __GFP_ACCOUNT) to the memcg of the process whose statement runs, and
+//!   always succeed (`page_counter_charge`, where the kernel's charge may
+//!   fail and end in VM_FAULT_OOM); slab objects (VMAs, anon_vmas) are not
+//!   modelled and not charged;
+//! - the memcg's deferred split queue is the machine's queue restricted to
+//!   the folios charged to it (the same folios in the same order);
+//!   `try_to_free_mem_cgroup_pages` discards lazily-freed folios first and
+//!   scans that queue once when they fall short of nr_to_reclaim, where the
+//!   kernel walks LRU and shrinkers together at falling priorities (the
+//!   shrinker's scan count reaches a few queued folios only at the lowest
+//!   ones);
+//! - HugeTLB pages are not charged (memory_hugetlb_accounting is off by
+//!   default, and v1 never charges them), nor is the huge zero folio;
+//! - without swap, reclaim frees only what the shrinker splits off and what
+//!   MADV_FREE left lazily free; with swap it would also swap out anonymous
+//!   folios (and THPs whole, `thp_swpout`); there is no kswapd and no
+//!   watermark, so memory.high and the global limits never reclaim;
+//! - `folio->memcg_data` is kept beside the memmap, by head pfn: a page
+//!   migration (compaction) must move it (`mem_cgroup_migrate`);
+//! - limit reclaim and the OOM killer see every process of the workload
+//!   during `read` and `write` (exec parks the others in `Memcgs::others`);
+//!   during `pin`, `fork`, MADV_COLLAPSE and `khugepaged` they see only the
+//!   mm at hand: the shrinker leaves a folio another mm may map on the
+//!   queue, and the OOM killer chooses among the processes it sees (during
+//!   `fork` none: the fork fails with ENOMEM where the kernel would kill
+//!   a process);
+//! - `oom_score_adj` is 0 for every process and v2's memory.oom.group is
+//!   not modelled (v1 has neither here).
+
+use crate::gfp::Gfp;
+use crate::mm_types::{Fault, Pfn};
+use crate::mmap::MmStruct;
+use crate::rmap::{MmId, MmList};
+use crate::trace::Step;
+use crate::vmstat::VmEvent;
+use crate::{Machine, Task};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
+
+/// MAX_RECLAIM_RETRIES (mm/internal.h).
+pub const MAX_RECLAIM_RETRIES: u32 = 16;
+/// SWAP_CLUSTER_MAX: the least limit reclaim tries to free.
+pub const SWAP_CLUSTER_MAX: u64 = 32;
+/// PAGE_ALLOC_COSTLY_ORDER: above it a charge never calls the OOM killer.
+pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
+
+/// A memory cgroup, by its index in [`Memcgs::groups`].
+pub type MemcgId = usize;
+
+/// struct page_counter: usage, limit and peak, in pages.
+#[derive(Clone, Debug)]
+pub struct PageCounter {
+    pub usage: u64,
+    /// memory.max (PAGE_COUNTER_MAX: unlimited).
+    pub max: u64,
+    /// The highest usage since the group was created (memory.peak,
+    /// v1 max_usage_in_bytes).
+    pub watermark: u64,
+    /// Charges that found the limit reached (v1 memory.failcnt).
+    pub failcnt: u64,
+}
+
+/// PAGE_COUNTER_MAX, as far as the model needs it.
+pub const PAGE_COUNTER_MAX: u64 = u64::MAX / 2;
+
+impl Default for PageCounter {
+    fn default() -> Self {
+        PageCounter {
+            usage: 0,
+            max: PAGE_COUNTER_MAX,
+            watermark: 0,
+            failcnt: 0,
+        }
+    }
+}
+
+impl PageCounter {
+    /// page_counter_try_charge: charges `nr` pages unless the limit would be
+    /// exceeded (then counts failcnt).
+    pub fn try_charge(&mut self, nr: u64) -> bool {
+        if self.usage + nr > self.max {
+            self.failcnt += 1;
+            return false;
+        }
+        self.charge(nr);
+        true
+    }
+
+    /// page_counter_charge: charges whatever the limit.
+    pub fn charge(&mut self, nr: u64) {
+        self.usage += nr;
+        self.watermark = self.watermark.max(self.usage);
+    }
+
+    /// page_counter_uncharge.
+    pub fn uncharge(&mut self, nr: u64) {
+        debug_assert!(self.usage >= nr, "memcg usage would go negative");
+        self.usage -= nr;
+    }
+}
+
+/// memory.events (`enum memcg_memory_event`), the fields the model raises.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemcgEvents {
+    /// MEMCG_MAX: a blocking charge found the limit and reclaimed.
+    pub max: u64,
+    /// MEMCG_OOM: the charge gave up and went to the OOM killer.
+    pub oom: u64,
+    /// MEMCG_OOM_KILL: a process of the group was OOM-killed.
+    pub oom_kill: u64,
+}
+
+/// struct mem_cgroup: what the model keeps of it.
+#[derive(Clone, Debug)]
+pub struct MemCgroup {
+    pub name: String,
+    pub memory: PageCounter,
+    pub events: MemcgEvents,
+}
+
+/// The memory cgroups of the machine, who is in which, and what is charged.
+#[derive(Default)]
+pub struct Memcgs {
+    pub groups: Vec<MemCgroup>,
+    /// folio->memcg_data: the group each charged folio (by its head pfn)
+    /// or page-table page is charged to, and how many pages.
+    memcg_data: HashMap<Pfn, (MemcgId, u64)>,
+    /// The memcg of each process (`mm->owner`'s), by mm id.
+    mm_memcg: HashMap<MmId, MemcgId>,
+    /// The memcg of the process whose statement runs (`current`): kernel
+    /// memory (page tables) is charged to it.
+    pub current: Option<MemcgId>,
+    /// The other processes while one runs an access (exec parks them here):
+    /// what limit reclaim and the OOM killer see besides the faulting mm.
+    pub others: BTreeMap<String, Task>,
+    /// The OOM killer chose the faulting process (it dies with SIGKILL
+    /// when the fault returns).
+    pub current_killed: bool,
+    /// Processes the OOM killer killed other than the faulting one, torn
+    /// down already (exit_mmap); exec retires them.
+    pub killed: Vec<(String, Task)>,
+}
+
+impl Memcgs {
+    /// Whether any group exists (otherwise nothing is ever charged).
+    #[inline]
+    pub fn is_active(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
+    /// mem_cgroup_css_alloc, with memory.max written as `max_pages`.
+    pub fn create(&mut self, name: &str, max_pages: Option<u64>) -> MemcgId {
+        let mut memory = PageCounter::default();
+        if let Some(max) = max_pages {
+            memory.max = max.min(PAGE_COUNTER_MAX);
+        }
+        self.groups.push(MemCgroup {
+            name: name.to_string(),
+            memory,
+            events: MemcgEvents::default(),
+        });
+        self.groups.len() - 1
+    }
+
+    pub fn by_name(&self, name: &str) -> Option<MemcgId> {
+        self.groups.iter().position(|g| g.name == name)
+    }
+
+    /// A process joins a group (spawn into it, or fork inheriting it).
+    pub fn attach(&mut self, mm_id: MmId, memcg: MemcgId) {
+        self.mm_memcg.insert(mm_id, memcg);
+    }
+
+    /// A process left (exit or kill).
+    pub fn detach(&mut self, mm_id: MmId) {
+        self.mm_memcg.remove(&mm_id);
+    }
+
+    /// get_mem_cgroup_from_mm.
+    #[inline]
+    pub fn mm_memcg(&self, mm_id: MmId) -> Option<MemcgId> {
+        if self.groups.is_empty() {
+            return None;
+        }
+        self.mm_memcg.get(&mm_id).copied()
+    }
+
+    /// Whether charges to `memcg` can fail (it has a limit).
+    pub fn limited(&self, memcg: Option<MemcgId>) -> bool {
+        memcg.is_some_and(|g| self.groups[g].memory.max < PAGE_COUNTER_MAX)
+    }
+
+    /// mem_cgroup_margin: pages that can still be charged.
+    pub fn margin(&self, memcg: MemcgId) -> u64 {
+        let c = &self.groups[memcg].memory;
+        c.max.saturating_sub(c.usage)
+    }
+
+    /// The group `pfn` (a folio head or page-table page) is charged to.
+    pub fn folio_memcg(&self, pfn: Pfn) -> Option<MemcgId> {
+        self.memcg_data.get(&pfn).map(|&(g, _)| g)
+    }
+
+    /// Every charged folio and page-table page: (pfn, group, pages), for
+    /// the invariant checker.
+    pub fn charged(&self) -> impl Iterator<Item = (Pfn, MemcgId, u64)> + '_ {
+        self.memcg_data.iter().map(|(&p, &(g, n))| (p, g, n))
+    }
+
+    fn commit_charge(&mut self, pfn: Pfn, memcg: MemcgId, nr: u64) {
+        let old = self.memcg_data.insert(pfn, (memcg, nr));
+        debug_assert!(old.is_none(), "{pfn} charged twice");
+    }
+}
+
+/// mem_cgroup_charge of a new anonymous folio of `order` for `mm`: nothing
+/// without a memcg; else try_charge_memcg with `gfp` (limit reclaim, and
+/// the OOM killer for cheap orders). Err(Fault::Oom) is -ENOMEM (a large
+/// folio falls back; an order-0 fault fails with VM_FAULT_OOM), and
+/// Err(Fault::OomKilled) says the OOM killer chose the faulting process.
+/// The caller frees the folio on failure.
+pub fn mem_cgroup_charge(
+    m: &mut Machine,
+    mm: Option<&mut MmStruct>,
+    mm_id: MmId,
+    folio: Pfn,
+    order: u32,
+    gfp: Gfp,
+) -> Result<(), Fault> {
+    let Some(memcg) = m.memcg.mm_memcg(mm_id) else {
+        return Ok(());
+    };
+    let nr = 1u64 << order;
+    let usage_before = m.memcg.groups[memcg].memory.usage;
+    let result = try_charge_memcg(m, mm, memcg, nr, order, gfp);
+    if result.is_ok() {
+        m.memcg.commit_charge(folio, memcg, nr);
+    }
+    if m.tracing() {
+        let name = m.memcg.groups[memcg].name.clone();
+        let charged = if result.is_ok() { nr } else { 0 };
+        let reclaimed = (usage_before + charged).saturating_sub(m.memcg.groups[memcg].memory.usage);
+        let ok = result.is_ok();
+        m.trace(move || Step::Charge {
+            order,
+            memcg: name,
+            ok,
+            reclaimed,
+        });
+    }
+    result
+}
+
+/// A page-table page for the process whose statement runs
+/// (`__memcg_kmem_charge_page` for GFP_PGTABLE_USER): charged whatever the
+/// limit (see the module doc).
+pub fn memcg_kmem_charge_page(m: &mut Machine, pfn: Pfn) {
+    if let Some(memcg) = m.memcg.current {
+        m.memcg.groups[memcg].memory.charge(1);
+        m.memcg.commit_charge(pfn, memcg, 1);
+    }
+}
+
+/// mem_cgroup_uncharge (and `__memcg_kmem_uncharge_page`): `pfn` is being
+/// freed; its charge, if any, goes back to its group.
+#[inline]
+pub fn mem_cgroup_uncharge(m: &mut Machine, pfn: Pfn) {
+    if !m.memcg.is_active() {
+        return;
+    }
+    if let Some((memcg, nr)) = m.memcg.memcg_data.remove(&pfn) {
+        m.memcg.groups[memcg].memory.uncharge(nr);
+    }
+}
+
+/// split_page_memcg: a split folio's charge becomes one per page.
+pub fn split_page_memcg(m: &mut Machine, folio: Pfn, nr: u64) {
+    if !m.memcg.is_active() {
+        return;
+    }
+    if let Some((memcg, charged)) = m.memcg.memcg_data.remove(&folio) {
+        debug_assert_eq!(charged, nr);
+        for i in 0..nr {
+            m.memcg.commit_charge(Pfn(folio.0 + i), memcg, 1);
+        }
+    }
+}
+
+/// mem_cgroup_migrate: `new` takes over `old`'s charge (a page migration).
+pub fn mem_cgroup_migrate(m: &mut Machine, old: Pfn, new: Pfn) {
+    if let Some(data) = m.memcg.memcg_data.remove(&old) {
+        m.memcg.memcg_data.insert(new, data);
+    }
+}
+
+/// try_charge_memcg: the page counter, then as long as the gfp lets it
+/// block: limit reclaim, a retry after draining the (empty) stock,
+/// MAX_RECLAIM_RETRIES more, and for an order up to
+/// PAGE_ALLOC_COSTLY_ORDER the OOM killer, whose kill lets it retry.
+fn try_charge_memcg(
+    m: &mut Machine,
+    mut mm: Option<&mut MmStruct>,
+    memcg: MemcgId,
+    nr: u64,
+    order: u32,
+    gfp: Gfp,
+) -> Result<(), Fault> {
+    let mut nr_retries = MAX_RECLAIM_RETRIES;
+    let mut drained = false;
+    let mut passed_oom = false;
+    loop {
+        if m.memcg.groups[memcg].memory.try_charge(nr) {
+            return Ok(());
+        }
+        if !gfp.allows_blocking() {
+            // nomem without MEMCG_MAX: only a forced charge raises it there.
+            return Err(Fault::Oom);
+        }
+        m.memcg.groups[memcg].events.max += 1;
+        let nr_reclaimed = try_to_free_mem_cgroup_pages(m, mm.as_deref_mut(), memcg, nr);
+        if m.memcg.margin(memcg) >= nr {
+            continue;
+        }
+        if !drained {
+            // drain_all_stock: the model keeps no per-cpu stock.
+            drained = true;
+            continue;
+        }
+        if gfp.noretry {
+            return Err(Fault::Oom);
+        }
+        if nr_reclaimed > 0 && order <= PAGE_ALLOC_COSTLY_ORDER {
+            continue;
+        }
+        if nr_retries > 0 {
+            nr_retries -= 1;
+            continue;
+        }
+        // task_is_dying: the OOM killer chose the faulting process.
+        if passed_oom && m.memcg.current_killed {
+            return Err(Fault::OomKilled);
+        }
+        if mem_cgroup_oom(m, mm.as_deref_mut(), memcg, order) {
+            passed_oom = true;
+            nr_retries = MAX_RECLAIM_RETRIES;
+            continue;
+        }
+        return Err(Fault::Oom);
+    }
+}
+
+/// try_to_free_mem_cgroup_pages without swap: the memcg's lazily-freed
+/// folios are discarded (up to nr_to_reclaim = max(nr, SWAP_CLUSTER_MAX)
+/// pages) and, if that falls short, the deferred split shrinker runs on the
+/// memcg's queue. Returns the pages reclaimed from the LRU (nr_reclaimed;
+/// what the shrinker frees is not counted there for memcg reclaim).
+pub fn try_to_free_mem_cgroup_pages(
+    m: &mut Machine,
+    mm: Option<&mut MmStruct>,
+    memcg: MemcgId,
+    nr: u64,
+) -> u64 {
+    let mut others = std::mem::take(&mut m.memcg.others);
+    let mut mms = MmList::new(others.values_mut().map(|t| &mut t.mm).chain(mm));
+    // lazyfree discard: see vmscan (shrink_folio_list frees the memcg's
+    // clean lazily-freed anonymous folios; their pages count in
+    // nr_reclaimed). shrink_lruvec runs before shrink_slab.
+    let nr_to_reclaim = nr.max(SWAP_CLUSTER_MAX);
+    let nr_reclaimed = crate::vmscan::shrink_lazyfree(m, &mut mms, nr_to_reclaim, |m, f| {
+        m.memcg.folio_memcg(f) == Some(memcg)
+    });
+    // The shrinker's scan count (its queue length >> priority) reaches a
+    // memcg's few queued folios only at the lowest priorities, which
+    // do_try_to_free_pages gets to only while the LRU falls short.
+    if nr_reclaimed < nr_to_reclaim {
+        deferred_split_scan_memcg(m, &mut mms, memcg);
+    }
+    drop(mms);
+    m.memcg.others = others;
+    nr_reclaimed
+}
+
+/// deferred_split_scan on the memcg's queue: the folios of the queue
+/// charged to `memcg`, in queue order. A folio some mm of whose fork family
+/// is not at hand (a statement that did not park the other processes)
+/// stays queued.
+fn deferred_split_scan_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId) {
+    let mine: Vec<Pfn> = m
+        .deferred_split_queue
+        .iter()
+        .filter(|&f| m.memcg.folio_memcg(f) == Some(memcg))
+        .filter(|&f| {
+            let (walk, _) = crate::rmap::rmap_walk_anon(m, f);
+            walk.iter().all(|id| mms.get_mut(*id).is_some())
+        })
+        .collect();
+    if mine.is_empty() {
+        return;
+    }
+    m.deferred_split_queue.remove_all(&mine);
+    crate::huge_memory::deferred_split_scan_folios(m, mms, mine);
+}
+
+/// mem_cgroup_oom: only for cheap orders; counts MEMCG_OOM and runs
+/// mem_cgroup_out_of_memory. True when the charge should be retried.
+fn mem_cgroup_oom(m: &mut Machine, mm: Option<&mut MmStruct>, memcg: MemcgId, order: u32) -> bool {
+    if order > PAGE_ALLOC_COSTLY_ORDER {
+        return false;
+    }
+    m.memcg.groups[memcg].events.oom += 1;
+    if m.memcg.margin(memcg) >= 1 << order {
+        return true;
+    }
+    out_of_memory(m, mm, memcg)
+}
+
+/// oom_badness: the pages the process would give back (get_mm_rss and its
+/// page tables; no swap entries, oom_score_adj 0).
+pub fn oom_badness(mm: &MmStruct) -> u64 {
+    // A PTE table, or the one a PMD mapping keeps deposited.
+    let tables = mm.pmds.range(0..=u64::MAX).count() as u64
+        + mm.pmd_tables.len() as u64
+        + mm.pud_tables.len() as u64;
+    mm.anon_rss + tables
+}
+
+/// out_of_memory for a memcg: select_bad_process over the group's
+/// processes (oldest first; a later one with as many points wins, as
+/// css_task_iter meets them), then oom_kill_process: SIGKILL, OOM_KILL and
+/// MEMCG_OOM_KILL. The faulting process is only marked (it dies when its
+/// fault returns); another is torn down at once. False when the group has
+/// no process to kill.
+fn out_of_memory(m: &mut Machine, mm: Option<&mut MmStruct>, memcg: MemcgId) -> bool {
+    let current_id = mm.as_ref().map(|mm| mm.mm_id);
+    let mut candidates: Vec<(MmId, u64, Option<String>)> = Vec::new();
+    if let Some(mm) = mm.as_deref() {
+        if m.memcg.mm_memcg(mm.mm_id) == Some(memcg) && !m.memcg.current_killed {
+            candidates.push((mm.mm_id, oom_badness(mm), None));
+        }
+    }
+    for (name, task) in &m.memcg.others {
+        if m.memcg.mm_memcg(task.mm.mm_id) == Some(memcg) {
+            candidates.push((task.mm.mm_id, oom_badness(&task.mm), Some(name.clone())));
+        }
+    }
+    candidates.sort_by_key(|c| c.0);
+    let mut chosen: Option<&(MmId, u64, Option<String>)> = None;
+    for c in &candidates {
+        if chosen.is_none_or(|ch| c.1 >= ch.1) {
+            chosen = Some(c);
+        }
+    }
+    let Some((victim, _, name)) = chosen.cloned() else {
+        return false;
+    };
+    m.stat.count_vm_event(VmEvent::OomKill);
+    m.memcg.groups[memcg].events.oom_kill += 1;
+    match name {
+        None => {
+            debug_assert_eq!(Some(victim), current_id);
+            m.memcg.current_killed = true;
+        }
+        Some(name) => {
+            let mut task = m.memcg.others.remove(&name).expect("a candidate");
+            crate::mmap::exit_mmap(m, &mut task.mm);
+            m.anon_vmas.exit(task.mm.mm_id);
+            m.memcg.detach(task.mm.mm_id);
+            m.memcg.killed.push((name, task));
+        }
+    }
+    true
+}
+
+/// The pages charged to each group, recounted from the charges, for the
+/// invariant checker: usage must equal it.
+pub fn recount(m: &Machine) -> Vec<u64> {
+    let mut usage = vec![0; m.memcg.groups.len()];
+    for (_, g, n) in m.memcg.charged() {
+        usage[g] += n;
+    }
+    usage
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::end_counters;
+
+    const ONLY_PMD: &str = "set transparent_hugepage/hugepages-16kB/enabled never\n\
+        set transparent_hugepage/hugepages-32kB/enabled never\n\
+        set transparent_hugepage/hugepages-64kB/enabled never\n\
+        set transparent_hugepage/hugepages-128kB/enabled never\n\
+        set transparent_hugepage/hugepages-256kB/enabled never\n\
+        set transparent_hugepage/hugepages-512kB/enabled never\n\
+        set transparent_hugepage/hugepages-1024kB/enabled never\n\
+        set transparent_hugepage/hugepages-2048kB/enabled inherit\n";
+
+    fn run(body: &str) -> hugelab_workload::Counters {
+        end_counters(&format!("{ONLY_PMD}{body}"))
+    }
+
+    #[test]
+    fn page_counter_refuses_over_max_and_keeps_the_peak() {
+        let mut c = PageCounter {
+            max: 10,
+            ..PageCounter::default()
+        };
+        assert!(c.try_charge(8));
+        assert!(!c.try_charge(3));
+        assert_eq!(c.failcnt, 1);
+        c.uncharge(8);
+        assert!(c.try_charge(10));
+        assert_eq!((c.usage, c.watermark), (10, 10));
+    }
+
+    #[test]
+    fn a_thp_charge_that_cannot_block_falls_back_without_reclaim() {
+        let c = run("set transparent_hugepage/enabled always\n\
+             set transparent_hugepage/defrag madvise\n\
+             cgroup g memory.max=3M\n\
+             spawn a cgroup=g\n\
+             a mmap buf 4M align=2M\n\
+             a write buf:4K\n\
+             a write buf+2M:4K\n");
+        assert_eq!(c["vmstat.thp_fault_alloc"], 1);
+        assert_eq!(c["vmstat.thp_fault_fallback"], 1);
+        assert_eq!(c["vmstat.thp_fault_fallback_charge"], 1);
+        assert_eq!(c["mthp.2048kB.anon_fault_fallback_charge"], 1);
+        // GFP_TRANSHUGE_LIGHT: nomem before MEMCG_MAX.
+        assert_eq!(c["memcg.g.memory.events.max"], 0);
+    }
+
+    #[test]
+    fn a_blocking_thp_charge_reclaims_an_underused_thp_first() {
+        let c = run("set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/defrag madvise\n\
+             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
+             cgroup g memory.max=3M\n\
+             spawn a cgroup=g\n\
+             a mmap one 2M align=2M\n\
+             a madvise one HUGEPAGE\n\
+             a write one:4K\n\
+             a mmap two 2M align=2M\n\
+             a madvise two HUGEPAGE\n\
+             a write two:4K\n");
+        assert_eq!(c["vmstat.thp_fault_alloc"], 2);
+        assert_eq!(c["vmstat.thp_underused_split_page"], 1);
+        assert_eq!(c["vmstat.thp_fault_fallback_charge"], 0);
+        assert_eq!(c["memcg.g.memory.events.max"], 1);
+    }
+
+    #[test]
+    fn a_blocking_thp_charge_with_nothing_to_reclaim_falls_back_without_oom() {
+        let c = run("set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/defrag madvise\n\
+             cgroup g memory.max=3M\n\
+             spawn a cgroup=g\n\
+             a mmap one 2M align=2M\n\
+             a madvise one HUGEPAGE\n\
+             a write one\n\
+             a mmap two 2M align=2M\n\
+             a madvise two HUGEPAGE\n\
+             a write two:4K\n");
+        assert_eq!(c["vmstat.thp_fault_fallback_charge"], 1);
+        // Costly order: the retry loop ends without mem_cgroup_oom.
+        assert_eq!(c["memcg.g.memory.events.oom"], 0);
+        assert_eq!(c["vmstat.oom_kill"], 0);
+        // One reclaim, one after the drain, MAX_RECLAIM_RETRIES more.
+        assert_eq!(
+            c["memcg.g.memory.events.max"],
+            2 + i64::from(MAX_RECLAIM_RETRIES)
+        );
+    }
+
+    #[test]
+    fn an_order0_charge_with_nothing_to_reclaim_kills_the_largest_process() {
+        let c = run("set transparent_hugepage/enabled never\n\
+             cgroup g memory.max=2M\n\
+             spawn a cgroup=g\n\
+             a mmap buf 512K\n\
+             a write buf\n\
+             a fork b\n\
+             b mmap big 4M\n\
+             b write big\n\
+             expect signal == SIGKILL\n\
+             a mmap more 256K\n\
+             a write more\n");
+        assert_eq!(c["vmstat.oom_kill"], 1);
+        assert_eq!(c["memcg.g.memory.events.oom"], 1);
+        assert_eq!(c["memcg.g.memory.events.oom_kill"], 1);
+        assert_eq!(c["smaps.a.Rss"], 768);
+        assert!(!c.contains_key("smaps.b.Rss"));
+        assert_eq!(c["memcg.g.memory.peak"], 2048);
+    }
+
+    #[test]
+    fn the_oom_killer_may_choose_another_process_of_the_group() {
+        let w = hugelab_workload::parse(
+            "t.hlw",
+            &format!(
+                "{ONLY_PMD}set transparent_hugepage/enabled never\n\
+                 cgroup g memory.max=2M\n\
+                 spawn big cgroup=g\n\
+                 spawn small cgroup=g\n\
+                 big mmap buf 1536K\n\
+                 big write buf\n\
+                 small mmap buf 1M\n\
+                 small write buf\n"
+            ),
+        )
+        .unwrap();
+        let obs = hugelab_workload::run(&mut crate::Model::default(), &w).unwrap();
+        assert_eq!(obs.kills.len(), 1);
+        assert_eq!(obs.kills[0].process, "big");
+        let c = &obs.snapshots.last().unwrap().counters;
+        assert_eq!(c["smaps.small.Rss"], 1024);
+    }
+
+    #[test]
+    fn every_freed_page_is_uncharged() {
+        let c = run("set transparent_hugepage/enabled always\n\
+             cgroup g\n\
+             spawn a cgroup=g\n\
+             a mmap buf 4M align=2M\n\
+             a write buf\n\
+             a madvise buf+1M:1M DONTNEED\n\
+             a fork b\n\
+             b write buf:8K\n\
+             reclaim\n\
+             b exit\n\
+             a exit\n");
+        assert_eq!(c["memcg.g.memory.current"], 0);
+        assert!(c["memcg.g.memory.peak"] >= 4096);
+    }
+}
+
+#[cfg(test)]
+mod trace_tests {
+    use crate::trace::Step;
+    use hugelab_workload::Backend;
+
+    #[test]
+    fn a_charge_fallback_is_traced_with_its_counters() {
+        let text = "set transparent_hugepage/enabled always\n\
+             set transparent_hugepage/defrag madvise\n\
+             set transparent_hugepage/hugepages-2048kB/enabled inherit\n\
+             cgroup g memory.max=3M\n\
+             spawn a cgroup=g\n\
+             a mmap buf 4M align=2M\n\
+             a write buf:4K\n\
+             a write buf+2M:4K\n";
+        let w = hugelab_workload::parse("t.hlw", text).unwrap();
+        let mut model = crate::Model::default();
+        let (last, before) = w.stmts.split_last().unwrap();
+        for stmt in before {
+            model.execute(stmt).unwrap();
+        }
+        model.machine.start_trace();
+        // handle_mm_fault does not open fault records yet (hugelab
+        // explain will): one record for the statement's steps.
+        model.machine.trace_fault(0, true);
+        model.execute(last).unwrap();
+        let trace = model.machine.take_trace().unwrap();
+        let steps: Vec<&Step> = trace.faults.iter().flat_map(|f| &f.steps).collect();
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Charge { order: 9, ok: false, memcg, .. } if memcg == "g")));
+        assert!(steps.iter().any(|s| matches!(s,
+            Step::Fallback { order: 9, counters } if counters.contains(&"thp_fault_fallback_charge"))));
+        assert!(steps.iter().any(|s| matches!(
+            s,
+            Step::Charge {
+                order: 0,
+                ok: true,
+                ..
+            }
+        )));
+    }
+}

@@ -62,22 +62,31 @@ impl Explaining {
         if !wanted {
             return run(&mut self.model);
         }
+        // The statement's process and regions as they are before it runs
+        // (it may exit, or be killed, during it).
+        let regions = stmt
+            .kind
+            .process()
+            .and_then(|p| self.model.regions(p))
+            .unwrap_or_default();
         self.model.machine.start_trace();
         let result = run(&mut self.model);
         let trace = self.model.machine.take_trace().unwrap_or_default();
-        let proc = stmt.kind.process().map(str::to_string);
-        let at = |model: &Model, addr: u64| {
-            proc.as_deref()
-                .and_then(|p| model.describe_addr(p, addr))
-                .unwrap_or(format!("{addr:#x}"))
+        let at = |addr: u64| {
+            regions
+                .iter()
+                .find(|(_, start, len)| addr >= *start && addr < start + len)
+                .map_or(format!("{addr:#x}"), |(name, start, _)| {
+                    format!("{name}+{}", hugelab_workload::Size(addr - start))
+                })
         };
         let groups: Vec<Group> = group(&trace.faults)
             .into_iter()
             .map(|g: FaultGroup| Group {
                 faults: g.faults,
                 write: g.write,
-                first: at(&self.model, g.first),
-                last: at(&self.model, g.last),
+                first: at(g.first),
+                last: at(g.last),
                 chain: g.steps.iter().map(Step::describe).collect(),
                 steps: g.steps,
             })

@@ -333,3 +333,80 @@ fn direct_compaction_and_kcompactd_are_named() {
         ])[..]
     );
 }
+
+#[test]
+fn a_charge_over_memory_max_falls_back_to_an_order_that_fits() {
+    // 2M limit, 1M used: the madvised THP (GFP_TRANSHUGE, may reclaim;
+    // nothing to reclaim without swap) cannot be charged; alloc_anon_folio
+    // then gets a 64K folio charged (mm/huge_memory.c
+    // vma_alloc_anon_folio_pmd, mm/memory.c alloc_anon_folio).
+    let body = "set transparent_hugepage/enabled madvise
+cgroup g memory.max=2M
+spawn a cgroup=g
+a mmap fill 1M
+a madvise fill nohugepage
+a write fill
+a mmap buf 2M align=2M
+a madvise buf hugepage
+a write buf:4K
+";
+    let got = explain_last("charge", body);
+    assert_eq!(
+        got,
+        vec![(
+            1,
+            chain(&[
+                "thp_vma_allowable_orders (PMD): 2M allowed",
+                "thp_vma_suitable_orders: 2M fit",
+                "__alloc_pages(order 9, GFP_TRANSHUGE|__GFP_NORETRY): ok",
+                "mem_cgroup_charge(2M to g): over memory.max",
+                "2M falls back (thp_fault_fallback, thp_fault_fallback_charge, anon_fault_fallback, anon_fault_fallback_charge)",
+                &format!("thp_vma_allowable_orders (mTHP): 64K allowed; {MTHP_NEVER}"),
+                "thp_vma_suitable_orders: 64K fit",
+                "__alloc_pages(order 4, GFP_TRANSHUGE): ok",
+                "mem_cgroup_charge(64K to g): ok",
+                "mapped a 64K folio",
+            ])
+        )]
+    );
+}
+
+#[test]
+fn the_memcg_oom_killer_is_named_with_its_victim() {
+    let body = "set transparent_hugepage/enabled never
+cgroup g memory.max=1M
+spawn a cgroup=g
+a mmap buf 2M
+a write buf
+";
+    let got = explain_last("oom", body);
+    let (faults, last) = got.last().unwrap();
+    assert_eq!(*faults, 1);
+    assert_eq!(
+        last[last.len() - 4..],
+        chain(&[
+            "__alloc_pages(order 0, GFP_HIGHUSER_MOVABLE): ok",
+            "mem_cgroup_charge(4K to g): over memory.max",
+            "mem_cgroup_out_of_memory(g): select_bad_process chose the faulting process (oom_badness 256 pages), SIGKILL",
+            "no page: VM_FAULT_OOM",
+        ])[..]
+    );
+    // What was charged before it fills the group: 64K folios while one
+    // fits, then a 64K charge fails (GFP_TRANSHUGE_LIGHT: no reclaim) and
+    // falls back to 4K, and 4K pages up to the limit; with the PUD, PMD
+    // and PTE tables (charged as kmem) that is memory.max, 256 pages.
+    let mut pages = 3;
+    for (faults, chain) in &got {
+        for step in chain {
+            if step == "mem_cgroup_charge(64K to g): ok" {
+                pages += 16 * faults;
+            } else if step == "mem_cgroup_charge(4K to g): ok" {
+                pages += faults;
+            }
+        }
+    }
+    assert_eq!(pages, 256, "{got:?}");
+    assert!(got.iter().any(|(_, c)| c.contains(
+        &"64K falls back (anon_fault_fallback_charge, anon_fault_fallback)".to_string()
+    )));
+}

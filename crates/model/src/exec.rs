@@ -640,18 +640,15 @@ fn prot_name(flags: u32) -> &'static str {
 }
 
 impl Model {
-    /// `region+offset` for an address of `proc` as the workload names it
-    /// (`buf+64K`), or the address in hex outside every region; None when
-    /// the process is gone.
-    pub fn describe_addr(&self, proc: &str, addr: u64) -> Option<String> {
+    /// The regions of `proc` (name, start, length), None when the process
+    /// does not exist.
+    pub fn regions(&self, proc: &str) -> Option<Vec<(String, u64, u64)>> {
         let mm = &self.tasks.get(proc)?.mm;
         Some(
             mm.regions
                 .iter()
-                .find(|(_, r)| addr >= r.start && addr < r.start + r.len)
-                .map_or(format!("{addr:#x}"), |(name, r)| {
-                    format!("{name}+{}", hugelab_workload::Size(addr - r.start))
-                }),
+                .map(|(name, r)| (name.clone(), r.start, r.len))
+                .collect(),
         )
     }
 }

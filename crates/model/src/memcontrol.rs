@@ -168,6 +168,8 @@ pub struct Memcgs {
     /// The OOM killer chose the faulting process (it dies with SIGKILL
     /// when the fault returns).
     pub current_killed: bool,
+    /// The OOM kill of the charge being traced (`hugelab explain`).
+    pub traced_kill: Option<Step>,
     /// Processes the OOM killer killed other than the faulting one, torn
     /// down already (exit_mmap); exec retires them.
     pub killed: Vec<(String, Task)>,
@@ -279,6 +281,9 @@ pub fn mem_cgroup_charge(
             ok,
             reclaimed,
         });
+        if let Some(kill) = m.memcg.traced_kill.take() {
+            m.trace(move || kill);
+        }
     }
     result
 }
@@ -482,9 +487,17 @@ fn out_of_memory(m: &mut Machine, mm: Option<&mut MmStruct>, memcg: MemcgId) -> 
             chosen = Some(c);
         }
     }
-    let Some((victim, _, name)) = chosen.cloned() else {
+    let Some((victim, points, name)) = chosen.cloned() else {
         return false;
     };
+    if m.tracing() {
+        // Recorded after the charge step that called the OOM killer.
+        m.memcg.traced_kill = Some(Step::OomKill {
+            memcg: m.memcg.groups[memcg].name.clone(),
+            victim: name.clone(),
+            points,
+        });
+    }
     m.stat.count_vm_event(VmEvent::OomKill);
     m.memcg.groups[memcg].events.oom_kill += 1;
     match name {

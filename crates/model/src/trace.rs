@@ -68,8 +68,16 @@ pub enum Step {
         zero: bool,
         reused: bool,
     },
-    /// No page at all: VM_FAULT_OOM (and, under a memcg, its OOM killer).
+    /// No page at all: VM_FAULT_OOM.
     Oom,
+    /// mem_cgroup_out_of_memory: select_bad_process chose `victim` (None:
+    /// the faulting process) for its `points` (oom_badness, in pages) and
+    /// oom_kill_process sent it SIGKILL.
+    OomKill {
+        memcg: String,
+        victim: Option<String>,
+        points: u64,
+    },
 }
 
 /// Why thp_vma_allowable_orders leaves an order out.
@@ -330,6 +338,18 @@ impl Step {
                 );
             }
             Step::Oom => s.push_str("no page: VM_FAULT_OOM"),
+            Step::OomKill {
+                memcg,
+                victim,
+                points,
+            } => {
+                let who = victim.as_deref().unwrap_or("the faulting process");
+                let _ = write!(
+                    s,
+                    "mem_cgroup_out_of_memory({memcg}): select_bad_process chose {who} \
+                     (oom_badness {points} pages), SIGKILL"
+                );
+            }
         }
         s
     }

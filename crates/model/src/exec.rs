@@ -165,8 +165,13 @@ impl Model {
             machine.memcg.attach(mm.mm_id, memcg);
         }
         if dup_mmap(machine, src, &mut mm).is_err() {
-            // The kernel undoes a half-made child; the model refuses to go on.
-            return Err(failed(stmt, "fork failed: ENOMEM"));
+            // The kernel undoes a half-made child (dup_mmap's failure path,
+            // then mmput): so does the model, and then refuses to go on,
+            // where the kernel would have run its OOM killer.
+            exit_mmap(machine, &mut mm);
+            machine.anon_vmas.exit(mm.mm_id);
+            machine.memcg.detach(mm.mm_id);
+            return Err(failed(stmt, "fork failed: no memory for the child"));
         }
         self.tasks
             .insert(child.to_string(), Task { mm, min_flt: 0 });

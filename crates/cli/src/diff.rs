@@ -111,8 +111,9 @@ struct WorkloadDiff {
     failed_expects: Vec<FailedExpect>,
 }
 
-/// A workload this machine cannot run now (`BackendErrorKind::Unavailable`):
-/// neither passed nor failed.
+/// A workload this machine cannot run now (`BackendErrorKind::Unavailable`)
+/// or whose statements the kernel backend does not execute (model-only:
+/// `BackendErrorKind::Unsupported`): neither passed nor failed.
 #[derive(Serialize)]
 struct Skipped {
     workload: String,
@@ -145,7 +146,7 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
             Ok(obs) => obs,
             Err(e)
                 if e.downcast_ref::<RunError>()
-                    .is_some_and(RunError::is_unavailable) =>
+                    .is_some_and(|e| e.is_unavailable() || e.is_unsupported()) =>
             {
                 totals.skipped += 1;
                 let s = Skipped {
@@ -198,7 +199,7 @@ SKIPPED on the kernel: {}
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!(
-            "{} workloads ({} skipped: this machine cannot run them now), {} counters compared: {} mismatches, {} within declared bounds, {} unknown on the kernel; {} failed expectations",
+            "{} workloads ({} skipped on the kernel: model-only, or not possible here now), {} counters compared: {} mismatches, {} within declared bounds, {} unknown on the kernel; {} failed expectations",
             totals.workloads,
             totals.skipped,
             totals.compared,

@@ -115,6 +115,22 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// Whether the run stopped at a statement the backend does not execute
+    /// ([`BackendErrorKind::Unsupported`]: a model-only `machine memory=` or
+    /// `fragment` on the kernel).
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self,
+            RunError::Backend {
+                error: BackendError {
+                    kind: BackendErrorKind::Unsupported,
+                    ..
+                },
+                ..
+            }
+        )
+    }
+
     /// Whether the run stopped because the machine cannot run the workload
     /// now ([`BackendErrorKind::Unavailable`]): a skip, not a failure.
     pub fn is_unavailable(&self) -> bool {

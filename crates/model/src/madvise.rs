@@ -246,6 +246,41 @@ fn pte_folio(m: &Machine, mms: &mut MmList, id: MmId, addr: u64) -> Option<Pfn> 
     t.ptes[pte_index(addr)].pfn().map(|p| page_folio(m, p))
 }
 
+/// The PTE walk both madvise_free_pte_range and
+/// madvise_cold_or_pageout_pte_range do over `[addr, next)` inside one PMD:
+/// each folio mapped there, a large one as its batch of PTEs in the range
+/// (split first when the range holds only part of it, skipped when shared
+/// or unsplittable), handed to `f` with its first address and PTE count.
+fn for_each_pte_folio(
+    m: &mut Machine,
+    mms: &mut MmList,
+    id: MmId,
+    mut addr: u64,
+    next: u64,
+    mut f: impl FnMut(&mut Machine, &mut MmList, Pfn, u64, usize),
+) {
+    while addr < next {
+        let Some(folio) = pte_folio(m, mms, id, addr) else {
+            addr += PAGE_SIZE;
+            continue;
+        };
+        let nr = if m.zone.memmap.page(folio).order() > 0 {
+            match large_folio_step(m, mms, id, folio, addr, next) {
+                LargeStep::Whole(nr) => nr,
+                LargeStep::Skip(nr) => {
+                    addr += nr as u64 * PAGE_SIZE;
+                    continue;
+                }
+                LargeStep::Again => continue,
+            }
+        } else {
+            1
+        };
+        f(m, mms, folio, addr, nr);
+        addr += nr as u64 * PAGE_SIZE;
+    }
+}
+
 /// madvise_free_pte_range over `[addr, next)`, inside one PMD.
 fn madvise_free_pte_range(m: &mut Machine, mms: &mut MmList, id: MmId, addr: u64, next: u64) {
     match pmd_kind(mms, id, addr) {
@@ -260,30 +295,11 @@ fn madvise_free_pte_range(m: &mut Machine, mms: &mut MmList, id: MmId, addr: u64
         }
         PmdKind::Table => {}
     }
-    let mut addr = addr;
-    while addr < next {
-        let Some(folio) = pte_folio(m, mms, id, addr) else {
-            addr += PAGE_SIZE;
-            continue;
-        };
+    for_each_pte_folio(m, mms, id, addr, next, |m, mms, folio, first, nr| {
         let nr_pages = 1u64 << m.zone.memmap.page(folio).order();
-        let nr = if nr_pages > 1 {
-            match large_folio_step(m, mms, id, folio, addr, next) {
-                LargeStep::Whole(nr) => nr,
-                LargeStep::Skip(nr) => {
-                    addr += nr as u64 * PAGE_SIZE;
-                    continue;
-                }
-                LargeStep::Again => continue,
-            }
-        } else {
-            1
-        };
-        let first = addr;
-        addr += nr as u64 * PAGE_SIZE;
         if folio_test_dirty(m, folio) {
             if folio_mapcount(m, folio) != nr_pages {
-                continue;
+                return;
             }
             folio_clear_dirty(m, folio);
         }
@@ -292,7 +308,7 @@ fn madvise_free_pte_range(m: &mut Machine, mms: &mut MmList, id: MmId, addr: u64
             t.pte_mkclean(pte_index(first), nr);
         }
         folio_mark_lazyfree(m, folio, id, first);
-    }
+    });
 }
 
 /// madvise_cold_or_pageout_pte_range over `[addr, next)`, inside one PMD:
@@ -328,35 +344,17 @@ fn madvise_cold_or_pageout_pte_range(
         }
         PmdKind::Table => {}
     }
-    let mut addr = addr;
-    while addr < next {
-        let Some(folio) = pte_folio(m, mms, id, addr) else {
-            addr += PAGE_SIZE;
-            continue;
-        };
+    for_each_pte_folio(m, mms, id, addr, next, |m, _, folio, _, _| {
         let nr_pages = 1u64 << m.zone.memmap.page(folio).order();
-        let nr = if nr_pages > 1 {
-            match large_folio_step(m, mms, id, folio, addr, next) {
-                LargeStep::Whole(nr) => nr,
-                LargeStep::Skip(nr) => {
-                    addr += nr as u64 * PAGE_SIZE;
-                    continue;
-                }
-                LargeStep::Again => continue,
-            }
-        } else {
-            1
-        };
-        addr += nr as u64 * PAGE_SIZE;
         if folio_mapcount(m, folio) != nr_pages {
-            continue;
+            return;
         }
         if pageout {
             list.push(folio);
         } else {
             folio_deactivate(m, folio);
         }
-    }
+    });
     if pageout {
         reclaim_pages(m, mms, list);
     }

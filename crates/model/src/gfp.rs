@@ -20,7 +20,9 @@ pub struct Gfp {
     pub direct_reclaim: bool,
     /// __GFP_KSWAPD_RECLAIM: a failing allocation wakes kswapd and kcompactd.
     pub kswapd_reclaim: bool,
-    /// __GFP_NORETRY: a costly order fails after one light compaction.
+    /// __GFP_NORETRY: a costly order gives up when its async compaction was
+    /// skipped or deferred, and otherwise after one more async try (no
+    /// retry loop).
     pub noretry: bool,
 }
 

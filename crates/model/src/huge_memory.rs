@@ -508,7 +508,10 @@ pub fn split_huge_pmd(m: &mut Machine, mm: &mut MmStruct, haddr: u64) {
             for (i, pte) in table.ptes.iter_mut().enumerate() {
                 *pte = Pte::new(Pfn(pfn.0 + i as u64), writable);
             }
-            if !dirty {
+            if dirty {
+                // __split_huge_pmd_locked: a dirty PMD dirties the folio.
+                crate::swap::folio_mark_dirty(m, pfn);
+            } else {
                 table.pte_mkclean(0, crate::mm_types::PTRS_PER_PTE);
             }
             // The head's PageAnonExclusive speaks for the PMD mapping; the
@@ -635,9 +638,6 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         }
         m.stat.count_mthp_stat(order, MthpStat::SplitDeferred);
     }
-    // The new folios inherit the head's LRU flags (see swap).
-    let lru = m.lru.get(folio);
-    m.lru.forget(folio);
     // The mappings are found through the folio's anon_vma and index: the
     // one place in each mm of its fork family where its pages can be.
     let (walk, addr) = rmap::rmap_walk_anon(m, folio);
@@ -698,6 +698,10 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         m.stat
             .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
     }
+    // The new folios inherit the head's LRU flags (see swap), PG_dirty
+    // included, which splitting a dirty PMD mapping above may have set.
+    let lru = m.lru.get(folio);
+    m.lru.forget(folio);
     crate::memcontrol::split_page_memcg(m, folio, nr);
     for i in 0..nr {
         let pfn = Pfn(folio.0 + i);

@@ -1,4 +1,5 @@
-//! madvise: MADV_HUGEPAGE, MADV_NOHUGEPAGE and MADV_DONTNEED.
+//! madvise: MADV_HUGEPAGE, MADV_NOHUGEPAGE, MADV_DONTNEED, MADV_FREE,
+//! MADV_COLD and MADV_PAGEOUT (MADV_COLLAPSE is in `khugepaged`).
 //!
 //! Follows Linux 6.18 `mm/madvise.c` and `hugepage_madvise` in
 //! `mm/khugepaged.c`: MADV_HUGEPAGE sets VM_HUGEPAGE (clearing VM_NOHUGEPAGE) and
@@ -21,7 +22,8 @@
 //! share (`folio_maybe_mapped_shared`, or a mapcount that is not the folio's
 //! page count), and split a large folio the range covers only in part
 //! (`split_folio`: its PMD first, and its zero-filled pages go to the zero
-//! page), then handle the pages of the range one by one. `can_madv_lru_vma`
+//! page), then handle the range folio by folio (a large folio as its
+//! batch of PTEs, `madvise_folio_pte_batch`). `can_madv_lru_vma`
 //! refuses VM_LOCKED, VM_PFNMAP and HugeTLB VMAs: the model has no mlock,
 //! and exec refuses HugeTLB ranges before they get here.
 //!
@@ -30,7 +32,9 @@
 //! new folio on the LRU at once); a folio the kernel would fail to trylock
 //! is never met. As in the kernel, MADV_FREE checks the mapcount of a small
 //! folio only when it is PG_dirty, so an order-0 page fork left shared is
-//! marked lazily freed too, and reclaim discards it from every mm.
+//! marked lazily freed too; reclaim discards it only if every mapping's PTE
+//! is still clean (fork copies the dirty bit; a dirty one makes
+//! `try_to_unmap_one` mark the folio swapbacked again and keep it).
 
 use crate::huge_memory::split_folio;
 use crate::internal::folio_pte_batch;

@@ -448,6 +448,13 @@ fn mem_cgroup_oom(m: &mut Machine, mm: Option<&mut MmStruct>, memcg: MemcgId, or
     if m.memcg.margin(memcg) >= 1 << order {
         return true;
     }
+    // The faulting process was killed by an earlier charge of this fault
+    // (an mTHP order, then the next): mem_cgroup_out_of_memory's
+    // mutex_lock_killable fails on its pending SIGKILL and kills no one;
+    // the retried charge then ends at task_is_dying.
+    if m.memcg.current_killed {
+        return true;
+    }
     out_of_memory(m, mm, memcg)
 }
 

@@ -29,9 +29,11 @@
 //!   included), no per-cpu page lists (frees merge at once), no watermarks,
 //!   watermark boosting or lowmem reserves: an allocation fails only when no
 //!   free block of a sufficient order exists;
-//! - no direct reclaim, kswapd or OOM killer: nothing the model keeps is
-//!   reclaimable (no swap, no page cache), so the slow path's reclaim steps
-//!   free nothing and its retry loops (`should_reclaim_retry`,
+//! - no global direct reclaim, kswapd or global OOM killer (memcg limit
+//!   reclaim and the memcg OOM killer are modelled, in `memcontrol`): the
+//!   slow path does not discard lazily-freed folios or run the deferred
+//!   split shrinker, which the kernel's direct reclaim would (the only
+//!   anon memory reclaimable without swap); its retry loops (`should_reclaim_retry`,
 //!   `should_compact_retry`, which need reclaim progress) end at once; a
 //!   non-costly order that the kernel would hand to `__alloc_pages_may_oom`
 //!   fails;

@@ -1,5 +1,6 @@
 //! The model's tracepoints: each fault's decisions, in the order the kernel
-//! takes them, so `hugelab explain` can say why a fault got the folio size
+//! takes them (one exception: a memcg OOM kill, which the kernel runs
+//! inside the charge, is recorded after the charge step), so `hugelab explain` can say why a fault got the folio size
 //! it got. Recording is off (one branch per decision) unless a caller turns
 //! it on with [`Machine::start_trace`].
 //!
@@ -289,7 +290,7 @@ impl Step {
                 let _ = write!(
                     s,
                     "try_to_compact_pages(order {order}, {}): {}",
-                    if *sync { "sync" } else { "async" },
+                    if *sync { "sync-light" } else { "async" },
                     result.describe()
                 );
             }

@@ -7,7 +7,8 @@
 //!
 //! Follows Linux 6.18 `mm/vmscan.c` (drop_slab, shrink_slab), as
 //! `drop_caches_sysctl_handler` (fs/drop_caches.c) calls it. Simplifications:
-//! one node and no memcg, so shrink_slab is one call of each shrinker; each
+//! one node, and drop_caches walks every memcg's shrinkers alike, so
+//! shrink_slab is one call of each shrinker; each
 //! shrinker walks its whole queue in one call, which is what drop_slab's
 //! repeated batches amount to when nothing fails; a split that fails (a
 //! pinned folio) is tried once per `reclaim` here, while drop_slab retries it

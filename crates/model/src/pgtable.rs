@@ -182,6 +182,18 @@ fn split_index(index: u64) -> (u64, usize) {
     )
 }
 
+/// The slots `[lo, end)` of PMD table `hi` whose indexes lie in
+/// `[first, last]`: a range query reads only those.
+#[inline]
+fn table_slice(hi: u64, first: u64, last: u64) -> (usize, usize) {
+    let base = hi * PTRS_PER_PMD as u64;
+    // The caller's tables lie in [first / 512, last / 512]: base <= last
+    // and first < base + 512.
+    let lo = first.saturating_sub(base) as usize;
+    let end = last.saturating_sub(base).min(PTRS_PER_PMD as u64 - 1) as usize + 1;
+    (lo, end)
+}
+
 impl PmdMap {
     #[inline]
     pub fn get(&self, index: &u64) -> Option<&Pmd> {
@@ -229,11 +241,13 @@ impl PmdMap {
         self.tables
             .range(first / PTRS_PER_PMD as u64..=last / PTRS_PER_PMD as u64)
             .flat_map(move |(hi, t)| {
-                t.entries.iter().enumerate().filter_map(move |(lo, e)| {
-                    let index = hi * PTRS_PER_PMD as u64 + lo as u64;
-                    let pmd = e.as_ref()?;
-                    (first..=last).contains(&index).then_some((index, pmd))
-                })
+                let (lo, end) = table_slice(*hi, first, last);
+                t.entries[lo..end]
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(i, e)| {
+                        Some((hi * PTRS_PER_PMD as u64 + (lo + i) as u64, e.as_ref()?))
+                    })
             })
     }
 
@@ -246,11 +260,13 @@ impl PmdMap {
             .range_mut(first / PTRS_PER_PMD as u64..=last / PTRS_PER_PMD as u64)
             .flat_map(move |(hi, t)| {
                 let hi = *hi;
-                t.entries.iter_mut().enumerate().filter_map(move |(lo, e)| {
-                    let index = hi * PTRS_PER_PMD as u64 + lo as u64;
-                    let pmd = e.as_mut()?;
-                    (first..=last).contains(&index).then_some((index, pmd))
-                })
+                let (lo, end) = table_slice(hi, first, last);
+                t.entries[lo..end]
+                    .iter_mut()
+                    .enumerate()
+                    .filter_map(move |(i, e)| {
+                        Some((hi * PTRS_PER_PMD as u64 + (lo + i) as u64, e.as_mut()?))
+                    })
             })
     }
 
@@ -266,5 +282,39 @@ impl PmdMap {
             .count();
         (self.tables.len() * std::mem::size_of::<PmdTable>()
             + ptes * std::mem::size_of::<PteTable>()) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_range_query_sees_exactly_the_entries_in_its_range() {
+        let mut map = PmdMap::default();
+        let at = [0u64, 1, 511, 512, 1023, 1500, 5000];
+        for &i in &at {
+            map.insert(i, Pmd::HugeZero { deposit: Pfn(i) });
+        }
+        for (first, last) in [
+            (0, u64::MAX),
+            (510, 512),
+            (1, 1),
+            (2, 510),
+            (1024, 1499),
+            (513, 4999),
+            (5000, 5000),
+            (5001, u64::MAX),
+        ] {
+            let want: Vec<u64> = at
+                .iter()
+                .copied()
+                .filter(|i| (first..=last).contains(i))
+                .collect();
+            let got: Vec<u64> = map.range(first..=last).map(|(i, _)| i).collect();
+            assert_eq!(got, want, "{first}..={last}");
+            let got: Vec<u64> = map.range_mut(first..=last).map(|(i, _)| i).collect();
+            assert_eq!(got, want, "{first}..={last} (mut)");
+        }
     }
 }

@@ -471,24 +471,19 @@ impl Model {
             .is_some_and(|r| hugetlb::range_has_hugetlb(&task.mm, r.start, r.start + r.len));
         let faults_before = self.machine.stat.event(VmEvent::PgFault);
         let memcg = !hugetlb && self.machine.memcg.is_active();
+        // The same accesses whichever way the other processes are reachable.
+        let run = |machine: &mut Machine, task: &mut Task, others: &mut [&mut MmStruct]| {
+            access_task(
+                machine, memory_mib, stmt, proc, task, others, range, step, write, zero,
+            )
+        };
         let (result, task) = if memcg {
             // The other processes are parked in the machine for the
             // access, where limit reclaim and the OOM killer can reach them.
             let (key, mut task) = self.tasks.remove_entry(proc).expect("found above");
             self.machine.memcg.others = std::mem::take(&mut self.tasks);
             self.machine.memcg.current_killed = false;
-            let result = access_task(
-                &mut self.machine,
-                memory_mib,
-                stmt,
-                proc,
-                &mut task,
-                &mut [],
-                range,
-                step,
-                write,
-                zero,
-            );
+            let result = run(&mut self.machine, &mut task, &mut []);
             self.tasks = std::mem::take(&mut self.machine.memcg.others);
             self.tasks.insert(key, task);
             (result, self.tasks.get_mut(proc).expect("put back"))
@@ -498,35 +493,13 @@ impl Model {
             let (key, mut task) = self.tasks.remove_entry(proc).expect("found above");
             let mut others: Vec<&mut MmStruct> =
                 self.tasks.values_mut().map(|t| &mut t.mm).collect();
-            let result = access_task(
-                &mut self.machine,
-                memory_mib,
-                stmt,
-                proc,
-                &mut task,
-                &mut others,
-                range,
-                step,
-                write,
-                zero,
-            );
+            let result = run(&mut self.machine, &mut task, &mut others);
             self.tasks.insert(key, task);
             (result, self.tasks.get_mut(proc).expect("put back"))
         } else {
             let lent = self.lend_mms_for(proc, range, write);
             let task = self.tasks.get_mut(proc).expect("found above");
-            let result = access_task(
-                &mut self.machine,
-                memory_mib,
-                stmt,
-                proc,
-                task,
-                &mut [],
-                range,
-                step,
-                write,
-                zero,
-            );
+            let result = run(&mut self.machine, task, &mut []);
             self.return_mms(lent);
             (result, self.tasks.get_mut(proc).expect("still there"))
         };

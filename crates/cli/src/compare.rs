@@ -3,6 +3,11 @@
 //! faults, anonymous memory, the share of it in large folios and the fallbacks,
 //! against the first setting — then the full table: rows are counters, a column
 //! per setting and the change against the first.
+//!
+//! Each setting's `set`s run before the workload, which is read as a stream
+//! through `hugelab_workload::prelude::UnderSetting`: the workload's own
+//! `set` of a setting's tunable in its prelude is dropped and said, one later
+//! is refused (docs/language.md, "Settings over a workload").
 
 use crate::table;
 use anyhow::{bail, Context, Result};
@@ -33,8 +38,10 @@ const SERIES_SETTINGS: &[&str] = &[
 #[derive(Args)]
 pub struct CompareArgs {
     /// A setting: NAME:TUNABLE=VALUE,TUNABLE=VALUE... (repeat for each column;
-    /// the first is the baseline). Default: the multi-size THP series'
-    /// configurations (4K, 16K, 32K+16K, 64K+32K+16K, PMD).
+    /// the first is the baseline; each name once). It wins over the
+    /// workload's own `set` of the same tunable before its first statement
+    /// (said in a line); a `set` of it later is refused. Default: the
+    /// multi-size THP series' configurations (4K, 16K, 32K+16K, 64K+32K+16K, PMD).
     #[arg(long = "setting", value_name = "NAME:TUNABLE=VALUE,...")]
     settings: Vec<String>,
     /// The snapshot to compare. Default: the workload's first snapshot, else

@@ -16,7 +16,7 @@
 use crate::bench_plot::write_plot;
 use crate::bench_record::{BenchResult, RunRecord, SettingSpec};
 use crate::bench_report;
-use crate::compare::parse_setting;
+use crate::compare::parse_settings;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_kernel::command::run_in_memcg;
@@ -90,11 +90,7 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
     }
     // Everything is checked before anything changes.
     let mut settings = Vec::new();
-    for spec in &args.settings {
-        let s = parse_setting(spec)?;
-        if settings.iter().any(|o: &Applied| o.name == s.name) {
-            bail!("--setting '{spec}': the name '{}' is used twice", s.name);
-        }
+    for (spec, s) in args.settings.iter().zip(parse_settings(&args.settings)?) {
         let mut values = Vec::new();
         for stmt in &s.workload.stmts {
             if let StmtKind::Set { tunable, value } = &stmt.kind {

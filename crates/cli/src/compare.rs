@@ -3,13 +3,20 @@
 //! faults, anonymous memory, the share of it in large folios and the fallbacks,
 //! against the first setting — then the full table: rows are counters, a column
 //! per setting and the change against the first.
+//!
+//! Each setting's `set`s run before the workload, which is read as a stream
+//! through `hugelab_workload::prelude::UnderSetting`: the workload's own
+//! `set` of a setting's tunable in its prelude is dropped and said, one later
+//! is refused (docs/language.md, "Settings over a workload").
 
 use crate::table;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_model::Model;
+use hugelab_workload::prelude::{same_variable, SettingEffect, UnderSetting};
 use hugelab_workload::{
-    counters, parse, run_stream, stream_file, Counters, Lookahead, Statements, Workload,
+    counters, parse, run_stream, stream_file, Counters, Lookahead, RunError, SetValue, Statements,
+    StmtKind, Tunable, Workload,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,11 +38,14 @@ const SERIES_SETTINGS: &[&str] = &[
 #[derive(Args)]
 pub struct CompareArgs {
     /// A setting: NAME:TUNABLE=VALUE,TUNABLE=VALUE... (repeat for each column;
-    /// the first is the baseline). Default: the multi-size THP series'
-    /// configurations (4K, 16K, 32K+16K, 64K+32K+16K, PMD).
+    /// the first is the baseline; each name once). It wins over the
+    /// workload's own `set` of the same tunable before its first statement
+    /// (said in a line); a `set` of it later is refused. Default: the
+    /// multi-size THP series' configurations (4K, 16K, 32K+16K, 64K+32K+16K, PMD).
     #[arg(long = "setting", value_name = "NAME:TUNABLE=VALUE,...")]
     settings: Vec<String>,
-    /// The snapshot to compare. Default: the workload's first snapshot, else `end`.
+    /// The snapshot to compare. Default: the workload's first snapshot, else
+    /// `end`; the header and the summary name it.
     #[arg(long)]
     snapshot: Option<String>,
     /// Show every counter: zeros too, and the per-region `smaps.*` and `folios.*`
@@ -57,16 +67,95 @@ pub struct CompareArgs {
 #[derive(Serialize)]
 struct JsonDoc<'a> {
     workload: &'a str,
+    /// The snapshot compared.
     snapshot: &'a str,
+    /// Every snapshot the workload took, in order (`end` last).
+    snapshots: &'a [String],
     baseline: &'a str,
     summary: &'a [Summary],
+    /// Each setting: what it sets and which of the workload's lines it overrode.
+    settings: Vec<JsonSetting<'a>>,
+    /// Columns that came out identical, and why.
+    notes: &'a [String],
     counters: BTreeMap<&'a str, &'a Counters>,
+}
+
+#[derive(Serialize)]
+struct JsonSetting<'a> {
+    name: &'a str,
+    /// `TUNABLE=VALUE`, as given.
+    sets: Vec<String>,
+    /// The workload's prelude `set` lines of the same tunables, dropped.
+    overrides: Vec<JsonLine<'a>>,
+    /// Prelude lines that set a THP size to other than `inherit` while the
+    /// setting sets `transparent_hugepage/enabled`: those sizes do not follow it.
+    not_inheriting: Vec<JsonLine<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonLine<'a> {
+    line: u32,
+    statement: &'a str,
 }
 
 pub(crate) struct Setting {
     pub(crate) name: String,
     /// The setting's `set` statements.
     pub(crate) workload: Workload,
+}
+
+impl Setting {
+    /// What the setting sets: (tunable, value) per statement.
+    fn sets(&self) -> impl Iterator<Item = (&Tunable, &SetValue)> {
+        self.workload.stmts.iter().filter_map(|s| match &s.kind {
+            StmtKind::Set { tunable, value } => Some((tunable, value)),
+            _ => None,
+        })
+    }
+
+    /// `TUNABLE=VALUE` per statement, in order.
+    fn assignments(&self) -> Vec<String> {
+        self.workload
+            .stmts
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StmtKind::Set { tunable, value } => Some(format!("{}={value}", tunable.path())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// What the setting writes, whatever the order and the alias it names.
+    fn values(&self) -> BTreeMap<Tunable, String> {
+        self.workload
+            .stmts
+            .iter()
+            .filter_map(|s| match &s.kind {
+                StmtKind::Set { tunable, value } => {
+                    Some((same_variable(tunable), value.to_string()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Parses every `--setting` (`compare` and `bench`): a name used twice is
+/// refused, since its columns could not be told apart.
+pub(crate) fn parse_settings(specs: &[String]) -> Result<Vec<Setting>> {
+    let mut settings: Vec<Setting> = Vec::new();
+    for spec in specs {
+        let s = parse_setting(spec)?;
+        if settings.iter().any(|o| o.name == s.name) {
+            bail!(
+                "--setting '{spec}': the name '{}' is already used by an earlier --setting; \
+                 give each setting its own name",
+                s.name
+            );
+        }
+        settings.push(s);
+    }
+    Ok(settings)
 }
 
 /// Parses `NAME:TUNABLE=VALUE,...` into `set` statements, checked by the
@@ -86,6 +175,17 @@ pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
         text.push_str(&format!("set {tunable} {value}\n"));
     }
     let workload = parse(&format!("--setting {name}"), &text)?;
+    let mut seen = BTreeSet::new();
+    for stmt in &workload.stmts {
+        if let StmtKind::Set { tunable, .. } = &stmt.kind {
+            if !seen.insert(same_variable(tunable)) {
+                bail!(
+                    "--setting '{spec}': sets {} twice (or under two names); give it one value",
+                    tunable.path()
+                );
+            }
+        }
+    }
     Ok(Setting {
         name: name.to_string(),
         workload,
@@ -103,56 +203,173 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
     } else {
         args.settings.clone()
     };
-    let settings = specs
-        .iter()
-        .map(|s| parse_setting(s))
-        .collect::<Result<Vec<_>>>()?;
+    let settings = parse_settings(&specs)?;
     let file = args
         .file
         .as_ref()
         .map_or("builtin.hlw".to_string(), |f| f.display().to_string());
     // The snapshot to compare: the first one the workload takes, else `end`.
     let mut label = args.snapshot.clone();
+    let mut snapshots: Vec<String> = Vec::new();
     let mut columns: Vec<(String, Counters)> = Vec::new();
+    let mut effects: Vec<SettingEffect> = Vec::new();
     for setting in &settings {
-        // The setting's statements, then the workload's, read as a stream.
+        // The setting's statements, then the workload's, read as a stream:
+        // the workload's prelude `set`s of the setting's tunables dropped.
         let sets = setting.workload.stmts.iter().cloned().map(Ok);
+        let mut effect = SettingEffect::default();
         let mut model = Model::default();
         let none = Lookahead::default(); // the model needs none
         let obs = match &args.file {
-            Some(path) => run_stream(&mut model, &file, &none, sets.chain(stream_file(path)?)),
+            Some(path) => {
+                let stmts = stream_file(path)?;
+                let under =
+                    UnderSetting::new(stmts, &file, &setting.name, setting.sets(), &mut effect);
+                run_stream(&mut model, &file, &none, sets.chain(under))
+            }
             None => {
                 let stmts = Statements::new(&file, BUILTIN.as_bytes());
-                run_stream(&mut model, &file, &none, sets.chain(stmts))
+                let under =
+                    UnderSetting::new(stmts, &file, &setting.name, setting.sets(), &mut effect);
+                run_stream(&mut model, &file, &none, sets.chain(under))
             }
-        }
-        .with_context(|| format!("under setting {}", setting.name))?;
+        };
+        let obs = match obs {
+            Ok(obs) => obs,
+            // The workload's own error (or a `set` the setting cannot hold):
+            // the same under every setting, and it names its line.
+            Err(e @ RunError::Parse(_)) => return Err(e.into()),
+            Err(e) => return Err(e).with_context(|| format!("under setting {}", setting.name)),
+        };
+        snapshots = obs.snapshots.iter().map(|s| s.label.clone()).collect();
         let label = label.get_or_insert_with(|| {
             let first = obs.snapshots.iter().find(|s| s.line.is_some());
             first.map_or("end".to_string(), |s| s.label.clone())
         });
-        let snap = obs
-            .snapshot(label)
-            .with_context(|| format!("the workload has no snapshot '{label}'"))?;
+        let Some(snap) = obs.snapshot(label) else {
+            bail!(
+                "{file} has no snapshot '{label}'; its snapshots are {}",
+                snapshots.join(", ")
+            );
+        };
         columns.push((setting.name.clone(), snap.counters.clone()));
+        effects.push(effect);
     }
     let label = label.unwrap_or_else(|| "end".to_string());
     let summary = summarize(&columns);
+    let notes = identical_columns(&settings, &columns, &label);
     if args.json {
         let doc = JsonDoc {
             workload: &file,
             snapshot: &label,
+            snapshots: &snapshots,
             baseline: &columns[0].0,
             summary: &summary,
+            settings: settings
+                .iter()
+                .zip(&effects)
+                .map(|(s, e)| JsonSetting {
+                    name: &s.name,
+                    sets: s.assignments(),
+                    overrides: e
+                        .overridden
+                        .iter()
+                        .map(|o| JsonLine {
+                            line: o.line,
+                            statement: &o.statement,
+                        })
+                        .collect(),
+                    not_inheriting: e
+                        .unreached
+                        .iter()
+                        .map(|u| JsonLine {
+                            line: u.line,
+                            statement: &u.statement,
+                        })
+                        .collect(),
+                })
+                .collect(),
+            notes: &notes,
             counters: columns.iter().map(|(n, c)| (n.as_str(), c)).collect(),
         };
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("# {file} at snapshot '{label}', model backend");
-    print!("{}", render_summary(&summary));
+    let which = match (&args.snapshot, snapshots.len()) {
+        (Some(_), _) => String::new(),
+        (None, 0 | 1) => " (the workload takes no snapshot: its end)".to_string(),
+        (None, _) => format!(
+            " (the workload's first; --snapshot NAME for another of {})",
+            snapshots.join(", ")
+        ),
+    };
+    println!("# {file} at snapshot '{label}'{which}, model backend");
+    for (setting, effect) in settings.iter().zip(&effects) {
+        print!("{}", render_effect(&setting.name, effect));
+    }
+    for note in &notes {
+        println!("note: {note}");
+    }
+    print!("{}", render_summary(&summary, &label));
     print!("{}", render(&columns, args.all, &args.counters));
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line per setting that overrode a line of the workload, and one for
+/// the THP sizes its `transparent_hugepage/enabled` does not reach.
+fn render_effect(name: &str, effect: &SettingEffect) -> String {
+    let mut out = String::new();
+    let lines = |l: Vec<String>| l.join("; ");
+    if !effect.overridden.is_empty() {
+        let each = effect
+            .overridden
+            .iter()
+            .map(|o| format!("line {}: {}", o.line, o.statement));
+        out.push_str(&format!(
+            "setting {name} overrides {}\n",
+            lines(each.collect())
+        ));
+    }
+    if !effect.unreached.is_empty() {
+        let each = effect
+            .unreached
+            .iter()
+            .map(|u| format!("line {}: {}", u.line, u.statement));
+        out.push_str(&format!(
+            "setting {name} sets transparent_hugepage/enabled, which a THP size follows only \
+             when set to inherit, so not at {}\n",
+            lines(each.collect())
+        ));
+    }
+    out
+}
+
+/// A note for each column identical to an earlier one: the model is
+/// deterministic, so two settings that write the same values give the same
+/// column, and so do settings whose differences the workload never reaches.
+fn identical_columns(
+    settings: &[Setting],
+    columns: &[(String, Counters)],
+    label: &str,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    for (i, (name, counters)) in columns.iter().enumerate() {
+        let Some(j) = columns[..i].iter().position(|(_, c)| c == counters) else {
+            continue;
+        };
+        let earlier = &columns[j].0;
+        notes.push(if settings[i].values() == settings[j].values() {
+            format!(
+                "setting {name} sets exactly what setting {earlier} sets: the same column twice"
+            )
+        } else {
+            format!(
+                "setting {name}'s counters at snapshot '{label}' are those of setting {earlier}: \
+                 what differs between them does not change this workload"
+            )
+        });
+    }
+    notes
 }
 
 /// Per-region rows (`folios.*`, `smaps.<proc>.<region>.<field>`): many, and
@@ -308,7 +525,7 @@ fn pct_cell(p: Option<f64>) -> String {
 }
 
 /// The summary table: a row per setting, changes against the first one.
-fn render_summary(summary: &[Summary]) -> String {
+fn render_summary(summary: &[Summary], snapshot: &str) -> String {
     let Some(base) = summary.first() else {
         return String::new();
     };
@@ -348,10 +565,10 @@ fn render_summary(summary: &[Summary]) -> String {
         })
         .collect();
     format!(
-        "Summary against {} ({} page faults, {} kB of anonymous memory): page faults and \
-         anonymous memory (AnonPages) as change; the share of anonymous memory in folios \
-         larger than a base page, in all and by size; fallbacks to a smaller folio, \
-         counted.\n{}\n",
+        "Summary at snapshot '{snapshot}' against {} ({} page faults, {} kB of anonymous \
+         memory): page faults and anonymous memory (AnonPages) as change; the share of \
+         anonymous memory in folios larger than a base page, in all and by size; fallbacks \
+         to a smaller folio, counted.\n{}\n",
         base.setting,
         base.page_faults,
         base.anon_kb,

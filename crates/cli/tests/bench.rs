@@ -187,7 +187,30 @@ fn sigkill_then_settings_restore_leaves_nothing() {
 fn bad_input_changes_nothing() {
     let _one = one_at_a_time();
     let state = state_dir("bench-bad");
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
+        // The parser compare shares: a name used twice, a tunable set twice.
+        (
+            &[
+                "bench",
+                "--setting",
+                "A:transparent_hugepage/enabled=never",
+                "--setting",
+                "A:transparent_hugepage/enabled=always",
+                "--",
+                "true",
+            ],
+            "the name 'A' is already used",
+        ),
+        (
+            &[
+                "bench",
+                "--setting",
+                "A:transparent_hugepage/enabled=never,transparent_hugepage/enabled=always",
+                "--",
+                "true",
+            ],
+            "sets transparent_hugepage/enabled twice",
+        ),
         (
             &[
                 "bench",

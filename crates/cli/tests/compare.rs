@@ -99,7 +99,7 @@ fn summary_of_2m_written_with_64k_mthp_and_pmd_thp() {
     let mut text_args = args.to_vec();
     text_args.push(&w);
     let (out, _) = compare(&text_args);
-    let summary_at = out.find("Summary against 4K (512 page faults, 2048 kB");
+    let summary_at = out.find("Summary at snapshot 'end' against 4K (512 page faults, 2048 kB");
     let full_at = out.find("| counter");
     assert!(summary_at.is_some() && summary_at < full_at, "{out}");
     let line = |setting: &str| {
@@ -183,4 +183,208 @@ fn summary_counts_a_pmd_fallback_once() {
     assert_eq!(r["fallbacks_change_pct"], Value::Null);
     assert_eq!(r["large_folio_kb"], 0);
     assert_eq!(doc["counters"]["PMD"]["vmstat.thp_fault_fallback"], 1);
+}
+
+/// `hugelab compare ARGS` that must be refused: exit 2 and one line on
+/// stderr, which is returned.
+fn compare_refused(args: &[&str]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .arg("compare")
+        .args(args)
+        .output()
+        .expect("the hugelab binary runs");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    err
+}
+
+const SCENARIO_64K: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../scenarios/mthp-64k-only-8m.hlw"
+);
+const SET_64K: &str = "transparent_hugepage/hugepages-64kB/enabled";
+
+/// The README's example. mthp-64k-only-8m.hlw sets every size never but
+/// 64kB (line 32: always) and `enabled` never. A setting of 64kB never wins
+/// over line 32: no size is allowed, every one of the 2048 4K pages of its
+/// 8 MiB faults alone (do_anonymous_page, order 0), 0 % in large folios;
+/// 64kB always: 128 faults of a 64K folio each, 100 % in 64K.
+#[test]
+fn a_setting_wins_over_the_workloads_prelude_set_and_says_so() {
+    let (k4, k64) = (
+        format!("4K:{SET_64K}=never"),
+        format!("64K:{SET_64K}=always"),
+    );
+    let args = ["--setting", &k4, "--setting", &k64, SCENARIO_64K];
+    let (out, _) = compare(&[&["--json"], &args[..]].concat());
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let (r4, r64) = (row(&doc, "4K"), row(&doc, "64K"));
+    assert_eq!(r4["page_faults"], 2048);
+    assert_eq!(r4["large_folio_kb"], 0);
+    assert_eq!(r4["large_folio_share_pct"], 0.0);
+    assert_eq!(r64["page_faults"], 128);
+    assert_eq!(share(r64, "64kB"), 100.0);
+    let overrides = &doc["settings"][0]["overrides"];
+    assert_eq!(overrides[0]["line"], 32, "{doc}");
+    assert_eq!(
+        overrides[0]["statement"],
+        format!("set {SET_64K} always"),
+        "{doc}"
+    );
+    assert_eq!(doc["settings"][0]["overrides"].as_array().unwrap().len(), 1);
+    let (out, _) = compare(&args);
+    let said = format!("setting 4K overrides line 32: set {SET_64K} always");
+    assert!(out.lines().any(|l| l == said), "{out}");
+    // Said before the summary it explains.
+    assert!(out.find(&said) < out.find("Summary"), "{out}");
+}
+
+/// The trap of the README's old example: `enabled` never does not reach a
+/// size the workload sets to always (only `inherit` follows it), and the two
+/// columns come out the same: both are said, never a silent identical column.
+#[test]
+fn a_setting_the_workload_keeps_from_a_size_is_said() {
+    let k4 = "4K:transparent_hugepage/enabled=never";
+    let k64 = format!("64K:{SET_64K}=always");
+    let (out, _) = compare(&["--setting", k4, "--setting", &k64, SCENARIO_64K]);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("setting 4K sets transparent_hugepage/enabled"))
+        .unwrap_or_else(|| panic!("no line on enabled: {out}"));
+    assert!(
+        line.contains(&format!("line 32: set {SET_64K} always")),
+        "{line}"
+    );
+    // Sizes the workload sets never, as the setting does, are not listed.
+    assert!(!line.contains("hugepages-16kB"), "{line}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("note: setting 64K's counters") && l.contains("setting 4K")),
+        "{out}"
+    );
+}
+
+/// A `set` of a setting's tunable after the workload started is part of the
+/// experiment: the setting cannot hold, and the run is refused there.
+#[test]
+fn a_mid_run_set_of_a_settings_tunable_is_refused() {
+    let w = workload_file(
+        "mid-run-set.hlw",
+        "set transparent_hugepage/enabled never\nspawn a\na mmap r 2M\na write r\n\
+         set transparent_hugepage/enabled always\na write r\n",
+    );
+    let err = compare_refused(&[
+        "--setting",
+        "off:transparent_hugepage/enabled=never",
+        "--setting",
+        "on:transparent_hugepage/enabled=always",
+        &w,
+    ]);
+    assert!(err.contains(&format!("{w}:5:1: setting off")), "{err}");
+    assert!(err.contains("transparent_hugepage/enabled"), "{err}");
+}
+
+/// HVO (vm.hugetlb_optimize_vmemmap) applies to the pages allocated while it
+/// is on (mm/hugetlb_vmemmap.c). A 2 MiB page has 512 struct pages of 64
+/// bytes: 8 pages of vmemmap, of which Linux 6.18 keeps 1, so 16 pages
+/// allocated with HVO on give back 16 × 7 = 112 pages, and none with it off.
+/// The workload turns HVO on itself before its pool grows; the setting wins.
+#[test]
+fn a_setting_of_hvo_wins_over_the_workloads_own() {
+    let w = workload_file(
+        "hvo-prelude.hlw",
+        "set vm.hugetlb_optimize_vmemmap 1\nset hugepages/hugepages-2048kB/nr_hugepages 16\n\
+         snapshot grown\n",
+    );
+    let (out, _) = compare(&[
+        "--json",
+        "--setting",
+        "off:vm.hugetlb_optimize_vmemmap=0",
+        "--setting",
+        "on:vm.hugetlb_optimize_vmemmap=1",
+        &w,
+    ]);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let memmap = |s: &str| {
+        let c = &doc["counters"][s];
+        c["vmstat.nr_memmap_pages"].as_i64().unwrap()
+            + c["vmstat.nr_memmap_boot_pages"].as_i64().unwrap()
+    };
+    assert_eq!((memmap("off"), memmap("on")), (0, -112), "{doc}");
+    assert_eq!(doc["settings"][0]["overrides"][0]["line"], 1);
+    // Turning it off again after the pool grew is the experiment: refused.
+    let w = workload_file(
+        "hvo-mid-run.hlw",
+        "set vm.hugetlb_optimize_vmemmap 1\nset hugepages/hugepages-2048kB/nr_hugepages 16\n\
+         set vm.hugetlb_optimize_vmemmap 0\n",
+    );
+    let err = compare_refused(&["--setting", "on:vm.hugetlb_optimize_vmemmap=1", &w]);
+    assert!(err.contains(&format!(
+        "{w}:3:1: setting on sets vm.hugetlb_optimize_vmemmap"
+    )));
+}
+
+/// Two settings of one name would be two columns no one can tell apart.
+#[test]
+fn a_setting_name_used_twice_is_refused() {
+    let err = compare_refused(&[
+        "--setting",
+        "A:transparent_hugepage/enabled=never",
+        "--setting",
+        "A:transparent_hugepage/enabled=always",
+    ]);
+    assert!(err.contains("the name 'A' is already used"), "{err}");
+    let err = compare_refused(&[
+        "--setting",
+        "A:transparent_hugepage/enabled=never,transparent_hugepage/enabled=always",
+    ]);
+    assert!(
+        err.contains("sets transparent_hugepage/enabled twice"),
+        "{err}"
+    );
+}
+
+/// Two names for the same values: the same column twice, and said so.
+#[test]
+fn two_settings_of_the_same_values_are_noted() {
+    let args = [
+        "--setting",
+        "A:transparent_hugepage/enabled=never",
+        "--setting",
+        "B:transparent_hugepage/enabled=never",
+        SCENARIO_64K,
+    ];
+    let (out, _) = compare(&args);
+    assert!(
+        out.contains("note: setting B sets exactly what setting A sets"),
+        "{out}"
+    );
+    let (out, _) = compare(&[&["--json"], &args[..]].concat());
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["notes"].as_array().unwrap().len(), 1, "{doc}");
+}
+
+/// The built-in workload takes snapshots `peak` and then `end`: the default
+/// is the first, and the header and the summary say which; `--snapshot`
+/// picks another; an unknown one lists those there are.
+#[test]
+fn the_compared_snapshot_is_named_and_can_be_chosen() {
+    let (out, _) = compare(&[]);
+    let header = out.lines().next().unwrap();
+    assert!(header.contains("snapshot 'peak'"), "{header}");
+    assert!(header.contains("peak, end"), "{header}");
+    let summary = out.lines().find(|l| l.starts_with("Summary")).unwrap();
+    assert!(summary.contains("snapshot 'peak'"), "{summary}");
+    let (out, _) = compare(&["--snapshot", "end"]);
+    let summary = out.lines().find(|l| l.starts_with("Summary")).unwrap();
+    assert!(summary.contains("snapshot 'end'"), "{summary}");
+    let err = compare_refused(&["--snapshot", "nope"]);
+    assert!(err.contains("no snapshot 'nope'"), "{err}");
+    assert!(err.contains("peak, end"), "{err}");
 }

@@ -11,6 +11,7 @@ pub mod mapped;
 pub mod observation;
 pub mod parse;
 pub mod placement;
+pub mod prelude;
 pub mod print;
 pub mod signal;
 pub mod source;

@@ -1,0 +1,309 @@
+//! The README's examples, run as written: every command of its `sh` code
+//! blocks is either run here and its output checked for what the README says
+//! it shows, or listed as skipped with the reason (the root-only live tools,
+//! which change or read this machine). A README command this file does not
+//! know fails the test: a new example gets a check, and a renamed flag or
+//! file in either the README or the binary is caught.
+//!
+//! Checks are on properties (a row's share, a sum of faults, a line's
+//! presence and order), not on whole outputs, so that layout changes do not
+//! break them; expected figures are derived from the kernel's rules, in the
+//! comment of each check.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The commands of the README's `sh` blocks: continuation lines joined,
+/// comments cut, whitespace collapsed.
+fn readme_commands() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let mut commands = Vec::new();
+    let mut in_block = false;
+    let mut pending = String::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block && line.trim() == "```sh";
+            continue;
+        }
+        if !in_block {
+            continue;
+        }
+        let code = line.split(" #").next().unwrap_or("");
+        if code.trim_start().starts_with('#') {
+            continue;
+        }
+        let (code, more) = match code.trim_end().strip_suffix('\\') {
+            Some(c) => (c, true),
+            None => (code, false),
+        };
+        pending.push_str(code);
+        pending.push(' ');
+        if !more {
+            let cmd = pending.split_whitespace().collect::<Vec<_>>().join(" ");
+            if !cmd.is_empty() {
+                commands.push(cmd);
+            }
+            pending.clear();
+        }
+    }
+    commands
+}
+
+/// `hugelab ARGS` in the repository's root, where the README's paths are.
+fn hugelab(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(args)
+        .current_dir(repo())
+        .output()
+        .expect("the hugelab binary runs")
+}
+
+/// Runs `args`, which must succeed; its stdout.
+fn ok(args: &[&str]) -> String {
+    let o = hugelab(args);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    );
+    assert_eq!(o.status.code(), Some(0), "hugelab {args:?}: {err}\n{out}");
+    out
+}
+
+/// The cells of a `|`-table row.
+fn cells(line: &str) -> Vec<String> {
+    line.trim()
+        .trim_matches('|')
+        .split('|')
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+/// The cell in column `column` of the row whose first cell is `row`, in the
+/// first table of `out` that has that column.
+fn cell(out: &str, column: &str, row: &str) -> String {
+    let mut lines = out.lines();
+    let header = lines
+        .by_ref()
+        .find(|l| l.starts_with('|') && cells(l).iter().any(|c| c == column))
+        .unwrap_or_else(|| panic!("no table with a column '{column}':\n{out}"));
+    let at = cells(header).iter().position(|c| c == column).unwrap();
+    let line = lines
+        .take_while(|l| l.starts_with('|'))
+        .find(|l| cells(l)[0] == row)
+        .unwrap_or_else(|| panic!("no row '{row}' under '{column}':\n{out}"));
+    cells(line)[at].clone()
+}
+
+/// Every JSON document of `out`: one, an array of them, or several in a row
+/// (JSON Lines).
+fn json_documents(out: &str) -> Vec<Value> {
+    let mut docs = Vec::new();
+    for doc in serde_json::Deserializer::from_str(out).into_iter::<Value>() {
+        match doc.unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}")) {
+            Value::Array(items) => docs.extend(items),
+            doc => docs.push(doc),
+        }
+    }
+    docs
+}
+
+const SCENARIO: &str = "scenarios/mthp-64k-only-8m.hlw";
+/// A second workload, for the examples that take several files.
+const SCENARIO_2: &str = "scenarios/exit-frees-everything.hlw";
+
+/// `hugelab run FILE`: the counters at each snapshot and the `expect` lines
+/// checked; exit 0 when all pass. mthp-64k-only-8m writes 8 MiB with only
+/// 64kB enabled: 8M / 64K = 128 folios of 64K (alloc_anon_folio), so
+/// `mthp.64kB.nr_anon` is 128.
+fn check_run(out: &str) {
+    assert_eq!(cell(out, "end", "mthp.64kB.nr_anon"), "128", "{out}");
+    assert!(out.contains("15 passed, 0 failed"), "{out}");
+}
+
+/// The JSON of a run: its snapshots and their counters.
+fn check_run_json(out: &str, files: &[&str]) {
+    let docs = json_documents(out);
+    assert_eq!(docs.len(), files.len(), "one document per file: {out}");
+    for (doc, file) in docs.iter().zip(files) {
+        assert_eq!(doc["workload"], *file);
+        let end = doc["snapshots"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["label"] == "end"))
+            .unwrap_or_else(|| panic!("no snapshot end: {doc}"));
+        assert!(end["counters"].as_object().is_some_and(|c| !c.is_empty()));
+        let expects = doc["expects"].as_array().expect("expects");
+        assert!(!expects.is_empty());
+    }
+    assert_eq!(
+        docs[0]["snapshots"][0]["counters"]["mthp.64kB.nr_anon"],
+        128
+    );
+}
+
+/// The README's compare example: the summary first, then the full table; the
+/// 4K row really is 4K pages (64kB never, which wins over the workload's own
+/// line 32; every other size never: 0 % in large folios), the 64K row all in
+/// 64K folios; and the override is said.
+fn check_compare_example(out: &str) {
+    let summary = out.find("Summary").expect("a summary");
+    let full = out.find("| counter").expect("the full table");
+    assert!(summary < full, "summary first:\n{out}");
+    assert_eq!(cell(out, "in large folios", "4K"), "0.0%", "{out}");
+    assert_eq!(cell(out, "in 64K", "64K"), "100.0%", "{out}");
+    assert!(
+        out.contains("setting 4K overrides line 32"),
+        "the override is said:\n{out}"
+    );
+}
+
+/// `compare` without arguments: the built-in workload under the multi-size
+/// THP series' settings, summary first; 4K has nothing in large folios, PMD
+/// (enabled always, 2048kB inherit) has part of it in 2M folios.
+fn check_compare_default(out: &str) {
+    let summary = out.find("Summary").expect("a summary");
+    let full = out.find("| counter").expect("the full table");
+    assert!(summary < full, "summary first:\n{out}");
+    assert_eq!(cell(out, "in large folios", "4K"), "0.0%", "{out}");
+    assert_ne!(cell(out, "in 2M", "PMD"), "0.0%", "{out}");
+}
+
+/// `explain FILE:41`: the faults of line 41 grouped by their decisions. The
+/// write of 8M with only 64kB enabled takes 128 faults, one per 64K folio
+/// (the other 15 writes of each block find their PTE present): the groups'
+/// fault counts add up to 128, in fewer rows than faults, each a 64K folio.
+fn check_explain(out: &str) {
+    let counts: Vec<u64> = out
+        .lines()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let n = words.next()?.parse().ok()?;
+            words.next()?.starts_with("buf").then_some(n)
+        })
+        .collect();
+    assert_eq!(counts.iter().sum::<u64>(), 128, "{out}");
+    assert!(counts.len() < 128, "grouped:\n{out}");
+    assert!(out.contains("64K folio"), "{out}");
+}
+
+/// `hugetlb plan 1T`: 1 TiB of 2 MiB pages is 524288 pages of 512 struct
+/// pages of 64 bytes: 16 GiB of vmemmap without HVO; Linux 6.18 keeps one of
+/// each page's 8 vmemmap pages: 2 GiB with it. Both are printed.
+fn check_hugetlb_plan(out: &str) {
+    assert!(out.contains("HVO"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("2M") && l.contains("6.18"))
+        .unwrap_or_else(|| panic!("no 2M row under Linux 6.18:\n{out}"));
+    let row = row.replace(".00 ", " ");
+    assert!(row.contains("524288"), "{row}");
+    assert!(row.contains("16 GiB") && row.contains("2 GiB"), "{row}");
+}
+
+/// `utilization FILE --snapshot before --why`: how full each large folio is
+/// (a histogram per size), what the under-used shrinker would give back, and
+/// why each folio exists (bimodal-utilization has faulted THPs and
+/// MADV_COLLAPSE'd ones).
+fn check_utilization(out: &str) {
+    assert!(out.contains("'before'"), "{out}");
+    assert!(out.contains("2048 kB"), "{out}");
+    assert!(out.contains("max_ptes_none"), "{out}");
+    assert!(out.to_lowercase().contains("shrinker"), "{out}");
+    assert!(
+        out.contains("madvise_collapse") && out.contains("fault"),
+        "{out}"
+    );
+}
+
+/// `counters [FAMILY] [--json]`: the families, one family's counters, JSON.
+fn check_counters() {
+    let all = ok(&["counters"]);
+    for family in ["vmstat", "mthp", "smaps", "meminfo"] {
+        assert!(all.contains(family), "{family}:\n{all}");
+    }
+    let vmstat = ok(&["counters", "vmstat"]);
+    assert!(vmstat.contains("vmstat.thp_fault_alloc"), "{vmstat}");
+    for args in [
+        &["counters", "--json"][..],
+        &["counters", "vmstat", "--json"],
+    ] {
+        let out = ok(args);
+        assert!(!json_documents(&out).is_empty(), "{args:?}: {out}");
+    }
+}
+
+/// `settings show`: every tunable with the machine's value, read only.
+fn check_settings_show(out: &str) {
+    let enabled = out
+        .lines()
+        .find_map(|l| l.strip_prefix("transparent_hugepage/enabled "))
+        .unwrap_or_else(|| panic!("no transparent_hugepage/enabled:\n{out}"));
+    assert!(
+        ["always", "madvise", "never"].contains(&enabled.trim()),
+        "{enabled}"
+    );
+    assert!(out.contains("transparent_hugepage/hugepages-64kB/enabled"));
+}
+
+/// `run trace.hlw.zst`: a zstd-compressed workload runs as the plain one does.
+fn check_run_zst() {
+    let text = std::fs::read(repo().join(SCENARIO)).unwrap();
+    let zst = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-trace.hlw.zst");
+    std::fs::write(&zst, zstd::encode_all(&text[..], 3).unwrap()).unwrap();
+    let out = ok(&["run", zst.to_str().unwrap()]);
+    check_run(&out);
+}
+
+#[test]
+fn every_readme_example_runs_and_shows_what_the_readme_says() {
+    let commands = readme_commands();
+    assert!(commands.len() >= 20, "README commands: {commands:#?}");
+    let mut checked = 0;
+    for cmd in &commands {
+        if let Some(rest) = cmd.strip_prefix("sudo ") {
+            println!("skipped (needs root; it changes or reads this machine): {rest}");
+            continue;
+        }
+        let args: Vec<&str> = cmd.split_whitespace().skip(1).collect();
+        match cmd.as_str() {
+            "cargo run --release -- compare" => {
+                // The same binary, without a release build.
+                check_compare_default(&ok(&["compare"]));
+            }
+            "cargo test --workspace" => {
+                println!("skipped (the whole suite, which this test is part of): {cmd}");
+                continue;
+            }
+            "hugelab run scenarios/mthp-64k-only-8m.hlw" => check_run(&ok(&args)),
+            "hugelab run --json FILE..." => {
+                let files = [SCENARIO, SCENARIO_2];
+                check_run_json(&ok(&[&["run", "--json"], &files[..]].concat()), &files);
+            }
+            "hugelab run --check FILE..." => {
+                ok(&["run", "--check", SCENARIO, SCENARIO_2]);
+            }
+            "hugelab run trace.hlw.zst" => check_run_zst(),
+            c if c.starts_with("hugelab compare --setting 4K:") => {
+                check_compare_example(&ok(&args));
+            }
+            "hugelab explain scenarios/mthp-64k-only-8m.hlw:41" => check_explain(&ok(&args)),
+            "hugelab counters [FAMILY] [--json]" => check_counters(),
+            "hugelab utilization workloads/bimodal-utilization.hlw --snapshot before --why" => {
+                check_utilization(&ok(&args));
+            }
+            "hugelab hugetlb plan 1T" => check_hugetlb_plan(&ok(&args)),
+            "hugelab settings show" => check_settings_show(&ok(&args)),
+            _ => panic!(
+                "README example not covered by crates/cli/tests/readme.rs: {cmd}\n\
+                 (run it and check what the README says it shows, or skip it with a reason)"
+            ),
+        }
+        println!("checked: {cmd}");
+        checked += 1;
+    }
+    assert!(checked >= 10, "{checked} examples checked");
+}

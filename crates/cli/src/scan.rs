@@ -111,7 +111,7 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     };
     let rollup_report = report_of(&mut scans.iter().flat_map(|s| s.folios.iter()));
     if let Some(path) = &args.svg {
-        crate::utilization_view::write_svg(&[("scan", &rollup_report)], path)?;
+        crate::utilization_view::write_svg("scan", &[("scan", &rollup_report)], path)?;
     }
     if args.json {
         let procs: Vec<Value> = scans

@@ -236,7 +236,7 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
     }
     if let Some(svg) = &args.svg {
         let refs: Vec<(&str, &UtilizationReport)> = reports.iter().map(|(n, r)| (*n, r)).collect();
-        utilization_view::write_svg(&refs, svg)?;
+        utilization_view::write_svg("utilization", &refs, svg)?;
     }
     if args.json {
         // One backend: the report itself; both: keyed by backend.

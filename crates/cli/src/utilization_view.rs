@@ -881,7 +881,12 @@ mod tests {
     #[test]
     fn svg_draws_the_threshold_the_give_back_and_its_title() {
         let path = temp_svg("threshold");
-        write_svg("process 42 (cat)", &[("scan", &report_at(409, true))], &path).unwrap();
+        write_svg(
+            "process 42 (cat)",
+            &[("scan", &report_at(409, true))],
+            &path,
+        )
+        .unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         let texts = check_tags(&svg);

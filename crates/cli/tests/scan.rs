@@ -430,7 +430,7 @@ fn scan_output_ranks_processes_and_puts_the_verdict_first() {
             .lines()
             .filter(|l| l.contains(" r-") || l.contains(" rw"))
             .count();
-        if vma_rows < 10 || vma_rows > 40 {
+        if !(10..=40).contains(&vma_rows) {
             return Err(format!("{vma_rows} VMA rows:\n{of_a}"));
         }
         // Every VMA with --vmas.
@@ -448,7 +448,7 @@ fn scan_output_ranks_processes_and_puts_the_verdict_first() {
         let json: serde_json::Value =
             serde_json::from_str(&scan(&["--json", "--top", "1"])).unwrap();
         if json["processes"].as_array().map(Vec::len) != Some(1)
-            || json["processes"][0]["pid"].to_string() != a
+            || json["processes"][0]["pid"].as_i64() != a.parse().ok()
             || json["processes_left_out"] != 1
         {
             return Err(format!("--json --top 1: {json}"));

@@ -137,7 +137,11 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
             .join(", "),
     };
     if let Some(path) = &args.svg {
-        let title = format!("scan of {what}, {} process(es)", scans.len());
+        let title = match (scans.len(), strict) {
+            (1, true) => format!("scan of process {what}"),
+            (_, true) => format!("scan of processes {what}"),
+            (n, false) => format!("scan of {what}, {n} process(es)"),
+        };
         crate::utilization_view::write_svg(&title, &[("scan", &rollup_report)], path)?;
     }
     // Without contents there is no utilization: no report, no histogram.

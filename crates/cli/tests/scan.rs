@@ -479,7 +479,7 @@ fn scan_output_ranks_processes_and_puts_the_verdict_first() {
         scan(&["--max-ptes-none", "409", "--svg", svg.to_str().unwrap()]);
         let drawn = std::fs::read_to_string(&svg).unwrap();
         for want in [
-            format!("scan of {b} ("),
+            format!("scan of processes {b} ("),
             "max_ptes_none=409: under-used below 103 subpages in use".to_string(),
             "the shrinker splits 3 THPs and gives back 6.0 MiB".to_string(),
         ] {

@@ -7,8 +7,10 @@ use crate::table;
 use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_kernel::scan::{self, shape::Shape, ProcessScan, ScanOptions};
-use hugelab_workload::units::{PAGE_SHIFT, PMD_SHIFT};
-use hugelab_workload::utilization::{utilization_report, FolioUse, DEFAULT_BUCKETS};
+use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT};
+use hugelab_workload::utilization::{
+    utilization_report, FolioUse, UtilizationReport, DEFAULT_BUCKETS,
+};
 use hugelab_workload::Size;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -25,9 +27,17 @@ pub struct ScanArgs {
     /// Scan every process of the machine.
     #[arg(long)]
     all: bool,
-    /// One summary over everything scanned instead of one per VMA.
+    /// One summary over everything scanned instead of one per process.
     #[arg(long)]
     rollup: bool,
+    /// Show only the N processes that waste most (default with --all: 10;
+    /// else every one; in --json only when given).
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+    /// Print every VMA's figures (default: the 10 VMAs of each process with
+    /// the most THP memory).
+    #[arg(long)]
+    vmas: bool,
     /// Print every figure as JSON.
     #[arg(long)]
     json: bool,
@@ -43,7 +53,8 @@ pub struct ScanArgs {
     /// Only the shape (thpmaps's figures): skip reading page contents.
     #[arg(long)]
     shape_only: bool,
-    /// Draw the utilization histogram into this SVG file.
+    /// Draw the utilization histogram into this SVG file (needs page
+    /// contents: not with --shape-only).
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
 }
@@ -57,6 +68,12 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     }
     if args.buckets == 0 {
         bail!("--buckets must be at least 1");
+    }
+    if args.shape_only && args.svg.is_some() {
+        bail!("--svg draws the utilization histogram, which needs the page contents that --shape-only does not read: drop one of the two");
+    }
+    if args.top == Some(0) {
+        bail!("--top must be at least 1");
     }
     let mut cont_orders = Vec::new();
     for s in &args.cont {
@@ -110,13 +127,47 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
         utilization_report(folios, settings, args.buckets)
     };
     let rollup_report = report_of(&mut scans.iter().flat_map(|s| s.folios.iter()));
-    if let Some(path) = &args.svg {
-        crate::utilization_view::write_svg(&[("scan", &rollup_report)], path)?;
-    }
-    if args.json {
-        let procs: Vec<Value> = scans
+    let what = match (&args.cgroup, args.all) {
+        (Some(cg), _) => format!("cgroup {}", cg.display()),
+        (None, true) => "all processes".to_string(),
+        _ => scans
             .iter()
-            .map(|s| {
+            .map(|s| format!("{} ({})", s.pid, s.comm))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
+    if let Some(path) = &args.svg {
+        let title = match (scans.len(), strict) {
+            (1, true) => format!("scan of process {what}"),
+            (_, true) => format!("scan of processes {what}"),
+            (n, false) => format!("scan of {what}, {n} process(es)"),
+        };
+        crate::utilization_view::write_svg(&title, &[("scan", &rollup_report)], path)?;
+    }
+    // Without contents there is no utilization: no report, no histogram.
+    let reports: Vec<Option<UtilizationReport>> = scans
+        .iter()
+        .map(|s| (!args.shape_only).then(|| report_of(&mut s.folios.iter())))
+        .collect();
+    // The processes ranked by waste, the largest first.
+    let mut order: Vec<usize> = (0..scans.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            std::cmp::Reverse(waste(reports[i].as_ref(), &scans[i], &cont_orders)),
+            scans[i].pid,
+        )
+    });
+    let top = args.top.or((args.all && !args.json).then_some(DEFAULT_TOP));
+    let shown = top.unwrap_or(usize::MAX).min(order.len());
+    let left_out = order.len() - shown;
+    order.truncate(shown);
+    if args.json {
+        // Every process unless --top is given.
+        let left_out = if args.top.is_some() { left_out } else { 0 };
+        let procs: Vec<Value> = order
+            .iter()
+            .map(|&i| {
+                let s = &scans[i];
                 let mut p = json!({
                     "pid": s.pid,
                     "comm": s.comm,
@@ -137,9 +188,8 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
                             j
                         })
                         .collect();
-                    if !args.shape_only {
-                        p["utilization"] = serde_json::to_value(report_of(&mut s.folios.iter()))
-                            .unwrap_or(Value::Null);
+                    if let Some(r) = &reports[i] {
+                        p["utilization"] = serde_json::to_value(r).unwrap_or(Value::Null);
                     }
                 }
                 p
@@ -148,6 +198,7 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
         let mut out = json!({
             "content_read": !args.shape_only,
             "processes": procs,
+            "processes_left_out": left_out,
             "exited_during_scan": gone,
             "not_readable": denied,
         });
@@ -166,63 +217,52 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if args.rollup {
+        // The conclusion first: the shrinker's verdict and the histogram,
+        // then thpmaps's figures.
         let shape = rollup_shape(&scans, &cont_orders);
-        let what = match (&args.cgroup, args.all) {
-            (Some(cg), _) => format!("cgroup {}", cg.display()),
-            (None, true) => "all processes".to_string(),
-            _ => scans
-                .iter()
-                .map(|s| format!("{} ({})", s.pid, s.comm))
-                .collect::<Vec<_>>()
-                .join(", "),
-        };
         println!("rollup of {} process(es): {what}\n", scans.len());
-        print!("{}", shape_table(&shape));
-        unclassified_note(scans.iter().map(ProcessScan::unclassified_kb).sum());
         if !args.shape_only {
-            println!();
             print!(
                 "{}",
                 crate::utilization_view::render_table(&rollup_report, &format!("rollup of {what}"))
             );
+            println!();
         }
+        print!("{}", shape_table(&shape));
+        unclassified_note(scans.iter().map(ProcessScan::unclassified_kb).sum());
     } else {
-        for s in &scans {
-            println!("process {} ({})\n", s.pid, s.comm);
-            let mut rows = Vec::new();
-            for v in &s.vmas {
-                let vma = format!(
-                    "{:x}-{:x} {} {}",
-                    v.vma.start, v.vma.end, v.vma.perms, v.vma.name
+        if scans.len() > 1 {
+            print!(
+                "{}",
+                ranking(&scans, &reports, &order, &cont_orders, args.shape_only)
+            );
+            if left_out > 0 {
+                println!(
+                    "{left_out} more process(es) waste less and are left out (--top N shows N)."
                 );
-                for (label, kb, pct) in nonzero(&v.shape) {
-                    rows.push(vec![vma.clone(), label, kb.to_string(), pct]);
-                }
-                if v.unclassified_kb > 0 {
-                    rows.push(vec![
-                        vma.clone(),
-                        "unclassified (kpageflags 0)".into(),
-                        v.unclassified_kb.to_string(),
-                        String::new(),
-                    ]);
-                }
             }
-            if rows.is_empty() {
-                println!("no THP memory\n");
-            } else {
-                let header = ["VMA", "figure", "kB", "%"].map(String::from);
-                print!("{}", table::render_text(&header, &rows));
+            println!();
+        }
+        for &i in &order {
+            let s = &scans[i];
+            if args.shape_only {
+                println!("process {} ({})\n", s.pid, s.comm);
             }
-            if !args.shape_only {
-                println!();
+            // What the shrinker would do and the histogram, then the
+            // process's figures, then its VMAs'.
+            if let Some(r) = &reports[i] {
                 print!(
                     "{}",
                     crate::utilization_view::render_table(
-                        &report_of(&mut s.folios.iter()),
+                        r,
                         &format!("process {} ({})", s.pid, s.comm)
                     )
                 );
+                println!();
             }
+            print!("{}", shape_table(&s.shape(&cont_orders)));
+            unclassified_note(s.unclassified_kb());
+            print!("{}", vma_rows(s, args.vmas));
             println!();
         }
     }
@@ -233,6 +273,125 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
         println!("{denied} process(es) refused to be read (EACCES/EPERM, e.g. another namespace's init) and are not counted.");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// VMAs of a process printed without --vmas.
+const DEFAULT_VMAS: usize = 10;
+/// Processes printed by --all without --top.
+const DEFAULT_TOP: usize = 10;
+
+/// What a process wastes, for ranking: what the shrinker would give back,
+/// then the zero-filled memory of its large folios, then its THP memory
+/// (all there is without contents), in kB.
+fn waste(report: Option<&UtilizationReport>, s: &ProcessScan, cont_orders: &[u32]) -> [u64; 3] {
+    let thp = thp_kb(&s.shape(cont_orders));
+    match report {
+        Some(r) => [r.give_back.rss_kb(), zero_filled_kb(r), thp],
+        None => [0, 0, thp],
+    }
+}
+
+fn zero_filled_kb(r: &UtilizationReport) -> u64 {
+    r.sizes.iter().map(|z| z.zero_pages()).sum::<u64>() * (PAGE_SIZE / 1024)
+}
+
+/// Memory in large folios (PMD- or PTE-mapped), anon and file: thpmaps's
+/// thp figures without the --cont ones, which count the same memory again.
+fn thp_kb(s: &Shape) -> u64 {
+    [&s.anon, &s.file]
+        .iter()
+        .map(|t| {
+            let pages: u64 = t.aligned.iter().chain(&t.unaligned).sum::<u64>() + t.partial;
+            t.pmd_kb + pages * (PAGE_SIZE / 1024)
+        })
+        .sum()
+}
+
+/// The processes shown, largest waste first, one row each.
+fn ranking(
+    scans: &[ProcessScan],
+    reports: &[Option<UtilizationReport>],
+    order: &[usize],
+    cont_orders: &[u32],
+    shape_only: bool,
+) -> String {
+    let mut header = vec!["pid".to_string(), "comm".to_string()];
+    let intro = if shape_only {
+        "ranked by THP memory (--shape-only reads no contents, so no waste)"
+    } else {
+        header.push("shrinker gives back (Rss kB)".into());
+        header.push("zero-filled in large folios (kB)".into());
+        "ranked by what the under-used THP shrinker would give back, then by zero-filled memory in large folios"
+    };
+    header.push("THP memory (kB)".into());
+    let rows: Vec<Vec<String>> = order
+        .iter()
+        .map(|&i| {
+            let s = &scans[i];
+            let mut row = vec![s.pid.to_string(), s.comm.clone()];
+            if let Some(r) = &reports[i] {
+                row.push(r.give_back.rss_kb().to_string());
+                row.push(zero_filled_kb(r).to_string());
+            }
+            row.push(thp_kb(&s.shape(cont_orders)).to_string());
+            row
+        })
+        .collect();
+    format!(
+        "{} process(es) scanned, {intro}:\n{}",
+        scans.len(),
+        table::render_aligned(&header, &rows, 2)
+    )
+}
+
+/// The figures of a process's VMAs: every one with --vmas, else the
+/// DEFAULT_VMAS with the most THP memory (in address order) and a line on
+/// how many more there are.
+fn vma_rows(s: &ProcessScan, all: bool) -> String {
+    let with_thp: Vec<_> = s
+        .vmas
+        .iter()
+        .filter(|v| thp_kb(&v.shape) > 0 || v.unclassified_kb > 0)
+        .collect();
+    if with_thp.is_empty() {
+        return String::new();
+    }
+    let mut shown = with_thp.clone();
+    if !all && shown.len() > DEFAULT_VMAS {
+        shown.sort_by_key(|v| std::cmp::Reverse(thp_kb(&v.shape) + v.unclassified_kb));
+        shown.truncate(DEFAULT_VMAS);
+        shown.sort_by_key(|v| v.vma.start);
+    }
+    let mut rows = Vec::new();
+    for v in &shown {
+        let vma = format!(
+            "{:x}-{:x} {} {}",
+            v.vma.start, v.vma.end, v.vma.perms, v.vma.name
+        );
+        for (label, kb, pct) in nonzero(&v.shape) {
+            rows.push(vec![vma.clone(), label, kb.to_string(), pct]);
+        }
+        if v.unclassified_kb > 0 {
+            rows.push(vec![
+                vma.clone(),
+                "unclassified (kpageflags 0)".into(),
+                v.unclassified_kb.to_string(),
+                String::new(),
+            ]);
+        }
+    }
+    let head = if shown.len() < with_thp.len() {
+        format!(
+            "\n{} VMAs with THP memory; the {} with the most, in address order ({} more: --vmas prints every one):\n",
+            with_thp.len(),
+            shown.len(),
+            with_thp.len() - shown.len()
+        )
+    } else {
+        format!("\nby VMA ({}):\n", with_thp.len())
+    };
+    let header = ["VMA", "figure", "kB", "%"].map(String::from);
+    head + &table::render_text(&header, &rows)
 }
 
 fn rollup_shape(scans: &[ProcessScan], cont_orders: &[u32]) -> Shape {

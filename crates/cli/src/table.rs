@@ -12,7 +12,7 @@ pub fn render_text(header: &[String], rows: &[Vec<String>]) -> String {
 }
 
 /// Columns before `left` are left-aligned, the others right-aligned.
-fn render_aligned(header: &[String], rows: &[Vec<String>], left: usize) -> String {
+pub fn render_aligned(header: &[String], rows: &[Vec<String>], left: usize) -> String {
     let ncols = header.len();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {

@@ -32,7 +32,8 @@ pub struct UtilizationArgs {
     /// Stop at this `snapshot` statement (default: the end of the workload).
     #[arg(long)]
     snapshot: Option<String>,
-    /// Only this process (default: every process, each on its own).
+    /// Only this process (default: every process, each on its own, then
+    /// their total).
     #[arg(long)]
     proc: Option<String>,
     /// Only this region of the process given with --proc.
@@ -68,7 +69,9 @@ pub enum Where {
 
 /// What a backend's scan at the snapshot found.
 pub struct Scan {
-    pub folios: Vec<FolioUse>,
+    /// The large folios of each process scanned, by workload name, in
+    /// name order.
+    pub processes: Vec<(String, Vec<FolioUse>)>,
     /// The shrinker settings in force at the snapshot.
     pub settings: ShrinkerSettings,
 }
@@ -117,22 +120,42 @@ pub fn run_until(
     Ok(obs)
 }
 
-/// Builds the report from what `scan` found (it runs the workload up to the
+/// The report over everything scanned, and one per process (name, report)
+/// when more than one process was scanned.
+pub struct Reports {
+    pub total: UtilizationReport,
+    pub processes: Vec<(String, UtilizationReport)>,
+}
+
+/// Builds the reports from what `scan` found (it runs the workload up to the
 /// snapshot on its backend and scans the backend then), at the scanned
 /// settings unless `max_ptes_none` overrides them.
 pub fn report(
     max_ptes_none: Option<u32>,
     buckets: usize,
     scan: impl FnOnce() -> Result<Scan>,
-) -> Result<UtilizationReport> {
+) -> Result<Reports> {
     let Scan {
-        folios,
+        processes,
         mut settings,
     } = scan()?;
     if let Some(n) = max_ptes_none {
         settings.max_ptes_none = n;
     }
-    Ok(utilization_report(&folios, settings, buckets))
+    let total = utilization_report(
+        processes.iter().flat_map(|(_, f)| f.iter()),
+        settings,
+        buckets,
+    );
+    let processes = if processes.len() > 1 {
+        processes
+            .iter()
+            .map(|(name, f)| (name.clone(), utilization_report(f, settings, buckets)))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Reports { total, processes })
 }
 
 /// Failed `expect` lines before the snapshot, as warnings (the report is
@@ -154,11 +177,22 @@ fn scan_model(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<S
     let mut model = Model::default();
     let obs = run_until(&mut model, path, snapshot)?;
     warn_failed_expects(&obs);
-    let folios = model
-        .folio_uses(scope)
-        .with_context(|| format!("{} at {}", obs.workload, describe_snapshot(snapshot)))?;
+    let at = || format!("{} at {}", obs.workload, describe_snapshot(snapshot));
+    let processes = match scope {
+        Scope::All => model
+            .tasks
+            .keys()
+            .map(|name| {
+                let folios = model.folio_uses(Scope::Process(name)).with_context(at)?;
+                Ok((name.clone(), folios))
+            })
+            .collect::<Result<Vec<_>>>()?,
+        Scope::Process(name) | Scope::Region { proc: name, .. } => {
+            vec![(name.to_string(), model.folio_uses(scope).with_context(at)?)]
+        }
+    };
     Ok(Scan {
-        folios,
+        processes,
         settings: model.shrinker_settings(),
     })
 }
@@ -184,7 +218,7 @@ fn scan_kernel(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<
             },
             _ => continue,
         };
-        targets.push((pid, range));
+        targets.push((name.clone(), pid, range));
     }
     if let (true, Scope::Process(p) | Scope::Region { proc: p, .. }) = (targets.is_empty(), scope) {
         bail!(
@@ -192,8 +226,9 @@ fn scan_kernel(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<
             at()
         );
     }
-    let mut folios = Vec::new();
-    for (pid, range) in targets {
+    targets.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut processes = Vec::new();
+    for (name, pid, range) in targets {
         let opts = ScanOptions {
             content: true,
             cont_orders: Vec::new(),
@@ -206,11 +241,14 @@ fn scan_kernel(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<
                 s.unclassified_kb()
             );
         }
-        folios.extend(s.folios);
+        processes.push((name, s.folios));
     }
     let settings = scan::shrinker_settings()?;
     kernel.finish()?;
-    Ok(Scan { folios, settings })
+    Ok(Scan {
+        processes,
+        settings,
+    })
 }
 
 pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
@@ -220,7 +258,7 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
         _ => Scope::All,
     };
     let snapshot = args.snapshot.as_deref();
-    let mut reports: Vec<(&str, UtilizationReport)> = Vec::new();
+    let mut reports: Vec<(&str, Reports)> = Vec::new();
     let buckets = usize::from(args.buckets);
     if args.backend != Where::Kernel {
         let r = report(args.max_ptes_none, buckets, || {
@@ -234,38 +272,80 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
         })?;
         reports.push(("kernel", r));
     }
+    let at = format!(
+        "{} at {}, {}",
+        args.file.display(),
+        describe_snapshot(snapshot),
+        describe_scope(scope)
+    );
     if let Some(svg) = &args.svg {
-        let refs: Vec<(&str, &UtilizationReport)> = reports.iter().map(|(n, r)| (*n, r)).collect();
-        utilization_view::write_svg(&refs, svg)?;
+        let refs: Vec<(&str, &UtilizationReport)> =
+            reports.iter().map(|(n, r)| (*n, &r.total)).collect();
+        utilization_view::write_svg(&at, &refs, svg)?;
     }
+    // Every process on its own only when the scope is every process.
+    let each = matches!(scope, Scope::All);
     if args.json {
-        // One backend: the report itself; both: keyed by backend.
-        if let [(_, r)] = reports.as_slice() {
-            println!("{}", serde_json::to_string_pretty(r)?);
+        // The total report itself, with `processes` (name -> report) when
+        // the scope is every process; both backends: keyed by backend.
+        let doc = |r: &Reports| -> Result<serde_json::Value> {
+            let mut v = serde_json::to_value(&r.total)?;
+            if each {
+                let per: serde_json::Map<String, serde_json::Value> = r
+                    .processes
+                    .iter()
+                    .map(|(n, p)| Ok((n.clone(), serde_json::to_value(p)?)))
+                    .collect::<Result<_>>()?;
+                v["processes"] = per.into();
+            }
+            Ok(v)
+        };
+        let out = if let [(_, r)] = reports.as_slice() {
+            doc(r)?
         } else {
-            let both: std::collections::BTreeMap<&str, &UtilizationReport> =
-                reports.iter().map(|(n, r)| (*n, r)).collect();
-            println!("{}", serde_json::to_string_pretty(&both)?);
-        }
+            let mut both = serde_json::Map::new();
+            for (n, r) in &reports {
+                both.insert(n.to_string(), doc(r)?);
+            }
+            both.into()
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(ExitCode::SUCCESS);
     }
+    let show = |r: &UtilizationReport, name: &str, title: &str| {
+        let mut shown = r.clone();
+        if !args.why {
+            shown.bloat.clear();
+        } else if shown.bloat.is_empty() && name == "kernel" {
+            println!("(kernel: a live scan cannot tell why a folio exists; only the model attributes never-written memory)");
+        }
+        print!("{}", utilization_view::render_table(&shown, title));
+    };
+    let file_at = format!("{} at {}", args.file.display(), describe_snapshot(snapshot));
     for (i, (name, r)) in reports.iter().enumerate() {
         if i > 0 {
             println!();
         }
-        let title = format!(
-            "{} at {} ({name}), {}",
-            args.file.display(),
-            describe_snapshot(snapshot),
-            describe_scope(scope)
-        );
-        let mut shown = r.clone();
-        if !args.why {
-            shown.bloat.clear();
-        } else if shown.bloat.is_empty() && *name == "kernel" {
-            println!("(kernel: a live scan cannot tell why a folio exists; only the model attributes never-written memory)");
+        if each && r.processes.len() > 1 {
+            // Each process on its own, then their total.
+            for (proc, p) in &r.processes {
+                show(p, name, &format!("{file_at} ({name}), process {proc}"));
+                println!();
+            }
+            let names: Vec<&str> = r.processes.iter().map(|(n, _)| n.as_str()).collect();
+            let title = format!(
+                "{file_at} ({name}), total of the {} processes ({})",
+                names.len(),
+                names.join(", ")
+            );
+            show(&r.total, name, &title);
+        } else {
+            show(
+                &r.total,
+                name,
+                &format!("{file_at} ({name}), {}", describe_scope(scope)),
+            );
         }
-        print!("{}", utilization_view::render_table(&shown, &title));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -97,12 +97,13 @@ pub fn render_table(report: &UtilizationReport, title: &str) -> String {
     if report.sizes.is_empty() {
         out.push_str("no large folios: nothing to bucket, nothing for the shrinker to split\n");
     } else {
+        // The conclusion first: what the shrinker would do, then the
+        // histograms it comes from.
+        out.push_str(&give_back(report));
         for size in &report.sizes {
             out.push('\n');
             out.push_str(&size_block(size));
         }
-        out.push('\n');
-        out.push_str(&give_back(report));
     }
     if !report.bloat.is_empty() {
         out.push('\n');
@@ -150,16 +151,29 @@ fn size_block(size: &SizeUtilization) -> String {
             share(zero, zero_total),
         ]
     };
-    let mut rows: Vec<Vec<String>> = size
-        .buckets
-        .iter()
-        .map(|b| row(bucket_label(b.lo, b.hi), b.folios, b.zero_pages))
-        .collect();
-    rows.push(row(
-        "partially mapped".into(),
-        size.partial_folios,
-        size.partial_zero_pages,
-    ));
+    // A run of empty buckets is one row: utilization histograms are
+    // bimodal, and eight rows of zeros between the modes say nothing.
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut empty_from: Option<u32> = None;
+    for (i, b) in size.buckets.iter().enumerate() {
+        if b.folios == 0 {
+            empty_from.get_or_insert(b.lo);
+            let next_empty = size.buckets.get(i + 1).is_some_and(|n| n.folios == 0);
+            if !next_empty {
+                let lo = empty_from.take().unwrap_or(b.lo);
+                rows.push(row(format!("{} (none)", bucket_label(lo, b.hi)), 0, 0));
+            }
+        } else {
+            rows.push(row(bucket_label(b.lo, b.hi), b.folios, b.zero_pages));
+        }
+    }
+    if size.partial_folios > 0 {
+        rows.push(row(
+            "partially mapped".into(),
+            size.partial_folios,
+            size.partial_zero_pages,
+        ));
+    }
     let mut out = heading + &table::render(&header, &rows);
     if size.partial_folios > 0 {
         out.push_str(&format!(
@@ -265,7 +279,9 @@ fn bloat_table(bloat: &[Bloat]) -> String {
     )
 }
 
-const HEADER_PX: u32 = 112;
+const HEADER_PX: u32 = 116;
+/// One line of the shrinker's verdict in the header.
+const VERDICT_PX: u32 = 18;
 const CHART_PX: u32 = 300;
 const TITLE_PX: u32 = 32;
 const LINE_PX: u32 = 20;
@@ -281,6 +297,7 @@ const Y_UNIT: f64 = 10000.0;
 
 /// One folio size: the buckets and, per report, its histogram if it has one.
 struct Panel<'a> {
+    order: u8,
     size_kb: u64,
     bounds: Vec<(u32, u32)>,
     per_report: Vec<Option<&'a SizeUtilization>>,
@@ -295,6 +312,7 @@ fn panels<'a>(reports: &[(&str, &'a UtilizationReport)]) -> Result<Vec<Panel<'a>
         for size in &report.sizes {
             let bounds: Vec<(u32, u32)> = size.buckets.iter().map(|b| (b.lo, b.hi)).collect();
             let panel = by_order.entry(size.order).or_insert_with(|| Panel {
+                order: size.order,
                 size_kb: size.size_kb,
                 bounds: bounds.clone(),
                 per_report: vec![None; reports.len()],
@@ -383,31 +401,35 @@ impl YScale {
     }
 }
 
-pub fn write_svg(reports: &[(&str, &UtilizationReport)], path: &Path) -> Result<()> {
-    let svg = render_svg(reports)?;
+/// Draws `reports` into the SVG file at `path`; `title` says what was
+/// scanned (the processes or cgroup, or the workload and snapshot).
+pub fn write_svg(title: &str, reports: &[(&str, &UtilizationReport)], path: &Path) -> Result<()> {
+    let svg = render_svg(title, reports)?;
     std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
 }
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
-fn render_svg(reports: &[(&str, &UtilizationReport)]) -> Result<String> {
+fn render_svg(title: &str, reports: &[(&str, &UtilizationReport)]) -> Result<String> {
     let panels = panels(reports)?;
     let nrep = reports.len().max(1) as u32;
     let nbuckets = panels.iter().map(|p| p.bounds.len()).max().unwrap_or(1) as u32;
     let width = (130 + nbuckets * nrep * BAR_PX).max(960);
+    let verdicts = verdict_lines(reports, width);
+    let header_px = HEADER_PX + VERDICT_PX * verdicts.len() as u32;
     let panel_px = TITLE_PX + LINE_PX * nrep + CHART_PX;
     // "No large folios" needs only its title lines.
     let height = if panels.is_empty() {
-        HEADER_PX + TITLE_PX + LINE_PX * nrep + 16
+        header_px + TITLE_PX + LINE_PX * nrep + 16
     } else {
-        HEADER_PX + panel_px * panels.len() as u32
+        header_px + panel_px * panels.len() as u32
     };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
         root.fill(&WHITE)?;
-        let (head, body) = root.split_vertically(HEADER_PX);
-        draw_header(&head, reports)?;
+        let (head, body) = root.split_vertically(header_px);
+        draw_header(&head, title, reports, &verdicts)?;
         if panels.is_empty() {
             draw_empty(&body, reports)?;
         } else {
@@ -420,9 +442,46 @@ fn render_svg(reports: &[(&str, &UtilizationReport)]) -> Result<String> {
     Ok(svg)
 }
 
-fn draw_header(area: &Area, reports: &[(&str, &UtilizationReport)]) -> Result<()> {
+/// The shrinker's verdict of every report that has large folios (the text
+/// report's own words, [`give_back`]), wrapped to the chart's width: each
+/// line with the index of its report, for its colour.
+fn verdict_lines(reports: &[(&str, &UtilizationReport)], width: u32) -> Vec<(usize, String)> {
+    // Without a font library text widths are unknown: ~7.5 px a character.
+    let max_chars = (width as usize - 24) * 2 / 15;
+    let mut out = Vec::new();
+    for (i, (name, report)) in reports.iter().enumerate() {
+        if report.sizes.is_empty() {
+            continue;
+        }
+        let mut text = give_back(report);
+        if reports.len() > 1 {
+            text = format!("{name}: {text}");
+        }
+        for para in text.lines() {
+            let mut line = String::new();
+            for word in para.split_whitespace() {
+                if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > max_chars {
+                    out.push((i, std::mem::take(&mut line)));
+                }
+                if !line.is_empty() {
+                    line.push(' ');
+                }
+                line.push_str(word);
+            }
+            out.push((i, line));
+        }
+    }
+    out
+}
+
+fn draw_header(
+    area: &Area,
+    title: &str,
+    reports: &[(&str, &UtilizationReport)],
+    verdicts: &[(usize, String)],
+) -> Result<()> {
     area.draw(&Text::new(
-        "THP utilization: folios by subpages in use, a panel per folio size",
+        format!("THP utilization: {title}"),
         (12, 10),
         ("sans-serif", 22, FontStyle::Bold),
     ))?;
@@ -437,14 +496,23 @@ fn draw_header(area: &Area, reports: &[(&str, &UtilizationReport)]) -> Result<()
         // Without a font library text widths are unknown: ~9 px a character.
         x += 21 + 9 * name.chars().count() as i32 + 28;
     }
+    // The conclusion before the histograms: what the shrinker would do.
+    for (k, (i, line)) in verdicts.iter().enumerate() {
+        area.draw(&Text::new(
+            line.clone(),
+            (12, 68 + (VERDICT_PX * k as u32) as i32),
+            ("sans-serif", 15).into_font().color(&colour(*i)),
+        ))?;
+    }
+    let notes_y = 68 + (VERDICT_PX * verdicts.len() as u32) as i32 + 4;
     let notes = [
-        "Bars: fully mapped folios per bucket of subpages in use (mapped and not zero-filled).",
+        "Bars: fully mapped folios per bucket of subpages in use (mapped and not zero-filled). Dashed line: the under-used threshold.",
         "Bar labels: their zero-filled memory. Partially mapped folios: counted under each title, not bucketed.",
     ];
     for (i, note) in notes.into_iter().enumerate() {
         area.draw(&Text::new(
             note,
-            (12, 68 + 20 * i as i32),
+            (12, notes_y + 20 * i as i32),
             ("sans-serif", 15).into_font().color(&BLACK.mix(0.7)),
         ))?;
     }
@@ -570,7 +638,90 @@ fn draw_panel(area: &Area, panel: &Panel, reports: &[(&str, &UtilizationReport)]
                 + Text::new(fmt_kb(b.zero_pages * PAGE_KB), (0, -3), label_style.clone())
         }))?;
     }
+
+    // The under-used threshold: only PMD-sized THPs are judged, and a fully
+    // mapped one is under-used when more than max_ptes_none of its subpages
+    // are zero-filled (thp_underused), i.e. fewer than nr - max_ptes_none
+    // are in use. One dashed line per distinct setting, annotated with what
+    // the shrinker gives back from the THPs left of it.
+    if panel.order != HPAGE_PMD_ORDER {
+        return Ok(());
+    }
+    let nr = 1u32 << panel.order;
+    let mut drawn: Vec<u32> = Vec::new();
+    let mut k = 0;
+    for (r, (name, report)) in reports.iter().enumerate() {
+        let s = report.settings;
+        if !s.shrink_underused || s.max_ptes_none >= MAX_PTES_NONE_OFF {
+            continue;
+        }
+        let x = threshold_x(&panel.bounds, nr - s.max_ptes_none);
+        let right_half = x > nb as f64 / 2.0;
+        let hpos = if right_half { HPos::Right } else { HPos::Left };
+        let dx = if right_half { -6 } else { 6 };
+        let c = colour(r);
+        let text_at = |k: usize| {
+            let style = TextStyle::from(("sans-serif", 14).into_font())
+                .pos(Pos::new(hpos, VPos::Top))
+                .color(&c);
+            (style, (dx, 4 + 17 * k as i32))
+        };
+        if !drawn.contains(&s.max_ptes_none) {
+            drawn.push(s.max_ptes_none);
+            // Dashes of 1/30 of the height, as many gaps.
+            let dash = yc(Y_TOP) / 60;
+            chart.draw_series((0..30).map(|d| {
+                PathElement::new(
+                    vec![(xc(x), 2 * d * dash), (xc(x), (2 * d + 1) * dash)],
+                    BLACK.stroke_width(2),
+                )
+            }))?;
+        }
+        let g = &report.give_back;
+        let (style, offset) = text_at(k);
+        let who = if nrep > 1 {
+            format!("{name}: ")
+        } else {
+            String::new()
+        };
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((xc(x), yc(Y_TOP)))
+                + Text::new(
+                    format!(
+                        "{who}max_ptes_none={}: under-used below {} subpages in use",
+                        s.max_ptes_none,
+                        nr - s.max_ptes_none
+                    ),
+                    offset,
+                    style,
+                ),
+        ))?;
+        let (style, offset) = text_at(k + 1);
+        k += 2;
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((xc(x), yc(Y_TOP)))
+                + Text::new(
+                    format!(
+                        "the shrinker splits {} and gives back {}",
+                        plural(g.underused_folios, "THP", "THPs"),
+                        fmt_kb(g.underused_kb)
+                    ),
+                    offset,
+                    style,
+                ),
+        ))?;
+    }
     Ok(())
+}
+
+/// The x of the boundary before `used` subpages in use on an axis of
+/// `bounds` buckets (one unit each): inside a bucket, in proportion.
+fn threshold_x(bounds: &[(u32, u32)], used: u32) -> f64 {
+    let i = bounds.partition_point(|&(_, hi)| hi < used);
+    match bounds.get(i) {
+        Some(&(lo, hi)) => i as f64 + f64::from(used.saturating_sub(lo)) / f64::from(hi - lo + 1),
+        None => bounds.len() as f64,
+    }
 }
 
 #[cfg(test)]
@@ -660,11 +811,19 @@ mod tests {
     #[test]
     fn table_has_seed_buckets_and_numbers() {
         let t = render_table(&report_at(409, true), "test");
+        // Non-empty buckets have their row, runs of empty ones one row.
         for range in [
-            "0-50", "51-101", "102-152", "153-203", "204-255", "256-306", "307-357", "358-408",
-            "409-459", "460-512",
+            "0-50",
+            "51-101",
+            "102-203 (none)",
+            "204-255",
+            "256-459 (none)",
+            "460-512",
         ] {
             assert!(t.contains(&format!("| {range} ")), "no {range} row:\n{t}");
+        }
+        for range in ["102-152", "153-203", "256-306", "409-459"] {
+            assert!(!t.contains(&format!("| {range} ")), "{range} row:\n{t}");
         }
         // The first 2048 kB bucket: 1200 folios, 1200 * 512 zero-filled pages.
         assert_eq!(
@@ -703,6 +862,53 @@ mod tests {
                 "2.36 GiB (6608)"
             ]
         );
+    }
+
+    #[test]
+    fn table_gives_the_verdict_before_the_histograms() {
+        let t = render_table(&report_at(409, true), "test");
+        let verdict = t.find("it would split 1207 THPs").expect("a verdict");
+        let histogram = t.find("kB folios:").expect("a histogram");
+        assert!(verdict < histogram, "{t}");
+        // No partially mapped folio of a size: no row for them.
+        let mut r = report_at(409, true);
+        r.sizes[0].partial_folios = 0;
+        r.sizes[1].partial_folios = 0;
+        let t = render_table(&r, "test");
+        assert!(!t.contains("| partially mapped"), "{t}");
+    }
+
+    #[test]
+    fn svg_draws_the_threshold_the_give_back_and_its_title() {
+        let path = temp_svg("threshold");
+        write_svg(
+            "process 42 (cat)",
+            &[("scan", &report_at(409, true))],
+            &path,
+        )
+        .unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let texts = check_tags(&svg);
+        let has = |t: &str| texts.iter().any(|x| x.contains(t));
+        assert!(has("THP utilization: process 42 (cat)"), "{texts:?}");
+        assert!(
+            has("max_ptes_none=409: under-used below 103 subpages in use"),
+            "{texts:?}"
+        );
+        assert!(
+            has("the shrinker splits 1207 THPs and gives back 2.35 GiB"),
+            "{texts:?}"
+        );
+        assert!(has("it would split 1207 THPs"), "{texts:?}");
+        // The line: 103 in use is 1/51 into bucket 102-152 (index 2).
+        assert_eq!(threshold_x(&bucket_bounds(512, 10), 103), 2.0 + 1.0 / 51.0);
+        // At 511 nothing is under-used: no line, no annotation.
+        let path = temp_svg("off");
+        write_svg("off", &[("scan", &report_at(511, true))], &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(!svg.contains("under-used below"), "{svg}");
     }
 
     #[test]
@@ -778,7 +984,7 @@ mod tests {
         let mut after = report_at(409, true);
         after.sizes.truncate(1);
         let path = temp_svg("two");
-        write_svg(&[("before", &before), ("after", &after)], &path).unwrap();
+        write_svg("test", &[("before", &before), ("after", &after)], &path).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         assert!(svg.starts_with("<svg"), "{svg}");
@@ -799,7 +1005,7 @@ mod tests {
     #[test]
     fn svg_of_no_large_folios() {
         let path = temp_svg("empty");
-        write_svg(&[("model", &empty())], &path).unwrap();
+        write_svg("test", &[("model", &empty())], &path).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         let texts = check_tags(&svg);
@@ -811,7 +1017,7 @@ mod tests {
     #[test]
     fn svg_write_error_names_the_path() {
         let path = Path::new("/nonexistent-dir/utilization.svg");
-        let err = write_svg(&[("model", &empty())], path).unwrap_err();
+        let err = write_svg("test", &[("model", &empty())], path).unwrap_err();
         assert!(format!("{err:#}").contains("/nonexistent-dir/utilization.svg"));
     }
 
@@ -820,7 +1026,7 @@ mod tests {
         let a = report_at(409, true);
         let mut b = report_at(409, true);
         b.sizes[1].buckets.truncate(5);
-        let err = render_svg(&[("a", &a), ("b", &b)]).unwrap_err();
+        let err = render_svg("test", &[("a", &a), ("b", &b)]).unwrap_err();
         assert!(err
             .to_string()
             .contains("bucket 2048 kB folios differently"));

@@ -63,6 +63,19 @@ const KNOWN: [(u32, u32); 7] = [
     (256, 512),
 ];
 
+/// One kernel backend at a time in this binary (a process may hold one
+/// settings guard), with its own state directory.
+static KERNEL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn kernel_state() -> (std::sync::MutexGuard<'static, ()>, PathBuf) {
+    let lock = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
+    let state = std::env::temp_dir().join(format!("hugelab-test-scan-{}", std::process::id()));
+    std::fs::create_dir_all(&state).unwrap();
+    // The backend's guard reads it; every test of this binary sets the same.
+    std::env::set_var("HUGELAB_STATE_DIR", &state);
+    (lock, state)
+}
+
 fn cannot_run() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -112,10 +125,7 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
         eprintln!("skipped: {why}");
         return;
     }
-    let state = std::env::temp_dir().join(format!("hugelab-test-scan-{}", std::process::id()));
-    std::fs::create_dir_all(&state).unwrap();
-    // SAFETY of set_var: this binary has this one test, no other thread yet.
-    std::env::set_var("HUGELAB_STATE_DIR", &state);
+    let (_one_at_a_time, state) = kernel_state();
     let workload: Workload = hugelab_workload::parse("scan-test.hlw", WORKLOAD).unwrap();
     let mut kb = KernelBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_hugelab"))).unwrap();
     kb.prepare(&hugelab_workload::Lookahead::of(&workload.stmts))
@@ -227,7 +237,7 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
 /// Bad input: one sentence on stderr, exit 2, nothing on stdout.
 #[test]
 fn bad_scan_arguments_are_one_sentence() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["scan"], "say what to scan"),
         (&["scan", "--pid", "1", "--all"], "exactly one"),
         (&["scan", "--pid", "1", "--cont", "12K"], "--cont 12K"),
@@ -235,6 +245,18 @@ fn bad_scan_arguments_are_one_sentence() {
         (
             &["scan", "--pid", "1", "--max-ptes-none", "600"],
             "0 to 511",
+        ),
+        // No contents, no histogram to draw.
+        (
+            &[
+                "scan",
+                "--pid",
+                "1",
+                "--shape-only",
+                "--svg",
+                "/tmp/never.svg",
+            ],
+            "needs the page contents that --shape-only does not read",
         ),
     ];
     for (args, want) in cases {
@@ -303,4 +325,204 @@ fn model_and_kernel_reports_agree_on_the_bimodal_workload() {
         );
     }
     assert_eq!(model["sizes"], kernel["sizes"]);
+}
+
+/// Two processes: `a` with four THPs (T0 written whole, T1 and T3 at one
+/// page, T2 whole and then fragmented by 40 mprotects into 81 VMAs), `b`
+/// with one THP written at two pages.
+fn fragmented_workload() -> String {
+    let mut w = String::from(
+        "\
+set transparent_hugepage/enabled madvise
+set transparent_hugepage/shrink_underused 1
+set transparent_hugepage/hugepages-16kB/enabled never
+set transparent_hugepage/hugepages-32kB/enabled never
+set transparent_hugepage/hugepages-64kB/enabled never
+set transparent_hugepage/hugepages-128kB/enabled never
+set transparent_hugepage/hugepages-256kB/enabled never
+set transparent_hugepage/hugepages-512kB/enabled never
+set transparent_hugepage/hugepages-1024kB/enabled never
+set transparent_hugepage/hugepages-2048kB/enabled inherit
+set transparent_hugepage/khugepaged/max_ptes_none 409
+spawn a
+a mmap buf 8M align=2M
+a madvise buf HUGEPAGE
+a write buf:2M
+a write buf+2M:4K
+a write buf+4M:2M
+a write buf+6M:4K
+",
+    );
+    for k in 0..40 {
+        w.push_str(&format!("a mprotect buf+{}K:4K r\n", 4096 + 8 + 16 * k));
+    }
+    w.push_str(
+        "spawn b\nb mmap buf 2M align=2M\nb madvise buf HUGEPAGE\nb write buf:8K\nsnapshot ready\n",
+    );
+    w
+}
+
+/// What `hugelab scan` prints, conclusion first: processes ranked by what
+/// the shrinker would give back (thp_underused at max_ptes_none 409: a's T1
+/// and T3 with 511 zero-filled subpages each, 4088 kB; b's THP with 510,
+/// 2040 kB), each process's verdict before its histogram, its figures
+/// before its VMAs, and 10 of a's 81 fragmented VMAs unless --vmas;
+/// --shape-only shows no histogram; the SVG draws the threshold.
+#[test]
+fn scan_output_ranks_processes_and_puts_the_verdict_first() {
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let (_one_at_a_time, state) = kernel_state();
+    let text = fragmented_workload();
+    let workload: Workload = hugelab_workload::parse("fragmented.hlw", &text).unwrap();
+    let mut kb = KernelBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_hugelab"))).unwrap();
+    kb.prepare(&hugelab_workload::Lookahead::of(&workload.stmts))
+        .unwrap();
+    run_until(&mut kb, &workload.stmts, "ready");
+    let procs = kb.processes();
+    let pid = |name: &str| {
+        procs
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.pid.to_string())
+            .unwrap()
+    };
+    let (a, b) = (pid("a"), pid("b"));
+    let scan = |extra: &[&str]| {
+        let mut args = vec!["scan", "--pid", &b, "--pid", &a];
+        args.extend_from_slice(extra);
+        let o = common::run(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}", common::stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let check = || -> Result<(), String> {
+        let out = scan(&[]);
+        let at = |what: &str| {
+            out.find(what)
+                .ok_or_else(|| format!("no {what:?} in:\n{out}"))
+        };
+        // The ranking first: a (4088 kB) above b (2040 kB), as given last.
+        let ranked = at("2 process(es) scanned, ranked by what the under-used THP shrinker")?;
+        let row_a = at(&format!("| {a} "))?;
+        let row_b = at(&format!("| {b} "))?;
+        let block_a = at(&format!("process {a} ("))?;
+        let block_b = at(&format!("process {b} ("))?;
+        let order = [ranked, row_a, row_b, block_a, block_b];
+        if !order.windows(2).all(|w| w[0] < w[1]) {
+            return Err(format!("ranking then a then b, got {order:?}:\n{out}"));
+        }
+        let of_a = &out[block_a..block_b];
+        let find = |what: &str| {
+            of_a.find(what)
+                .ok_or_else(|| format!("no {what:?} in a's block:\n{of_a}"))
+        };
+        let verdict = find("it would split 2 THPs as under-used")?;
+        let histogram = find("| 0-50 ")?;
+        let figures = find("| anon-thp-")?;
+        let vmas =
+            find("81 VMAs with THP memory; the 10 with the most, in address order (71 more")?;
+        if !(verdict < histogram && histogram < figures && figures < vmas) {
+            return Err(format!("verdict, histogram, figures, VMAs:\n{of_a}"));
+        }
+        let vma_rows = of_a[vmas..]
+            .lines()
+            .filter(|l| l.contains(" r-") || l.contains(" rw"))
+            .count();
+        if !(10..=40).contains(&vma_rows) {
+            return Err(format!("{vma_rows} VMA rows:\n{of_a}"));
+        }
+        // Every VMA with --vmas.
+        let all = scan(&["--vmas"]);
+        if !all.contains("by VMA (81):") {
+            return Err(format!("--vmas:\n{all}"));
+        }
+        // --top 1: a alone, and a line on b.
+        let top = scan(&["--top", "1"]);
+        if top.contains(&format!("process {b} ("))
+            || !top.contains("1 more process(es) waste less and are left out")
+        {
+            return Err(format!("--top 1:\n{top}"));
+        }
+        let json: serde_json::Value =
+            serde_json::from_str(&scan(&["--json", "--top", "1"])).unwrap();
+        if json["processes"].as_array().map(Vec::len) != Some(1)
+            || json["processes"][0]["pid"].as_i64() != a.parse().ok()
+            || json["processes_left_out"] != 1
+        {
+            return Err(format!("--json --top 1: {json}"));
+        }
+        // No contents, no histogram, in text or JSON.
+        let shape = scan(&["--shape-only"]);
+        for fake in [
+            "used subpages",
+            "zero-filled",
+            "Under-used THP shrinker",
+            "| 0-50",
+        ] {
+            if shape.contains(fake) {
+                return Err(format!("--shape-only shows {fake:?}:\n{shape}"));
+            }
+        }
+        if !shape.contains("ranked by THP memory") {
+            return Err(format!("--shape-only:\n{shape}"));
+        }
+        let shape_json = scan(&["--shape-only", "--json"]);
+        if shape_json.contains("\"utilization\"") || shape_json.contains("\"buckets\"") {
+            return Err(format!("--shape-only --json:\n{shape_json}"));
+        }
+        // The SVG: its title names the processes; the threshold at 409
+        // (under-used below 512 - 409 = 103 subpages in use) and the give-back
+        // of all three under-used THPs, (511 + 511 + 510) * 4 kB = 6.0 MiB.
+        let svg = state.join("scan.svg");
+        scan(&["--max-ptes-none", "409", "--svg", svg.to_str().unwrap()]);
+        let drawn = std::fs::read_to_string(&svg).unwrap();
+        for want in [
+            format!("scan of processes {b} ("),
+            "max_ptes_none=409: under-used below 103 subpages in use".to_string(),
+            "the shrinker splits 3 THPs and gives back 6.0 MiB".to_string(),
+        ] {
+            if !drawn.contains(&want) {
+                return Err(format!("no {want:?} in the SVG"));
+            }
+        }
+        Ok(())
+    };
+    let result = check();
+    kb.finish().unwrap();
+    let _ = std::fs::remove_dir_all(&state);
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+/// `scan --all`: processes ranked by waste, --top of them shown, and how
+/// many were left out.
+#[test]
+fn scan_all_is_ranked_and_says_how_many_it_left_out() {
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let o = common::run(&["scan", "--all", "--json", "--top", "3"]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 3, "{v}");
+    assert!(v["processes_left_out"].as_u64().unwrap() > 0, "{v}");
+    let give_back = |p: &serde_json::Value| {
+        let g = &p["utilization"]["give_back"];
+        g["underused_kb"].as_u64().unwrap() + g["partial_kb"].as_u64().unwrap()
+    };
+    let g: Vec<u64> = procs.iter().map(give_back).collect();
+    assert!(g.windows(2).all(|w| w[0] >= w[1]), "not ranked: {g:?}");
+    let o = common::run(&["scan", "--all", "--top", "2"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("process(es) scanned, ranked by"), "{out}");
+    assert!(
+        out.contains("more process(es) waste less and are left out"),
+        "{out}"
+    );
+    assert_eq!(out.matches("THP utilization: process ").count(), 2, "{out}");
 }

@@ -154,3 +154,122 @@ fn bad_input_is_one_sentence_and_exit_2() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Two processes whose THPs are written as noted: `a` one THP whole and one
+/// at one page, `b` one THP at two pages.
+const TWO: &str = "\
+set transparent_hugepage/enabled madvise
+set transparent_hugepage/shrink_underused 1
+set transparent_hugepage/hugepages-2048kB/enabled inherit
+set transparent_hugepage/khugepaged/max_ptes_none 409
+spawn a
+a mmap buf 4M align=2M
+a madvise buf HUGEPAGE
+a write buf:2M
+a write buf+2M:4K
+spawn b
+b mmap buf 2M align=2M
+b madvise buf HUGEPAGE
+b write buf:8K
+";
+
+fn temp_workload(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("hugelab-util-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.hlw"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// "Every process, each on its own": a report per process, then the total.
+/// thp_underused splits a THP with more than max_ptes_none (409) zero-filled
+/// subpages: a's one-page THP (511 zero-filled), b's two-page one (510).
+#[test]
+fn every_process_on_its_own_then_the_total() {
+    let path = temp_workload("two", TWO);
+    let file = path.to_str().unwrap();
+    let o = hugelab(&["utilization", file, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let procs = r["processes"].as_object().expect("processes by name");
+    assert_eq!(procs.keys().collect::<Vec<_>>(), ["a", "b"], "{r}");
+    let g = |v: &Value| (u(&v["underused_folios"]), u(&v["underused_kb"]));
+    assert_eq!(g(&procs["a"]["give_back"]), (1, 511 * 4));
+    assert_eq!(g(&procs["b"]["give_back"]), (1, 510 * 4));
+    assert_eq!(g(&r["give_back"]), (2, (511 + 510) * 4));
+    let full = |v: &Value| u(&v["sizes"][0]["buckets"][9]["folios"]);
+    assert_eq!((full(&procs["a"]), full(&procs["b"]), full(&r)), (1, 0, 1));
+    // One process asked for: that report, no per-process part.
+    let o = hugelab(&["utilization", file, "--json", "--proc", "b"]);
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(r.get("processes").is_none(), "{r}");
+    assert_eq!(g(&r["give_back"]), (1, 510 * 4));
+
+    let o = hugelab(&["utilization", file]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let a = out.find("), process a\n").expect("a report of a");
+    let b = out.find("), process b\n").expect("a report of b");
+    let total = out
+        .find("), total of the 2 processes (a, b)\n")
+        .expect("the total");
+    assert!(a < b && b < total, "{out}");
+    assert!(
+        out[a..b].contains("it would split 1 THP as under-used"),
+        "{out}"
+    );
+    assert!(
+        out[total..].contains("it would split 2 THPs as under-used"),
+        "{out}"
+    );
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// Conclusion first: the shrinker's verdict before the histogram, and the
+/// empty buckets between the bimodal heap's modes as one row.
+#[test]
+fn the_verdict_comes_before_the_histogram_and_empty_buckets_are_one_row() {
+    let o = hugelab(&["utilization", BIMODAL, "--snapshot", "before"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let verdict = out.find("it would split 16 THPs").expect("the verdict");
+    let histogram = out.find("| 0-50 ").expect("the histogram");
+    assert!(verdict < histogram, "{out}");
+    // 15 THPs in 0-50, 2 in 102-152, 13 in 460-512: the rest are empty.
+    for row in ["| 51-101 (none) ", "| 153-459 (none) "] {
+        assert!(out.contains(row), "no {row} row:\n{out}");
+    }
+    assert!(!out.contains("| 204-255 "), "{out}");
+    assert!(!out.contains("| partially mapped "), "{out}");
+}
+
+/// The SVG names the workload and the snapshot, draws the max_ptes_none
+/// threshold (409: under-used below 512 - 409 = 103 subpages in use) and
+/// says what the shrinker gives back (16 THPs, 32084 kB = 31.3 MiB).
+#[test]
+fn svg_names_the_workload_and_draws_the_threshold_and_the_give_back() {
+    let dir = std::env::temp_dir().join(format!("hugelab-util-svg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("u.svg");
+    let o = hugelab(&[
+        "utilization",
+        BIMODAL,
+        "--snapshot",
+        "before",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = std::fs::read_to_string(&svg)
+        .unwrap()
+        .replace("&apos;", "'")
+        .replace("&#39;", "'");
+    std::fs::remove_dir_all(&dir).unwrap();
+    for want in [
+        "bimodal-utilization.hlw at snapshot 'before', every process",
+        "max_ptes_none=409: under-used below 103 subpages in use",
+        "the shrinker splits 16 THPs and gives back 31.3 MiB",
+    ] {
+        assert!(text.contains(want), "no {want} in the SVG");
+    }
+}

@@ -458,6 +458,12 @@ fn read_chunk(pagemap: &mut Pagemap, kpf: &File, pieces: &[Piece]) -> Result<Chu
         let mut j = i + 1;
         while j < pieces.len() {
             let prev_end = pieces[j - 1].addr + pieces[j - 1].pages * PAGE_SIZE;
+            // Present ranges of a process that changes its mappings during
+            // the scan can come back out of order: such a piece starts a
+            // span of its own (the subtraction below would underflow).
+            if pieces[j].addr < prev_end {
+                break;
+            }
             let gap = (pieces[j].addr - prev_end) / PAGE_SIZE;
             let span = (pieces[j].addr + pieces[j].pages * PAGE_SIZE - span_start) / PAGE_SIZE;
             if gap > MAX_HOLE || span > CHUNK {

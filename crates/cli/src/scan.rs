@@ -80,7 +80,17 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     settings.max_ptes_none = args.max_ptes_none.unwrap_or(settings.max_ptes_none);
     let strict = !args.pids.is_empty();
     let pids = if strict {
-        args.pids.clone()
+        // A pid given twice is one process: scanning it twice would count
+        // its memory twice.
+        let mut pids = Vec::with_capacity(args.pids.len());
+        for &p in &args.pids {
+            if pids.contains(&p) {
+                eprintln!("hugelab: note: --pid {p} was given more than once; it is scanned once");
+            } else {
+                pids.push(p);
+            }
+        }
+        pids
     } else if let Some(cg) = &args.cgroup {
         scan::cgroup_pids(cg)?
     } else {

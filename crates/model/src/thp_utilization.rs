@@ -37,8 +37,8 @@ use crate::pgtable::Pmd;
 use crate::{Machine, Model};
 use std::collections::BTreeMap;
 
-pub use hugelab_workload::utilization::{FolioCause, FolioUse, ShrinkerSettings};
 use hugelab_workload::utilization::subpage_words;
+pub use hugelab_workload::utilization::{FolioCause, FolioUse, ShrinkerSettings};
 
 /// The values of the head's `pg::CAUSE_MASK` field (0: no cause recorded).
 const FOLIO_CAUSE_FAULT: u16 = 1;

@@ -47,7 +47,8 @@ fn splitting_partially_mapped_thps_frees_their_unmapped_halves() {
     // The case: 16 THPs full of data, the second half of each
     // unmapped. The split frees the 16 unmapped halves (16 MiB); no mapped
     // page is zero-filled, so no Rss changes.
-    let mut body = String::from("spawn a\na mmap buf 32M align=2M\na madvise buf HUGEPAGE\na write buf\n");
+    let mut body =
+        String::from("spawn a\na mmap buf 32M align=2M\na madvise buf HUGEPAGE\na write buf\n");
     for i in 0..16 {
         body.push_str(&format!("a munmap buf+{}M:1M\n", 2 * i + 1));
     }

@@ -429,7 +429,8 @@ pub fn utilization_report<'a>(
         }
     }
     bloat.sort_by_key(|b| (b.cause, b.size_kb));
-    give_back.freed_kb = give_back.underused_kb + give_back.partial_kb + give_back.partial_unmapped_kb;
+    give_back.freed_kb =
+        give_back.underused_kb + give_back.partial_kb + give_back.partial_unmapped_kb;
     UtilizationReport {
         settings,
         buckets,
@@ -607,6 +608,9 @@ mod tests {
         assert_eq!((g.freed_kb, g.rss_kb), (508 * 4, 508 * 4));
         // Another folio at another PFN stays another folio.
         let other = view(1024, 0..512, 0..0);
-        assert_eq!(utilization_report([&parent, &other], AT_409, 10).sizes[0].folios(), 2);
+        assert_eq!(
+            utilization_report([&parent, &other], AT_409, 10).sizes[0].folios(),
+            2
+        );
     }
 }

@@ -422,8 +422,7 @@ impl VmaWalk<'_> {
                 // process maps (the folio's extent came from kpageflags).
                 for (n, p) in pages[k..m].iter().enumerate() {
                     let index = p.pfn.wrapping_sub(head) as usize;
-                    if index >> order != 0 || f.mapped_bits[index / 64] & (1 << (index % 64)) != 0
-                    {
+                    if index >> order != 0 || f.mapped_bits[index / 64] & (1 << (index % 64)) != 0 {
                         continue;
                     }
                     set_subpage(&mut f.mapped_bits, index);

@@ -153,8 +153,12 @@ pub fn check_predictions(text: &str) -> Outcome {
                     let freed = mem_free_kb(&mut model).saturating_sub(free);
                     out.checked
                         .push((line, "all: freed".into(), all.freed_kb, freed));
-                    out.checked
-                        .push((line, "all: Rss".into(), all.rss_kb, rss_all.saturating_sub(rss_after)));
+                    out.checked.push((
+                        line,
+                        "all: Rss".into(),
+                        all.rss_kb,
+                        rss_all.saturating_sub(rss_after),
+                    ));
                     continue;
                 }
             }

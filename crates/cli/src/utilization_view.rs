@@ -687,7 +687,8 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("64 kB folios: 10, 2 partially mapped;"), "{t}");
-        assert!(t.contains("max_ptes_none=409, shrink_underused=1: it would split 1207 THPs"));
+        assert!(t.contains("max_ptes_none=409, shrink_underused=1: it would give back"));
+        assert!(t.contains("it would split 1207 THPs as under-used"), "{t}");
         assert!(t.contains("free 2459000 kB (2.35 GiB)"), "{t}");
         assert!(
             t.contains(

@@ -540,7 +540,7 @@ mod tests {
         assert_eq!(r.give_back.freed_kb, r.give_back.underused_kb);
     }
 
-    /// A THP of process `pid`'s view at head PFN `pfn`: subpages `mapped`
+    /// One process's view of the THP at head PFN `pfn`: subpages `mapped`
     /// mapped, of which those in `zero` zero-filled.
     fn view(pfn: u64, mapped: std::ops::Range<usize>, zero: std::ops::Range<usize>) -> FolioUse {
         let mut f = FolioUse {

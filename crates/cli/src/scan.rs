@@ -97,7 +97,17 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     settings.max_ptes_none = args.max_ptes_none.unwrap_or(settings.max_ptes_none);
     let strict = !args.pids.is_empty();
     let pids = if strict {
-        args.pids.clone()
+        // A pid given twice is one process: scanning it twice would count
+        // its memory twice.
+        let mut pids = Vec::with_capacity(args.pids.len());
+        for &p in &args.pids {
+            if pids.contains(&p) {
+                eprintln!("hugelab: note: --pid {p} was given more than once; it is scanned once");
+            } else {
+                pids.push(p);
+            }
+        }
+        pids
     } else if let Some(cg) = &args.cgroup {
         scan::cgroup_pids(cg)?
     } else {
@@ -286,7 +296,7 @@ const DEFAULT_TOP: usize = 10;
 fn waste(report: Option<&UtilizationReport>, s: &ProcessScan, cont_orders: &[u32]) -> [u64; 3] {
     let thp = thp_kb(&s.shape(cont_orders));
     match report {
-        Some(r) => [r.give_back.rss_kb(), zero_filled_kb(r), thp],
+        Some(r) => [r.give_back.freed_kb, zero_filled_kb(r), thp],
         None => [0, 0, thp],
     }
 }
@@ -319,7 +329,7 @@ fn ranking(
     let intro = if shape_only {
         "ranked by THP memory (--shape-only reads no contents, so no waste)"
     } else {
-        header.push("shrinker gives back (Rss kB)".into());
+        header.push("shrinker gives back (kB)".into());
         header.push("zero-filled in large folios (kB)".into());
         "ranked by what the under-used THP shrinker would give back, then by zero-filled memory in large folios"
     };
@@ -330,7 +340,7 @@ fn ranking(
             let s = &scans[i];
             let mut row = vec![s.pid.to_string(), s.comm.clone()];
             if let Some(r) = &reports[i] {
-                row.push(r.give_back.rss_kb().to_string());
+                row.push(r.give_back.freed_kb.to_string());
                 row.push(zero_filled_kb(r).to_string());
             }
             row.push(thp_kb(&s.shape(cont_orders)).to_string());

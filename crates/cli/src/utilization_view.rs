@@ -191,18 +191,21 @@ fn give_back(report: &UtilizationReport) -> String {
     let s = report.settings;
     let g = &report.give_back;
     let mut out = format!(
-        "Under-used THP shrinker at max_ptes_none={}, shrink_underused={}: it would split {} \
-         as under-used (more than {} zero-filled subpages) and free {}; partially mapped: it \
-         would split {} and free {} of their zero-filled subpages. The Rss of what was scanned \
-         would drop by {}.\n",
+        "Under-used THP shrinker at max_ptes_none={}, shrink_underused={}: it would give back \
+         {} to the machine (and to the memory cgroups' charge), and the Rss of what was scanned \
+         would drop by {}.\nOf that, it would split {} as under-used (more than {} zero-filled \
+         subpages) and free {} of zero-filled subpages; partially mapped: it would split {} and \
+         free {} of subpages no scanned process maps (in no Rss) and {} of zero-filled ones.\n",
         s.max_ptes_none,
         u8::from(s.shrink_underused),
+        kb_exact(g.freed_kb),
+        kb_exact(g.rss_kb),
         plural(g.underused_folios, "THP", "THPs"),
         s.max_ptes_none,
         kb_exact(g.underused_kb),
         plural(g.partial_folios, "folio", "folios"),
+        kb_exact(g.partial_unmapped_kb),
         kb_exact(g.partial_kb),
-        kb_exact(g.rss_kb()),
     );
     let off = s.max_ptes_none >= MAX_PTES_NONE_OFF;
     let why = match (s.shrink_underused, off) {
@@ -773,6 +776,9 @@ mod tests {
                 underused_kb: 2_459_000,
                 partial_folios: 14,
                 partial_kb: 168,
+                partial_unmapped_kb: 40,
+                freed_kb: 2_459_208,
+                rss_kb: 2_459_168,
             },
             bloat: vec![
                 Bloat {
@@ -840,10 +846,21 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("64 kB folios: 10, 2 partially mapped;"), "{t}");
-        assert!(t.contains("max_ptes_none=409, shrink_underused=1: it would split 1207 THPs"));
+        assert!(t.contains("max_ptes_none=409, shrink_underused=1: it would give back"));
+        assert!(t.contains("it would split 1207 THPs as under-used"), "{t}");
         assert!(t.contains("free 2459000 kB (2.35 GiB)"), "{t}");
         assert!(
-            t.contains("it would split 14 folios and free 168 kB"),
+            t.contains(
+                "it would split 14 folios and free 40 kB of subpages no scanned process maps \
+                 (in no Rss) and 168 kB of zero-filled ones"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "it would give back 2459208 kB (2.35 GiB) to the machine (and to the memory \
+                 cgroups' charge), and the Rss of what was scanned would drop by 2459168 kB"
+            ),
             "{t}"
         );
         assert!(!t.contains("Nothing is split as under-used"), "{t}");

@@ -206,7 +206,7 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
     let unseen = if t5_seen { 0 } else { t5_kb };
     assert_eq!(
         (rss0 - rss1) as u64,
-        report.give_back.rss_kb() + unseen,
+        report.give_back.rss_kb + unseen,
         "predicted give-back vs measured Rss drop"
     );
     assert_eq!(

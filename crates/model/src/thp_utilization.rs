@@ -26,8 +26,9 @@
 //!
 //! Simplifications: the cause is two bits of the head page's flags and the
 //! written mark one bit per page (`mm_types::pg`), not kernel state; no
-//! mlock, so `FolioUse::locked` is always false; a folio mapped by several
-//! processes appears once per process (each scope sees its own mappings).
+//! mlock, so `FolioUse::locked` is always false. A folio mapped by several
+//! processes of the scope is one folio (its subpages mapped if any of them
+//! maps them), as `deferred_split_scan` sees it.
 
 use crate::huge_memory::ThpSettings;
 use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
@@ -36,6 +37,7 @@ use crate::pgtable::Pmd;
 use crate::{Machine, Model};
 use std::collections::BTreeMap;
 
+use hugelab_workload::utilization::subpage_words;
 pub use hugelab_workload::utilization::{FolioCause, FolioUse, ShrinkerSettings};
 
 /// The values of the head's `pg::CAUSE_MASK` field (0: no cause recorded).
@@ -80,7 +82,7 @@ pub fn copy_content(m: &mut Machine, from: Pfn, to: Pfn) {
 /// What a utilization report looks at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scope<'a> {
-    /// Every live process, each on its own (a shared folio once per process).
+    /// Every live process (a folio several of them map counted once).
     All,
     /// One process, all of its address space.
     Process(&'a str),
@@ -105,11 +107,11 @@ struct Seen {
 }
 
 /// The large folios `mm` maps in `[start, end)`, with the subpages mapped.
-fn walk(m: &Machine, mm: &MmStruct, start: u64, end: u64, out: &mut Vec<FolioUse>) {
-    if start >= end {
-        return;
-    }
+fn walk(m: &Machine, mm: &MmStruct, start: u64, end: u64) -> BTreeMap<Pfn, Seen> {
     let mut seen: BTreeMap<Pfn, Seen> = BTreeMap::new();
+    if start >= end {
+        return seen;
+    }
     let mut mark = |folio: Pfn, order: u32, index: usize, pmd: bool| {
         let s = seen.entry(folio).or_insert(Seen {
             order,
@@ -143,26 +145,66 @@ fn walk(m: &Machine, mm: &MmStruct, start: u64, end: u64, out: &mut Vec<FolioUse
             }
         }
     }
-    for (folio, s) in seen {
+    seen
+}
+
+/// The folios of the walks `views` (one per process), each folio once: its
+/// mapped subpages those any process maps, its zero-filled ones counted
+/// once per process mapping them for the Rss.
+fn folio_uses_of(m: &Machine, views: Vec<BTreeMap<Pfn, Seen>>, out: &mut Vec<FolioUse>) {
+    let mut zero_mappings: BTreeMap<Pfn, u32> = BTreeMap::new();
+    let mut all: BTreeMap<Pfn, Seen> = BTreeMap::new();
+    for view in views {
+        for (folio, s) in view {
+            let mut zero = 0;
+            for i in 0..1u64 << s.order {
+                if s.mapped[(i / 64) as usize] & (1 << (i % 64)) != 0 {
+                    zero += u32::from(m.zone.memmap.page(Pfn(folio.0 + i)).test(pg::ZEROED));
+                }
+            }
+            *zero_mappings.entry(folio).or_default() += zero;
+            match all.get_mut(&folio) {
+                Some(a) => {
+                    for (w, o) in a.mapped.iter_mut().zip(s.mapped) {
+                        *w |= o;
+                    }
+                    a.pmd_mapped |= s.pmd_mapped;
+                }
+                None => {
+                    all.insert(folio, s);
+                }
+            }
+        }
+    }
+    for (folio, s) in all {
         let (mut mapped, mut zero, mut never_written) = (0, 0, 0);
+        let words = subpage_words(s.order as u8);
+        let mut zero_bits = vec![0; words];
         for i in 0..1u64 << s.order {
             if s.mapped[(i / 64) as usize] & (1 << (i % 64)) == 0 {
                 continue;
             }
             let p = m.zone.memmap.page(Pfn(folio.0 + i));
             mapped += 1;
-            zero += u32::from(p.test(pg::ZEROED));
+            if p.test(pg::ZEROED) {
+                zero += 1;
+                zero_bits[(i / 64) as usize] |= 1 << (i % 64);
+            }
             never_written += u32::from(!p.test(pg::WRITTEN));
         }
         out.push(FolioUse {
             order: s.order as u8,
             mapped,
             zero,
+            zero_mappings: zero_mappings[&folio],
             pmd_mapped: s.pmd_mapped,
             locked: false,
             cause: folio_cause(m, folio),
             never_written: Some(never_written),
             queued: Some(m.zone.memmap.page(folio).test(pg::DEFERRED)),
+            pfn: Some(folio.0),
+            mapped_bits: s.mapped[..words].to_vec(),
+            zero_bits,
         });
     }
 }
@@ -176,11 +218,12 @@ pub fn shrinker_settings(thp: &ThpSettings) -> ShrinkerSettings {
 }
 
 impl Model {
-    /// Every large folio mapped in `scope` now: per process, in name order,
-    /// each folio once with the subpages that process maps of it (within the
-    /// region, for a region scope).
+    /// Every large folio mapped in `scope` now, once, in PFN order, with the
+    /// subpages the scope maps of it (within the region, for a region
+    /// scope; those any process maps, for every process).
     pub fn folio_uses(&self, scope: Scope<'_>) -> Result<Vec<FolioUse>, ScopeError> {
-        let mut out = Vec::new();
+        let m = &self.machine;
+        let mut views = Vec::new();
         let task = |proc: &str| {
             self.tasks
                 .get(proc)
@@ -189,19 +232,21 @@ impl Model {
         match scope {
             Scope::All => {
                 for t in self.tasks.values() {
-                    walk(&self.machine, &t.mm, 0, u64::MAX, &mut out);
+                    views.push(walk(m, &t.mm, 0, u64::MAX));
                 }
             }
-            Scope::Process(proc) => walk(&self.machine, &task(proc)?.mm, 0, u64::MAX, &mut out),
+            Scope::Process(proc) => views.push(walk(m, &task(proc)?.mm, 0, u64::MAX)),
             Scope::Region { proc, region } => {
                 let mm = &task(proc)?.mm;
                 let r = mm.regions.get(region).ok_or_else(|| ScopeError::NoRegion {
                     proc: proc.to_string(),
                     region: region.to_string(),
                 })?;
-                walk(&self.machine, mm, r.start, r.start + r.len, &mut out);
+                views.push(walk(m, mm, r.start, r.start + r.len));
             }
         }
+        let mut out = Vec::new();
+        folio_uses_of(m, views, &mut out);
         Ok(out)
     }
 
@@ -230,8 +275,22 @@ mod tests {
         model
     }
 
+    /// The folios of `proc`, without the PFN and subpage bitmaps (which the
+    /// tests below do not check).
     fn uses(model: &Model, proc: &str) -> Vec<FolioUse> {
-        model.folio_uses(Scope::Process(proc)).unwrap()
+        strip(model.folio_uses(Scope::Process(proc)).unwrap())
+    }
+
+    fn strip(folios: Vec<FolioUse>) -> Vec<FolioUse> {
+        folios
+            .into_iter()
+            .map(|f| FolioUse {
+                pfn: None,
+                mapped_bits: vec![],
+                zero_bits: vec![],
+                ..f
+            })
+            .collect()
     }
 
     fn thp(cause: FolioCause, mapped: u32, zero: u32, pmd: bool, never_written: u32) -> FolioUse {
@@ -239,11 +298,12 @@ mod tests {
             order: 9,
             mapped,
             zero,
+            zero_mappings: zero,
             pmd_mapped: pmd,
-            locked: false,
             cause: Some(cause),
             never_written: Some(never_written),
             queued: Some(true),
+            ..FolioUse::default()
         }
     }
 
@@ -341,7 +401,7 @@ mod tests {
     }
 
     #[test]
-    fn fork_shares_the_folio_once_per_process_and_cow_copies_are_small() {
+    fn fork_shares_the_folio_counted_once_and_cow_copies_are_small() {
         // The child writes one page of the shared THP: its PMD is split and
         // that page copied into an order-0 folio; the parent keeps the PMD.
         let m = model_after(
@@ -353,7 +413,16 @@ mod tests {
             uses(&m, "b"),
             [thp(FolioCause::Fault, 511, 509, false, 509)]
         );
-        assert_eq!(m.folio_uses(Scope::All).unwrap().len(), 2);
+        // Together: one folio, fully mapped (the child's hole is mapped by
+        // the parent), its zero-filled subpages in both processes' Rss.
+        let all = strip(m.folio_uses(Scope::All).unwrap());
+        assert_eq!(
+            all,
+            [FolioUse {
+                zero_mappings: 510 + 509,
+                ..thp(FolioCause::Fault, 512, 510, true, 510)
+            }]
+        );
         // The copy is written by the child, and carries no cause.
         let copy = crate::gup::follow_page(
             &m.tasks["b"].mm,
@@ -388,12 +457,13 @@ mod tests {
             "spawn a\na mmap buf 2M align=2M\na madvise buf HUGEPAGE\n\
              a write buf\na mmap other 64K\na munmap buf+1M:1M\n",
         );
-        let r = m
-            .folio_uses(Scope::Region {
+        let r = strip(
+            m.folio_uses(Scope::Region {
                 proc: "a",
                 region: "buf",
             })
-            .unwrap();
+            .unwrap(),
+        );
         assert_eq!(r, [thp(FolioCause::Fault, 256, 0, false, 0)]);
         assert!(m
             .folio_uses(Scope::Region {

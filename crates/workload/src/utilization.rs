@@ -14,8 +14,20 @@
 //! is partially mapped, and a fully mapped one only if `thp_underused`
 //! (more zero-filled subpages than `khugepaged/max_ptes_none`, never at
 //! 511); `split_folio` then remaps the zero-filled subpages to the shared
-//! zero page (`try_to_map_unused_to_zeropage`, not in VM_LOCKED VMAs), so
-//! the process's Rss drops by them. Deliberate limits, stated in the report:
+//! zero page (`__folio_split` passes RMP_USE_SHARED_ZEROPAGE to
+//! `remap_page` after every successful anon split;
+//! `try_to_map_unused_to_zeropage`, not for an mlocked folio or in a
+//! VM_LOCKED VMA), so the processes' Rss drops by them, and the split frees
+//! every subpage no mapping is left on: the zero-filled ones just remapped,
+//! and the subpages of a partially mapped folio that nothing mapped any more
+//! (never in Rss, but still allocated and charged to the memory cgroup until
+//! the split). What the machine gets back ([`GiveBack::freed_kb`], and the
+//! memory cgroup's charge drops by the same) is therefore more than the Rss
+//! drop ([`GiveBack::rss_kb`]). A folio mapped by several of the scanned
+//! processes (after fork) is one folio: the report unites the views of it
+//! by its head PFN ([`FolioUse::pfn`]) and counts it once, its mapped
+//! subpages being those any of them maps. Deliberate limits, stated in the
+//! report:
 //!
 //! - only PMD-sized THPs are queued as under-used candidates (at fault, by
 //!   khugepaged and MADV_COLLAPSE), and only if `shrink_underused` was 1 when
@@ -67,13 +79,17 @@ impl FolioCause {
 }
 
 /// One large folio (order ≥ 2) as seen through what was scanned.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FolioUse {
     pub order: u8,
     /// Subpages mapped in the scanned processes (≤ 1 << order).
     pub mapped: u32,
     /// Of the mapped subpages, those whose content is all zero bytes.
     pub zero: u32,
+    /// The zero-filled subpages counted once per scanned process that maps
+    /// them: the Rss their remapping to the zero page takes off the
+    /// processes (`zero` for the view of one process).
+    pub zero_mappings: u32,
     /// Mapped by a PMD (then `mapped` is the whole folio).
     pub pmd_mapped: bool,
     /// In a VM_LOCKED VMA: the shrinker neither judges nor zero-remaps it.
@@ -85,6 +101,27 @@ pub struct FolioUse {
     pub never_written: Option<u32>,
     /// On the deferred split queue (model only; a live scan cannot see it).
     pub queued: Option<bool>,
+    /// The head page's PFN, when known: two views with the same PFN (two
+    /// processes mapping the folio) are the same folio.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pfn: Option<u64>,
+    /// Which subpages are mapped and which of those are zero-filled, one bit
+    /// per subpage (`mapped_bits[i / 64] >> (i % 64)`): what uniting two
+    /// views of the folio needs. Empty when unknown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mapped_bits: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zero_bits: Vec<u64>,
+}
+
+/// Words of a subpage bitmap for a folio of `order`.
+pub fn subpage_words(order: u8) -> usize {
+    (1usize << order).div_ceil(64)
+}
+
+/// Sets bit `i` of a subpage bitmap.
+pub fn set_subpage(bits: &mut [u64], i: usize) {
+    bits[i / 64] |= 1 << (i % 64);
 }
 
 impl FolioUse {
@@ -98,6 +135,69 @@ impl FolioUse {
     pub fn used(&self) -> u32 {
         self.mapped - self.zero
     }
+    /// Subpages no scanned process maps: a split frees them (a partially
+    /// mapped folio keeps them allocated until then).
+    pub fn unmapped(&self) -> u32 {
+        self.nr_pages() - self.mapped
+    }
+
+    /// Whether `other` is another view of this same folio, one that
+    /// [`FolioUse::unite`] can add.
+    fn same_folio(&self, other: &FolioUse) -> bool {
+        self.pfn.is_some()
+            && self.pfn == other.pfn
+            && self.order == other.order
+            && self.mapped_bits.len() == subpage_words(self.order)
+            && other.mapped_bits.len() == self.mapped_bits.len()
+            && other.zero_bits.len() == self.zero_bits.len()
+    }
+
+    /// Adds another process's view of the same folio: the subpages either
+    /// maps are mapped, the Rss of both is counted.
+    fn unite(&mut self, other: &FolioUse) {
+        for (a, b) in self.mapped_bits.iter_mut().zip(&other.mapped_bits) {
+            *a |= b;
+        }
+        for (a, b) in self.zero_bits.iter_mut().zip(&other.zero_bits) {
+            *a |= b;
+        }
+        self.mapped = self.mapped_bits.iter().map(|w| w.count_ones()).sum();
+        self.zero = self.zero_bits.iter().map(|w| w.count_ones()).sum();
+        self.zero_mappings += other.zero_mappings;
+        self.pmd_mapped |= other.pmd_mapped;
+        self.locked |= other.locked;
+        self.cause = self.cause.or(other.cause);
+        // Never-written subpages among the mapped ones: per subpage only
+        // the model knows, and it unites its views itself; the larger count
+        // is a lower bound.
+        self.never_written = match (self.never_written, other.never_written) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.queued = self.queued.or(other.queued);
+    }
+}
+
+/// The views of what was scanned, each folio once: views with the same head
+/// PFN (a folio mapped by several scanned processes) united, in the order
+/// their folios were first met. Views without a PFN are kept as they are.
+pub fn unite_by_pfn<'a>(folios: impl IntoIterator<Item = &'a FolioUse>) -> Vec<FolioUse> {
+    let mut out: Vec<FolioUse> = Vec::new();
+    let mut at: std::collections::HashMap<(u64, u8), usize> = std::collections::HashMap::new();
+    for f in folios {
+        if let Some(pfn) = f.pfn {
+            if let Some(&i) = at.get(&(pfn, f.order)) {
+                if out[i].same_folio(f) {
+                    out[i].unite(f);
+                    continue;
+                }
+            } else {
+                at.insert((pfn, f.order), out.len());
+            }
+        }
+        out.push(f.clone());
+    }
+    out
 }
 
 /// The shrinker settings a prediction is made at.
@@ -179,19 +279,23 @@ impl SizeUtilization {
 /// What the under-used THP shrinker would split and give back.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GiveBack {
-    /// Fully mapped THPs split as under-used, and their zero-filled subpages.
+    /// Fully mapped THPs split as under-used, and their zero-filled
+    /// subpages (remapped to the zero page and freed).
     pub underused_folios: u64,
     pub underused_kb: u64,
-    /// Partially mapped folios split, and their mapped zero-filled subpages.
+    /// Partially mapped folios split, and their mapped zero-filled subpages
+    /// (remapped to the zero page and freed).
     pub partial_folios: u64,
     pub partial_kb: u64,
-}
-
-impl GiveBack {
-    /// The drop of the scanned processes' Rss.
-    pub fn rss_kb(&self) -> u64 {
-        self.underused_kb + self.partial_kb
-    }
+    /// The subpages of those partially mapped folios that nothing scanned
+    /// maps: freed by the split (not in any Rss before it).
+    pub partial_unmapped_kb: u64,
+    /// Memory given back to the machine, and uncharged from the memory
+    /// cgroups: `underused_kb + partial_kb + partial_unmapped_kb`.
+    pub freed_kb: u64,
+    /// The drop of the scanned processes' Rss (summed over the processes:
+    /// a zero-filled subpage two of them map leaves both Rss).
+    pub rss_kb: u64,
 }
 
 /// Never-written subpages of one cause and size (model only).
@@ -239,7 +343,8 @@ fn bucket_of(bounds: &[(u32, u32)], used: u32) -> usize {
         .min(bounds.len() - 1)
 }
 
-/// Builds the report from the large folios of what was scanned.
+/// Builds the report from the large folios of what was scanned, each folio
+/// once (see [`unite_by_pfn`]).
 pub fn utilization_report<'a>(
     folios: impl IntoIterator<Item = &'a FolioUse>,
     settings: ShrinkerSettings,
@@ -249,7 +354,7 @@ pub fn utilization_report<'a>(
     let mut sizes: Vec<Option<SizeUtilization>> = vec![None; HPAGE_PMD_ORDER as usize + 1];
     let mut give_back = GiveBack::default();
     let mut bloat: Vec<Bloat> = Vec::new();
-    for f in folios {
+    for f in &unite_by_pfn(folios) {
         if f.order <= 1 || f.order > HPAGE_PMD_ORDER {
             continue;
         }
@@ -281,20 +386,27 @@ pub fn utilization_report<'a>(
             b.zero_pages += u64::from(f.zero);
             s.pmd_mapped += u64::from(f.pmd_mapped);
         }
-        let remapped = if f.locked {
-            0
+        // try_to_map_unused_to_zeropage: not for an mlocked folio.
+        let (remapped, rss) = if f.locked {
+            (0, 0)
         } else {
-            u64::from(f.zero) * page_kb
+            (
+                u64::from(f.zero) * page_kb,
+                u64::from(f.zero_mappings) * page_kb,
+            )
         };
         match shrinker_verdict(f, settings) {
             ShrinkerVerdict::Kept => {}
             ShrinkerVerdict::SplitPartial => {
                 give_back.partial_folios += 1;
                 give_back.partial_kb += remapped;
+                give_back.partial_unmapped_kb += u64::from(f.unmapped()) * page_kb;
+                give_back.rss_kb += rss;
             }
             ShrinkerVerdict::SplitUnderused => {
                 give_back.underused_folios += 1;
                 give_back.underused_kb += remapped;
+                give_back.rss_kb += rss;
             }
         }
         if let (Some(cause), Some(nw)) = (f.cause, f.never_written) {
@@ -317,6 +429,8 @@ pub fn utilization_report<'a>(
         }
     }
     bloat.sort_by_key(|b| (b.cause, b.size_kb));
+    give_back.freed_kb =
+        give_back.underused_kb + give_back.partial_kb + give_back.partial_unmapped_kb;
     UtilizationReport {
         settings,
         buckets,
@@ -335,11 +449,9 @@ mod tests {
             order: HPAGE_PMD_ORDER,
             mapped: 512,
             zero,
+            zero_mappings: zero,
             pmd_mapped: true,
-            locked: false,
-            cause: None,
-            never_written: None,
-            queued: None,
+            ..FolioUse::default()
         }
     }
 
@@ -424,6 +536,81 @@ mod tests {
         assert_eq!((s.buckets[9].folios, s.buckets[9].zero_pages), (1, 0));
         assert_eq!(r.give_back.underused_folios, 3);
         assert_eq!(r.give_back.underused_kb, (508 + 510 + 410) * 4);
-        assert_eq!(r.give_back.rss_kb(), r.give_back.underused_kb);
+        assert_eq!(r.give_back.rss_kb, r.give_back.underused_kb);
+        assert_eq!(r.give_back.freed_kb, r.give_back.underused_kb);
+    }
+
+    /// One process's view of the THP at head PFN `pfn`: subpages `mapped`
+    /// mapped, of which those in `zero` zero-filled.
+    fn view(pfn: u64, mapped: std::ops::Range<usize>, zero: std::ops::Range<usize>) -> FolioUse {
+        let mut f = FolioUse {
+            order: HPAGE_PMD_ORDER,
+            pfn: Some(pfn),
+            mapped_bits: vec![0; subpage_words(HPAGE_PMD_ORDER)],
+            zero_bits: vec![0; subpage_words(HPAGE_PMD_ORDER)],
+            ..FolioUse::default()
+        };
+        for i in mapped.clone() {
+            set_subpage(&mut f.mapped_bits, i);
+            f.mapped += 1;
+        }
+        for i in zero.filter(|i| mapped.contains(i)) {
+            set_subpage(&mut f.zero_bits, i);
+            f.zero += 1;
+        }
+        f.zero_mappings = f.zero;
+        f
+    }
+
+    #[test]
+    fn a_partially_mapped_split_frees_the_unmapped_subpages_too() {
+        // Half unmapped, the mapped half all data (the THPs): the
+        // split frees the 256 unmapped subpages; no Rss changes.
+        let data = view(512, 0..256, 0..0);
+        // Half unmapped, 255 of the 256 mapped subpages zero-filled.
+        let sparse = view(1024, 0..256, 1..256);
+        let r = utilization_report([&data, &sparse], AT_409, 10);
+        let g = &r.give_back;
+        assert_eq!((g.partial_folios, g.partial_kb), (2, 255 * 4));
+        assert_eq!(g.partial_unmapped_kb, 2 * 256 * 4);
+        assert_eq!(g.rss_kb, 255 * 4);
+        assert_eq!(g.freed_kb, (2 * 256 + 255) * 4);
+        // Locked: the zero-filled subpages stay, the unmapped ones go.
+        let locked = FolioUse {
+            locked: true,
+            ..sparse.clone()
+        };
+        let g = utilization_report([&locked], AT_409, 10).give_back;
+        assert_eq!((g.freed_kb, g.rss_kb), (256 * 4, 0));
+    }
+
+    #[test]
+    fn a_folio_two_processes_map_is_counted_once() {
+        // After fork both map the whole THP (508 zero-filled): one folio,
+        // 508 subpages freed, each process's Rss drops by 508.
+        let parent = view(512, 0..512, 4..512);
+        let r = utilization_report([&parent, &parent.clone()], AT_409, 10);
+        assert_eq!(r.sizes[0].folios(), 1);
+        assert_eq!(r.sizes[0].zero_pages(), 508);
+        let g = &r.give_back;
+        assert_eq!((g.underused_folios, g.freed_kb), (1, 508 * 4));
+        assert_eq!(g.rss_kb, 2 * 508 * 4);
+        // Each maps a different half: together the folio is fully mapped
+        // (not partially, as either alone would say), and under-used.
+        let first = view(512, 0..256, 4..512);
+        let second = view(512, 256..512, 4..512);
+        let alone = utilization_report([&first], AT_409, 10);
+        assert_eq!(alone.give_back.partial_folios, 1);
+        let r = utilization_report([&first, &second], AT_409, 10);
+        assert_eq!(r.sizes[0].partial_folios, 0);
+        let g = &r.give_back;
+        assert_eq!((g.underused_folios, g.partial_folios), (1, 0));
+        assert_eq!((g.freed_kb, g.rss_kb), (508 * 4, 508 * 4));
+        // Another folio at another PFN stays another folio.
+        let other = view(1024, 0..512, 0..0);
+        assert_eq!(
+            utilization_report([&parent, &other], AT_409, 10).sizes[0].folios(),
+            2
+        );
     }
 }

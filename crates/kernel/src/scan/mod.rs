@@ -36,7 +36,7 @@ use crate::pagemap::{
 use crate::sysfs;
 use content::ContentReader;
 use hugelab_workload::units::PAGE_SIZE;
-use hugelab_workload::utilization::{FolioUse, ShrinkerSettings};
+use hugelab_workload::utilization::{set_subpage, subpage_words, FolioUse, ShrinkerSettings};
 use hugelab_workload::{KhugepagedKnob, Tunable};
 use serde::Serialize;
 use shape::{Shape, ShapeWalker};
@@ -410,16 +410,29 @@ impl VmaWalk<'_> {
                 let (head, order) = key.expect("runs hold folio pages");
                 let f = self.folios.entry(head).or_insert(FolioUse {
                     order,
-                    mapped: 0,
-                    zero: 0,
                     pmd_mapped: pages[k].map == Map::Pmd,
                     locked,
-                    cause: None,
-                    never_written: None,
-                    queued: None,
+                    pfn: Some(head),
+                    mapped_bits: vec![0; subpage_words(order)],
+                    zero_bits: vec![0; subpage_words(order)],
+                    ..FolioUse::default()
                 });
-                f.mapped += (m - k) as u32;
-                f.zero += zero[z + k - i..z + m - i].iter().filter(|&&b| b).count() as u32;
+                // Which subpages, by PFN: what a rollup unites a folio that
+                // several processes map by, and what tells the subpages no
+                // process maps (the folio's extent came from kpageflags).
+                for (n, p) in pages[k..m].iter().enumerate() {
+                    let index = p.pfn.wrapping_sub(head) as usize;
+                    if index >> order != 0 || f.mapped_bits[index / 64] & (1 << (index % 64)) != 0 {
+                        continue;
+                    }
+                    set_subpage(&mut f.mapped_bits, index);
+                    f.mapped += 1;
+                    if zero[z + k - i + n] {
+                        set_subpage(&mut f.zero_bits, index);
+                        f.zero += 1;
+                    }
+                }
+                f.zero_mappings = f.zero;
                 f.locked |= locked;
                 k = m;
             }

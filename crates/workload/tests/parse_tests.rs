@@ -510,6 +510,7 @@ fn sizes() {
         ("0", 0u64),
         ("4096", 4096),
         ("4k", 4096),
+        ("4KB", 4096),
         ("64K", 65536),
         ("2m", 2 << 20),
         ("1G", 1 << 30),
@@ -522,7 +523,7 @@ fn sizes() {
         assert_eq!(text.parse::<Size>(), Ok(Size(bytes)), "{text}");
     }
     for bad in [
-        "", "K", "+5", "-1", "1.5M", "12Q", "0x", "0x+1", "4KB", "1 K", "٣",
+        "", "K", "+5", "-1", "1.5M", "12Q", "0x", "0x+1", "4KBB", "1 K", "٣",
     ] {
         assert!(
             matches!(bad.parse::<Size>(), Err(SizeError::Bad(_))),
@@ -693,13 +694,32 @@ fn unknown_statement() {
     );
 }
 
+/// `2MB`, `2MiB`, `1GB`: the common spellings, all binary.
+#[test]
+fn sizes_in_every_common_spelling() {
+    let mmap = |size: &str| one(&format!("spawn a\na mmap buf {size} hugetlb=2MB\n"));
+    for size in [
+        "4M", "4m", "4MB", "4mb", "4MiB", "4096K", "4096kB", "4194304B",
+    ] {
+        assert_eq!(mmap(size), mmap("4194304"), "{size}");
+    }
+    assert_eq!(
+        one("spawn a\na mmap buf 1GiB hugetlb=1GB\n"),
+        one("spawn a\na mmap buf 1G hugetlb=1G\n")
+    );
+    assert_eq!(
+        kinds("spawn a\na mmap buf 2MB\na read buf+1MiB:64KiB\n"),
+        kinds("spawn a\na mmap buf 2M\na read buf+1M:64K\n")
+    );
+}
+
 #[test]
 fn bad_size() {
     fails(
         "spawn a\na mmap buf 12Q\n",
         2,
         12,
-        "bad size '12Q'; expected bytes like 4096, 64K, 2M, 1G or 0x1000",
+        "bad size '12Q'; expected bytes like 4096, 64K, 2M, 2MB, 1GiB or 0x1000",
     );
     fails("spawn a\na mmap buf 4K align=x\n", 2, 21, "bad size 'x'");
     fails(&format!("{PRE}a read buf+1Q:4K\n"), 3, 12, "bad size '1Q'");

@@ -122,6 +122,11 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
         }
     }
     let schedule = schedule(settings.len(), args.warmup, args.runs);
+    if args.dry_run && args.json {
+        let doc = dry_run_json(&settings, &original, &schedule, &argv);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.dry_run {
         print!("{}", dry_run(&settings, &original, &schedule, &argv));
         return Ok(ExitCode::SUCCESS);
@@ -331,6 +336,52 @@ fn dry_run(
     }
     out.push_str("then every tunable above is restored to its value now\n");
     out
+}
+
+/// `--dry-run --json`: what [`dry_run`] prints, as one document.
+fn dry_run_json(
+    settings: &[Applied],
+    original: &BTreeMap<String, (Tunable, String)>,
+    schedule: &[Step],
+    argv: &[String],
+) -> serde_json::Value {
+    let settings: Vec<serde_json::Value> = settings
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let tunables: Vec<serde_json::Value> = original
+                .iter()
+                .map(|(path, (_, now))| {
+                    let value = s
+                        .values
+                        .iter()
+                        .find(|(u, _)| &u.path() == path)
+                        .map_or(now.as_str(), |(_, v)| v.as_str());
+                    serde_json::json!({ "tunable": path, "value": value, "now": now })
+                })
+                .collect();
+            serde_json::json!({ "name": s.name, "baseline": i == 0, "tunables": tunables })
+        })
+        .collect();
+    let runs: Vec<serde_json::Value> = schedule
+        .iter()
+        .map(|st| {
+            serde_json::json!({
+                "setting": settings[st.setting]["name"],
+                "warmup": st.warmup,
+                "run": st.run + 1,
+            })
+        })
+        .collect();
+    let cgroup_root = memcg::hierarchy()
+        .map(|(dir, v)| serde_json::json!({ "dir": dir, "version": format!("{v:?}") }));
+    serde_json::json!({
+        "dry_run": true,
+        "command": argv,
+        "settings": settings,
+        "cgroup_root": cgroup_root,
+        "runs": runs,
+    })
 }
 
 /// What the interrupt hook needs: the group of the run in flight and the

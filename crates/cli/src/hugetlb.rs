@@ -8,7 +8,7 @@ use crate::table;
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use hugelab_model::hugetlb_vmemmap::{vmemmap_plan, HvoRule, VmemmapGeometry, VmemmapPlan};
-use hugelab_workload::Size;
+use hugelab_workload::{HugetlbSize, Size};
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
@@ -60,24 +60,40 @@ fn plan(args: PlanArgs) -> Result<ExitCode> {
             args.struct_page
         );
     }
-    let sizes: Vec<u64> = match args.size {
+    // The sizes HugeTLB offers on the machine hugelab models (x86_64: PMD
+    // and PUD), the ones `mmap ... hugetlb=` takes.
+    let offered = [HugetlbSize::Size2M, HugetlbSize::Size1G].map(|s| s.bytes().bytes());
+    let asked: Vec<u64> = match args.size {
+        Some(s) if !offered.contains(&s.bytes()) => bail!(
+            "--size {s} is not a HugeTLB page size: they are {}",
+            sizes_list(&offered, "and")
+        ),
         Some(s) => vec![s.bytes()],
-        None => vec![2 << 20, 1 << 30],
+        None => offered.to_vec(),
     };
-    for &size in &sizes {
-        if !size.is_power_of_two() || size <= base_page {
+    for &size in &asked {
+        if size <= base_page {
             bail!(
-                "--size {} is not a huge page size: a power of 2 above the base page",
-                Size(size)
+                "--size {} is not a huge page size with --base-page {}: it must be above the base page",
+                Size(size),
+                args.base_page
             );
         }
-        if args.total.bytes() < size {
-            bail!(
-                "{} holds no HugeTLB page of {}: give at least one page's worth",
-                args.total,
-                Size(size)
-            );
-        }
+    }
+    // Plan what fits: the sizes that hold at least one page.
+    let sizes: Vec<u64> = asked
+        .iter()
+        .copied()
+        .filter(|&size| args.total.bytes() >= size)
+        .collect();
+    if sizes.is_empty() {
+        let smallest = asked.iter().copied().min().unwrap_or(offered[0]);
+        bail!(
+            "{} holds no HugeTLB page ({}): give at least {}",
+            args.total,
+            sizes_list(&asked, "or"),
+            Size(smallest)
+        );
     }
     let g = VmemmapGeometry {
         base_page,
@@ -90,9 +106,43 @@ fn plan(args: PlanArgs) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plans)?);
     } else {
-        print!("{}", render(&plans, args.total));
+        print!("{}", render(&plans, args.total, &fits(args.total, &asked)));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `2M and 1G`, `2M`: sizes for a sentence.
+fn sizes_list(sizes: &[u64], conjunction: &str) -> String {
+    let names: Vec<String> = sizes.iter().map(|&s| Size(s).to_string()).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => {
+            format!("{} {conjunction} {last}", rest.join(", "))
+        }
+        _ => names.join(""),
+    }
+}
+
+/// What `total` holds of each size when it is not a whole number of pages of
+/// it: `1025M holds 512 × 2M pages; 1M left over`, `3M holds no 1G page`.
+/// Nothing for a size it fills exactly.
+fn fits(total: Size, sizes: &[u64]) -> Vec<String> {
+    sizes
+        .iter()
+        .filter_map(|&size| {
+            let pages = total.bytes() / size;
+            let left = total.bytes() % size;
+            let plural = if pages == 1 { "" } else { "s" };
+            match (pages, left) {
+                (_, 0) => None,
+                (0, _) => Some(format!("{total} holds no {} page", Size(size))),
+                _ => Some(format!(
+                    "{total} holds {pages} × {} page{plural}; {} left over",
+                    Size(size),
+                    Size(left)
+                )),
+            }
+        })
+        .collect()
 }
 
 /// Binary units, two decimals (vmemmap totals are rarely whole GiB).
@@ -111,7 +161,7 @@ pub fn human(bytes: u64) -> String {
         })
 }
 
-fn render(plans: &[VmemmapPlan], total: Size) -> String {
+fn render(plans: &[VmemmapPlan], total: Size, fits: &[String]) -> String {
     let header = [
         "page size",
         "HVO rule",
@@ -138,8 +188,9 @@ fn render(plans: &[VmemmapPlan], total: Size) -> String {
             ]
         })
         .collect();
+    let notes: String = fits.iter().map(|f| format!("{f}\n")).collect();
     format!(
-        "vmemmap of {total} of HugeTLB pages\n{}",
+        "vmemmap of {total} of HugeTLB pages\n{notes}{}",
         table::render(&header, &rows)
     )
 }

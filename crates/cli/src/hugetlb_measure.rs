@@ -101,6 +101,11 @@ pub fn main(args: MeasureArgs) -> Result<ExitCode> {
         }
         plans.push(p);
     }
+    if args.dry_run && args.json {
+        let doc = dry_run_json(&plans, &not_offered, args.warmup, args.repeat, available);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.dry_run {
         print!(
             "{}",
@@ -171,6 +176,39 @@ fn sizes(asked: Option<Size>) -> Result<(Vec<u64>, Vec<String>)> {
             ))
         }
     }
+}
+
+/// `--dry-run --json`: what [`dry_run`] prints, as one document.
+fn dry_run_json(
+    plans: &[Planned],
+    not_offered: &[String],
+    warmup: u32,
+    repeat: u32,
+    available: u64,
+) -> serde_json::Value {
+    let hvo_now = sysfs::read_tunable(&HVO).ok();
+    let sizes: Vec<serde_json::Value> = plans
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "size": Size(p.size).to_string(),
+                "size_bytes": p.size,
+                "pool": hugetlb::pool(p.size_kb).path(),
+                "now": p.original,
+                "target": p.target,
+                "bytes_needed": p.bytes_needed(),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "dry_run": true,
+        "sizes": sizes,
+        "not_measured": not_offered,
+        "warmup": warmup,
+        "repeat": repeat,
+        "mem_available_bytes": available,
+        "hugetlb_optimize_vmemmap": hvo_now,
+    })
 }
 
 fn dry_run(

@@ -8,6 +8,7 @@ mod bench_plot;
 mod bench_record;
 mod bench_report;
 mod bench_stats;
+mod closed_stdout;
 mod compare;
 mod counters;
 mod diff;
@@ -78,6 +79,12 @@ fn main() -> ExitCode {
         }
     }
     let cli = Cli::parse();
+    // A print into a closed pipe ends the process quietly, after unwinding
+    // has restored the machine (see closed_stdout).
+    closed_stdout::run(|| dispatch(cli))
+}
+
+fn dispatch(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::main(args),
         Command::Compare(args) => compare::main(args),

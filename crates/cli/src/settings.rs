@@ -2,22 +2,42 @@
 //! replay of a restore journal left by a run that was killed (SIGKILL, power).
 
 use anyhow::Result;
-use clap::Subcommand;
-use hugelab_kernel::guard;
+use clap::{Args, Subcommand};
+use hugelab_kernel::{guard, sysfs};
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
 pub enum SettingsCommand {
     /// Print the current value of every tunable the model knows (sysfs names).
-    Show,
+    Show(ShowArgs),
     /// Put back the tunables a killed kernel-backend run left changed (and
     /// remove the memory cgroups it left).
     Restore,
 }
 
+#[derive(Args)]
+pub struct ShowArgs {
+    /// Print the tunables as JSON: a list of {tunable, file, value}.
+    #[arg(long)]
+    json: bool,
+}
+
 pub fn main(cmd: SettingsCommand) -> Result<ExitCode> {
     match cmd {
-        SettingsCommand::Show => {
+        SettingsCommand::Show(args) if args.json => {
+            let list: Vec<serde_json::Value> = guard::show()?
+                .into_iter()
+                .map(|(tunable, value)| {
+                    serde_json::json!({
+                        "tunable": tunable.path(),
+                        "file": sysfs::tunable_file(&tunable),
+                        "value": value,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&list)?);
+        }
+        SettingsCommand::Show(_) => {
             for (tunable, value) in guard::show()? {
                 println!("{tunable} {value}");
             }

@@ -599,7 +599,7 @@ pub fn unknown_counter_message(name: &str) -> String {
 }
 
 /// Edit distance, case differences counting half (rounded up).
-fn distance(a: &str, b: &str) -> usize {
+pub(crate) fn distance(a: &str, b: &str) -> usize {
     let exact = strsim::levenshtein(a, b);
     let folded = strsim::levenshtein(&a.to_lowercase(), &b.to_lowercase());
     exact.min(folded + (exact - folded).div_ceil(2).min(1))
@@ -621,9 +621,14 @@ pub fn suggest(name: &str) -> Option<String> {
             }
         }
     }
-    // A typo, not another name: at most a third of the name changed.
-    best.filter(|(cost, _)| *cost > 0 && *cost <= (name.len() / 3).max(2))
+    best.filter(|(cost, _)| *cost > 0 && is_typo(*cost, name))
         .map(|(_, text)| text)
+}
+
+/// Whether `cost` edits (see [`distance`]) make `name` a typo of the other
+/// name rather than another name: at most a third of it changed.
+pub(crate) fn is_typo(cost: usize, name: &str) -> bool {
+    cost <= (name.len() / 3).max(2)
 }
 
 fn nearest_word<'w>(text: &str, words: impl Iterator<Item = &'w str>) -> (usize, &'w str) {

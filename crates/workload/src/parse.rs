@@ -45,38 +45,14 @@ fn location(line: &u32, col: &u32) -> String {
     }
 }
 
-/// Why a size did not parse. Shared by the parser and by [`Size::from_str`]
-/// so that command-line sizes get the same words as workload sizes.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum SizeError {
-    #[error("bad size {}; expected bytes like 4096, 64K, 2M, 1G or 0x1000", quote(.0))]
-    Bad(String),
-    #[error("size too large: {}", quote(.0))]
-    TooLarge(String),
-}
+pub use crate::units::SizeError;
 
 impl FromStr for Size {
     type Err = SizeError;
 
-    /// Decimal with an optional binary suffix K/M/G/T (either case), or hex `0x…`.
+    /// See [`crate::units::parse_size`].
     fn from_str(s: &str) -> Result<Size, SizeError> {
-        let bad = || SizeError::Bad(s.to_string());
-        let large = || SizeError::TooLarge(s.to_string());
-        if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-            if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(bad());
-            }
-            return u64::from_str_radix(hex, 16).map(Size).map_err(|_| large());
-        }
-        let (digits, mult) = match s.as_bytes().last() {
-            Some(b'K' | b'k') => (&s[..s.len() - 1], 1u64 << 10),
-            Some(b'M' | b'm') => (&s[..s.len() - 1], 1u64 << 20),
-            Some(b'G' | b'g') => (&s[..s.len() - 1], 1u64 << 30),
-            Some(b'T' | b't') => (&s[..s.len() - 1], 1u64 << 40),
-            _ => (s, 1),
-        };
-        let n = parse_decimal(digits).ok_or_else(bad)?.ok_or_else(large)?;
-        n.checked_mul(mult).map(Size).ok_or_else(large)
+        crate::units::parse_size(s).map(Size)
     }
 }
 

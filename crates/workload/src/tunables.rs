@@ -17,12 +17,90 @@ use crate::ast::*;
 use crate::parse::{parse_decimal, quote};
 use std::str::FromStr;
 
-/// The accepted tunable paths, for the "unknown tunable" message.
-const TUNABLE_FORMS: &str = "transparent_hugepage/{enabled,defrag,use_zero_page,shrink_underused,anon_beside_full}, \
-transparent_hugepage/hugepages-<N>kB/enabled, \
-transparent_hugepage/khugepaged/{defrag,max_ptes_none,max_ptes_swap,max_ptes_shared,pages_to_scan,scan_sleep_millisecs,alloc_sleep_millisecs}, \
-hugepages/hugepages-<N>kB/{nr_hugepages,nr_overcommit_hugepages}, \
-vm.{hugetlb_optimize_vmemmap,nr_hugepages,nr_overcommit_hugepages,overcommit_memory,compaction_proactiveness,min_free_kbytes}";
+/// The accepted tunable paths, by family, for the "unknown tunable" message.
+const TUNABLE_FORMS: [&str; 5] = [
+    "transparent_hugepage/{enabled,defrag,use_zero_page,shrink_underused,anon_beside_full}",
+    "transparent_hugepage/hugepages-<N>kB/enabled",
+    "transparent_hugepage/khugepaged/{defrag,max_ptes_none,max_ptes_swap,max_ptes_shared,pages_to_scan,scan_sleep_millisecs,alloc_sleep_millisecs}",
+    "hugepages/hugepages-<N>kB/{nr_hugepages,nr_overcommit_hugepages}",
+    "vm.{hugetlb_optimize_vmemmap,nr_hugepages,nr_overcommit_hugepages,overcommit_memory,compaction_proactiveness,min_free_kbytes}",
+];
+
+/// The directory the sysfs tunables' paths are relative to.
+pub const SYSFS_MM: &str = "/sys/kernel/mm/";
+/// The directory of the `vm.<name>` sysctls.
+pub const PROC_SYS_VM: &str = "/proc/sys/vm/";
+
+/// Linux 6.18's other writable files in /proc/sys/vm
+/// (Documentation/admin-guide/sysctl/vm.rst) and in the THP and HugeTLB
+/// sysfs directories (admin-guide/mm/transhuge.rst, hugetlbpage.rst): real
+/// tunables that hugelab does not model, named as `set` would name them.
+const NOT_MODELLED: &[&str] = &[
+    "vm.admin_reserve_kbytes",
+    "vm.compact_memory",
+    "vm.compact_unevictable_allowed",
+    "vm.defrag_mode",
+    "vm.dirty_background_bytes",
+    "vm.dirty_background_ratio",
+    "vm.dirty_bytes",
+    "vm.dirty_expire_centisecs",
+    "vm.dirty_ratio",
+    "vm.dirty_writeback_centisecs",
+    "vm.dirtytime_expire_seconds",
+    "vm.drop_caches",
+    "vm.enable_soft_offline",
+    "vm.extfrag_threshold",
+    "vm.highmem_is_dirtyable",
+    "vm.hugetlb_shm_group",
+    "vm.laptop_mode",
+    "vm.legacy_va_layout",
+    "vm.lowmem_reserve_ratio",
+    "vm.max_map_count",
+    "vm.mem_profiling",
+    "vm.memfd_noexec",
+    "vm.memory_failure_early_kill",
+    "vm.memory_failure_recovery",
+    "vm.min_slab_ratio",
+    "vm.min_unmapped_ratio",
+    "vm.mmap_min_addr",
+    "vm.mmap_rnd_bits",
+    "vm.mmap_rnd_compat_bits",
+    "vm.nr_hugepages_mempolicy",
+    "vm.nr_trim_pages",
+    "vm.numa_stat",
+    "vm.numa_zonelist_order",
+    "vm.oom_dump_tasks",
+    "vm.oom_kill_allocating_task",
+    "vm.overcommit_kbytes",
+    "vm.overcommit_ratio",
+    "vm.page-cluster",
+    "vm.page_lock_unfairness",
+    "vm.panic_on_oom",
+    "vm.percpu_pagelist_high_fraction",
+    "vm.stat_interval",
+    "vm.stat_refresh",
+    "vm.swappiness",
+    "vm.unprivileged_userfaultfd",
+    "vm.user_reserve_kbytes",
+    "vm.vfs_cache_pressure",
+    "vm.vfs_cache_pressure_denom",
+    "vm.watermark_boost_factor",
+    "vm.watermark_scale_factor",
+    "vm.zone_reclaim_mode",
+    "transparent_hugepage/shmem_enabled",
+    "transparent_hugepage/hugepages-<N>kB/shmem_enabled",
+    "hugepages/hugepages-<N>kB/nr_hugepages_mempolicy",
+];
+
+/// Read-only files beside the tunables: statistics, not settings.
+const READ_ONLY: &[&str] = &[
+    "transparent_hugepage/hpage_pmd_size",
+    "transparent_hugepage/khugepaged/full_scans",
+    "transparent_hugepage/khugepaged/pages_collapsed",
+    "hugepages/hugepages-<N>kB/free_hugepages",
+    "hugepages/hugepages-<N>kB/resv_hugepages",
+    "hugepages/hugepages-<N>kB/surplus_hugepages",
+];
 
 impl Tunable {
     /// The tunable's path: relative to /sys/kernel/mm/ for sysfs files,
@@ -182,50 +260,207 @@ impl FromStr for Tunable {
     type Err = String;
 
     /// A tunable by its path (relative to /sys/kernel/mm/, or `vm.<name>` for
-    /// /proc/sys/vm/<name>); the error message lists the accepted forms.
+    /// /proc/sys/vm/<name>), or by its whole file path (a pasted
+    /// `/sys/kernel/mm/transparent_hugepage/enabled` is
+    /// `transparent_hugepage/enabled`). The error suggests the nearest
+    /// tunable, says when the name is a kernel file hugelab does not model,
+    /// or lists the accepted forms.
     fn from_str(s: &str) -> Result<Tunable, String> {
-        let unknown = || {
-            format!(
-                "unknown tunable {}; expected one of {TUNABLE_FORMS}",
-                quote(s)
-            )
+        let name = if let Some(rest) = s.strip_prefix(SYSFS_MM) {
+            rest.to_string()
+        } else if let Some(rest) = s.strip_prefix(PROC_SYS_VM) {
+            format!("vm.{rest}")
+        } else {
+            s.to_string()
         };
-        if let Some(name) = s.strip_prefix("vm.") {
-            return word(&VmSysctl::ALL, VmSysctl::name, name)
-                .map(Tunable::Sysctl)
-                .ok_or_else(unknown);
+        parse_name(&name)?.ok_or_else(|| unknown_tunable(s, &name))
+    }
+}
+
+/// `Ok(None)` when `s` names no tunable; `Err` for a tunable directory of a
+/// size that cannot be a page size.
+fn parse_name(s: &str) -> Result<Option<Tunable>, String> {
+    if let Some(name) = s.strip_prefix("vm.") {
+        return Ok(word(&VmSysctl::ALL, VmSysctl::name, name).map(Tunable::Sysctl));
+    }
+    if let Some(rest) = s.strip_prefix("transparent_hugepage/") {
+        match rest {
+            "enabled" => return Ok(Some(Tunable::ThpEnabled)),
+            "defrag" => return Ok(Some(Tunable::ThpDefrag)),
+            "use_zero_page" => return Ok(Some(Tunable::ThpUseZeroPage)),
+            "shrink_underused" => return Ok(Some(Tunable::ThpShrinkUnderused)),
+            "anon_beside_full" => return Ok(Some(Tunable::ThpAnonBesideFull)),
+            _ => {}
         }
-        if let Some(rest) = s.strip_prefix("transparent_hugepage/") {
-            match rest {
-                "enabled" => return Ok(Tunable::ThpEnabled),
-                "defrag" => return Ok(Tunable::ThpDefrag),
-                "use_zero_page" => return Ok(Tunable::ThpUseZeroPage),
-                "shrink_underused" => return Ok(Tunable::ThpShrinkUnderused),
-                "anon_beside_full" => return Ok(Tunable::ThpAnonBesideFull),
-                _ => {}
+        if let Some(knob) = rest.strip_prefix("khugepaged/") {
+            return Ok(
+                word(&KhugepagedKnob::ALL, KhugepagedKnob::name, knob).map(Tunable::Khugepaged)
+            );
+        }
+        return match sized_dir(rest) {
+            Some(Ok((size_kb, "enabled"))) => Ok(Some(Tunable::ThpSizeEnabled { size_kb })),
+            Some(Err(m)) => Err(m),
+            _ => Ok(None),
+        };
+    }
+    if let Some(rest) = s.strip_prefix("hugepages/") {
+        return match sized_dir(rest) {
+            Some(Ok((size_kb, "nr_hugepages"))) => {
+                Ok(Some(Tunable::HugetlbNrHugepages { size_kb }))
             }
-            if let Some(knob) = rest.strip_prefix("khugepaged/") {
-                return word(&KhugepagedKnob::ALL, KhugepagedKnob::name, knob)
-                    .map(Tunable::Khugepaged)
-                    .ok_or_else(unknown);
+            Some(Ok((size_kb, "nr_overcommit_hugepages"))) => {
+                Ok(Some(Tunable::HugetlbNrOvercommit { size_kb }))
             }
-            return match sized_dir(rest) {
-                Some(Ok((size_kb, "enabled"))) => Ok(Tunable::ThpSizeEnabled { size_kb }),
-                Some(Err(m)) => Err(m),
-                _ => Err(unknown()),
-            };
+            Some(Err(m)) => Err(m),
+            _ => Ok(None),
+        };
+    }
+    Ok(None)
+}
+
+/// Every tunable, the per-size ones at `size_kb` (64kB THPs and 2048kB
+/// HugeTLB pages when `None`).
+fn every_tunable(size_kb: Option<u64>) -> Vec<Tunable> {
+    let mut all = vec![
+        Tunable::ThpEnabled,
+        Tunable::ThpDefrag,
+        Tunable::ThpUseZeroPage,
+        Tunable::ThpShrinkUnderused,
+        Tunable::ThpAnonBesideFull,
+        Tunable::ThpSizeEnabled {
+            size_kb: size_kb.unwrap_or(64),
+        },
+        Tunable::HugetlbNrHugepages {
+            size_kb: size_kb.unwrap_or(2048),
+        },
+        Tunable::HugetlbNrOvercommit {
+            size_kb: size_kb.unwrap_or(2048),
+        },
+    ];
+    all.extend(KhugepagedKnob::ALL.map(Tunable::Khugepaged));
+    all.extend(VmSysctl::ALL.map(Tunable::Sysctl));
+    all
+}
+
+/// `name` with the size of its `hugepages-<size>` directory written as the
+/// kernel writes it (`hugepages-64K` → `hugepages-64kB`), and that size in
+/// kB when it can be a page size.
+fn kernel_size_spelling(name: &str) -> (String, Option<u64>) {
+    const DIR: &str = "hugepages-";
+    let Some(at) = name.rfind(DIR).map(|i| i + DIR.len()) else {
+        return (name.to_string(), None);
+    };
+    let end = name[at..].find('/').map_or(name.len(), |i| at + i);
+    let kb = match crate::units::parse_size(&name[at..end]) {
+        Ok(bytes) if bytes % 1024 == 0 && (bytes >> 10) >= 8 && bytes.is_power_of_two() => {
+            bytes >> 10
         }
-        if let Some(rest) = s.strip_prefix("hugepages/") {
-            return match sized_dir(rest) {
-                Some(Ok((size_kb, "nr_hugepages"))) => Ok(Tunable::HugetlbNrHugepages { size_kb }),
-                Some(Ok((size_kb, "nr_overcommit_hugepages"))) => {
-                    Ok(Tunable::HugetlbNrOvercommit { size_kb })
-                }
-                Some(Err(m)) => Err(m),
-                _ => Err(unknown()),
-            };
+        _ => return (name.to_string(), None),
+    };
+    (format!("{}{kb}kB{}", &name[..at], &name[end..]), Some(kb))
+}
+
+/// Why `s` (`name` once a pasted path is mapped) is not a tunable: the
+/// nearest one when it looks like a typo, a kernel file hugelab does not
+/// model, or the accepted forms.
+fn unknown_tunable(s: &str, name: &str) -> String {
+    let (spelled, size_kb) = kernel_size_spelling(name);
+    // As the family lists write it: the size a placeholder.
+    let shape = match size_kb {
+        Some(kb) => spelled.replace(&format!("hugepages-{kb}kB"), "hugepages-<N>kB"),
+        None => spelled.clone(),
+    };
+    let as_sysctl = format!("vm.{shape}");
+    let named = |real: &str| {
+        if real == s {
+            quote(s)
+        } else {
+            format!("{} ({real})", quote(s))
         }
-        Err(unknown())
+    };
+    for (list, what) in [
+        (NOT_MODELLED, "a kernel tunable hugelab does not model"),
+        (READ_ONLY, "a read-only kernel statistic, not a tunable"),
+    ] {
+        let real = [&shape, &as_sysctl]
+            .into_iter()
+            .find(|n| list.contains(&n.as_str()));
+        if let Some(real) = real {
+            let real = real.replace(
+                "hugepages-<N>kB",
+                &format!("hugepages-{}kB", size_kb.unwrap_or(0)),
+            );
+            let family = family_of(&real);
+            let forms: Vec<&str> = TUNABLE_FORMS
+                .iter()
+                .copied()
+                .filter(|f| family_of(f) == family)
+                .collect();
+            // One form is short enough to say; the THP family's three are
+            // the long list this message exists to avoid.
+            let models = match forms.as_slice() {
+                [one] => format!("the {family} tunables it models are {one}"),
+                _ => format!("`set` in docs/language.md lists the {family} tunables it models"),
+            };
+            return format!("{} is {what}; {models}", named(&real));
+        }
+    }
+    let known: Vec<String> = every_tunable(size_kb).iter().map(Tunable::path).collect();
+    let nearest = known
+        .iter()
+        .map(|k| (crate::counters::distance(&spelled, k), k))
+        .min_by_key(|(cost, _)| *cost)
+        .filter(|(cost, k)| {
+            // A third of what differs, not of the whole path: `colour` is
+            // no typo of `defrag` for sharing `transparent_hugepage/`.
+            let same = common_dirs(&spelled, k);
+            k.as_str() != name && crate::counters::is_typo(*cost, &spelled[same..])
+        });
+    let guesses: Vec<&String> = match nearest {
+        Some((_, k)) => vec![k],
+        // The end of a tunable's name: `hugepages-64kB/enabled`, `nr_hugepages`.
+        None => known
+            .iter()
+            .filter(|k| {
+                k.strip_suffix(spelled.as_str())
+                    .is_some_and(|head| head.ends_with('/') || head.ends_with('.'))
+            })
+            .collect(),
+    };
+    match guesses.as_slice() {
+        [] => format!(
+            "unknown tunable {}; expected one of {}",
+            quote(s),
+            TUNABLE_FORMS.join(", ")
+        ),
+        [one] => format!("unknown tunable {}; did you mean {one}?", quote(s)),
+        several => {
+            let names: Vec<&str> = several.iter().map(|k| k.as_str()).collect();
+            format!(
+                "unknown tunable {}; did you mean {}?",
+                quote(s),
+                names.join(" or ")
+            )
+        }
+    }
+}
+
+/// The length of the directories (`transparent_hugepage/`, `vm.`) `a` and
+/// `b` begin with alike.
+fn common_dirs(a: &str, b: &str) -> usize {
+    a.char_indices()
+        .zip(b.chars())
+        .take_while(|((_, x), y)| x == y)
+        .filter(|((_, x), _)| matches!(x, '/' | '.'))
+        .last()
+        .map_or(0, |((i, _), _)| i + 1)
+}
+
+/// `vm.`, `transparent_hugepage/` or `hugepages/`: where a tunable lives.
+fn family_of(name: &str) -> &str {
+    match name.find(['/', '.']) {
+        Some(i) => &name[..=i],
+        None => name,
     }
 }
 

@@ -4,6 +4,11 @@
 //! backend's page walks and region placement (`placement`) assume it, and
 //! the checker takes it as the base page until `machine base_page=` says
 //! otherwise.
+//!
+//! Also the one parser of sizes ([`parse_size`]), for workload files and the
+//! command line alike.
+
+use crate::parse::{parse_decimal, quote};
 
 /// log2 of the base page size (x86_64 PAGE_SHIFT).
 pub const PAGE_SHIFT: u32 = 12;
@@ -13,3 +18,91 @@ pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
 pub const PMD_SHIFT: u32 = 21;
 /// The range one PMD entry maps, in bytes (2 MiB): the PMD THP size.
 pub const PMD_SIZE: u64 = 1 << PMD_SHIFT;
+
+/// Why a size did not parse. Shared by the parser and by `Size::from_str`
+/// so that command-line sizes get the same words as workload sizes.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("bad size {}; expected bytes like 4096, 64K, 2M, 2MB, 1GiB or 0x1000", quote(.0))]
+    Bad(String),
+    #[error("size too large: {}", quote(.0))]
+    TooLarge(String),
+}
+
+/// A size in bytes: decimal digits with an optional binary unit, or hex
+/// `0x…`. The unit is `K`, `M`, `G` or `T` in either case, optionally
+/// followed by `i` and/or `B` in either case (`2M` = `2m` = `2MB` = `2MiB`
+/// = `2mb`), or a lone `B`; every spelling is binary (`1GB` is 2^30 bytes),
+/// as the kernel's own `hugepages-2048kB` and `MemTotal: … kB` are.
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
+    let bad = || SizeError::Bad(s.to_string());
+    let large = || SizeError::TooLarge(s.to_string());
+    if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(bad());
+        }
+        return u64::from_str_radix(hex, 16).map_err(|_| large());
+    }
+    let digits_end = s.bytes().take_while(u8::is_ascii_digit).count();
+    let (digits, unit) = s.split_at(digits_end);
+    let unit = unit.to_ascii_lowercase();
+    let unit = unit.strip_suffix('b').unwrap_or(&unit);
+    let shift = match unit.strip_suffix('i').unwrap_or(unit) {
+        "" if unit.is_empty() => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return Err(bad()),
+    };
+    let n = parse_decimal(digits).ok_or_else(bad)?.ok_or_else(large)?;
+    n.checked_mul(1u64 << shift).ok_or_else(large)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_common_spelling_is_binary() {
+        for (text, bytes) in [
+            ("4096", 4096),
+            ("4096B", 4096),
+            ("64K", 64 << 10),
+            ("64k", 64 << 10),
+            ("64kB", 64 << 10),
+            ("64KiB", 64 << 10),
+            ("2M", 2 << 20),
+            ("2m", 2 << 20),
+            ("2MB", 2 << 20),
+            ("2mb", 2 << 20),
+            ("2MiB", 2 << 20),
+            ("2Mi", 2 << 20),
+            ("1GiB", 1 << 30),
+            ("512GB", 512 << 30),
+            ("1T", 1 << 40),
+            ("1TB", 1 << 40),
+            ("0x1000", 4096),
+        ] {
+            assert_eq!(parse_size(text), Ok(bytes), "{text}");
+        }
+    }
+
+    #[test]
+    fn other_words_are_refused() {
+        for text in [
+            "", "M", "MB", "2Q", "2 MB", "2MBB", "2iB", "2Bi", "2ib", "+2M", "-2M", "1.5G", "0x",
+            "0x1K", "2K2",
+        ] {
+            assert_eq!(
+                parse_size(text),
+                Err(SizeError::Bad(text.to_string())),
+                "{text}"
+            );
+        }
+        assert!(matches!(
+            parse_size("16777216T"),
+            Err(SizeError::TooLarge(_))
+        ));
+    }
+}

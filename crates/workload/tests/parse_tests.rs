@@ -510,6 +510,7 @@ fn sizes() {
         ("0", 0u64),
         ("4096", 4096),
         ("4k", 4096),
+        ("4KB", 4096),
         ("64K", 65536),
         ("2m", 2 << 20),
         ("1G", 1 << 30),
@@ -522,7 +523,7 @@ fn sizes() {
         assert_eq!(text.parse::<Size>(), Ok(Size(bytes)), "{text}");
     }
     for bad in [
-        "", "K", "+5", "-1", "1.5M", "12Q", "0x", "0x+1", "4KB", "1 K", "٣",
+        "", "K", "+5", "-1", "1.5M", "12Q", "0x", "0x+1", "4KBB", "1 K", "٣",
     ] {
         assert!(
             matches!(bad.parse::<Size>(), Err(SizeError::Bad(_))),
@@ -693,13 +694,32 @@ fn unknown_statement() {
     );
 }
 
+/// `2MB`, `2MiB`, `1GB`: the common spellings, all binary.
+#[test]
+fn sizes_in_every_common_spelling() {
+    let mmap = |size: &str| one(&format!("spawn a\na mmap buf {size} hugetlb=2MB\n"));
+    for size in [
+        "4M", "4m", "4MB", "4mb", "4MiB", "4096K", "4096kB", "4194304B",
+    ] {
+        assert_eq!(mmap(size), mmap("4194304"), "{size}");
+    }
+    assert_eq!(
+        one("spawn a\na mmap buf 1GiB hugetlb=1GB\n"),
+        one("spawn a\na mmap buf 1G hugetlb=1G\n")
+    );
+    assert_eq!(
+        kinds("spawn a\na mmap buf 2MB\na read buf+1MiB:64KiB\n"),
+        kinds("spawn a\na mmap buf 2M\na read buf+1M:64K\n")
+    );
+}
+
 #[test]
 fn bad_size() {
     fails(
         "spawn a\na mmap buf 12Q\n",
         2,
         12,
-        "bad size '12Q'; expected bytes like 4096, 64K, 2M, 1G or 0x1000",
+        "bad size '12Q'; expected bytes like 4096, 64K, 2M, 2MB, 1GiB or 0x1000",
     );
     fails("spawn a\na mmap buf 4K align=x\n", 2, 21, "bad size 'x'");
     fails(&format!("{PRE}a read buf+1Q:4K\n"), 3, 12, "bad size '1Q'");
@@ -803,12 +823,17 @@ fn unknown_and_duplicate_options() {
 
 #[test]
 fn unknown_tunable() {
-    fails("set transparent_hugepage/enable always\n", 1, 5, "unknown tunable 'transparent_hugepage/enable'; expected one of transparent_hugepage/{enabled,");
     fails(
-        "set vm.swappiness 10\n",
+        "set transparent_hugepage/defarg always\n",
         1,
         5,
-        "unknown tunable 'vm.swappiness'",
+        "unknown tunable 'transparent_hugepage/defarg'; did you mean transparent_hugepage/defrag?",
+    );
+    fails(
+        "set transparent_hugepage/colour always\n",
+        1,
+        5,
+        "unknown tunable 'transparent_hugepage/colour'; expected one of transparent_hugepage/{enabled,",
     );
     fails(
         "set transparent_hugepage/hugepages-48kB/enabled always\n",
@@ -820,7 +845,93 @@ fn unknown_tunable() {
         "set hugepages/hugepages-2048kB/free_hugepages 1\n",
         1,
         5,
-        "unknown tunable",
+        "'hugepages/hugepages-2048kB/free_hugepages' is a read-only kernel statistic, not a tunable",
+    );
+}
+
+/// A typo gets the nearest tunable, one sentence, not the list of forms.
+#[test]
+fn tunable_typos_get_the_nearest_tunable() {
+    for (typed, meant) in [
+        (
+            "transparent_hugepage/enable",
+            "transparent_hugepage/enabled",
+        ),
+        (
+            "transparent_hugepage/hugepages-64K/enabled",
+            "transparent_hugepage/hugepages-64kB/enabled",
+        ),
+        (
+            "transparent_hugepage/hugepages-2M/enabled",
+            "transparent_hugepage/hugepages-2048kB/enabled",
+        ),
+        (
+            "hugepages-64kB/enabled",
+            "transparent_hugepage/hugepages-64kB/enabled",
+        ),
+        (
+            "hugepages/hugepages-1G/nr_hugepages",
+            "hugepages/hugepages-1048576kB/nr_hugepages",
+        ),
+        (
+            "/sys/kernel/mm/transparent_hugepage/khugepaged/max_ptes_non",
+            "transparent_hugepage/khugepaged/max_ptes_none",
+        ),
+        ("vm.nr_hugepage", "vm.nr_hugepages"),
+    ] {
+        let e = fails(&format!("set {typed} 1\n"), 1, 5, "did you mean");
+        assert_eq!(
+            e.message,
+            format!("unknown tunable '{typed}'; did you mean {meant}?")
+        );
+    }
+}
+
+/// A pasted file path names its tunable.
+#[test]
+fn tunable_file_paths_name_their_tunable() {
+    for (path, name) in [
+        (
+            "/sys/kernel/mm/transparent_hugepage/enabled",
+            "transparent_hugepage/enabled",
+        ),
+        (
+            "/sys/kernel/mm/transparent_hugepage/hugepages-64kB/enabled",
+            "transparent_hugepage/hugepages-64kB/enabled",
+        ),
+        (
+            "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages",
+            "hugepages/hugepages-2048kB/nr_hugepages",
+        ),
+        ("/proc/sys/vm/nr_hugepages", "vm.nr_hugepages"),
+    ] {
+        let t: Tunable = path.parse().unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(t.path(), name);
+        assert_eq!(Ok(t), name.parse::<Tunable>());
+    }
+}
+
+/// A real kernel tunable hugelab does not model is said to be one.
+#[test]
+fn kernel_tunables_hugelab_does_not_model() {
+    let e = fails("set vm.swappiness 10\n", 1, 5, "");
+    assert_eq!(
+        e.message,
+        "'vm.swappiness' is a kernel tunable hugelab does not model; the vm. tunables it models are \
+         vm.{hugetlb_optimize_vmemmap,nr_hugepages,nr_overcommit_hugepages,overcommit_memory,compaction_proactiveness,min_free_kbytes}"
+    );
+    fails(
+        "set /proc/sys/vm/swappiness 10\n",
+        1,
+        5,
+        "'/proc/sys/vm/swappiness' (vm.swappiness) is a kernel tunable hugelab does not model",
+    );
+    fails(
+        "set transparent_hugepage/hugepages-64kB/shmem_enabled always\n",
+        1,
+        5,
+        "'transparent_hugepage/hugepages-64kB/shmem_enabled' is a kernel tunable hugelab does not model; \
+         `set` in docs/language.md lists the transparent_hugepage/ tunables it models",
     );
 }
 

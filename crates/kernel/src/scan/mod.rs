@@ -610,7 +610,21 @@ pub fn cgroup_pids(dir: &std::path::Path) -> Result<Vec<i32>> {
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let procs = d.join("cgroup.procs");
-        let text = std::fs::read_to_string(&procs).map_err(|e| KernelError::io(&procs, e))?;
+        let text = match std::fs::read_to_string(&procs) {
+            Ok(text) => text,
+            Err(e) if d == dir && e.kind() == io::ErrorKind::NotFound => {
+                let why = if dir.is_dir() {
+                    "it is a directory without cgroup.procs"
+                } else {
+                    "there is no such directory"
+                };
+                return Err(KernelError::Refused(format!(
+                    "{} is not a cgroup: {why}; give a cgroup's directory under /sys/fs/cgroup",
+                    dir.display()
+                )));
+            }
+            Err(e) => return Err(KernelError::io(&procs, e)),
+        };
         pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
         let rd = std::fs::read_dir(&d).map_err(|e| KernelError::io(&d, e))?;
         for e in rd.flatten() {

@@ -1,0 +1,123 @@
+//! `--json` where a person could script it: `settings show`, `bench
+//! --dry-run` and `hugetlb measure --dry-run` (none changes the machine).
+
+mod common;
+use common::{read, run as hugelab, stderr};
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let o = hugelab(args);
+    assert_eq!(o.status.code(), Some(0), "{args:?}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{args:?}: not JSON: {e}"))
+}
+
+#[test]
+fn settings_show_json_is_the_table() {
+    let list = json(&["settings", "show", "--json"]);
+    let list = list.as_array().expect("a list");
+    let o = hugelab(&["settings", "show"]);
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert_eq!(list.len(), text.lines().count());
+    for (t, line) in list.iter().zip(text.lines()) {
+        let (tunable, value) = (t["tunable"].as_str().unwrap(), t["value"].as_str().unwrap());
+        assert_eq!(line, format!("{tunable} {value}"));
+        let file = t["file"].as_str().unwrap();
+        assert!(
+            file == format!("/sys/kernel/mm/{tunable}")
+                || Some(file)
+                    == tunable
+                        .strip_prefix("vm.")
+                        .map(|n| format!("/proc/sys/vm/{n}"))
+                        .as_deref(),
+            "{file} for {tunable}"
+        );
+        // Volatile ones aside (see common::machine_state), the file holds it.
+        if tunable != "vm.min_free_kbytes" {
+            assert_eq!(read(file), value, "{tunable}");
+        }
+    }
+}
+
+#[test]
+fn bench_dry_run_json_lists_the_settings_and_runs() {
+    let now = read("/sys/kernel/mm/transparent_hugepage/enabled");
+    let doc = json(&[
+        "bench",
+        "--setting",
+        "4K:transparent_hugepage/enabled=never",
+        "--setting",
+        "THP:transparent_hugepage/enabled=always",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--dry-run",
+        "--json",
+        "--",
+        "true",
+    ]);
+    assert_eq!(doc["dry_run"], true);
+    assert!(doc["command"][0].as_str().unwrap().ends_with("/true"));
+    let settings = doc["settings"].as_array().unwrap();
+    assert_eq!(settings.len(), 2);
+    assert_eq!(settings[0]["name"], "4K");
+    assert_eq!(settings[0]["baseline"], true);
+    assert_eq!(
+        settings[1]["tunables"],
+        serde_json::json!([{ "tunable": "transparent_hugepage/enabled", "value": "always", "now": now }])
+    );
+    // One warm-up and three runs per setting, each round through both.
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 8);
+    assert_eq!(
+        runs[0],
+        serde_json::json!({ "setting": "4K", "warmup": true, "run": 1 })
+    );
+    assert_eq!(
+        runs[7],
+        serde_json::json!({ "setting": "THP", "warmup": false, "run": 3 })
+    );
+}
+
+#[test]
+fn hugetlb_measure_dry_run_json_lists_the_pools() {
+    let o = hugelab(&[
+        "hugetlb",
+        "measure",
+        "--size",
+        "2M",
+        "--pages",
+        "4",
+        "--dry-run",
+        "--json",
+    ]);
+    if o.status.code() != Some(0) {
+        eprintln!("skipped: hugetlb measure cannot plan here: {}", stderr(&o));
+        return;
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let now: u64 = read("/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages")
+        .parse()
+        .unwrap();
+    if now >= 4 {
+        eprintln!("skipped: the 2M pool already holds {now} pages");
+        return;
+    }
+    assert_eq!(doc["dry_run"], true);
+    assert_eq!(
+        doc["sizes"],
+        serde_json::json!([{
+            "size": "2M",
+            "size_bytes": 2u64 << 20,
+            "pool": "hugepages/hugepages-2048kB/nr_hugepages",
+            "now": now,
+            "target": 4,
+            "bytes_needed": (4 - now) * (2 << 20),
+        }])
+    );
+    assert_eq!(doc["repeat"], 5);
+    assert_eq!(doc["warmup"], 1);
+    assert_eq!(
+        doc["hugetlb_optimize_vmemmap"].as_str(),
+        Some(read("/proc/sys/vm/hugetlb_optimize_vmemmap").as_str())
+    );
+}

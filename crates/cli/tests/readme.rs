@@ -249,6 +249,22 @@ fn check_settings_show(out: &str) {
     assert!(out.contains("transparent_hugepage/hugepages-64kB/enabled"));
 }
 
+/// `settings show --json`: `[{tunable, file, value}]`, as the README says.
+fn check_settings_show_json(out: &str) {
+    let v: Value = serde_json::from_str(out).expect("settings show --json is JSON");
+    let enabled = v
+        .as_array()
+        .expect("a list")
+        .iter()
+        .find(|t| t["tunable"] == "transparent_hugepage/enabled")
+        .unwrap_or_else(|| panic!("no transparent_hugepage/enabled:\n{out}"));
+    assert_eq!(
+        enabled["file"],
+        "/sys/kernel/mm/transparent_hugepage/enabled"
+    );
+    assert!(["always", "madvise", "never"].contains(&enabled["value"].as_str().unwrap()));
+}
+
 /// `run trace.hlw.zst`: a zstd-compressed workload runs as the plain one does.
 fn check_run_zst() {
     let text = std::fs::read(repo().join(SCENARIO)).unwrap();
@@ -296,7 +312,10 @@ fn every_readme_example_runs_and_shows_what_the_readme_says() {
                 check_utilization(&ok(&args));
             }
             "hugelab hugetlb plan 1T" => check_hugetlb_plan(&ok(&args)),
-            "hugelab settings show" => check_settings_show(&ok(&args)),
+            "hugelab settings show [--json]" => {
+                check_settings_show(&ok(&["settings", "show"]));
+                check_settings_show_json(&ok(&["settings", "show", "--json"]));
+            }
             _ => panic!(
                 "README example not covered by crates/cli/tests/readme.rs: {cmd}\n\
                  (run it and check what the README says it shows, or skip it with a reason)"

@@ -272,6 +272,8 @@ fn svg_names_the_workload_and_draws_the_threshold_and_the_give_back() {
     ] {
         assert!(text.contains(want), "no {want} in the SVG");
     }
+}
+
 const GIVE_BACK: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../scenarios/reclaim-split-gives-back-unmapped-subpages.hlw"

@@ -82,6 +82,9 @@ pub struct Group {
     pub chain: Vec<String>,
 }
 
+/// A process's regions: (name, start, length).
+type Regions = Vec<(String, u64, u64)>;
+
 /// The model, recording the faults of the statements asked for.
 struct Explaining {
     model: Model,
@@ -107,7 +110,7 @@ impl Explaining {
             .process()
             .and_then(|p| self.model.regions(p))
             .unwrap_or_default();
-        let procs: Vec<(u32, String, Vec<(String, u64, u64)>)> = self
+        let procs: Vec<(u32, String, Regions)> = self
             .model
             .tasks
             .iter()
@@ -139,15 +142,14 @@ impl Explaining {
                 steps: g.steps,
             })
             .collect();
-        // An address of a process's mm: `proc region+offset`; an end
-        // address names the region it ends.
+        // An address of a process's mm: `proc region+offset`.
         let at_mm = |mm_id: u32, addr: u64| {
             let Some((_, name, regions)) = procs.iter().find(|(id, _, _)| *id == mm_id) else {
                 return format!("{addr:#x}");
             };
             regions
                 .iter()
-                .find(|(_, start, len)| addr >= *start && addr <= start + len)
+                .find(|(_, start, len)| addr >= *start && addr < start + len)
                 .map_or(format!("{name} {addr:#x}"), |(region, start, _)| {
                     format!("{name} {region}+{}", hugelab_workload::Size(addr - start))
                 })

@@ -490,9 +490,9 @@ impl CollapseStep {
                     Collapser::MadviseCollapse => "madvise_collapse refuses the VMA (EINVAL)",
                 };
                 vec![format!(
-                    "{what} {} .. {}: {}",
+                    "{what} at {} ({}): {}",
                     at(*mm_id, *start),
-                    at(*mm_id, *end),
+                    hugelab_workload::Size(end - start),
                     verdict.describe()
                 )]
             }

@@ -246,7 +246,7 @@ impl Totals {
         let mut out = Vec::new();
         if faults > 0 {
             let got: Vec<String> = self.got.iter().map(|(w, n)| format!("{n} {w}")).collect();
-            let mut s = format!("{faults} faults: {}", got.join(", "));
+            let mut s = format!("{}: {}", plural(faults, "fault"), got.join(", "));
             if self.fell_back > 0 {
                 s.push_str(&format!("; {} fell back", self.fell_back));
             }
@@ -256,8 +256,8 @@ impl Totals {
             let mut parts = vec![format!("{} collapsed into 2M THPs", self.collapsed)];
             parts.extend(self.not_collapsed.iter().map(|(r, n)| format!("{n} {r}")));
             out.push(format!(
-                "{} PMD ranges scanned: {}",
-                self.ranges,
+                "{} scanned: {}",
+                plural(self.ranges, "PMD range"),
                 parts.join(", ")
             ));
         }
@@ -287,6 +287,15 @@ fn outcome_of(step: &CollapseStep) -> CollapseStep {
         *haddr = 0;
     }
     key
+}
+
+/// "1 fault", "2 faults".
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 /// Collapse steps with equal outcomes in a row, together.

@@ -118,11 +118,15 @@ impl Totals {
     /// (unknown)".
     fn line(&self, check: bool) -> String {
         format!(
-            "total: {} files, {} snapshots, {} statements{}; expectations: {} passed, {} failed, {} not checked (unknown)\n",
-            self.files,
-            self.snapshots,
-            self.statements,
-            if check { " (invariants checked after each)" } else { "" },
+            "total: {}, {}, {}{}; expectations: {} passed, {} failed, {} not checked (unknown)\n",
+            plural(self.files, "file"),
+            plural(self.snapshots, "snapshot"),
+            plural(self.statements, "statement"),
+            if check {
+                " (invariants checked after each)"
+            } else {
+                ""
+            },
             self.passed,
             self.failed,
             self.unknown
@@ -165,6 +169,15 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// "1 file", "2 files".
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
 }
 
 /// One table per workload: a row per counter, a column per snapshot; with

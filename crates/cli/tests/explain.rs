@@ -677,7 +677,7 @@ fn the_totals_line_comes_first_and_counts_fallbacks() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     let out = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[1], "  1 faults: 1 got 64K; 1 fell back", "{out}");
+    assert_eq!(lines[1], "  1 fault: 1 got 64K; 1 fell back", "{out}");
     // The whole file: every statement, then the total over them. The
     // prelude's hugepages-64kB/enabled always does not follow the top-level
     // `never` (only `inherit` does): the 62M fill is 992 64K faults.

@@ -420,7 +420,8 @@ fn on_interrupt() {
     }
 }
 
-/// The tables (the metrics, then the seed-shaped summary), or the JSON.
+/// The tables (the seed-shaped summary first, as `compare` prints its
+/// summary first, then the metrics), or the JSON.
 fn report(result: &BenchResult, json: bool) -> Result<String> {
     if json {
         return Ok(serde_json::to_string_pretty(&bench_report::to_json(result))? + "\n");
@@ -429,9 +430,9 @@ fn report(result: &BenchResult, json: bool) -> Result<String> {
     if result.interrupted {
         out.push_str("interrupted: the runs finished so far\n\n");
     }
-    out.push_str(&bench_report::metric_tables(result));
-    out.push('\n');
     out.push_str(&bench_report::summary_table(result));
+    out.push('\n');
+    out.push_str(&bench_report::metric_tables(result));
     Ok(out)
 }
 

@@ -1,15 +1,15 @@
 //! `hugelab counters`: the counter registry, as a table of families or of
-//! one family's fields.
+//! one family's fields, a line each with what it means.
 
 use crate::table;
 use anyhow::{bail, Result};
 use clap::Args;
-use hugelab_workload::counters::{Family, Field, Reported, FAMILIES};
+use hugelab_workload::counters::{CounterKind, Family, Field, Reported, FAMILIES};
 use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct CountersArgs {
-    /// Print the whole registry as JSON.
+    /// Print the registry (or the family's part of it) as JSON.
     #[arg(long)]
     json: bool,
     /// A family (vmstat, mthp, smaps...): list its fields.
@@ -17,34 +17,65 @@ pub struct CountersArgs {
 }
 
 pub fn main(args: CountersArgs) -> Result<ExitCode> {
+    // A family name may have more than one shape (memcg's files and its
+    // memory.events fields): each is listed.
+    let matching: Vec<&Family> = match &args.family {
+        None => FAMILIES.iter().collect(),
+        Some(name) => FAMILIES.iter().filter(|f| f.name == name).collect(),
+    };
+    if let (Some(name), true) = (&args.family, matching.is_empty()) {
+        let mut names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+        names.dedup();
+        bail!(
+            "no counter family '{name}'; the families are {}",
+            names.join(", ")
+        );
+    }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(FAMILIES)?);
+        println!("{}", serde_json::to_string_pretty(&matching)?);
         return Ok(ExitCode::SUCCESS);
     }
     match args.family {
         None => print!("{}", families()),
-        Some(name) => {
-            // A family name may have more than one shape (memcg's files
-            // and its memory.events fields): each is listed.
-            let matching: Vec<_> = FAMILIES.iter().filter(|f| f.name == name).collect();
-            if matching.is_empty() {
-                let mut names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
-                names.dedup();
-                bail!(
-                    "no counter family '{name}'; the families are {}",
-                    names.join(", ")
-                );
-            }
-            for f in matching {
-                print!("{}", fields(f));
-            }
+        Some(_) => {
+            let parts: Vec<String> = matching.iter().map(|f| fields(f)).collect();
+            print!("{}", parts.join("\n"));
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// The widest line the word-wrapped notes take.
+const WIDTH: usize = 100;
+
+/// `text` wrapped at word boundaries to `WIDTH`: the first line after
+/// `first`, the others after `indent` spaces.
+fn wrap(first: &str, text: &str, indent: usize) -> String {
+    let mut out = String::from(first);
+    let mut line = String::new();
+    let mut room = WIDTH - first.chars().count();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > room {
+            out.push_str(&line);
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            line.clear();
+            room = WIDTH - indent;
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
+
+/// A table of the families (what their names look like, their kinds and
+/// units), then where the kernel keeps each family, a line each.
 fn families() -> String {
-    let header = ["family", "scope", "fields", "kinds", "units", "source"].map(String::from);
+    let header = ["family", "scope", "fields", "kinds", "units"].map(String::from);
     let rows: Vec<Vec<String>> = FAMILIES
         .iter()
         .map(|f| {
@@ -60,45 +91,78 @@ fn families() -> String {
                 f.fields.len().to_string(),
                 kinds.join(", "),
                 units.join(", "),
-                f.source.to_string(),
             ]
         })
         .collect();
-    table::render_text(&header, &rows)
+    let mut out = table::render_text(&header, &rows);
+    out.push_str("\nwhere the kernel keeps them:\n");
+    for f in FAMILIES {
+        out.push_str(&wrap("  ", &format!("{}: {}", f.pattern, f.source), 4));
+    }
+    out.push_str(KIND_NOTE);
+    out.push_str("`hugelab counters FAMILY` lists a family's counters and what each means.\n");
+    out
 }
 
+/// What `gauge*` means, under every table that uses it.
+const KIND_NOTE: &str = "gauge*: a machine-wide gauge, reported as its change since the workload \
+                         started\n";
+
+/// A family's counters, a line each with its meaning, then the bounds
+/// `hugelab diff` compares some of them with, each bound once.
 fn fields(f: &Family) -> String {
-    let header = ["counter", "kind", "unit", "bound in diff"].map(String::from);
+    let header = ["counter", "kind", "unit", "meaning"].map(String::from);
+    let name = |x: &Field| {
+        f.pattern
+            .rsplit_once('.')
+            .map_or(x.name.to_string(), |(p, _)| format!("{p}.{}", x.name))
+    };
     let rows: Vec<Vec<String>> = f
         .fields
         .iter()
-        .map(|x| {
-            let name = f
-                .pattern
-                .rsplit_once('.')
-                .map_or(x.name.to_string(), |(p, _)| format!("{p}.{}", x.name));
-            vec![
-                name,
-                kind(x),
-                lower(x.unit),
-                x.bound.map_or(String::new(), |b| {
-                    format!("{}: {}", b.kind.describe(), b.why)
-                }),
-            ]
-        })
+        .map(|x| vec![name(x), kind(x), lower(x.unit), x.what.to_string()])
         .collect();
-    format!(
-        "# {} ({})\n{}",
-        f.pattern,
-        f.source,
-        table::render_text(&header, &rows)
-    )
+    let title = format!("{} ({}): {}", f.pattern, lower(f.scope), f.source);
+    let mut out = wrap("# ", &title, 2);
+    out.push_str(&table::render_text(&header, &rows));
+    if f.fields
+        .iter()
+        .any(|x| x.reported == Reported::SinceStart && x.kind != CounterKind::Event)
+    {
+        out.push_str(KIND_NOTE);
+    }
+    // Fields with the same reason, together: "a, b: kind: why", or "a
+    // (kind), b (kind): why" when their bounds differ.
+    let mut bounds: Vec<(&str, Vec<(&str, String)>)> = Vec::new();
+    for x in f.fields {
+        let Some(b) = x.bound else { continue };
+        let named = (x.name, b.kind.describe());
+        match bounds.iter_mut().find(|(why, _)| *why == b.why) {
+            Some((_, names)) => names.push(named),
+            None => bounds.push((b.why, vec![named])),
+        }
+    }
+    if !bounds.is_empty() {
+        out.push_str("bounds `hugelab diff` compares the kernel with the model by:\n");
+        for (why, names) in bounds {
+            let one_kind = names.iter().all(|(_, k)| *k == names[0].1);
+            let text = if one_kind {
+                let list: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+                format!("{}: {}: {why}", list.join(", "), names[0].1)
+            } else {
+                let list: Vec<String> = names.iter().map(|(n, k)| format!("{n} ({k})")).collect();
+                format!("{}: {why}", list.join(", "))
+            };
+            out.push_str(&wrap("  ", &text, 4));
+        }
+    }
+    out
 }
 
-/// `event`, `gauge` or `gauge (since start)`.
+/// `event`, `gauge` or `gauge*` (reported as its change since the start).
 fn kind(x: &Field) -> String {
     match (lower(x.kind).as_str(), x.reported) {
-        ("gauge", Reported::SinceStart) => "gauge (since start)".to_string(),
+        ("gauge", Reported::SinceStart) => "gauge*".to_string(),
         (k, _) => k.to_string(),
     }
 }

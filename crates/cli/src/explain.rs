@@ -1,16 +1,21 @@
 //! `hugelab explain FILE.hlw[:LINE]`: why each fault of a statement got
-//! the folio size it got. The workload runs on the model with its
-//! tracepoints on (hugelab_model::trace); each statement's faults are
-//! grouped by their chain of decisions, each decision named after the
-//! kernel function that takes it, and printed as a table (or `--json`).
+//! the folio size it got, and what each collapse (`khugepaged`,
+//! `MADV_COLLAPSE`) scanned and why each range collapsed or not. The
+//! workload runs on the model with its tracepoints on
+//! (hugelab_model::trace); each statement's faults are grouped by their
+//! chain of decisions, its collapsed ranges by their outcome, each decision
+//! named after the kernel function that takes it. A totals line comes
+//! first ("48 got 64K, 208 got 4K; 208 fell back"), then the table (or
+//! `--json`).
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use hugelab_model::trace::{group, FaultGroup, Step};
+use hugelab_model::trace::{group, CollapseStep, FaultGroup, FaultTrace, Step};
 use hugelab_model::Model;
 use hugelab_workload::gone::Gone;
 use hugelab_workload::{run_file, Backend, BackendError, Lookahead, Reading, Stmt};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -24,13 +29,45 @@ pub struct ExplainArgs {
     json: bool,
 }
 
-/// One statement's faults, grouped.
+/// One statement's faults and collapses, grouped.
 #[derive(Serialize)]
 pub struct Explained {
     pub line: u32,
     pub statement: String,
     pub faults: u64,
+    pub totals: Totals,
     pub groups: Vec<Group>,
+    /// What khugepaged or MADV_COLLAPSE did, in order, equal ranges
+    /// together.
+    pub collapses: Vec<CollapseGroup>,
+}
+
+/// What a statement's faults got and its collapses did, counted.
+#[derive(Default, Serialize)]
+pub struct Totals {
+    /// Faults per outcome ("got 64K", "got the zero page"), the largest
+    /// folio first.
+    pub got: Vec<(String, u64)>,
+    /// Faults that tried a larger size and fell back.
+    pub fell_back: u64,
+    /// PMD ranges hpage_collapse_scan_pmd looked at.
+    pub ranges: u64,
+    /// Ranges collapse_huge_page made a THP of.
+    pub collapsed: u64,
+    /// Ranges that were not collapsed, per scan_result.
+    pub not_collapsed: BTreeMap<String, u64>,
+}
+
+/// Equal collapse steps in a row: `ranges` PMD ranges (0 for a step that
+/// is not about one range) from `first` to `last`.
+#[derive(Serialize)]
+pub struct CollapseGroup {
+    pub ranges: u64,
+    pub first: String,
+    pub last: String,
+    pub step: CollapseStep,
+    /// The step in words.
+    pub chain: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -44,6 +81,9 @@ pub struct Group {
     /// The steps in words.
     pub chain: Vec<String>,
 }
+
+/// A process's regions: (name, start, length).
+type Regions = Vec<(String, u64, u64)>;
 
 /// The model, recording the faults of the statements asked for.
 struct Explaining {
@@ -63,12 +103,23 @@ impl Explaining {
             return run(&mut self.model);
         }
         // The statement's process and regions as they are before it runs
-        // (it may exit, or be killed, during it).
+        // (it may exit, or be killed, during it), and every process's, for
+        // khugepaged.
         let regions = stmt
             .kind
             .process()
             .and_then(|p| self.model.regions(p))
             .unwrap_or_default();
+        let procs: Vec<(u32, String, Regions)> = self
+            .model
+            .tasks
+            .iter()
+            .map(|(name, t)| {
+                let r = t.mm.regions.iter();
+                let r = r.map(|(n, r)| (n.clone(), r.start, r.len)).collect();
+                (t.mm.mm_id, name.clone(), r)
+            })
+            .collect();
         self.model.machine.start_trace();
         let result = run(&mut self.model);
         let trace = self.model.machine.take_trace().unwrap_or_default();
@@ -91,12 +142,27 @@ impl Explaining {
                 steps: g.steps,
             })
             .collect();
-        if !groups.is_empty() || self.line.is_some() {
+        // An address of a process's mm: `proc region+offset`.
+        let at_mm = |mm_id: u32, addr: u64| {
+            let Some((_, name, regions)) = procs.iter().find(|(id, _, _)| *id == mm_id) else {
+                return format!("{addr:#x}");
+            };
+            regions
+                .iter()
+                .find(|(_, start, len)| addr >= *start && addr < start + len)
+                .map_or(format!("{name} {addr:#x}"), |(region, start, _)| {
+                    format!("{name} {region}+{}", hugelab_workload::Size(addr - start))
+                })
+        };
+        let collapses = collapse_groups(&trace.collapses, &at_mm);
+        if !groups.is_empty() || !collapses.is_empty() || self.line.is_some() {
             self.out.push(Explained {
                 line: stmt.pos.line,
                 statement: stmt.to_string(),
                 faults: trace.faults.len() as u64,
+                totals: totals(&trace.faults, &trace.collapses),
                 groups,
+                collapses,
             });
         }
         result
@@ -125,6 +191,147 @@ impl Backend for Explaining {
     fn needs_lookahead(&self) -> bool {
         self.model.needs_lookahead()
     }
+}
+
+/// What a fault ended with, for the totals: its folio's size, or the
+/// zero page, or the page it reused, copied, or none.
+fn outcome(f: &FaultTrace) -> (u32, String) {
+    for step in f.steps.iter().rev() {
+        let got = match step {
+            Step::Mapped { order } => (100 + order, format!("got {}", trace_size(*order))),
+            Step::ZeroPage { huge: true } => (10, "got the huge zero folio".into()),
+            Step::ZeroPage { huge: false } => (9, "got the zero page".into()),
+            Step::Wp { reused: true, .. } => (8, "reused their page in place".into()),
+            Step::Wp { huge: false, .. } => (7, "got a 4K copy".into()),
+            Step::Oom => (0, "got no page (VM_FAULT_OOM)".into()),
+            _ => continue,
+        };
+        return got;
+    }
+    (1, "ended otherwise".into())
+}
+
+fn trace_size(order: u32) -> String {
+    hugelab_model::trace::size_name(order)
+}
+
+fn totals(faults: &[FaultTrace], collapses: &[CollapseStep]) -> Totals {
+    let mut got: BTreeMap<(std::cmp::Reverse<u32>, String), u64> = BTreeMap::new();
+    let mut t = Totals::default();
+    for f in faults {
+        let (rank, what) = outcome(f);
+        *got.entry((std::cmp::Reverse(rank), what)).or_default() += 1;
+        if f.steps.iter().any(|s| matches!(s, Step::Fallback { .. })) {
+            t.fell_back += 1;
+        }
+    }
+    t.got = got.into_iter().map(|((_, what), n)| (what, n)).collect();
+    for c in collapses {
+        let CollapseStep::Range { scan, collapse, .. } = c else {
+            continue;
+        };
+        t.ranges += 1;
+        match collapse.map(|(_, r)| r).unwrap_or(*scan) {
+            hugelab_model::khugepaged::Scan::Succeed => t.collapsed += 1,
+            r => *t.not_collapsed.entry(r.name().to_string()).or_default() += 1,
+        }
+    }
+    t
+}
+
+impl Totals {
+    /// "256 faults: 48 got 64K, 208 got 4K; 208 fell back", and "3 ranges
+    /// scanned: 2 collapsed into 2M THPs, 1 SCAN_EXCEED_NONE_PTE".
+    fn lines(&self, faults: u64) -> Vec<String> {
+        let mut out = Vec::new();
+        if faults > 0 {
+            let got: Vec<String> = self.got.iter().map(|(w, n)| format!("{n} {w}")).collect();
+            let mut s = format!("{}: {}", plural(faults, "fault"), got.join(", "));
+            if self.fell_back > 0 {
+                s.push_str(&format!("; {} fell back", self.fell_back));
+            }
+            out.push(s);
+        }
+        if self.ranges > 0 {
+            let mut parts = vec![format!("{} collapsed into 2M THPs", self.collapsed)];
+            parts.extend(self.not_collapsed.iter().map(|(r, n)| format!("{n} {r}")));
+            out.push(format!(
+                "{} scanned: {}",
+                plural(self.ranges, "PMD range"),
+                parts.join(", ")
+            ));
+        }
+        out
+    }
+
+    fn add(&mut self, other: &Totals) {
+        for (what, n) in &other.got {
+            match self.got.iter_mut().find(|(w, _)| w == what) {
+                Some((_, m)) => *m += n,
+                None => self.got.push((what.clone(), *n)),
+            }
+        }
+        self.fell_back += other.fell_back;
+        self.ranges += other.ranges;
+        self.collapsed += other.collapsed;
+        for (r, n) in &other.not_collapsed {
+            *self.not_collapsed.entry(r.clone()).or_default() += n;
+        }
+    }
+}
+
+/// A step with its range's address left out, to compare outcomes.
+fn outcome_of(step: &CollapseStep) -> CollapseStep {
+    let mut key = step.clone();
+    if let CollapseStep::Range { haddr, .. } = &mut key {
+        *haddr = 0;
+    }
+    key
+}
+
+/// "1 fault", "2 faults".
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// Collapse steps with equal outcomes in a row, together.
+fn collapse_groups(steps: &[CollapseStep], at: &impl Fn(u32, u64) -> String) -> Vec<CollapseGroup> {
+    // (step, ranges, first address, last address)
+    let mut out: Vec<(CollapseStep, u64, u64, u64)> = Vec::new();
+    for step in steps {
+        let addr = match step {
+            CollapseStep::Range { haddr, .. } => Some(*haddr),
+            _ => None,
+        };
+        if let (Some(addr), Some((prev, n, _, last))) = (addr, out.last_mut()) {
+            if *n > 0 && outcome_of(prev) == outcome_of(step) {
+                *n += 1;
+                *last = addr;
+                continue;
+            }
+        }
+        let a = addr.unwrap_or(0);
+        out.push((step.clone(), u64::from(addr.is_some()), a, a));
+    }
+    out.into_iter()
+        .map(|(step, ranges, first, last)| {
+            let (first, last) = match &step {
+                CollapseStep::Range { mm_id, .. } => (at(*mm_id, first), at(*mm_id, last)),
+                _ => (String::new(), String::new()),
+            };
+            CollapseGroup {
+                ranges,
+                first,
+                last,
+                chain: step.describe(at),
+                step,
+            }
+        })
+        .collect()
 }
 
 /// `FILE:LINE` split, when FILE exists and LINE is a number.
@@ -171,10 +378,23 @@ pub fn render(file: &str, explained: &[Explained]) -> String {
     if explained.is_empty() {
         s.push_str(&format!("{file}: no statement faults\n"));
     }
+    let mut all = Totals::default();
+    let mut faults = 0;
     for e in explained {
         s.push_str(&format!("{file}:{}  {}\n", e.line, e.statement));
+        all.add(&e.totals);
+        faults += e.faults;
+        for line in e.totals.lines(e.faults) {
+            s.push_str(&format!("  {line}\n"));
+        }
+        if !e.collapses.is_empty() {
+            s.push_str(&render_collapses(&e.collapses));
+        }
         if e.groups.is_empty() {
-            s.push_str("  no faults: every access found its page mapped\n\n");
+            if e.collapses.is_empty() {
+                s.push_str("  no faults: every access found its page mapped\n");
+            }
+            s.push('\n');
             continue;
         }
         s.push_str(&format!("  {:>7}  {:<24}  decisions\n", "faults", "at"));
@@ -194,6 +414,43 @@ pub fn render(file: &str, explained: &[Explained]) -> String {
             }
         }
         s.push('\n');
+    }
+    if explained.len() > 1 {
+        let lines = all.lines(faults);
+        if !lines.is_empty() {
+            s.push_str(&format!(
+                "total over {} statements: {}\n",
+                explained.len(),
+                lines.join("; ")
+            ));
+        }
+    }
+    s
+}
+
+/// The collapse table: ranges (or a whole VMA, or the call's return) and
+/// what decided.
+fn render_collapses(groups: &[CollapseGroup]) -> String {
+    let mut s = format!("  {:>7}  {:<28}  collapse\n", "ranges", "at");
+    for g in groups {
+        let (n, at) = if g.ranges == 0 {
+            (String::new(), String::new())
+        } else if g.first == g.last {
+            (g.ranges.to_string(), g.first.clone())
+        } else {
+            (g.ranges.to_string(), format!("{} .. {}", g.first, g.last))
+        };
+        let by = match &g.step {
+            CollapseStep::Range { by, .. } => format!("{}: ", by.name()),
+            _ => String::new(),
+        };
+        for (i, step) in g.chain.iter().enumerate() {
+            if i == 0 {
+                s.push_str(&format!("  {n:>7}  {at:<28}  {by}{step}\n"));
+            } else {
+                s.push_str(&format!("  {:>7}  {:<28}  {step}\n", "", ""));
+            }
+        }
     }
     s
 }

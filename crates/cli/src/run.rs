@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use hugelab_kernel::KernelBackend;
 use hugelab_model::Model;
-use hugelab_workload::{run_file, Observation};
+use hugelab_workload::{counters, open, run_stream, stream_file, Backend, Lookahead, Observation};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,12 +23,17 @@ pub struct RunArgs {
     /// Which machine runs the workload.
     #[arg(long, value_enum, default_value = "model")]
     backend: BackendName,
-    /// Print one JSON document per workload instead of tables.
+    /// Print JSON instead of tables: JSON Lines, one compact document per
+    /// workload, each on its own line (one workload: one JSON document).
     #[arg(long)]
     json: bool,
     /// Show every counter, not only those that are non-zero somewhere.
     #[arg(long)]
     all: bool,
+    /// Show only these counters in the tables, zeros included (repeat;
+    /// names as `hugelab counters` lists them, as `compare --counter`).
+    #[arg(long = "counter", value_name = "NAME")]
+    counters: Vec<String>,
     /// Check the model's invariants after every statement (slower): mapcounts
     /// against page tables, refcounts against mappings and pins, the anon and
     /// page-table counters, and that every frame is free or accounted for.
@@ -41,25 +46,92 @@ pub struct RunArgs {
 }
 
 /// Runs one workload file on the model (default tunables; with `check`, the
-/// invariants checked after every statement) or on the kernel.
-fn observe(backend: BackendName, file: &Path, check: bool) -> Result<Observation> {
+/// invariants checked after every statement) or on the kernel: what it
+/// observed and how many statements it read.
+fn observe(backend: BackendName, file: &Path, check: bool) -> Result<(Observation, u64)> {
     Ok(match backend {
         BackendName::Model if check => {
-            run_file(&mut Model::default().with_invariant_checks(), file)?
+            counting_run(&mut Model::default().with_invariant_checks(), file)?
         }
-        BackendName::Model => run_file(&mut Model::default(), file)?,
-        BackendName::Kernel => run_kernel(file)?,
+        BackendName::Model => counting_run(&mut Model::default(), file)?,
+        BackendName::Kernel => kernel_run(|k| counting_run(k, file))?,
     })
+}
+
+/// `run_file`, counting the statements read (snapshots and expectations
+/// included).
+fn counting_run(backend: &mut dyn Backend, path: &Path) -> Result<(Observation, u64)> {
+    let stmts = stream_file(path)?;
+    let ahead = if backend.needs_lookahead() {
+        Lookahead::scan(stmts.file(), open(path)?)?
+    } else {
+        Lookahead::default()
+    };
+    let file = stmts.file().to_string();
+    let mut n = 0u64;
+    let counted = stmts.inspect(|s| n += u64::from(s.is_ok()));
+    let obs = run_stream(backend, &file, &ahead, counted)?;
+    Ok((obs, n))
 }
 
 /// Runs a workload file on this machine's kernel; every tunable is restored
 /// after, also when the run stopped at an error.
 pub fn run_kernel(file: &Path) -> Result<Observation> {
+    kernel_run(|k| Ok(hugelab_workload::run_file(k, file)?))
+}
+
+/// `run` on a kernel backend, finished (tunables restored) whatever `run`
+/// returned.
+fn kernel_run<T>(run: impl FnOnce(&mut KernelBackend) -> Result<T>) -> Result<T> {
     let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
     let mut kernel = KernelBackend::new(exe)?;
-    let obs = run_file(&mut kernel, file);
+    let obs = run(&mut kernel);
     kernel.finish()?;
-    Ok(obs?)
+    obs
+}
+
+/// What `run` totals over its files.
+#[derive(Default)]
+struct Totals {
+    files: u64,
+    snapshots: u64,
+    statements: u64,
+    passed: u64,
+    failed: u64,
+    unknown: u64,
+}
+
+impl Totals {
+    fn add(&mut self, obs: &Observation, statements: u64) {
+        let passed = obs.expects.iter().filter(|e| e.passed).count() as u64;
+        let unknown = obs.unknown_expects().count() as u64;
+        self.files += 1;
+        self.snapshots += obs.snapshots.len() as u64;
+        self.statements += statements;
+        self.passed += passed;
+        self.unknown += unknown;
+        self.failed += obs.expects.len() as u64 - passed - unknown;
+    }
+
+    /// One line: "total: 3 files, 7 snapshots, 120 statements (invariants
+    /// checked after each); expectations: 12 passed, 1 failed, 0 not checked
+    /// (unknown)".
+    fn line(&self, check: bool) -> String {
+        format!(
+            "total: {}, {}, {}{}; expectations: {} passed, {} failed, {} not checked (unknown)\n",
+            plural(self.files, "file"),
+            plural(self.snapshots, "snapshot"),
+            plural(self.statements, "statement"),
+            if check {
+                " (invariants checked after each)"
+            } else {
+                ""
+            },
+            self.passed,
+            self.failed,
+            self.unknown
+        )
+    }
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode> {
@@ -68,18 +140,29 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
             "--check checks the model's own invariants; it works with --backend model only"
         );
     }
+    for name in &args.counters {
+        if counters::lookup(name).is_none() {
+            anyhow::bail!("--counter: {}", counters::unknown_counter_message(name));
+        }
+    }
     let mut failed = false;
+    let mut totals = Totals::default();
     for file in &args.files {
-        let obs = observe(args.backend, file, args.check)?;
+        let (obs, statements) = observe(args.backend, file, args.check)?;
+        totals.add(&obs, statements);
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&obs)?);
+            // JSON Lines: one document per workload, on one line.
+            println!("{}", serde_json::to_string(&obs)?);
         } else {
-            print!("{}", render(&obs, args.all));
+            print!("{}", render(&obs, args.all, &args.counters));
         }
         for e in obs.failed_expects() {
             failed = true;
             eprintln!("{}", e.failure(&obs.workload));
         }
+    }
+    if !args.json && (args.files.len() > 1 || args.check) {
+        print!("{}", totals.line(args.check));
     }
     Ok(if failed {
         ExitCode::from(1)
@@ -88,13 +171,28 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     })
 }
 
-/// One table per workload: a row per counter, a column per snapshot.
-fn render(obs: &Observation, all: bool) -> String {
-    let names: BTreeSet<&String> = obs
-        .snapshots
-        .iter()
-        .flat_map(|s| s.counters.keys().chain(s.unknown.keys()))
-        .collect();
+/// "1 file", "2 files".
+fn plural(n: u64, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
+    }
+}
+
+/// One table per workload: a row per counter, a column per snapshot; with
+/// `only`, just those counters, in that order, zeros included.
+fn render(obs: &Observation, all: bool, only: &[String]) -> String {
+    let names: Vec<&String> = if only.is_empty() {
+        let all_names: BTreeSet<&String> = obs
+            .snapshots
+            .iter()
+            .flat_map(|s| s.counters.keys().chain(s.unknown.keys()))
+            .collect();
+        all_names.into_iter().collect()
+    } else {
+        only.iter().collect()
+    };
     let mut header = vec!["counter".to_string()];
     header.extend(obs.snapshots.iter().map(|s| s.label.clone()));
     let rows: Vec<Vec<String>> = names
@@ -106,7 +204,7 @@ fn render(obs: &Observation, all: bool) -> String {
                 .map(|s| s.counters.get(name).copied())
                 .collect();
             let unknown = obs.snapshots.iter().any(|s| s.unknown.contains_key(name));
-            if !all && !unknown && values.iter().all(|v| v.unwrap_or(0) == 0) {
+            if !all && only.is_empty() && !unknown && values.iter().all(|v| v.unwrap_or(0) == 0) {
                 return None;
             }
             let mut row = vec![name.clone()];

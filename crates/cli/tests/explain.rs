@@ -2,7 +2,10 @@
 //! folio size it gets. Each workload is small and its chain derived from
 //! Linux 6.18 (mm/memory.c do_anonymous_page / alloc_anon_folio,
 //! mm/huge_memory.c thp_vma_allowable_orders / do_huge_pmd_anonymous_page):
-//! the wording is what users read, so it is pinned too.
+//! the wording is what users read, so it is pinned too. The collapses of
+//! `khugepaged` and MADV_COLLAPSE are pinned against mm/khugepaged.c's
+//! rules (hpage_collapse_scan_pmd's order of checks and limits,
+//! madvise_collapse's results it goes on after, madvise_collapse_errno).
 
 mod common;
 
@@ -409,4 +412,280 @@ a write buf
     assert!(got.iter().any(|(_, c)| c.contains(
         &"64K falls back (anon_fault_fallback_charge, anon_fault_fallback)".to_string()
     )));
+}
+
+/// `hugelab explain --json` of the last statement of `body` (after the
+/// prelude): its totals and its collapse groups as (ranges, first, chain).
+fn explain_collapses(name: &str, body: &str) -> (Value, Vec<(u64, String, Vec<String>)>) {
+    let dir = std::env::temp_dir().join(format!("hugelab-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file: PathBuf = dir.join(format!("{name}.hlw"));
+    let text = format!("{PRELUDE}{body}");
+    std::fs::write(&file, &text).unwrap();
+    let line = text.lines().count();
+    let out = common::run(&["explain", "--json", &format!("{}:{line}", file.display())]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stmt = &v.as_array().unwrap()[0];
+    let groups = stmt["collapses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            let chain = g["chain"].as_array().unwrap();
+            (
+                g["ranges"].as_u64().unwrap(),
+                g["first"].as_str().unwrap().to_string(),
+                chain
+                    .iter()
+                    .map(|s| s.as_str().unwrap().to_string())
+                    .collect(),
+            )
+        })
+        .collect();
+    (stmt["totals"].clone(), groups)
+}
+
+/// `buf` of `len` mapped in 4K pages (MADV_NOHUGEPAGE while writing
+/// `writes`), then MADV_HUGEPAGE, which registers the mm with khugepaged.
+fn pte_mapped(len: &str, writes: &[&str]) -> String {
+    let mut s = format!("spawn a\na mmap buf {len} align=2M\na madvise buf NOHUGEPAGE\n");
+    for w in writes {
+        s.push_str(&format!("a write {w}\n"));
+    }
+    s.push_str("a madvise buf HUGEPAGE\n");
+    s
+}
+
+#[test]
+fn khugepaged_names_the_limit_a_range_exceeds_and_where_the_scan_stopped() {
+    // hpage_collapse_scan_pmd: ++none_or_zero, and `none_or_zero <=
+    // khugepaged_max_ptes_none` goes on; the first one over fails the range
+    // with SCAN_EXCEED_NONE_PTE at that PTE. With max_ptes_none 256:
+    // 256 none PTEs collapse; after 64 present PTEs, the 257th none PTE
+    // (PTE 321) fails.
+    let body = format!(
+        "set transparent_hugepage/khugepaged/max_ptes_none 256\n{}khugepaged\n",
+        pte_mapped("6M", &["buf:1M", "buf+2M:2M", "buf+4M:256K"])
+    );
+    let (totals, got) = explain_collapses("exceed-none", &body);
+    let collapsed = "collapse_huge_page(__alloc_pages(order 9, GFP_TRANSHUGE)): \
+                     SCAN_SUCCEED: the range is now one 2M THP";
+    assert_eq!(
+        got,
+        vec![
+            (
+                1,
+                "a buf+0".into(),
+                chain(&[
+                    "hpage_collapse_scan_pmd: 512 of 512 PTEs scanned: 256 none or zero \
+                     (max_ptes_none 256), 0 shared (max_ptes_shared 256): SCAN_SUCCEED",
+                    collapsed,
+                ])
+            ),
+            (
+                1,
+                "a buf+2M".into(),
+                chain(&[
+                    "hpage_collapse_scan_pmd: 512 of 512 PTEs scanned: 0 none or zero \
+                     (max_ptes_none 256), 0 shared (max_ptes_shared 256): SCAN_SUCCEED",
+                    collapsed,
+                ])
+            ),
+            (
+                1,
+                "a buf+4M".into(),
+                chain(&[
+                    "hpage_collapse_scan_pmd: 321 of 512 PTEs scanned: 257 none or zero \
+                     (max_ptes_none 256), 0 shared (max_ptes_shared 256); more none or zero \
+                     PTEs than max_ptes_none: SCAN_EXCEED_NONE_PTE"
+                ])
+            ),
+        ]
+    );
+    assert_eq!(totals["ranges"], 3);
+    assert_eq!(totals["collapsed"], 2);
+    assert_eq!(totals["not_collapsed"]["SCAN_EXCEED_NONE_PTE"], 1);
+}
+
+#[test]
+fn khugepaged_counts_the_ptes_of_shared_pages_against_max_ptes_shared() {
+    // After fork, the child writes its first 100 pages (copies): 412 PTEs
+    // in each process map pages both map (folio_maybe_mapped_shared).
+    // `shared > khugepaged_max_ptes_shared` fails: with 411 the 412th
+    // shared PTE, the last one, ends the scan with SCAN_EXCEED_SHARED_PTE,
+    // in the parent and in the child.
+    let body = format!(
+        "set transparent_hugepage/khugepaged/max_ptes_shared 411\n{}a fork b\nb write buf:400K\nkhugepaged\n",
+        pte_mapped("2M", &["buf"])
+    );
+    let (totals, got) = explain_collapses("exceed-shared", &body);
+    let exceeded = chain(&[
+        "hpage_collapse_scan_pmd: 512 of 512 PTEs scanned: 0 none or zero (max_ptes_none 511), \
+         412 shared (max_ptes_shared 411); more shared PTEs than max_ptes_shared: \
+         SCAN_EXCEED_SHARED_PTE",
+    ]);
+    assert_eq!(
+        got,
+        vec![
+            (1, "a buf+0".into(), exceeded.clone()),
+            (1, "b buf+0".into(), exceeded)
+        ]
+    );
+    assert_eq!(totals["collapsed"], 0);
+    assert_eq!(totals["not_collapsed"]["SCAN_EXCEED_SHARED_PTE"], 2);
+}
+
+#[test]
+fn madvise_collapse_goes_on_past_a_pinned_range_and_returns_eagain() {
+    // MADV_COLLAPSE applies no max_ptes_* limit. The pinned first page
+    // fails is_refcount_suitable (SCAN_PAGE_COUNT) at the first PTE, one
+    // of the results madvise_collapse goes on after; the next range
+    // collapses; the call returns madvise_collapse_errno(SCAN_PAGE_COUNT),
+    // -EAGAIN.
+    let body = format!(
+        "{}a pin buf:4K\na madvise buf COLLAPSE\n",
+        pte_mapped("4M", &["buf"])
+    );
+    let (totals, got) = explain_collapses("collapse-pinned", &body);
+    assert_eq!(
+        got,
+        vec![
+            (
+                1,
+                "a buf+0".into(),
+                chain(&[
+                    "hpage_collapse_scan_pmd: 1 of 512 PTEs scanned: 0 none or zero, 0 shared \
+                     (MADV_COLLAPSE applies no limit); a page has references beyond its \
+                     mappings (a pin): SCAN_PAGE_COUNT"
+                ])
+            ),
+            (
+                1,
+                "a buf+2M".into(),
+                chain(&[
+                    "hpage_collapse_scan_pmd: 512 of 512 PTEs scanned: 0 none or zero, 0 shared \
+                     (MADV_COLLAPSE applies no limit): SCAN_SUCCEED",
+                    "collapse_huge_page(__alloc_pages(order 9, GFP_TRANSHUGE)): SCAN_SUCCEED: \
+                     the range is now one 2M THP",
+                ])
+            ),
+            (
+                0,
+                String::new(),
+                chain(&[
+                    "madvise_collapse returns EAGAIN (madvise_collapse_errno(SCAN_PAGE_COUNT))"
+                ])
+            ),
+        ]
+    );
+    assert_eq!(totals["ranges"], 2);
+    assert_eq!(totals["collapsed"], 1);
+}
+
+#[test]
+fn madvise_collapse_stops_at_an_empty_range_and_returns_einval() {
+    // The first range has no PTE table while the PMD table exists (the
+    // second range faulted): find_pmd_or_thp_or_none gives SCAN_PMD_NONE,
+    // which is not among the results madvise_collapse goes on after, so
+    // the second range is never scanned; madvise_collapse_errno gives
+    // -EINVAL for it.
+    let body = format!("{}a madvise buf COLLAPSE\n", pte_mapped("4M", &["buf+2M"]));
+    let (_, got) = explain_collapses("collapse-pmd-none", &body);
+    assert_eq!(
+        got,
+        vec![
+            (
+                1,
+                "a buf+0".into(),
+                chain(&[
+                    "hpage_collapse_scan_pmd: no PTE table in the range (nothing mapped): \
+                         SCAN_PMD_NONE"
+                ])
+            ),
+            (
+                0,
+                String::new(),
+                chain(&["madvise_collapse returns EINVAL (madvise_collapse_errno(SCAN_PMD_NONE))"])
+            ),
+        ]
+    );
+}
+
+#[test]
+fn khugepaged_passes_over_a_vma_the_pmd_order_is_not_allowed_in() {
+    // khugepaged_scan_mm_slot skips a VMA thp_vma_allowable_order refuses
+    // (MADV_NOHUGEPAGE) and scans the others of the registered mm.
+    let body = format!(
+        "{}a mmap off 2M align=2M\na madvise off NOHUGEPAGE\na write off\nkhugepaged\n",
+        pte_mapped("2M", &["buf"])
+    );
+    let (totals, got) = explain_collapses("vma-not-allowed", &body);
+    let names: Vec<&str> = got
+        .iter()
+        .flat_map(|(_, _, c)| c)
+        .map(String::as_str)
+        .collect();
+    assert!(
+        names.contains(
+            &"khugepaged_scan_mm_slot passes over the VMA at a off+0 (2M): \
+              thp_vma_allowable_order: the PMD order is not allowed"
+        ),
+        "{names:#?}"
+    );
+    assert_eq!(totals["ranges"], 1);
+    assert_eq!(totals["collapsed"], 1);
+}
+
+#[test]
+fn khugepaged_does_not_run_while_the_pmd_size_is_disabled() {
+    // hugepage_pmd_enabled: hugepages-2048kB inherit and enabled never.
+    let body = format!(
+        "{}set transparent_hugepage/enabled never\nkhugepaged\n",
+        pte_mapped("2M", &["buf"])
+    );
+    let (totals, got) = explain_collapses("stopped", &body);
+    assert_eq!(
+        got,
+        vec![(
+            0,
+            String::new(),
+            chain(&[
+                "khugepaged_do_scan: hugepage_pmd_enabled is false (the PMD size is \
+                     disabled): the thread does not run"
+            ])
+        )]
+    );
+    assert_eq!(totals["ranges"], 0);
+}
+
+#[test]
+fn the_totals_line_comes_first_and_counts_fallbacks() {
+    // The 64M machine filled with 4K pages: a 2M write fault finds no free
+    // 2M block and falls back to 64K (see no_free_block_falls_back_...).
+    let dir = std::env::temp_dir().join(format!("hugelab-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("totals.hlw");
+    let text = format!(
+        "{PRELUDE}machine memory=64M\nset transparent_hugepage/enabled never\nspawn a\n\
+         a mmap fill 62M align=2M\na write fill\nset transparent_hugepage/enabled always\n\
+         a mmap t 2M align=2M\na write t:4K\n"
+    );
+    std::fs::write(&file, &text).unwrap();
+    let line = text.lines().count();
+    let out = common::run(&["explain", &format!("{}:{line}", file.display())]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let out = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[1], "  1 fault: 1 got 64K; 1 fell back", "{out}");
+    // The whole file: every statement, then the total over them. The
+    // prelude's hugepages-64kB/enabled always does not follow the top-level
+    // `never` (only `inherit` does): the 62M fill is 992 64K faults.
+    let out = common::run(&["explain", file.to_str().unwrap()]);
+    let out = String::from_utf8(out.stdout).unwrap();
+    let last = out.lines().last().unwrap();
+    assert_eq!(
+        last, "total over 2 statements: 993 faults: 993 got 64K; 1 fell back",
+        "{out}"
+    );
 }

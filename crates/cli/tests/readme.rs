@@ -99,19 +99,6 @@ fn cell(out: &str, column: &str, row: &str) -> String {
     cells(line)[at].clone()
 }
 
-/// Every JSON document of `out`: one, an array of them, or several in a row
-/// (JSON Lines).
-fn json_documents(out: &str) -> Vec<Value> {
-    let mut docs = Vec::new();
-    for doc in serde_json::Deserializer::from_str(out).into_iter::<Value>() {
-        match doc.unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}")) {
-            Value::Array(items) => docs.extend(items),
-            doc => docs.push(doc),
-        }
-    }
-    docs
-}
-
 const SCENARIO: &str = "scenarios/mthp-64k-only-8m.hlw";
 /// A second workload, for the examples that take several files.
 const SCENARIO_2: &str = "scenarios/exit-frees-everything.hlw";
@@ -125,9 +112,25 @@ fn check_run(out: &str) {
     assert!(out.contains("15 passed, 0 failed"), "{out}");
 }
 
+/// `run --counter vmstat.pgfault`: that counter's row and no other.
+fn check_run_counter(out: &str) {
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("| ") && l.contains('.'))
+        .collect();
+    assert!(
+        !rows.is_empty() && rows.iter().all(|l| l.starts_with("| vmstat.pgfault ")),
+        "{out}"
+    );
+}
+
 /// The JSON of a run: its snapshots and their counters.
 fn check_run_json(out: &str, files: &[&str]) {
-    let docs = json_documents(out);
+    // JSON Lines, as the README says: a document per workload, one per line.
+    let docs: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line one JSON document"))
+        .collect();
     assert_eq!(docs.len(), files.len(), "one document per file: {out}");
     for (doc, file) in docs.iter().zip(files) {
         assert_eq!(doc["workload"], *file);
@@ -227,13 +230,18 @@ fn check_counters() {
     }
     let vmstat = ok(&["counters", "vmstat"]);
     assert!(vmstat.contains("vmstat.thp_fault_alloc"), "{vmstat}");
-    for args in [
-        &["counters", "--json"][..],
-        &["counters", "vmstat", "--json"],
-    ] {
+    // FAMILY narrows the JSON too: every family, then vmstat alone.
+    let families = |args: &[&str]| -> Vec<String> {
         let out = ok(args);
-        assert!(!json_documents(&out).is_empty(), "{args:?}: {out}");
-    }
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let list = v.as_array().unwrap_or_else(|| panic!("a list: {out}"));
+        list.iter()
+            .map(|f| f["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let all = families(&["counters", "--json"]);
+    assert!(all.len() > 1 && all.iter().any(|f| f == "mthp"), "{all:?}");
+    assert_eq!(families(&["counters", "vmstat", "--json"]), ["vmstat"]);
 }
 
 /// `settings show`: every tunable with the machine's value, read only.
@@ -298,6 +306,9 @@ fn every_readme_example_runs_and_shows_what_the_readme_says() {
             "hugelab run --json FILE..." => {
                 let files = [SCENARIO, SCENARIO_2];
                 check_run_json(&ok(&[&["run", "--json"], &files[..]].concat()), &files);
+            }
+            "hugelab run --counter vmstat.pgfault FILE" => {
+                check_run_counter(&ok(&["run", "--counter", "vmstat.pgfault", SCENARIO]));
             }
             "hugelab run --check FILE..." => {
                 ok(&["run", "--check", SCENARIO, SCENARIO_2]);

@@ -38,6 +38,11 @@
 //!   already take it.
 //! - No swap (max_ptes_swap never applies), every mapped page counts as young (referenced), no NUMA node
 //!   choice, synchronous allocation with no alloc_sleep back-off.
+//!
+//! With tracing on (`hugelab explain`), every range scanned, every VMA
+//! passed over and MADV_COLLAPSE's return are recorded
+//! ([`crate::trace::CollapseStep`]); the counts are kept in locals either
+//! way, so tracing off costs one branch per range.
 
 use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
 use crate::memory::zap_pte_range;
@@ -48,9 +53,11 @@ use crate::mmap::{MmStruct, Vma};
 use crate::pgtable::Pmd;
 use crate::rmap;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
+use crate::trace::{CollapseStep, Collapser, ScanCounts, VmaVerdict};
 use crate::vmstat::VmEvent;
 use crate::Machine;
 use hugelab_workload::{ThpEnabled, ThpSizeEnabled};
+use serde::Serialize;
 
 /// khugepaged_enter_vma: register `mm` if `vma` could hold a PMD THP.
 pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
@@ -82,6 +89,7 @@ pub fn hugepage_pmd_enabled(m: &Machine) -> bool {
 /// khugepaged_do_scan until every registered mm was scanned to its end.
 pub fn khugepaged_do_scan<'a>(m: &mut Machine, mms: impl Iterator<Item = &'a mut MmStruct>) {
     if !hugepage_pmd_enabled(m) {
+        m.trace_collapse(|| CollapseStep::Stopped);
         return;
     }
     for mm in mms.filter(|mm| mm.khugepaged_registered) {
@@ -94,26 +102,71 @@ pub fn khugepaged_do_scan<'a>(m: &mut Machine, mms: impl Iterator<Item = &'a mut
 fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
     let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
     for vma in vmas {
-        // TVA_KHUGEPAGED: a VMA without an anon_vma (only read faults, which
-        // map the zero page) is not eligible.
-        if !vma.anon_vma || thp_vma_allowable_orders(&m.thp, mm, &vma, 1 << HPAGE_PMD_ORDER) == 0 {
+        // __thp_vma_allowable_orders under TVA_KHUGEPAGED, in its order: the
+        // tunables and vetoes, room for an aligned 2M range, then an
+        // anon_vma (a VMA with only read faults, which map the zero page,
+        // has none).
+        let verdict = if thp_vma_allowable_orders(&m.thp, mm, &vma, 1 << HPAGE_PMD_ORDER) == 0 {
+            Some(VmaVerdict::NotAllowed)
+        } else if !vma_holds_pmd(&vma) {
+            Some(VmaVerdict::NoAlignedRange)
+        } else if !vma.anon_vma {
+            Some(VmaVerdict::NoAnonVma)
+        } else {
+            None
+        };
+        if let Some(verdict) = verdict {
+            m.trace_collapse(|| CollapseStep::Vma {
+                by: Collapser::Khugepaged,
+                mm_id: mm.mm_id,
+                start: vma.start,
+                end: vma.end,
+                verdict,
+            });
             continue;
         }
         let mut haddr = vma.start.next_multiple_of(PMD_SIZE);
         while haddr + PMD_SIZE <= vma.end {
-            if hpage_collapse_scan_pmd(m, mm, haddr, true) == Scan::Succeed {
+            let (scan, counts) = hpage_collapse_scan_pmd(m, mm, haddr, true);
+            let mut collapse = None;
+            if scan == Scan::Succeed {
                 // SCAN_ALLOC_HUGE_PAGE_FAIL only makes khugepaged back off.
-                let _ = collapse_huge_page(m, mm, &vma, haddr, true);
+                collapse = Some(collapse_huge_page(m, mm, &vma, haddr, true));
             }
+            trace_range(m, Collapser::Khugepaged, mm, haddr, scan, counts, collapse);
             haddr += PMD_SIZE;
         }
     }
 }
 
+/// Records a range's scan and collapse, when tracing.
+fn trace_range(
+    m: &mut Machine,
+    by: Collapser,
+    mm: &MmStruct,
+    haddr: u64,
+    scan: Scan,
+    counts: Option<ScanCounts>,
+    collapse: Option<Scan>,
+) {
+    if m.tracing() {
+        let gfp = crate::gfp::khugepaged_gfp(&m.thp, by == Collapser::Khugepaged);
+        m.trace_collapse(|| CollapseStep::Range {
+            by,
+            mm_id: mm.mm_id,
+            haddr,
+            scan,
+            counts,
+            collapse: collapse.map(|r| (gfp, r)),
+        });
+    }
+}
+
 /// The outcome of a scan or a collapse (`enum scan_result`, the cases the
 /// model meets).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Scan {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Scan {
     Succeed,
     /// No PMD table above the range (mm_find_pmd found no PUD entry:
     /// SCAN_PMD_NULL).
@@ -134,47 +187,77 @@ enum Scan {
     CgroupChargeFail,
 }
 
+impl Scan {
+    /// The kernel's name: `SCAN_EXCEED_NONE_PTE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scan::Succeed => "SCAN_SUCCEED",
+            Scan::PmdNull => "SCAN_PMD_NULL",
+            Scan::PmdNone => "SCAN_PMD_NONE",
+            Scan::PmdMapped => "SCAN_PMD_MAPPED",
+            Scan::ExceedNonePte => "SCAN_EXCEED_NONE_PTE",
+            Scan::ExceedSharedPte => "SCAN_EXCEED_SHARED_PTE",
+            Scan::PageCount => "SCAN_PAGE_COUNT",
+            Scan::AllocHugePageFail => "SCAN_ALLOC_HUGE_PAGE_FAIL",
+            Scan::CgroupChargeFail => "SCAN_CGROUP_CHARGE_FAIL",
+        }
+    }
+}
+
 /// hpage_collapse_scan_pmd: whether the PTE table at `haddr` qualifies.
 /// For khugepaged, too many none or zero-page PTEs (max_ptes_none) or PTEs of
 /// maybe-shared folios (max_ptes_shared) fail with their event counted:
 /// `count > max` fails, so max is the largest count that collapses.
 /// MADV_COLLAPSE (`khugepaged == false`) applies neither limit. Neither needs
-/// a writable PTE (6.18 has no SCAN_PAGE_RO).
-fn hpage_collapse_scan_pmd(m: &mut Machine, mm: &MmStruct, haddr: u64, khugepaged: bool) -> Scan {
+/// a writable PTE (6.18 has no SCAN_PAGE_RO). With the result, what the
+/// PTE loop counted before it stopped (`None` when the PMD alone decided).
+fn hpage_collapse_scan_pmd(
+    m: &mut Machine,
+    mm: &MmStruct,
+    haddr: u64,
+    khugepaged: bool,
+) -> (Scan, Option<ScanCounts>) {
     let t = match mm.pmds.get(&(haddr / PMD_SIZE)) {
         Some(Pmd::Table(t)) => t,
-        Some(_) => return Scan::PmdMapped,
+        Some(_) => return (Scan::PmdMapped, None),
         // find_pmd_or_thp_or_none: mm_find_pmd needs the PUD entry (a PMD
         // table for this GiB); below it, check_pmd_state finds pmd_none.
-        None if mm.pmd_tables.contains_key(&(haddr / PUD_SIZE)) => return Scan::PmdNone,
-        None => return Scan::PmdNull,
+        None if mm.pmd_tables.contains_key(&(haddr / PUD_SIZE)) => return (Scan::PmdNone, None),
+        None => return (Scan::PmdNull, None),
     };
     let k = &m.thp.khugepaged;
-    let (mut none_or_zero, mut shared) = (0u64, 0u64);
+    let mut c = ScanCounts {
+        ptes: 0,
+        none_or_zero: 0,
+        shared: 0,
+        max_ptes_none: khugepaged.then_some(k.max_ptes_none),
+        max_ptes_shared: khugepaged.then_some(k.max_ptes_shared),
+    };
     for pte in t.ptes.iter().take(PTRS_PER_PTE) {
+        c.ptes += 1;
         let Some(pfn) = pte.pfn() else {
-            none_or_zero += 1;
-            if khugepaged && none_or_zero > k.max_ptes_none {
+            c.none_or_zero += 1;
+            if khugepaged && c.none_or_zero > k.max_ptes_none {
                 m.stat.count_vm_event(VmEvent::ThpScanExceedNonePte);
-                return Scan::ExceedNonePte;
+                return (Scan::ExceedNonePte, Some(c));
             }
             continue;
         };
         // A page counts as shared when any part of its folio is.
         let folio = page_folio(m, pfn);
         if rmap::folio_maybe_mapped_shared(m, folio) {
-            shared += 1;
-            if khugepaged && shared > k.max_ptes_shared {
+            c.shared += 1;
+            if khugepaged && c.shared > k.max_ptes_shared {
                 m.stat.count_vm_event(VmEvent::ThpScanExceedSharePte);
-                return Scan::ExceedSharedPte;
+                return (Scan::ExceedSharedPte, Some(c));
             }
         }
         // A reference no mapping explains: a GUP pin.
         if !rmap::folio_refs_all_mappings(m, folio) {
-            return Scan::PageCount;
+            return (Scan::PageCount, Some(c));
         }
     }
-    Scan::Succeed
+    (Scan::Succeed, Some(c))
 }
 
 /// Why MADV_COLLAPSE failed, as madvise(2) reports it.
@@ -191,6 +274,18 @@ pub enum CollapseError {
     /// EBUSY: too many none PTEs, which MADV_COLLAPSE meets only in a
     /// userfaultfd-armed VMA (SCAN_EXCEED_NONE_PTE), or a memcg charge failed.
     Busy,
+}
+
+impl CollapseError {
+    /// The errno's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollapseError::Inval => "EINVAL",
+            CollapseError::NoMem => "ENOMEM",
+            CollapseError::Again => "EAGAIN",
+            CollapseError::Busy => "EBUSY",
+        }
+    }
 }
 
 /// madvise_collapse_errno: the errno MADV_COLLAPSE returns for the last
@@ -228,19 +323,70 @@ pub fn madvise_collapse(
     start: u64,
     end: u64,
 ) -> Result<(), CollapseError> {
+    let result = madvise_collapse_vmas(m, mm, start, end);
+    if m.tracing() {
+        let (last_fail, errno) = match result {
+            Ok(()) => (None, None),
+            Err((e, r)) => (r, Some(e.name())),
+        };
+        m.trace_collapse(|| CollapseStep::Return {
+            mm_id: mm.mm_id,
+            last_fail,
+            errno,
+        });
+    }
+    result.map_err(|(e, _)| e)
+}
+
+/// madvise_collapse's walk; an error comes with the result it is from.
+fn madvise_collapse_vmas(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    start: u64,
+    end: u64,
+) -> Result<(), (CollapseError, Option<Scan>)> {
     for vma in mm.vmas_in(start, end) {
-        if crate::huge_memory::vma_thp_disabled(mm, &vma) || !vma.anon_vma || !vma_holds_pmd(&vma) {
-            return Err(CollapseError::Inval);
+        // TVA_FORCED_COLLAPSE, in __thp_vma_allowable_orders' order.
+        let verdict = if crate::huge_memory::vma_thp_disabled(mm, &vma) {
+            Some(VmaVerdict::NotAllowed)
+        } else if !vma_holds_pmd(&vma) {
+            Some(VmaVerdict::NoAlignedRange)
+        } else if !vma.anon_vma {
+            Some(VmaVerdict::NoAnonVma)
+        } else {
+            None
+        };
+        if let Some(verdict) = verdict {
+            m.trace_collapse(|| CollapseStep::Vma {
+                by: Collapser::MadviseCollapse,
+                mm_id: mm.mm_id,
+                start: vma.start,
+                end: vma.end,
+                verdict,
+            });
+            return Err((CollapseError::Inval, None));
         }
         let hstart = vma.start.max(start).next_multiple_of(PMD_SIZE);
         let hend = vma.end.min(end) & !(PMD_SIZE - 1);
         let (mut thps, mut last_fail) = (0u64, None);
         let mut haddr = hstart;
         while haddr < hend {
-            let mut result = hpage_collapse_scan_pmd(m, mm, haddr, false);
-            if result == Scan::Succeed {
+            let (scan, counts) = hpage_collapse_scan_pmd(m, mm, haddr, false);
+            let mut result = scan;
+            let mut collapse = None;
+            if scan == Scan::Succeed {
                 result = collapse_huge_page(m, mm, &vma, haddr, false);
+                collapse = Some(result);
             }
+            trace_range(
+                m,
+                Collapser::MadviseCollapse,
+                mm,
+                haddr,
+                scan,
+                counts,
+                collapse,
+            );
             match result {
                 Scan::Succeed | Scan::PmdMapped => thps += 1,
                 // The whitelisted results: go on with the next range.
@@ -258,7 +404,8 @@ pub fn madvise_collapse(
         }
         if hstart < hend && thps != (hend - hstart) / PMD_SIZE {
             // thps falls short only after a failure.
-            return Err(madvise_collapse_errno(last_fail.unwrap_or(Scan::Succeed)));
+            let last = last_fail.unwrap_or(Scan::Succeed);
+            return Err((madvise_collapse_errno(last), Some(last)));
         }
     }
     Ok(())

@@ -10,8 +10,16 @@
 //! mm/page_alloc.c `__alloc_pages`, mm/compaction.c, mm/memcontrol.c
 //! `mem_cgroup_charge`); Linux has tracepoints for some (`mm_page_alloc`,
 //! `mm_compaction_end`) and none for the order choice itself.
+//!
+//! Collapses are recorded too, outside faults: every PMD range khugepaged
+//! or MADV_COLLAPSE scanned (mm/khugepaged.c `hpage_collapse_scan_pmd`,
+//! what it counted and its `enum scan_result`), the collapse that followed
+//! (`collapse_huge_page`), the VMAs passed over and why, and what
+//! `madvise_collapse` returned. Linux's `mm_khugepaged_scan_pmd` and
+//! `mm_collapse_huge_page` tracepoints say about as much.
 
 use crate::gfp::Gfp;
+use crate::khugepaged::Scan;
 use crate::Machine;
 use serde::Serialize;
 use std::fmt::Write;
@@ -121,10 +129,86 @@ pub struct FaultTrace {
     pub steps: Vec<Step>,
 }
 
+/// Who collapses a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Collapser {
+    /// The khugepaged thread (khugepaged_scan_mm_slot), under its limits.
+    Khugepaged,
+    /// madvise(MADV_COLLAPSE) (madvise_collapse), without them.
+    MadviseCollapse,
+}
+
+/// What hpage_collapse_scan_pmd counted in a range's PTE table before it
+/// stopped: at the first PTE over a limit, or at the end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct ScanCounts {
+    /// PTEs looked at (512 when the scan went through).
+    pub ptes: u64,
+    /// pte_none or the zero page.
+    pub none_or_zero: u64,
+    /// Pages whose folio is maybe mapped shared.
+    pub shared: u64,
+    /// khugepaged's max_ptes_none and max_ptes_shared; `None` for
+    /// MADV_COLLAPSE, which applies neither.
+    pub max_ptes_none: Option<u64>,
+    pub max_ptes_shared: Option<u64>,
+}
+
+/// Why a collapse passed over (khugepaged) or refused (MADV_COLLAPSE,
+/// EINVAL) a whole VMA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VmaVerdict {
+    /// thp_vma_allowable_order: the tunables, MADV_NOHUGEPAGE or
+    /// PR_SET_THP_DISABLE rule the PMD order out.
+    NotAllowed,
+    /// No anon_vma: nothing but read faults (the zero page) so far.
+    NoAnonVma,
+    /// No naturally aligned 2M range fits in the VMA.
+    NoAlignedRange,
+}
+
+/// One thing a collapse did, in the order it did it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "step", rename_all = "snake_case")]
+pub enum CollapseStep {
+    /// khugepaged_do_scan did nothing: hugepage_pmd_enabled is false (the
+    /// PMD size is disabled, so the thread is stopped).
+    Stopped,
+    /// A VMA passed over (khugepaged) or refused (MADV_COLLAPSE).
+    Vma {
+        by: Collapser,
+        mm_id: u32,
+        start: u64,
+        end: u64,
+        verdict: VmaVerdict,
+    },
+    /// A PMD range: hpage_collapse_scan_pmd's result and counts, then, if
+    /// it qualified, collapse_huge_page's result and gfp.
+    Range {
+        by: Collapser,
+        mm_id: u32,
+        haddr: u64,
+        scan: Scan,
+        counts: Option<ScanCounts>,
+        collapse: Option<(Gfp, Scan)>,
+    },
+    /// madvise_collapse returned: 0, or the errno madvise_collapse_errno
+    /// gives for the last failure.
+    Return {
+        mm_id: u32,
+        last_fail: Option<Scan>,
+        errno: Option<&'static str>,
+    },
+}
+
 /// What a traced run recorded, fault by fault.
 #[derive(Default)]
 pub struct Trace {
     pub faults: Vec<FaultTrace>,
+    /// What khugepaged and MADV_COLLAPSE did, in order.
+    pub collapses: Vec<CollapseStep>,
     /// Inside a fault: allocations elsewhere (khugepaged, MADV_COLLAPSE)
     /// belong to no fault and are not recorded.
     in_fault: bool,
@@ -165,6 +249,14 @@ impl Machine {
     pub fn trace_fault_end(&mut self) {
         if let Some(t) = &mut self.trace {
             t.in_fault = false;
+        }
+    }
+
+    /// One step of a collapse; `step` is built only when tracing.
+    #[inline]
+    pub fn trace_collapse(&mut self, step: impl FnOnce() -> CollapseStep) {
+        if let Some(t) = &mut self.trace {
+            t.collapses.push(step());
         }
     }
 
@@ -354,6 +446,135 @@ impl Step {
         }
         s
     }
+}
+
+impl VmaVerdict {
+    fn describe(self) -> &'static str {
+        match self {
+            VmaVerdict::NotAllowed => "thp_vma_allowable_order: the PMD order is not allowed",
+            VmaVerdict::NoAnonVma => "no anon_vma (only read faults so far)",
+            VmaVerdict::NoAlignedRange => "no aligned 2M range fits in it",
+        }
+    }
+}
+
+impl Collapser {
+    /// The kernel function that drives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collapser::Khugepaged => "khugepaged",
+            Collapser::MadviseCollapse => "madvise_collapse",
+        }
+    }
+}
+
+impl CollapseStep {
+    /// The step in words, named after the kernel functions and results;
+    /// `at` names an address of the step's mm (`proc region+offset`).
+    pub fn describe(&self, at: impl Fn(u32, u64) -> String) -> Vec<String> {
+        match self {
+            CollapseStep::Stopped => vec![
+                "khugepaged_do_scan: hugepage_pmd_enabled is false (the PMD size is disabled): \
+                 the thread does not run"
+                    .into(),
+            ],
+            CollapseStep::Vma {
+                by,
+                mm_id,
+                start,
+                end,
+                verdict,
+            } => {
+                let what = match by {
+                    Collapser::Khugepaged => "khugepaged_scan_mm_slot passes over the VMA",
+                    Collapser::MadviseCollapse => "madvise_collapse refuses the VMA (EINVAL)",
+                };
+                vec![format!(
+                    "{what} at {} ({}): {}",
+                    at(*mm_id, *start),
+                    hugelab_workload::Size(end - start),
+                    verdict.describe()
+                )]
+            }
+            CollapseStep::Range {
+                scan,
+                counts,
+                collapse,
+                ..
+            } => {
+                let mut v = vec![describe_scan(*scan, counts.as_ref())];
+                if let Some((gfp, result)) = collapse {
+                    let outcome = match result {
+                        Scan::Succeed => "SCAN_SUCCEED: the range is now one 2M THP".to_string(),
+                        Scan::AllocHugePageFail => {
+                            "no free 2M block: SCAN_ALLOC_HUGE_PAGE_FAIL (thp_collapse_alloc_failed)"
+                                .to_string()
+                        }
+                        Scan::CgroupChargeFail => {
+                            "the charge failed: SCAN_CGROUP_CHARGE_FAIL".to_string()
+                        }
+                        other => other.name().to_string(),
+                    };
+                    v.push(format!(
+                        "collapse_huge_page(__alloc_pages(order 9, {})): {outcome}",
+                        gfp.describe()
+                    ));
+                }
+                v
+            }
+            CollapseStep::Return {
+                last_fail, errno, ..
+            } => vec![match (errno, last_fail) {
+                (None, _) => "madvise_collapse returns 0: every range is PMD-mapped".into(),
+                (Some(e), Some(r)) => format!(
+                    "madvise_collapse returns {e} (madvise_collapse_errno({}))",
+                    r.name()
+                ),
+                (Some(e), None) => format!("madvise_collapse returns {e}"),
+            }],
+        }
+    }
+}
+
+/// hpage_collapse_scan_pmd's verdict with what it counted.
+fn describe_scan(scan: Scan, counts: Option<&ScanCounts>) -> String {
+    let mut s = String::from("hpage_collapse_scan_pmd: ");
+    let Some(c) = counts else {
+        // Decided by find_pmd_or_thp_or_none, before any PTE.
+        let why = match scan {
+            Scan::PmdNull => "no page table above the range",
+            Scan::PmdNone => "no PTE table in the range (nothing mapped)",
+            Scan::PmdMapped => "already mapped by a PMD",
+            _ => "",
+        };
+        let _ = write!(s, "{why}: {}", scan.name());
+        return s;
+    };
+    let _ = write!(
+        s,
+        "{} of 512 PTEs scanned: {} none or zero",
+        c.ptes, c.none_or_zero
+    );
+    match (c.max_ptes_none, c.max_ptes_shared) {
+        (Some(none), Some(shared)) => {
+            let _ = write!(
+                s,
+                " (max_ptes_none {none}), {} shared (max_ptes_shared {shared})",
+                c.shared
+            );
+        }
+        _ => {
+            let _ = write!(s, ", {} shared (MADV_COLLAPSE applies no limit)", c.shared);
+        }
+    }
+    let why = match scan {
+        Scan::ExceedNonePte => "; more none or zero PTEs than max_ptes_none: ",
+        Scan::ExceedSharedPte => "; more shared PTEs than max_ptes_shared: ",
+        Scan::PageCount => "; a page has references beyond its mappings (a pin): ",
+        _ => ": ",
+    };
+    let _ = write!(s, "{why}{}", scan.name());
+    s
 }
 
 /// Faults with the same chain of decisions, in the order first seen.

@@ -107,6 +107,17 @@ pub struct Field {
     pub reported: Reported,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound: Option<Bound>,
+    /// What the counter means, in a few words (after the kernel's
+    /// documentation: admin-guide/mm/transhuge.rst, filesystems/proc.rst,
+    /// admin-guide/cgroup-v2.rst, admin-guide/mm/hugetlbpage.rst).
+    pub what: &'static str,
+}
+
+impl Field {
+    /// The field with its meaning.
+    const fn means(self, what: &'static str) -> Field {
+        Field { what, ..self }
+    }
 }
 
 /// A part of a counter name.
@@ -162,6 +173,7 @@ const fn event(name: &'static str) -> Field {
         unit: Unit::Count,
         reported: Reported::SinceStart,
         bound: None,
+        what: "",
     }
 }
 
@@ -180,6 +192,7 @@ const fn system_gauge(name: &'static str, unit: Unit) -> Field {
         unit,
         reported: Reported::SinceStart,
         bound: None,
+        what: "",
     }
 }
 
@@ -190,6 +203,7 @@ const fn absolute(name: &'static str, unit: Unit) -> Field {
         unit,
         reported: Reported::Absolute,
         bound: None,
+        what: "",
     }
 }
 
@@ -201,107 +215,129 @@ const MEMMAP_SUM: &str = "HVO frees a HugeTLB page's vmemmap from boot memory (P
 
 use BoundKind::{KernelAboveModelBy, KernelAtLeastModel, KernelAtMostModel, SumWith};
 
-/// A table of fields made by one constructor with one unit.
-macro_rules! fields {
-    ($make:ident($unit:expr): $($name:literal),+ $(,)?) => {
-        &[$($make($name, $unit)),+]
-    };
-}
-
 /// /proc/vmstat: `include/linux/vm_event_item.h` (events) and the node and
 /// zone stats of `mm/vmstat.c` that concern anonymous memory, page tables,
 /// memmap and free memory.
 const VMSTAT: &[Field] = &[
-    event("pgfault"),
-    event("pgdeactivate"),
-    event("pglazyfree"),
-    event("pglazyfreed"),
-    event("oom_kill"),
-    event("thp_migration_success"),
-    event("thp_migration_fail"),
-    event("thp_migration_split"),
-    event("thp_fault_alloc"),
-    event("thp_fault_fallback"),
-    event("thp_fault_fallback_charge"),
-    event("thp_collapse_alloc"),
-    event("thp_collapse_alloc_failed"),
-    event("thp_file_alloc"),
-    event("thp_file_fallback"),
-    event("thp_file_fallback_charge"),
-    event("thp_file_mapped"),
-    event("thp_split_page"),
-    bounded("thp_split_page_failed", KernelAtLeastModel, SPLIT_ATTEMPTS),
-    event("thp_deferred_split_page"),
-    event("thp_underused_split_page"),
-    event("thp_split_pmd"),
+    event("pgfault").means("page faults of every kind, minor and major"),
+    event("pgdeactivate").means("pages moved from the active to the inactive LRU list"),
+    event("pglazyfree").means("pages MADV_FREE marked lazily freeable"),
+    event("pglazyfreed").means("lazily freeable pages reclaim freed without writing them out"),
+    event("oom_kill").means("processes the OOM killer killed"),
+    event("thp_migration_success").means("THPs migrated whole, without a split"),
+    event("thp_migration_fail").means("THPs that could be neither migrated nor split"),
+    event("thp_migration_split").means("THPs split so that their pages could be migrated"),
+    event("thp_fault_alloc").means("PMD THPs allocated and charged for a page fault"),
+    event("thp_fault_fallback")
+        .means("page faults that failed to allocate or charge a PMD THP and used smaller pages"),
+    event("thp_fault_fallback_charge")
+        .means("page faults that allocated a PMD THP but failed to charge it, used smaller pages"),
+    event("thp_collapse_alloc")
+        .means("THPs khugepaged or MADV_COLLAPSE allocated to collapse a range into"),
+    event("thp_collapse_alloc_failed")
+        .means("collapses of a range that qualified but found no THP to allocate"),
+    event("thp_file_alloc").means("shmem or file THPs allocated"),
+    event("thp_file_fallback")
+        .means("shmem or file THP allocations that failed and used small pages"),
+    event("thp_file_fallback_charge")
+        .means("shmem or file THPs allocated but not charged, small pages used instead"),
+    event("thp_file_mapped").means("shmem or file THPs mapped into a user address space"),
+    event("thp_split_page").means("THPs split into base pages (PMD mappings split with them)"),
+    bounded("thp_split_page_failed", KernelAtLeastModel, SPLIT_ATTEMPTS)
+        .means("THP splits that failed, e.g. because the page was pinned"),
+    event("thp_deferred_split_page")
+        .means("THPs queued for deferred split (partly unmapped, or to check for under-use)"),
+    event("thp_underused_split_page")
+        .means("THPs the shrinker split for more zero-filled pages than max_ptes_none"),
+    event("thp_split_pmd")
+        .means("PMD mappings split into PTEs (the THP stays whole), e.g. by a partial munmap"),
     bounded(
         "thp_scan_exceed_none_pte",
         KernelAtLeastModel,
         KHUGEPAGED_PASSES,
-    ),
-    event("thp_scan_exceed_swap_pte"),
+    )
+    .means("ranges khugepaged skipped for more none or zero-page PTEs than max_ptes_none"),
+    event("thp_scan_exceed_swap_pte")
+        .means("ranges khugepaged skipped for more swap PTEs than max_ptes_swap"),
     bounded(
         "thp_scan_exceed_share_pte",
         KernelAtLeastModel,
         KHUGEPAGED_PASSES,
-    ),
-    event("thp_split_pud"),
-    bounded("thp_zero_page_alloc", KernelAtMostModel, HUGE_ZERO_FOLIO),
-    event("thp_zero_page_alloc_failed"),
-    event("thp_swpout"),
-    event("thp_swpout_fallback"),
+    )
+    .means("ranges khugepaged skipped for more PTEs of shared pages than max_ptes_shared"),
+    event("thp_split_pud").means("PUD mappings split"),
+    bounded("thp_zero_page_alloc", KernelAtMostModel, HUGE_ZERO_FOLIO)
+        .means("allocations of the huge zero folio (not its mappings)"),
+    event("thp_zero_page_alloc_failed")
+        .means("failures to allocate the huge zero folio; small zero pages used instead"),
+    event("thp_swpout").means("THPs swapped out whole, without a split"),
+    event("thp_swpout_fallback")
+        .means("THPs split before swap-out, usually for want of contiguous swap space"),
     // mm/compaction.c and mm/migrate.c (CONFIG_COMPACTION): the model
     // compacts only when memory is fragmented (model-only scenarios).
     bounded(
         "compact_migrate_scanned",
         KernelAtLeastModel,
         BACKGROUND_COMPACTION,
-    ),
+    )
+    .means("pages compaction's migration scanner looked at"),
     bounded(
         "compact_free_scanned",
         KernelAtLeastModel,
         BACKGROUND_COMPACTION,
-    ),
+    )
+    .means("pages compaction's free scanner looked at"),
     bounded(
         "compact_isolated",
         KernelAtLeastModel,
         BACKGROUND_COMPACTION,
-    ),
-    bounded("compact_stall", KernelAtLeastModel, BACKGROUND_COMPACTION),
-    bounded("compact_fail", KernelAtLeastModel, BACKGROUND_COMPACTION),
-    bounded("compact_success", KernelAtLeastModel, BACKGROUND_COMPACTION),
+    )
+    .means("pages compaction isolated, to migrate or as targets"),
+    bounded("compact_stall", KernelAtLeastModel, BACKGROUND_COMPACTION)
+        .means("direct compactions: allocations that stopped to compact"),
+    bounded("compact_fail", KernelAtLeastModel, BACKGROUND_COMPACTION)
+        .means("direct compactions that made no free block of the order"),
+    bounded("compact_success", KernelAtLeastModel, BACKGROUND_COMPACTION)
+        .means("direct compactions that made a free block of the order"),
     bounded(
         "compact_daemon_wake",
         KernelAtLeastModel,
         BACKGROUND_COMPACTION,
-    ),
+    )
+    .means("times kcompactd woke up"),
     bounded(
         "compact_daemon_migrate_scanned",
         KernelAtLeastModel,
         BACKGROUND_COMPACTION,
-    ),
+    )
+    .means("pages kcompactd's migration scanner looked at"),
     bounded(
         "compact_daemon_free_scanned",
         KernelAtLeastModel,
         BACKGROUND_COMPACTION,
-    ),
+    )
+    .means("pages kcompactd's free scanner looked at"),
     bounded(
         "pgmigrate_success",
         KernelAtLeastModel,
         BACKGROUND_COMPACTION,
-    ),
-    bounded("pgmigrate_fail", KernelAtLeastModel, BACKGROUND_COMPACTION),
-    system_gauge("nr_free_pages", Unit::Pages),
-    system_gauge("nr_anon_pages", Unit::Pages),
+    )
+    .means("pages migrated"),
+    bounded("pgmigrate_fail", KernelAtLeastModel, BACKGROUND_COMPACTION)
+        .means("pages that failed to migrate"),
+    system_gauge("nr_free_pages", Unit::Pages).means("free pages in the buddy allocator"),
+    system_gauge("nr_anon_pages", Unit::Pages)
+        .means("pages of anonymous memory mapped into page tables"),
     // NR_ANON_THPS / HPAGE_PMD_NR: PMD-sized THPs, not pages.
-    system_gauge("nr_anon_transparent_hugepages", Unit::Folios),
-    system_gauge("nr_page_table_pages", Unit::Pages),
+    system_gauge("nr_anon_transparent_hugepages", Unit::Folios).means("anonymous PMD-sized THPs"),
+    system_gauge("nr_page_table_pages", Unit::Pages).means("pages holding page tables"),
     Field {
         bound: Some(Bound {
             kind: SumWith("nr_memmap_boot_pages"),
             why: MEMMAP_SUM,
         }),
         ..system_gauge("nr_memmap_pages", Unit::Pages)
+            .means("pages of struct page (memmap) allocated at run time")
     },
     Field {
         bound: Some(Bound {
@@ -309,71 +345,85 @@ const VMSTAT: &[Field] = &[
             why: MEMMAP_SUM,
         }),
         ..system_gauge("nr_memmap_boot_pages", Unit::Pages)
+            .means("pages of struct page (memmap) allocated at boot")
     },
 ];
 
 /// hugepages-<size>/stats/: `enum mthp_stat_item` in include/linux/huge_mm.h.
 const MTHP: &[Field] = &[
-    event("anon_fault_alloc"),
-    event("anon_fault_fallback"),
-    event("anon_fault_fallback_charge"),
+    event("anon_fault_alloc").means("folios of this size allocated and charged for a page fault"),
+    event("anon_fault_fallback")
+        .means("page faults that failed to allocate or charge this size and tried a smaller one"),
+    event("anon_fault_fallback_charge")
+        .means("page faults that allocated this size but failed to charge it"),
     // A vendor counter of some builds of these VMs (anon_beside_full).
-    event("anon_fault_declined"),
-    event("zswpout"),
-    event("swpin"),
-    event("swpin_fallback"),
-    event("swpin_fallback_charge"),
-    event("swpout"),
-    event("swpout_fallback"),
-    event("shmem_alloc"),
-    event("shmem_fallback"),
-    event("shmem_fallback_charge"),
-    event("split"),
-    bounded("split_failed", KernelAtLeastModel, SPLIT_ATTEMPTS),
-    event("split_deferred"),
-    system_gauge("nr_anon", Unit::Folios),
-    system_gauge("nr_anon_partially_mapped", Unit::Folios),
+    event("anon_fault_declined")
+        .means("faults that did not try this size (a vendor counter, not upstream)"),
+    event("zswpout").means("folios of this size swapped out to zswap whole"),
+    event("swpin").means("folios of this size swapped in whole from a swap device"),
+    event("swpin_fallback")
+        .means("swap-ins that failed to allocate or charge this size and used smaller folios"),
+    event("swpin_fallback_charge")
+        .means("swap-ins that allocated this size but failed to charge it"),
+    event("swpout").means("folios of this size swapped out whole to a swap device"),
+    event("swpout_fallback").means("folios of this size split before swap-out"),
+    event("shmem_alloc").means("shmem folios of this size allocated"),
+    event("shmem_fallback")
+        .means("shmem allocations of this size that failed and used smaller folios"),
+    event("shmem_fallback_charge").means("shmem folios of this size allocated but not charged"),
+    event("split").means("folios of this size split into smaller ones"),
+    bounded("split_failed", KernelAtLeastModel, SPLIT_ATTEMPTS)
+        .means("splits of folios of this size that failed, e.g. because of a pin"),
+    event("split_deferred").means("folios of this size put on the deferred split queue"),
+    system_gauge("nr_anon", Unit::Folios)
+        .means("anonymous folios of this size in the system, whole or partly mapped"),
+    system_gauge("nr_anon_partially_mapped", Unit::Folios)
+        .means("anonymous folios of this size partly unmapped and queued for deferred split"),
 ];
 
 /// /proc/meminfo (`fs/proc/meminfo.c`, `hugetlb_report_meminfo`).
 const MEMINFO: &[Field] = &[
-    absolute("MemTotal", Unit::Kb),
-    system_gauge("MemFree", Unit::Kb),
-    system_gauge("AnonPages", Unit::Kb),
-    system_gauge("AnonHugePages", Unit::Kb),
-    system_gauge("PageTables", Unit::Kb),
-    absolute("HugePages_Total", Unit::HugePages),
-    absolute("HugePages_Free", Unit::HugePages),
-    absolute("HugePages_Rsvd", Unit::HugePages),
-    absolute("HugePages_Surp", Unit::HugePages),
-    absolute("Hugepagesize", Unit::Kb),
-    absolute("Hugetlb", Unit::Kb),
+    absolute("MemTotal", Unit::Kb).means("usable RAM"),
+    system_gauge("MemFree", Unit::Kb).means("free RAM"),
+    system_gauge("AnonPages", Unit::Kb).means("anonymous memory mapped into page tables"),
+    system_gauge("AnonHugePages", Unit::Kb).means("anonymous memory in PMD-mapped THPs"),
+    system_gauge("PageTables", Unit::Kb).means("memory in the lowest level of page tables"),
+    absolute("HugePages_Total", Unit::HugePages)
+        .means("pages in the pool of the default HugeTLB size"),
+    absolute("HugePages_Free", Unit::HugePages).means("pages of that pool not yet allocated"),
+    absolute("HugePages_Rsvd", Unit::HugePages)
+        .means("pages of that pool reserved by a mapping but not yet faulted"),
+    absolute("HugePages_Surp", Unit::HugePages)
+        .means("pages of that pool above nr_hugepages (overcommit)"),
+    absolute("Hugepagesize", Unit::Kb).means("the default HugeTLB page size"),
+    absolute("Hugetlb", Unit::Kb).means("memory in HugeTLB pools of every size"),
 ];
 
 /// /proc/PID/smaps fields (`fs/proc/task_mmu.c` `__show_smap`), in kB.
 const SMAPS: &[Field] = &[
-    absolute("Rss", Unit::Kb),
-    absolute("Pss", Unit::Kb),
-    absolute("Shared_Clean", Unit::Kb),
-    absolute("Shared_Dirty", Unit::Kb),
-    absolute("Private_Clean", Unit::Kb),
-    absolute("Private_Dirty", Unit::Kb),
-    absolute("Anonymous", Unit::Kb),
-    absolute("LazyFree", Unit::Kb),
-    absolute("AnonHugePages", Unit::Kb),
+    absolute("Rss", Unit::Kb).means("memory resident in the mappings"),
+    absolute("Pss", Unit::Kb)
+        .means("Rss with each page divided by the number of processes mapping it"),
+    absolute("Shared_Clean", Unit::Kb).means("clean pages mapped by more than one process"),
+    absolute("Shared_Dirty", Unit::Kb).means("dirty pages mapped by more than one process"),
+    absolute("Private_Clean", Unit::Kb).means("clean pages mapped by this process only"),
+    absolute("Private_Dirty", Unit::Kb).means("dirty pages mapped by this process only"),
+    absolute("Anonymous", Unit::Kb).means("resident anonymous memory (no file behind it)"),
+    absolute("LazyFree", Unit::Kb).means("memory MADV_FREE marked lazily freeable and still clean"),
+    absolute("AnonHugePages", Unit::Kb).means("anonymous memory mapped by PMDs (PMD THPs)"),
     Field {
         bound: Some(Bound {
             kind: SumWith("Private_Hugetlb"),
             why: HUGETLB_PMD_SHARED,
         }),
-        ..absolute("Shared_Hugetlb", Unit::Kb)
+        ..absolute("Shared_Hugetlb", Unit::Kb).means("HugeTLB memory mapped shared")
     },
     Field {
         bound: Some(Bound {
             kind: SumWith("Shared_Hugetlb"),
             why: HUGETLB_PMD_SHARED,
         }),
-        ..absolute("Private_Hugetlb", Unit::Kb)
+        ..absolute("Private_Hugetlb", Unit::Kb).means("HugeTLB memory mapped privately")
     },
 ];
 
@@ -381,18 +431,28 @@ const SMAPS: &[Field] = &[
 const HUGETLB_PMD_SHARED: &str = "smaps_hugetlb_range counts a HugeTLB page as shared when hugetlb_pmd_shared() finds the refcount of the page-table page holding its entry above 1; for a 1 GiB page that is the PUD table page, which on these kernels reads above 1 in a process of its own (a page mapped once shows as Shared_Hugetlb, in most runs but not all), so only the sum is the workload's";
 
 /// The folios of a region, counted from pagemap and kpageflags.
-const FOLIOS: &[Field] = &[absolute("folios", Unit::Folios)];
+const FOLIOS: &[Field] = &[absolute("folios", Unit::Folios)
+    .means("folios of the size mapped in the region (all, by PTEs, or by a PMD)")];
 
 /// /proc/PID/stat field 10, counted over the workload's own accesses.
-const STAT: &[Field] = &[event("minflt")];
+const STAT: &[Field] = &[event("minflt").means("minor faults: faults served without I/O")];
 
-const KHUGEPAGED: &[Field] = &[event("pages_collapsed"), event("full_scans")];
+const KHUGEPAGED: &[Field] = &[
+    event("pages_collapsed").means("PMD THPs khugepaged made by collapsing a range"),
+    event("full_scans").means("passes khugepaged completed over every registered mm"),
+];
 
 /// hugepages/hugepages-<size>/ (`mm/hugetlb_sysfs.c`).
-const HUGETLB: &[Field] = fields!(absolute(Unit::HugePages):
-    "nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages",
-    "nr_overcommit_hugepages",
-);
+const HUGETLB: &[Field] = &[
+    absolute("nr_hugepages", Unit::HugePages).means("persistent pages in the pool"),
+    absolute("free_hugepages", Unit::HugePages).means("pages of the pool not allocated"),
+    absolute("resv_hugepages", Unit::HugePages)
+        .means("pages reserved by a mapping but not yet faulted"),
+    absolute("surplus_hugepages", Unit::HugePages)
+        .means("pages allocated above nr_hugepages (overcommit)"),
+    absolute("nr_overcommit_hugepages", Unit::HugePages)
+        .means("how many surplus pages may be allocated"),
+];
 
 /// memory.<file> of the cgroup (v2 names; v1's usage_in_bytes,
 /// max_usage_in_bytes and limit_in_bytes are read as current, peak and
@@ -405,27 +465,29 @@ const MEMCG: &[Field] = &[
             kind: KernelAboveModelBy(MEMCG_SLACK_KB),
             why: MEMCG_STOCK,
         }),
-        ..absolute("current", Unit::Kb)
+        ..absolute("current", Unit::Kb).means("memory charged to the cgroup now")
     },
     Field {
         bound: Some(Bound {
             kind: KernelAboveModelBy(MEMCG_SLACK_KB),
             why: MEMCG_STOCK,
         }),
-        ..absolute("peak", Unit::Kb)
+        ..absolute("peak", Unit::Kb).means("the most memory charged to the cgroup at once")
     },
-    absolute("max", Unit::Kb),
+    absolute("max", Unit::Kb).means("the cgroup's limit (memory.max)"),
     // The agent's own charge, measured when it joined (kernel backend only).
-    absolute("agent", Unit::Kb),
+    absolute("agent", Unit::Kb)
+        .means("the kernel backend's agent's own charge when it joined (kernel backend only)"),
 ];
 
 /// memory.events of the cgroup (`enum memcg_memory_event`): v2's
 /// memory.events; v1 has only oom_kill (memory.oom_control).
 const MEMCG_EVENTS: &[Field] = &[
     // MEMCG_MAX is raised once per pass of try_charge_memcg's retry loop.
-    bounded("max", KernelAtLeastModel, MEMCG_MAX_PASSES),
-    event("oom"),
-    event("oom_kill"),
+    bounded("max", KernelAtLeastModel, MEMCG_MAX_PASSES)
+        .means("times a charge hit memory.max and had to reclaim"),
+    event("oom").means("times the cgroup ran out of memory at memory.max"),
+    event("oom_kill").means("processes the OOM killer killed in the cgroup"),
 ];
 
 /// How far above the model the kernel's memory.current may read, in kB.
@@ -792,6 +854,16 @@ mod tests {
                     assert_eq!(o.bound.unwrap().kind, SumWith(x.name), "{}", x.name);
                     assert_eq!((o.kind, o.unit), (x.kind, x.unit), "{}", x.name);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn every_field_says_what_it_means_in_one_short_line() {
+        for f in FAMILIES {
+            for x in f.fields {
+                assert!(!x.what.is_empty(), "{}.{} has no meaning", f.name, x.name);
+                assert!(x.what.len() <= 80, "{}.{}: {}", f.name, x.name, x.what);
             }
         }
     }

@@ -390,15 +390,26 @@ fn vma_rows(s: &ProcessScan, all: bool) -> String {
             ]);
         }
     }
+    // Memory kpageflags reads 0 for may or may not be THP: such VMAs are
+    // listed, but counted apart, so the count of VMAs with THP memory does
+    // not depend on which 2 MiB blocks of the machine read 0.
+    let unclassified_only = with_thp.iter().filter(|v| thp_kb(&v.shape) == 0).count();
+    let also = match unclassified_only {
+        0 => String::new(),
+        n => format!(" and {n} with only memory kpageflags could not classify"),
+    };
     let head = if shown.len() < with_thp.len() {
         format!(
-            "\n{} VMAs with THP memory; the {} with the most, in address order ({} more: --vmas prints every one):\n",
-            with_thp.len(),
+            "\n{} VMAs with THP memory{also}; the {} with the most, in address order ({} more: --vmas prints every one):\n",
+            with_thp.len() - unclassified_only,
             shown.len(),
             with_thp.len() - shown.len()
         )
     } else {
-        format!("\nby VMA ({}):\n", with_thp.len())
+        format!(
+            "\nby VMA ({} with THP memory{also}):\n",
+            with_thp.len() - unclassified_only
+        )
     };
     let header = ["VMA", "figure", "kB", "%"].map(String::from);
     head + &table::render_text(&header, &rows)

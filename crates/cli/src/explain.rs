@@ -8,6 +8,7 @@
 //! first ("48 got 64K, 208 got 4K; 208 fell back"), then the table (or
 //! `--json`).
 
+use crate::table::plural;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_model::trace::{group, CollapseStep, FaultGroup, FaultTrace, Step};
@@ -246,7 +247,7 @@ impl Totals {
         let mut out = Vec::new();
         if faults > 0 {
             let got: Vec<String> = self.got.iter().map(|(w, n)| format!("{n} {w}")).collect();
-            let mut s = format!("{}: {}", plural(faults, "fault"), got.join(", "));
+            let mut s = format!("{}: {}", plural(faults, "fault", "faults"), got.join(", "));
             if self.fell_back > 0 {
                 s.push_str(&format!("; {} fell back", self.fell_back));
             }
@@ -257,7 +258,7 @@ impl Totals {
             parts.extend(self.not_collapsed.iter().map(|(r, n)| format!("{n} {r}")));
             out.push(format!(
                 "{} scanned: {}",
-                plural(self.ranges, "PMD range"),
+                plural(self.ranges, "PMD range", "PMD ranges"),
                 parts.join(", ")
             ));
         }
@@ -287,15 +288,6 @@ fn outcome_of(step: &CollapseStep) -> CollapseStep {
         *haddr = 0;
     }
     key
-}
-
-/// "1 fault", "2 faults".
-fn plural(n: u64, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }
 
 /// Collapse steps with equal outcomes in a row, together.

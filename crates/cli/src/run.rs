@@ -1,6 +1,7 @@
 //! `hugelab run`: runs workloads and prints their counters per snapshot.
 
 use crate::table;
+use crate::table::plural;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use hugelab_kernel::KernelBackend;
@@ -119,9 +120,9 @@ impl Totals {
     fn line(&self, check: bool) -> String {
         format!(
             "total: {}, {}, {}{}; expectations: {} passed, {} failed, {} not checked (unknown)\n",
-            plural(self.files, "file"),
-            plural(self.snapshots, "snapshot"),
-            plural(self.statements, "statement"),
+            plural(self.files, "file", "files"),
+            plural(self.snapshots, "snapshot", "snapshots"),
+            plural(self.statements, "statement", "statements"),
             if check {
                 " (invariants checked after each)"
             } else {
@@ -169,15 +170,6 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// "1 file", "2 files".
-fn plural(n: u64, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
-    }
 }
 
 /// One table per workload: a row per counter, a column per snapshot; with

@@ -1,5 +1,10 @@
 //! Plain-text tables: a header row, then rows, columns padded to fit.
 
+/// `n` and the noun, singular for one: `plural(2, "THP", "THPs")` is "2 THPs".
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Renders rows as a table with `|` separators, the first column left-aligned
 /// and the others right-aligned (they hold numbers).
 pub fn render(header: &[String], rows: &[Vec<String>]) -> String {

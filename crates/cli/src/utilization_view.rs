@@ -32,6 +32,7 @@
 //! With no large folio in any report, one panel says `no large folios`.
 
 use crate::svg_style::colour;
+use crate::table::plural;
 use anyhow::{bail, Context, Result};
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::utilization::{
@@ -65,10 +66,6 @@ fn kb_exact(kb: u64) -> String {
     } else {
         format!("{kb} kB ({})", fmt_kb(kb))
     }
-}
-
-fn plural(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 fn bucket_label(lo: u32, hi: u32) -> String {

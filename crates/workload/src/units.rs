@@ -43,16 +43,25 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
         }
         return u64::from_str_radix(hex, 16).map_err(|_| large());
     }
-    let digits_end = s.bytes().take_while(u8::is_ascii_digit).count();
-    let (digits, unit) = s.split_at(digits_end);
-    let unit = unit.to_ascii_lowercase();
-    let unit = unit.strip_suffix('b').unwrap_or(&unit);
-    let shift = match unit.strip_suffix('i').unwrap_or(unit) {
-        "" if unit.is_empty() => 0,
-        "k" => 10,
-        "m" => 20,
-        "g" => 30,
-        "t" => 40,
+    // The unit is the trailing non-digits, read from the end and as bytes
+    // (no lowercased copy): every statement's addresses come here, and the
+    // digits are checked once, by parse_decimal.
+    let unit_len = s.bytes().rev().take_while(|b| !b.is_ascii_digit()).count();
+    let (digits, unit) = s.split_at(s.len() - unit_len);
+    let unit = unit.as_bytes();
+    let unit = match unit {
+        [rest @ .., b'b' | b'B'] => rest,
+        u => u,
+    };
+    let shift = match unit {
+        [] => 0,
+        [k] | [k, b'i' | b'I'] => match k.to_ascii_lowercase() {
+            b'k' => 10,
+            b'm' => 20,
+            b'g' => 30,
+            b't' => 40,
+            _ => return Err(bad()),
+        },
         _ => return Err(bad()),
     };
     let n = parse_decimal(digits).ok_or_else(bad)?.ok_or_else(large)?;
@@ -78,6 +87,7 @@ mod tests {
             ("2mb", 2 << 20),
             ("2MiB", 2 << 20),
             ("2Mi", 2 << 20),
+            ("2MIB", 2 << 20),
             ("1GiB", 1 << 30),
             ("512GB", 512 << 30),
             ("1T", 1 << 40),

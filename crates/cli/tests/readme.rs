@@ -57,10 +57,15 @@ fn readme_commands() -> Vec<String> {
     commands
 }
 
-/// `hugelab ARGS` in the repository's root, where the README's paths are.
+/// `hugelab ARGS` in the repository's root, where the README's paths are,
+/// with a settings journal of this test's own: `settings restore` then
+/// answers for what this test's runs left, not for an earlier killed run's.
 fn hugelab(args: &[&str]) -> Output {
+    let state = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-state");
+    std::fs::create_dir_all(&state).expect("a state directory");
     Command::new(env!("CARGO_BIN_EXE_hugelab"))
         .args(args)
+        .env("HUGELAB_STATE_DIR", &state)
         .current_dir(repo())
         .output()
         .expect("the hugelab binary runs")

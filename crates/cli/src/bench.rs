@@ -400,8 +400,12 @@ fn state() -> std::sync::MutexGuard<'static, Option<Interrupt>> {
 
 /// Ctrl-C / SIGTERM (on the guard's signal thread, before it restores the
 /// tunables and exits): kill the run in flight, remove its group, print the
-/// runs finished so far.
+/// runs finished so far. Written with `write!`, errors ignored: a stdout
+/// whose reader has gone (`hugelab bench … | head`) must not panic here,
+/// where no unwinding reaches `closed_stdout::run` and the guard would call
+/// it a failed hook.
 fn on_interrupt() {
+    use std::io::Write;
     let Some(mut st) = state().take() else {
         return;
     };
@@ -410,13 +414,21 @@ fn on_interrupt() {
         let _ = std::fs::remove_dir(&dir);
     }
     st.result.interrupted = true;
-    eprintln!(
-        "hugelab: bench interrupted after {} runs",
-        st.result.runs.len()
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "hugelab: bench interrupted after {}",
+        crate::table::plural(st.result.runs.len() as u64, "run", "runs")
     );
     match report(&st.result, st.json) {
-        Ok(text) => print!("{text}"),
-        Err(e) => eprintln!("hugelab: {e:#}"),
+        Ok(text) => {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+        }
+        Err(e) => {
+            let _ = writeln!(err, "hugelab: {e:#}");
+        }
     }
 }
 

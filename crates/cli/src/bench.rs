@@ -22,8 +22,9 @@ use clap::Args;
 use hugelab_kernel::command::run_in_memcg;
 use hugelab_kernel::guard::SettingsGuard;
 use hugelab_kernel::{memcg, sysfs};
-use hugelab_workload::{StmtKind, Tunable};
+use hugelab_workload::Tunable;
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -73,48 +74,35 @@ struct Applied {
     values: Vec<(Tunable, String)>,
 }
 
+impl Applied {
+    /// What this setting writes to the tunable at `path`: its own value, or
+    /// `original` (the machine's value before the bench) when only other
+    /// settings name it.
+    fn value<'a>(&'a self, path: &str, original: &'a str) -> &'a str {
+        self.values
+            .iter()
+            .find(|(t, _)| t.path() == path)
+            .map_or(original, |(_, v)| v.as_str())
+    }
+}
+
+/// The union of the settings' tunables, by path: the tunable and the
+/// machine's value of it before the bench.
+type Originals = BTreeMap<String, (Tunable, String)>;
+
 pub fn main(args: BenchArgs) -> Result<ExitCode> {
     if let Some(file) = &args.from {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
-        let result: BenchResult = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not the JSON of hugelab bench", file.display()))?;
-        if let Some(path) = &args.plot {
-            write_plot(&result, path)?;
-        }
-        print!("{}", report(&result, args.json)?);
-        return Ok(ExitCode::SUCCESS);
+        return from_saved(file, &args);
     }
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
     // Everything is checked before anything changes.
-    let mut settings = Vec::new();
-    for (spec, s) in args.settings.iter().zip(parse_settings(&args.settings)?) {
-        let mut values = Vec::new();
-        for stmt in &s.workload.stmts {
-            if let StmtKind::Set { tunable, value } = &stmt.kind {
-                let file = sysfs::tunable_file(tunable);
-                if !file.exists() {
-                    bail!(
-                        "--setting '{spec}': this kernel has no {} ({} does not exist)",
-                        tunable.path(),
-                        file.display()
-                    );
-                }
-                values.push((tunable.clone(), value.to_string()));
-            }
-        }
-        settings.push(Applied {
-            name: s.name,
-            values,
-        });
-    }
+    let settings = checked_settings(&args.settings)?;
     let program = resolve(&args.command[0])?;
     let mut argv = args.command.clone();
     argv[0] = program.display().to_string();
-    // The union of the tunables, with the machine's values now.
-    let mut original: BTreeMap<String, (Tunable, String)> = BTreeMap::new();
+    let mut original = Originals::new();
     for s in &settings {
         for (t, _) in &s.values {
             let now = sysfs::read_tunable(t)?;
@@ -122,13 +110,13 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
         }
     }
     let schedule = schedule(settings.len(), args.warmup, args.runs);
-    if args.dry_run && args.json {
-        let doc = dry_run_json(&settings, &original, &schedule, &argv);
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(ExitCode::SUCCESS);
-    }
     if args.dry_run {
-        print!("{}", dry_run(&settings, &original, &schedule, &argv));
+        let plan = DryRun::new(&settings, &original, &schedule, &argv);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&plan)?);
+        } else {
+            print!("{}", plan.render());
+        }
         return Ok(ExitCode::SUCCESS);
     }
     hugelab_kernel::guard::require_root(
@@ -137,7 +125,62 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
     if memcg::hierarchy().is_none() {
         bail!("this machine has no memory cgroup controller (neither v2 nor v1 is mounted)");
     }
+    let result = run_schedule(&args, &settings, &original, &schedule, &argv)?;
+    if let Some(path) = &args.plot {
+        write_plot(&result, path)?;
+    }
+    print!("{}", report(&result, args.json)?);
+    Ok(ExitCode::SUCCESS)
+}
 
+/// `--from FILE.json`: the tables (and --plot) of a bench saved with --json.
+fn from_saved(file: &Path, args: &BenchArgs) -> Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let result: BenchResult = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not the JSON of hugelab bench", file.display()))?;
+    if let Some(path) = &args.plot {
+        write_plot(&result, path)?;
+    }
+    print!("{}", report(&result, args.json)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every `--setting`, parsed, each tunable present on this kernel.
+fn checked_settings(specs: &[String]) -> Result<Vec<Applied>> {
+    let mut settings = Vec::new();
+    for (spec, s) in specs.iter().zip(parse_settings(specs)?) {
+        for (tunable, _) in &s.sets {
+            let file = sysfs::tunable_file(tunable);
+            if !file.exists() {
+                bail!(
+                    "--setting '{spec}': this kernel has no {} ({} does not exist)",
+                    tunable.path(),
+                    file.display()
+                );
+            }
+        }
+        settings.push(Applied {
+            name: s.name,
+            values: s
+                .sets
+                .iter()
+                .map(|(t, v)| (t.clone(), v.to_string()))
+                .collect(),
+        });
+    }
+    Ok(settings)
+}
+
+/// Runs the schedule under the settings guard (the tunables restored on
+/// every ending, Ctrl-C included): the runs, their figures.
+fn run_schedule(
+    args: &BenchArgs,
+    settings: &[Applied],
+    original: &Originals,
+    schedule: &[Step],
+    argv: &[String],
+) -> Result<BenchResult> {
     let mut result = BenchResult {
         command: args.command.clone(),
         settings: settings
@@ -179,12 +222,8 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
         let kind = if step.warmup { "warm-up" } else { "run" };
         bar.set_message(format!("{} {kind} {}", s.name, step.run + 1));
         // This setting's values; the original for what only others name.
-        for (path, (t, orig)) in &original {
-            let want = s
-                .values
-                .iter()
-                .find(|(u, _)| &u.path() == path)
-                .map_or(orig.as_str(), |(_, v)| v.as_str());
+        for (path, (t, orig)) in original {
+            let want = s.value(path, orig);
             if current[path] != want {
                 guard
                     .set(t, want)
@@ -193,7 +232,7 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
             }
         }
         let group = format!("bench{n}");
-        let run = run_in_memcg(&argv, &group, args.show_output, |_, dir| {
+        let run = run_in_memcg(argv, &group, args.show_output, |_, dir| {
             if let Some(st) = state().as_mut() {
                 st.child_group = Some(dir.to_path_buf());
             }
@@ -243,11 +282,7 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     guard.restore()?;
     *state() = None;
-    if let Some(path) = &args.plot {
-        write_plot(&result, path)?;
-    }
-    print!("{}", report(&result, args.json)?);
-    Ok(ExitCode::SUCCESS)
+    Ok(result)
 }
 
 /// One run of the schedule.
@@ -294,94 +329,115 @@ fn resolve(program: &str) -> Result<PathBuf> {
         .with_context(|| format!("the command {program} is not found in PATH"))
 }
 
-fn dry_run(
-    settings: &[Applied],
-    original: &BTreeMap<String, (Tunable, String)>,
-    schedule: &[Step],
-    argv: &[String],
-) -> String {
-    let mut out = String::from("dry run: nothing is changed\n\n");
-    for (i, s) in settings.iter().enumerate() {
-        let role = if i == 0 { " (baseline)" } else { "" };
-        out.push_str(&format!("setting {}{role}:\n", s.name));
-        for (path, (_, orig)) in original {
-            let want = s
-                .values
-                .iter()
-                .find(|(u, _)| &u.path() == path)
-                .map_or(orig.as_str(), |(_, v)| v.as_str());
-            let change = if want == orig {
-                "(unchanged)".to_string()
-            } else {
-                format!("(now {orig})")
-            };
-            out.push_str(&format!("  {path} = {want} {change}\n"));
-        }
-    }
-    let root = memcg::hierarchy().map_or("no memory cgroup controller".to_string(), |(d, v)| {
-        format!("{} ({v:?})", d.display())
-    });
-    out.push_str(&format!(
-        "\n{} runs, each `{}` in a fresh memory cgroup under {root}:\n",
-        schedule.len(),
-        argv.join(" ")
-    ));
-    for st in schedule {
-        let kind = if st.warmup { "warm-up" } else { "run" };
-        out.push_str(&format!(
-            "  {} {kind} {}\n",
-            settings[st.setting].name,
-            st.run + 1
-        ));
-    }
-    out.push_str("then every tunable above is restored to its value now\n");
-    out
+/// `--dry-run`: what would be changed and run. `--json` prints it as it
+/// is; [`DryRun::render`] is the text.
+#[derive(Serialize)]
+struct DryRun {
+    dry_run: bool,
+    command: Vec<String>,
+    settings: Vec<PlannedSetting>,
+    cgroup_root: Option<CgroupRoot>,
+    runs: Vec<PlannedRun>,
 }
 
-/// `--dry-run --json`: what [`dry_run`] prints, as one document.
-fn dry_run_json(
-    settings: &[Applied],
-    original: &BTreeMap<String, (Tunable, String)>,
-    schedule: &[Step],
-    argv: &[String],
-) -> serde_json::Value {
-    let settings: Vec<serde_json::Value> = settings
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let tunables: Vec<serde_json::Value> = original
+#[derive(Serialize)]
+struct PlannedSetting {
+    name: String,
+    baseline: bool,
+    /// Every tunable any setting names: this setting's value of it, and the
+    /// machine's now.
+    tunables: Vec<PlannedValue>,
+}
+
+#[derive(Serialize)]
+struct PlannedValue {
+    tunable: String,
+    value: String,
+    now: String,
+}
+
+#[derive(Serialize)]
+struct CgroupRoot {
+    dir: PathBuf,
+    version: String,
+}
+
+#[derive(Serialize)]
+struct PlannedRun {
+    setting: String,
+    warmup: bool,
+    /// From 1.
+    run: u32,
+}
+
+impl DryRun {
+    fn new(settings: &[Applied], original: &Originals, schedule: &[Step], argv: &[String]) -> Self {
+        DryRun {
+            dry_run: true,
+            command: argv.to_vec(),
+            settings: settings
                 .iter()
-                .map(|(path, (_, now))| {
-                    let value = s
-                        .values
+                .enumerate()
+                .map(|(i, s)| PlannedSetting {
+                    name: s.name.clone(),
+                    baseline: i == 0,
+                    tunables: original
                         .iter()
-                        .find(|(u, _)| &u.path() == path)
-                        .map_or(now.as_str(), |(_, v)| v.as_str());
-                    serde_json::json!({ "tunable": path, "value": value, "now": now })
+                        .map(|(path, (_, now))| PlannedValue {
+                            tunable: path.clone(),
+                            value: s.value(path, now).to_string(),
+                            now: now.clone(),
+                        })
+                        .collect(),
                 })
-                .collect();
-            serde_json::json!({ "name": s.name, "baseline": i == 0, "tunables": tunables })
-        })
-        .collect();
-    let runs: Vec<serde_json::Value> = schedule
-        .iter()
-        .map(|st| {
-            serde_json::json!({
-                "setting": settings[st.setting]["name"],
-                "warmup": st.warmup,
-                "run": st.run + 1,
-            })
-        })
-        .collect();
-    let cgroup_root = memcg::hierarchy()
-        .map(|(dir, v)| serde_json::json!({ "dir": dir, "version": format!("{v:?}") }));
-    serde_json::json!({
-        "dry_run": true,
-        "command": argv,
-        "settings": settings,
-        "cgroup_root": cgroup_root,
-        "runs": runs,
-    })
+                .collect(),
+            cgroup_root: memcg::hierarchy().map(|(dir, v)| CgroupRoot {
+                dir,
+                version: format!("{v:?}"),
+            }),
+            runs: schedule
+                .iter()
+                .map(|st| PlannedRun {
+                    setting: settings[st.setting].name.clone(),
+                    warmup: st.warmup,
+                    run: st.run + 1,
+                })
+                .collect(),
+        }
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::from("dry run: nothing is changed\n\n");
+        for s in &self.settings {
+            let role = if s.baseline { " (baseline)" } else { "" };
+            out.push_str(&format!("setting {}{role}:\n", s.name));
+            for t in &s.tunables {
+                let change = if t.value == t.now {
+                    "(unchanged)".to_string()
+                } else {
+                    format!("(now {})", t.now)
+                };
+                out.push_str(&format!("  {} = {} {change}\n", t.tunable, t.value));
+            }
+        }
+        let root = self
+            .cgroup_root
+            .as_ref()
+            .map_or("no memory cgroup controller".to_string(), |r| {
+                format!("{} ({})", r.dir.display(), r.version)
+            });
+        out.push_str(&format!(
+            "\n{} runs, each `{}` in a fresh memory cgroup under {root}:\n",
+            self.runs.len(),
+            self.command.join(" ")
+        ));
+        for r in &self.runs {
+            let kind = if r.warmup { "warm-up" } else { "run" };
+            out.push_str(&format!("  {} {kind} {}\n", r.setting, r.run));
+        }
+        out.push_str("then every tunable above is restored to its value now\n");
+        out
+    }
 }
 
 /// What the interrupt hook needs: the group of the run in flight and the
@@ -400,8 +456,12 @@ fn state() -> std::sync::MutexGuard<'static, Option<Interrupt>> {
 
 /// Ctrl-C / SIGTERM (on the guard's signal thread, before it restores the
 /// tunables and exits): kill the run in flight, remove its group, print the
-/// runs finished so far.
+/// runs finished so far. Written with `write!`, errors ignored: a stdout
+/// whose reader has gone (`hugelab bench … | head`) must not panic here,
+/// where no unwinding reaches `closed_stdout::run` and the guard would call
+/// it a failed hook.
 fn on_interrupt() {
+    use std::io::Write;
     let Some(mut st) = state().take() else {
         return;
     };
@@ -410,13 +470,21 @@ fn on_interrupt() {
         let _ = std::fs::remove_dir(&dir);
     }
     st.result.interrupted = true;
-    eprintln!(
-        "hugelab: bench interrupted after {} runs",
-        st.result.runs.len()
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "hugelab: bench interrupted after {}",
+        crate::table::plural(st.result.runs.len() as u64, "run", "runs")
     );
     match report(&st.result, st.json) {
-        Ok(text) => print!("{text}"),
-        Err(e) => eprintln!("hugelab: {e:#}"),
+        Ok(text) => {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "{text}");
+            let _ = out.flush();
+        }
+        Err(e) => {
+            let _ = writeln!(err, "hugelab: {e:#}");
+        }
     }
 }
 

@@ -13,10 +13,10 @@ use crate::table;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_model::Model;
-use hugelab_workload::prelude::{same_variable, SettingEffect, UnderSetting};
+use hugelab_workload::prelude::{same_variable, PreludeLine, SettingEffect, UnderSetting};
 use hugelab_workload::{
-    counters, parse, run_stream, stream_file, Counters, Lookahead, RunError, SetValue, Statements,
-    StmtKind, Tunable, Workload,
+    counters, parse, run_stream, stream_file, Counters, Lookahead, Observation, RunError, SetValue,
+    Statements, StmtKind, Tunable, Workload,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -86,56 +86,26 @@ struct JsonSetting<'a> {
     /// `TUNABLE=VALUE`, as given.
     sets: Vec<String>,
     /// The workload's prelude `set` lines of the same tunables, dropped.
-    overrides: Vec<JsonLine<'a>>,
+    overrides: &'a [PreludeLine],
     /// Prelude lines that set a THP size to other than `inherit` while the
     /// setting sets `transparent_hugepage/enabled`: those sizes do not follow it.
-    not_inheriting: Vec<JsonLine<'a>>,
-}
-
-#[derive(Serialize)]
-struct JsonLine<'a> {
-    line: u32,
-    statement: &'a str,
+    not_inheriting: &'a [PreludeLine],
 }
 
 pub(crate) struct Setting {
     pub(crate) name: String,
-    /// The setting's `set` statements.
+    /// The setting's `set` statements, to run before the workload.
     pub(crate) workload: Workload,
+    /// What they set, in the order given, each tunable once.
+    pub(crate) sets: Vec<(Tunable, SetValue)>,
 }
 
 impl Setting {
-    /// What the setting sets: (tunable, value) per statement.
-    fn sets(&self) -> impl Iterator<Item = (&Tunable, &SetValue)> {
-        self.workload.stmts.iter().filter_map(|s| match &s.kind {
-            StmtKind::Set { tunable, value } => Some((tunable, value)),
-            _ => None,
-        })
-    }
-
-    /// `TUNABLE=VALUE` per statement, in order.
-    fn assignments(&self) -> Vec<String> {
-        self.workload
-            .stmts
-            .iter()
-            .filter_map(|s| match &s.kind {
-                StmtKind::Set { tunable, value } => Some(format!("{}={value}", tunable.path())),
-                _ => None,
-            })
-            .collect()
-    }
-
     /// What the setting writes, whatever the order and the alias it names.
-    fn values(&self) -> BTreeMap<Tunable, String> {
-        self.workload
-            .stmts
+    fn values(&self) -> BTreeMap<Tunable, SetValue> {
+        self.sets
             .iter()
-            .filter_map(|s| match &s.kind {
-                StmtKind::Set { tunable, value } => {
-                    Some((same_variable(tunable), value.to_string()))
-                }
-                _ => None,
-            })
+            .map(|(t, v)| (same_variable(t), *v))
             .collect()
     }
 }
@@ -175,20 +145,27 @@ pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
         text.push_str(&format!("set {tunable} {value}\n"));
     }
     let workload = parse(&format!("--setting {name}"), &text)?;
+    let sets: Vec<(Tunable, SetValue)> = workload
+        .stmts
+        .iter()
+        .filter_map(|s| match &s.kind {
+            StmtKind::Set { tunable, value } => Some((tunable.clone(), *value)),
+            _ => None,
+        })
+        .collect();
     let mut seen = BTreeSet::new();
-    for stmt in &workload.stmts {
-        if let StmtKind::Set { tunable, .. } = &stmt.kind {
-            if !seen.insert(same_variable(tunable)) {
-                bail!(
-                    "--setting '{spec}': sets {} twice (or under two names); give it one value",
-                    tunable.path()
-                );
-            }
+    for (tunable, _) in &sets {
+        if !seen.insert(same_variable(tunable)) {
+            bail!(
+                "--setting '{spec}': sets {} twice (or under two names); give it one value",
+                tunable.path()
+            );
         }
     }
     Ok(Setting {
         name: name.to_string(),
         workload,
+        sets,
     })
 }
 
@@ -214,33 +191,7 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
     let mut columns: Vec<(String, Counters)> = Vec::new();
     let mut effects: Vec<SettingEffect> = Vec::new();
     for setting in &settings {
-        // The setting's statements, then the workload's, read as a stream:
-        // the workload's prelude `set`s of the setting's tunables dropped.
-        let sets = setting.workload.stmts.iter().cloned().map(Ok);
-        let mut effect = SettingEffect::default();
-        let mut model = Model::default();
-        let none = Lookahead::default(); // the model needs none
-        let obs = match &args.file {
-            Some(path) => {
-                let stmts = stream_file(path)?;
-                let under =
-                    UnderSetting::new(stmts, &file, &setting.name, setting.sets(), &mut effect);
-                run_stream(&mut model, &file, &none, sets.chain(under))
-            }
-            None => {
-                let stmts = Statements::new(&file, BUILTIN.as_bytes());
-                let under =
-                    UnderSetting::new(stmts, &file, &setting.name, setting.sets(), &mut effect);
-                run_stream(&mut model, &file, &none, sets.chain(under))
-            }
-        };
-        let obs = match obs {
-            Ok(obs) => obs,
-            // The workload's own error (or a `set` the setting cannot hold):
-            // the same under every setting, and it names its line.
-            Err(e @ RunError::Parse(_)) => return Err(e.into()),
-            Err(e) => return Err(e).with_context(|| format!("under setting {}", setting.name)),
-        };
+        let (obs, effect) = run_under(setting, args.file.as_ref(), &file)?;
         snapshots = obs.snapshots.iter().map(|s| s.label.clone()).collect();
         let label = label.get_or_insert_with(|| {
             let first = obs.snapshots.iter().find(|s| s.line.is_some());
@@ -259,40 +210,17 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
     let summary = summarize(&columns);
     let notes = identical_columns(&settings, &columns, &label);
     if args.json {
-        let doc = JsonDoc {
-            workload: &file,
-            snapshot: &label,
+        let compared = Compared {
+            file: &file,
+            label: &label,
             snapshots: &snapshots,
-            baseline: &columns[0].0,
+            settings: &settings,
+            effects: &effects,
+            columns: &columns,
             summary: &summary,
-            settings: settings
-                .iter()
-                .zip(&effects)
-                .map(|(s, e)| JsonSetting {
-                    name: &s.name,
-                    sets: s.assignments(),
-                    overrides: e
-                        .overridden
-                        .iter()
-                        .map(|o| JsonLine {
-                            line: o.line,
-                            statement: &o.statement,
-                        })
-                        .collect(),
-                    not_inheriting: e
-                        .unreached
-                        .iter()
-                        .map(|u| JsonLine {
-                            line: u.line,
-                            statement: &u.statement,
-                        })
-                        .collect(),
-                })
-                .collect(),
             notes: &notes,
-            counters: columns.iter().map(|(n, c)| (n.as_str(), c)).collect(),
         };
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        println!("{}", serde_json::to_string_pretty(&json_doc(&compared))?);
         return Ok(ExitCode::SUCCESS);
     }
     let which = match (&args.snapshot, snapshots.len()) {
@@ -313,6 +241,80 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
     print!("{}", render_summary(&summary, &label));
     print!("{}", render(&columns, args.all, &args.counters));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The setting's statements, then the workload's (`path`, or the built-in
+/// one), read as a stream on a fresh model: the workload's prelude `set`s
+/// of the setting's tunables dropped (and said in the effect).
+fn run_under(
+    setting: &Setting,
+    path: Option<&PathBuf>,
+    file: &str,
+) -> Result<(Observation, SettingEffect)> {
+    let sets = setting.workload.stmts.iter().cloned().map(Ok);
+    let tunables = setting.sets.iter().map(|(t, v)| (t, v));
+    let mut effect = SettingEffect::default();
+    let mut model = Model::default();
+    let none = Lookahead::default(); // the model needs none
+    let obs = match path {
+        Some(path) => {
+            let stmts = stream_file(path)?;
+            let under = UnderSetting::new(stmts, file, &setting.name, tunables, &mut effect);
+            run_stream(&mut model, file, &none, sets.chain(under))
+        }
+        None => {
+            let stmts = Statements::new(file, BUILTIN.as_bytes());
+            let under = UnderSetting::new(stmts, file, &setting.name, tunables, &mut effect);
+            run_stream(&mut model, file, &none, sets.chain(under))
+        }
+    };
+    match obs {
+        Ok(obs) => Ok((obs, effect)),
+        // The workload's own error (or a `set` the setting cannot hold):
+        // the same under every setting, and it names its line.
+        Err(e @ RunError::Parse(_)) => Err(e.into()),
+        Err(e) => Err(e).with_context(|| format!("under setting {}", setting.name)),
+    }
+}
+
+/// Everything a comparison found, for [`json_doc`].
+struct Compared<'a> {
+    file: &'a str,
+    label: &'a str,
+    snapshots: &'a [String],
+    settings: &'a [Setting],
+    effects: &'a [SettingEffect],
+    columns: &'a [(String, Counters)],
+    summary: &'a [Summary],
+    notes: &'a [String],
+}
+
+/// What `--json` prints: what the tables and [`render_effect`]'s lines say.
+fn json_doc<'a>(c: &Compared<'a>) -> JsonDoc<'a> {
+    JsonDoc {
+        workload: c.file,
+        snapshot: c.label,
+        snapshots: c.snapshots,
+        baseline: &c.columns[0].0,
+        summary: c.summary,
+        settings: c
+            .settings
+            .iter()
+            .zip(c.effects)
+            .map(|(s, e)| JsonSetting {
+                name: &s.name,
+                sets: s
+                    .sets
+                    .iter()
+                    .map(|(t, v)| format!("{}={v}", t.path()))
+                    .collect(),
+                overrides: &e.overridden,
+                not_inheriting: &e.unreached,
+            })
+            .collect(),
+        notes: c.notes,
+        counters: c.columns.iter().map(|(n, c)| (n.as_str(), c)).collect(),
+    }
 }
 
 /// One line per setting that overrode a line of the workload, and one for

@@ -5,8 +5,8 @@
 //! (hugelab_model::trace); each statement's faults are grouped by their
 //! chain of decisions, its collapsed ranges by their outcome, each decision
 //! named after the kernel function that takes it. A totals line comes
-//! first ("48 got 64K, 208 got 4K; 208 fell back"), then the table (or
-//! `--json`).
+//! first ("3376 faults: 48 got 64K, 3328 got 4K; 208 fell back"), then the
+//! table (or `--json`).
 
 use crate::table::plural;
 use anyhow::{bail, Context, Result};
@@ -16,6 +16,7 @@ use hugelab_model::Model;
 use hugelab_workload::gone::Gone;
 use hugelab_workload::{run_file, Backend, BackendError, Lookahead, Reading, Stmt};
 use serde::Serialize;
+use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,9 +47,11 @@ pub struct Explained {
 /// What a statement's faults got and its collapses did, counted.
 #[derive(Default, Serialize)]
 pub struct Totals {
-    /// Faults per outcome ("got 64K", "got the zero page"), the largest
-    /// folio first.
-    pub got: Vec<(String, u64)>,
+    /// Faults per outcome ("got 64K", "got the zero page"), keyed by rank
+    /// so that the largest folio comes first however totals are added up;
+    /// serialized as a list of `[outcome, faults]`, in that order.
+    #[serde(serialize_with = "outcomes_in_order")]
+    pub got: BTreeMap<(Reverse<u32>, String), u64>,
     /// Faults that tried a larger size and fell back.
     pub fell_back: u64,
     /// PMD ranges hpage_collapse_scan_pmd looked at.
@@ -216,17 +219,24 @@ fn trace_size(order: u32) -> String {
     hugelab_model::trace::size_name(order)
 }
 
+/// `Totals::got` as the list people and scripts read: `[outcome, faults]`,
+/// the largest folio first.
+fn outcomes_in_order<S: serde::Serializer>(
+    got: &BTreeMap<(Reverse<u32>, String), u64>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(got.iter().map(|((_, what), n)| (what, n)))
+}
+
 fn totals(faults: &[FaultTrace], collapses: &[CollapseStep]) -> Totals {
-    let mut got: BTreeMap<(std::cmp::Reverse<u32>, String), u64> = BTreeMap::new();
     let mut t = Totals::default();
     for f in faults {
         let (rank, what) = outcome(f);
-        *got.entry((std::cmp::Reverse(rank), what)).or_default() += 1;
+        *t.got.entry((Reverse(rank), what)).or_default() += 1;
         if f.steps.iter().any(|s| matches!(s, Step::Fallback { .. })) {
             t.fell_back += 1;
         }
     }
-    t.got = got.into_iter().map(|((_, what), n)| (what, n)).collect();
     for c in collapses {
         let CollapseStep::Range { scan, collapse, .. } = c else {
             continue;
@@ -241,12 +251,16 @@ fn totals(faults: &[FaultTrace], collapses: &[CollapseStep]) -> Totals {
 }
 
 impl Totals {
-    /// "256 faults: 48 got 64K, 208 got 4K; 208 fell back", and "3 ranges
-    /// scanned: 2 collapsed into 2M THPs, 1 SCAN_EXCEED_NONE_PTE".
+    /// "3376 faults: 48 got 64K, 3328 got 4K; 208 fell back", and "3 PMD
+    /// ranges scanned: 2 collapsed into 2M THPs, 1 SCAN_EXCEED_NONE_PTE".
     fn lines(&self, faults: u64) -> Vec<String> {
         let mut out = Vec::new();
         if faults > 0 {
-            let got: Vec<String> = self.got.iter().map(|(w, n)| format!("{n} {w}")).collect();
+            let got: Vec<String> = self
+                .got
+                .iter()
+                .map(|((_, w), n)| format!("{n} {w}"))
+                .collect();
             let mut s = format!("{}: {}", plural(faults, "fault", "faults"), got.join(", "));
             if self.fell_back > 0 {
                 s.push_str(&format!("; {} fell back", self.fell_back));
@@ -266,11 +280,8 @@ impl Totals {
     }
 
     fn add(&mut self, other: &Totals) {
-        for (what, n) in &other.got {
-            match self.got.iter_mut().find(|(w, _)| w == what) {
-                Some((_, m)) => *m += n,
-                None => self.got.push((what.clone(), *n)),
-            }
+        for (key, n) in &other.got {
+            *self.got.entry(key.clone()).or_default() += n;
         }
         self.fell_back += other.fell_back;
         self.ranges += other.ranges;

@@ -1,6 +1,10 @@
 //! `hugelab hugetlb plan`: the vmemmap (`struct page`) memory behind HugeTLB
 //! pages, without and with the HugeTLB Vmemmap Optimization, for each page
-//! size and each HVO rule (the model's `hugetlb_vmemmap`). `hugelab hugetlb
+//! size and each HVO rule (the model's `hugetlb_vmemmap`). It plans x86-64,
+//! the machine hugelab models: 4K base pages, HugeTLB pages of 2M (PMD) and
+//! 1G (PUD). Other architectures' base pages and HugeTLB sizes (arm64's
+//! contiguous-PTE and contiguous-PMD sizes, its 16K and 64K granules) are
+//! refused rather than planned with x86-64's sizes. `hugelab hugetlb
 //! measure` is `hugetlb_measure.rs`.
 
 use crate::hugetlb_measure::MeasureArgs;
@@ -10,6 +14,9 @@ use clap::{Args, Subcommand};
 use hugelab_model::hugetlb_vmemmap::{vmemmap_plan, HvoRule, VmemmapGeometry, VmemmapPlan};
 use hugelab_workload::{HugetlbSize, Size};
 use std::process::ExitCode;
+
+/// x86-64's base page, the one the planned HugeTLB sizes go with.
+const X86_64_BASE_PAGE: u64 = 4096;
 
 #[derive(Subcommand)]
 pub enum HugetlbCommand {
@@ -28,7 +35,7 @@ pub struct PlanArgs {
     /// One HugeTLB page size (2M or 1G); both when left out.
     #[arg(long)]
     size: Option<Size>,
-    /// The base page size.
+    /// The base page size: 4K, x86-64's (the only architecture planned).
     #[arg(long, default_value = "4K")]
     base_page: Size,
     /// sizeof(struct page), in bytes.
@@ -48,9 +55,9 @@ pub fn main(cmd: HugetlbCommand) -> Result<ExitCode> {
 
 fn plan(args: PlanArgs) -> Result<ExitCode> {
     let base_page = args.base_page.bytes();
-    if !base_page.is_power_of_two() || base_page < 4096 {
+    if base_page != X86_64_BASE_PAGE {
         bail!(
-            "--base-page {} is not a page size: a power of 2 of 4K or more",
+            "--base-page {}: hugelab plans x86-64 only, whose base page is 4K (with HugeTLB pages of 2M and 1G); other architectures' page sizes are not planned",
             args.base_page
         );
     }
@@ -71,15 +78,6 @@ fn plan(args: PlanArgs) -> Result<ExitCode> {
         Some(s) => vec![s.bytes()],
         None => offered.to_vec(),
     };
-    for &size in &asked {
-        if size <= base_page {
-            bail!(
-                "--size {} is not a huge page size with --base-page {}: it must be above the base page",
-                Size(size),
-                args.base_page
-            );
-        }
-    }
     // Plan what fits: the sizes that hold at least one page.
     let sizes: Vec<u64> = asked
         .iter()

@@ -17,6 +17,7 @@ use hugelab_kernel::guard::{require_root, SettingsGuard};
 use hugelab_kernel::hugetlb::{self, HVO};
 use hugelab_kernel::sysfs;
 use hugelab_workload::Size;
+use serde::Serialize;
 use std::process::ExitCode;
 
 const SIZE_2M: u64 = 2 << 20;
@@ -101,16 +102,13 @@ pub fn main(args: MeasureArgs) -> Result<ExitCode> {
         }
         plans.push(p);
     }
-    if args.dry_run && args.json {
-        let doc = dry_run_json(&plans, &not_offered, args.warmup, args.repeat, available);
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-        return Ok(ExitCode::SUCCESS);
-    }
     if args.dry_run {
-        print!(
-            "{}",
-            dry_run(&plans, &not_offered, args.warmup, args.repeat, available)?
-        );
+        let plan = DryRun::new(&plans, &not_offered, args.warmup, args.repeat, available);
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&plan)?);
+        } else {
+            print!("{}", plan.render());
+        }
         return Ok(ExitCode::SUCCESS);
     }
     require_root(
@@ -178,73 +176,99 @@ fn sizes(asked: Option<Size>) -> Result<(Vec<u64>, Vec<String>)> {
     }
 }
 
-/// `--dry-run --json`: what [`dry_run`] prints, as one document.
-fn dry_run_json(
-    plans: &[Planned],
-    not_offered: &[String],
+/// `--dry-run`: what would be changed and measured. `--json` prints it as
+/// it is; [`DryRun::render`] is the text.
+#[derive(Serialize)]
+struct DryRun {
+    dry_run: bool,
+    sizes: Vec<PlannedPool>,
+    /// Sizes this kernel has no pool of.
+    not_measured: Vec<String>,
     warmup: u32,
     repeat: u32,
-    available: u64,
-) -> serde_json::Value {
-    let hvo_now = sysfs::read_tunable(&HVO).ok();
-    let sizes: Vec<serde_json::Value> = plans
-        .iter()
-        .map(|p| {
-            serde_json::json!({
-                "size": Size(p.size).to_string(),
-                "size_bytes": p.size,
-                "pool": hugetlb::pool(p.size_kb).path(),
-                "now": p.original,
-                "target": p.target,
-                "bytes_needed": p.bytes_needed(),
-            })
-        })
-        .collect();
-    serde_json::json!({
-        "dry_run": true,
-        "sizes": sizes,
-        "not_measured": not_offered,
-        "warmup": warmup,
-        "repeat": repeat,
-        "mem_available_bytes": available,
-        "hugetlb_optimize_vmemmap": hvo_now,
-    })
+    mem_available_bytes: u64,
+    /// `vm.hugetlb_optimize_vmemmap` now (null when it cannot be read).
+    hugetlb_optimize_vmemmap: Option<String>,
+    /// Why it cannot be read.
+    #[serde(skip)]
+    hvo_unreadable: Option<String>,
 }
 
-fn dry_run(
-    plans: &[Planned],
-    not_offered: &[String],
-    warmup: u32,
-    repeat: u32,
-    available: u64,
-) -> Result<String> {
-    let hvo_now = sysfs::read_tunable(&HVO).unwrap_or_else(|e| format!("unreadable: {e}"));
-    let mut out = String::from("dry run: nothing is changed\n\n");
-    for p in plans {
-        let pool = hugetlb::pool(p.size_kb).path();
-        out.push_str(&format!(
-            "{}: {pool} {} -> {} -> {}, {} warm-up and {repeat} measured cycles with vm.hugetlb_optimize_vmemmap 0, as many with 1, interleaved (0 then 1); needs {} of the {} MemAvailable\n",
-            Size(p.size),
-            p.original,
-            p.target,
-            p.original,
+#[derive(Serialize)]
+struct PlannedPool {
+    size: String,
+    size_bytes: u64,
+    /// The pool's tunable (`hugepages/hugepages-2048kB/nr_hugepages`).
+    pool: String,
+    now: u64,
+    target: u64,
+    bytes_needed: u64,
+}
+
+impl DryRun {
+    fn new(
+        plans: &[Planned],
+        not_offered: &[String],
+        warmup: u32,
+        repeat: u32,
+        available: u64,
+    ) -> Self {
+        let hvo = sysfs::read_tunable(&HVO);
+        DryRun {
+            dry_run: true,
+            sizes: plans
+                .iter()
+                .map(|p| PlannedPool {
+                    size: Size(p.size).to_string(),
+                    size_bytes: p.size,
+                    pool: hugetlb::pool(p.size_kb).path(),
+                    now: p.original,
+                    target: p.target,
+                    bytes_needed: p.bytes_needed(),
+                })
+                .collect(),
+            not_measured: not_offered.to_vec(),
             warmup,
-            human(p.bytes_needed()),
-            human(available),
-        ));
+            repeat,
+            mem_available_bytes: available,
+            hvo_unreadable: hvo.as_ref().err().map(|e| format!("unreadable: {e}")),
+            hugetlb_optimize_vmemmap: hvo.ok(),
+        }
     }
-    for s in not_offered {
+
+    fn render(&self) -> String {
+        let (warmup, repeat) = (self.warmup, self.repeat);
+        let mut out = String::from("dry run: nothing is changed\n\n");
+        for p in &self.sizes {
+            out.push_str(&format!(
+                "{}: {} {} -> {} -> {}, {warmup} warm-up and {repeat} measured cycles with vm.hugetlb_optimize_vmemmap 0, as many with 1, interleaved (0 then 1); needs {} of the {} MemAvailable\n",
+                p.size,
+                p.pool,
+                p.now,
+                p.target,
+                p.now,
+                human(p.bytes_needed),
+                human(self.mem_available_bytes),
+            ));
+        }
+        for s in &self.not_measured {
+            out.push_str(&format!(
+                "{s}: not measured, this kernel has no pool of it\n"
+            ));
+        }
+        out.push_str(
+            "\neach cycle: fold vmstat (/proc/sys/vm/stat_refresh) and read nr_memmap_pages, nr_memmap_boot_pages, nr_free_pages and MemFree; \
+             time the write of the target to nr_hugepages and read it back; read; time the write of the old size; read; \
+             then read, sleep as long as the grow took, and read again (the idle drift)\n",
+        );
+        let hvo = self
+            .hugetlb_optimize_vmemmap
+            .as_ref()
+            .or(self.hvo_unreadable.as_ref())
+            .map_or("", String::as_str);
         out.push_str(&format!(
-            "{s}: not measured, this kernel has no pool of it\n"
+            "then every pool above back to its size now and vm.hugetlb_optimize_vmemmap back to {hvo}\n"
         ));
+        out
     }
-    out.push_str(
-        "\neach cycle: fold vmstat (/proc/sys/vm/stat_refresh) and read nr_memmap_pages, nr_memmap_boot_pages, nr_free_pages and MemFree; \
-         time the write of the target to nr_hugepages and read it back; read; time the write of the old size; read; \
-         then read, sleep as long as the grow took, and read again (the idle drift)\n",
-    );
-    out.push_str(&format!(
-        "then every pool above back to its size now and vm.hugetlb_optimize_vmemmap back to {hvo_now}\n"
-    ));
-    Ok(out)
 }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use hugelab_kernel::KernelBackend;
 use hugelab_model::Model;
-use hugelab_workload::{counters, open, run_stream, stream_file, Backend, Lookahead, Observation};
+use hugelab_workload::{counters, run_file_counted, Observation};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -52,27 +52,11 @@ pub struct RunArgs {
 fn observe(backend: BackendName, file: &Path, check: bool) -> Result<(Observation, u64)> {
     Ok(match backend {
         BackendName::Model if check => {
-            counting_run(&mut Model::default().with_invariant_checks(), file)?
+            run_file_counted(&mut Model::default().with_invariant_checks(), file)?
         }
-        BackendName::Model => counting_run(&mut Model::default(), file)?,
-        BackendName::Kernel => kernel_run(|k| counting_run(k, file))?,
+        BackendName::Model => run_file_counted(&mut Model::default(), file)?,
+        BackendName::Kernel => kernel_run(|k| Ok(run_file_counted(k, file)?))?,
     })
-}
-
-/// `run_file`, counting the statements read (snapshots and expectations
-/// included).
-fn counting_run(backend: &mut dyn Backend, path: &Path) -> Result<(Observation, u64)> {
-    let stmts = stream_file(path)?;
-    let ahead = if backend.needs_lookahead() {
-        Lookahead::scan(stmts.file(), open(path)?)?
-    } else {
-        Lookahead::default()
-    };
-    let file = stmts.file().to_string();
-    let mut n = 0u64;
-    let counted = stmts.inspect(|s| n += u64::from(s.is_ok()));
-    let obs = run_stream(backend, &file, &ahead, counted)?;
-    Ok((obs, n))
 }
 
 /// Runs a workload file on this machine's kernel; every tunable is restored

@@ -1,6 +1,8 @@
 //! Output into a pipe whose reader has gone (`hugelab compare | head -1`):
-//! every command ends quietly, killed by SIGPIPE as a Unix filter is, and a
-//! kernel run has put the machine back first.
+//! every command ends quietly, killed by SIGPIPE as a Unix filter is; a
+//! kernel run leaves nothing behind; and a bench interrupted while its
+//! settings guard holds changed tunables restores them, its interrupt
+//! report failing to print without being taken for a failed cleanup.
 
 mod common;
 use common::{cannot_run, machine_state, state_dir};
@@ -8,6 +10,15 @@ use common::{cannot_run, machine_state, state_dir};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The tests that change machine-wide settings and look at them: one at a
+/// time.
+static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 const SCENARIO: &str = "../../scenarios/cow-fork-base-page.hlw";
 
@@ -67,8 +78,8 @@ fn model_commands_end_quietly_on_a_closed_stdout() {
 }
 
 #[test]
-fn other_panics_are_still_reported() {
-    // Bad input is still an error message and exit 2, not a silent end.
+fn bad_input_is_still_an_error_on_a_closed_stdout() {
+    // An error message on stderr and exit 2, not a silent end.
     let out = into_closed_pipe(&["run", "/nonexistent/w.hlw"], None);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/w.hlw"));
@@ -93,8 +104,13 @@ fn agents_of(runner: u32) -> Vec<String> {
     left
 }
 
+/// `run` prints only after the kernel backend has finished (tunables
+/// restored, agents reaped): what this checks is that the quiet end keeps
+/// it so, with no journal, tunable or agent left. A print that fails while
+/// a guard holds changed tunables is the bench test below.
 #[test]
-fn a_kernel_run_restores_the_machine_before_ending_on_a_closed_stdout() {
+fn a_kernel_run_into_a_closed_stdout_ends_quietly_and_leaves_nothing_behind() {
+    let _one = one_at_a_time();
     if let Some(why) = cannot_run() {
         eprintln!("skipped: the kernel backend cannot run here: {why}");
         return;
@@ -152,5 +168,81 @@ fn a_kernel_run_restores_the_machine_before_ending_on_a_closed_stdout() {
             "{args:?}: agents left"
         );
     }
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+/// hugelab's memory cgroups of the process `pid` (`hugelab.<pid>.<name>`
+/// under the v1 or v2 root).
+fn groups_of(pid: u32) -> Vec<String> {
+    let prefix = format!("hugelab.{pid}.");
+    let mut out = Vec::new();
+    for root in ["/sys/fs/cgroup/memory", "/sys/fs/cgroup"] {
+        for e in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with(&prefix) {
+                out.push(format!("{root}/{n}"));
+            }
+        }
+    }
+    out
+}
+
+/// Ctrl-C while a bench's guard holds a changed tunable and stdout's reader
+/// is gone: the interrupt hook (on the guard's signal thread) kills the run
+/// and fails to print the runs so far; the guard then restores the tunable,
+/// removes its journal and ends with 130, and says nothing of a panicked
+/// hook.
+#[test]
+fn an_interrupted_bench_restores_the_machine_while_its_stdout_is_closed() {
+    let _one = one_at_a_time();
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: the kernel backend cannot run here: {why}");
+        return;
+    }
+    if !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+        && !std::path::Path::new("/sys/fs/cgroup/memory").exists()
+    {
+        eprintln!("skipped: no memory cgroup controller");
+        return;
+    }
+    const ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+    let state = state_dir("closed-stdout-bench");
+    let found = machine_state(&state);
+    let before = common::read(ENABLED);
+    let other = if before == "always" {
+        "madvise"
+    } else {
+        "always"
+    };
+    let setting = format!("A:transparent_hugepage/enabled={other}");
+    let child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(["bench", "--runs", "100", "--warmup", "0", "--setting"])
+        .args([setting.as_str(), "--", "sleep", "0.3"])
+        .env("HUGELAB_STATE_DIR", &state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(closed_pipe()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // The setting applied, a run in flight, and one finished before it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while common::read(ENABLED) != other || groups_of(pid).is_empty() {
+        assert!(Instant::now() < deadline, "timed out waiting for a run");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(state.join("journal.json").exists(), "the guard journals");
+    // SAFETY: signals our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("interrupted; tunables restored"), "{err}");
+    assert_eq!(common::read(ENABLED), before);
+    assert_eq!(machine_state(&state), found, "a tunable left changed");
+    assert!(!state.join("journal.json").exists(), "the journal is left");
+    assert_eq!(groups_of(pid), Vec::<String>::new(), "cgroups left");
     let _ = std::fs::remove_dir_all(&state);
 }

@@ -121,3 +121,69 @@ fn hugetlb_measure_dry_run_json_lists_the_pools() {
         Some(read("/proc/sys/vm/hugetlb_optimize_vmemmap").as_str())
     );
 }
+
+/// The dry run's text and its JSON are one plan: every setting's value of
+/// every tunable, and every run, the text says as the JSON has them.
+#[test]
+fn bench_dry_run_text_says_what_its_json_has() {
+    let args = [
+        "bench",
+        "--setting",
+        "4K:transparent_hugepage/enabled=never",
+        "--setting",
+        "THP:transparent_hugepage/enabled=always,transparent_hugepage/defrag=madvise",
+        "--runs",
+        "2",
+        "--warmup",
+        "1",
+        "--dry-run",
+    ];
+    let mut with_json = args.to_vec();
+    with_json.extend(["--json", "--", "true"]);
+    let doc = json(&with_json);
+    let mut plain = args.to_vec();
+    plain.extend(["--", "true"]);
+    let o = hugelab(&plain);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    for s in doc["settings"].as_array().unwrap() {
+        let name = s["name"].as_str().unwrap();
+        let role = if s["baseline"] == true {
+            " (baseline)"
+        } else {
+            ""
+        };
+        let block = text
+            .split(&format!("setting {name}{role}:\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no setting {name} in {text}"));
+        for t in s["tunables"].as_array().unwrap() {
+            let (tunable, value, now) = (
+                t["tunable"].as_str().unwrap(),
+                t["value"].as_str().unwrap(),
+                t["now"].as_str().unwrap(),
+            );
+            let change = if value == now {
+                "(unchanged)".to_string()
+            } else {
+                format!("(now {now})")
+            };
+            let line = format!("  {tunable} = {value} {change}\n");
+            assert!(block.contains(&line), "{line:?} not in {text}");
+        }
+    }
+    let runs = doc["runs"].as_array().unwrap();
+    assert!(
+        text.contains(&format!("\n{} runs, each `", runs.len())),
+        "{text}"
+    );
+    for r in runs {
+        let kind = if r["warmup"] == true {
+            "warm-up"
+        } else {
+            "run"
+        };
+        let line = format!("  {} {kind} {}\n", r["setting"].as_str().unwrap(), r["run"]);
+        assert!(text.contains(&line), "{line:?} not in {text}");
+    }
+}

@@ -689,3 +689,30 @@ fn the_totals_line_comes_first_and_counts_fallbacks() {
         "{out}"
     );
 }
+
+#[test]
+fn the_file_total_lists_the_largest_folio_first_whatever_statement_got_it_first() {
+    // The first statement's faults get only 4K (every THP size off), a
+    // later one's 64K: the total over the file still starts with 64K.
+    let dir = std::env::temp_dir().join(format!("hugelab-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("order.hlw");
+    let text = format!(
+        "{PRELUDE}set transparent_hugepage/enabled never\n\
+         set transparent_hugepage/hugepages-64kB/enabled never\nspawn a\n\
+         a mmap small 64K align=64K\na write small\n\
+         set transparent_hugepage/hugepages-64kB/enabled always\n\
+         a mmap big 128K align=64K\na write big\n"
+    );
+    std::fs::write(&file, &text).unwrap();
+    let out = common::run(&["explain", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let out = String::from_utf8(out.stdout).unwrap();
+    assert!(out.contains("  16 faults: 16 got 4K\n"), "{out}");
+    assert!(out.contains("  2 faults: 2 got 64K\n"), "{out}");
+    let last = out.lines().last().unwrap();
+    assert_eq!(
+        last, "total over 2 statements: 18 faults: 2 got 64K, 16 got 4K",
+        "{out}"
+    );
+}

@@ -83,3 +83,24 @@ fn plan_refuses_a_page_size_hugetlb_does_not_have() {
         "hugelab: 1M holds no HugeTLB page (2M or 1G): give at least 2M\n"
     );
 }
+
+/// The plan's HugeTLB sizes are x86-64's (2M and 1G, over 4K base pages):
+/// another base page (arm64's 16K or 64K granule, whose HugeTLB sizes are
+/// others) is refused in one sentence, not planned with x86-64's sizes.
+#[test]
+fn plan_refuses_a_base_page_other_than_x86_64s() {
+    for base in ["16K", "64K", "3K"] {
+        let o = hugelab(&["hugetlb", "plan", "1T", "--base-page", base]);
+        assert_eq!(o.status.code(), Some(2), "--base-page {base}");
+        assert_eq!(
+            stderr(&o),
+            format!(
+                "hugelab: --base-page {base}: hugelab plans x86-64 only, whose base page is 4K \
+                 (with HugeTLB pages of 2M and 1G); other architectures' page sizes are not planned\n"
+            )
+        );
+        assert!(o.stdout.is_empty());
+    }
+    let o = hugelab(&["hugetlb", "plan", "1T", "--base-page", "4K"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

@@ -5,12 +5,11 @@
 //! word, so a value read here can be written back unchanged.
 
 use crate::error::{KernelError, Result};
-use hugelab_workload::{KhugepagedKnob, Tunable, VmSysctl};
+use hugelab_workload::tunables::every_tunable;
+pub use hugelab_workload::tunables::{PROC_VM, SYS_MM};
+use hugelab_workload::Tunable;
 use std::fs;
 use std::path::{Path, PathBuf};
-
-pub const SYS_MM: &str = "/sys/kernel/mm";
-pub const PROC_VM: &str = "/proc/sys/vm";
 
 /// The file a tunable lives in.
 pub fn tunable_file(t: &Tunable) -> PathBuf {
@@ -49,22 +48,9 @@ pub fn write_value(file: &Path, value: &str) -> Result<()> {
 /// sysctls. A file the running kernel does not have (the vendor knob
 /// anon_beside_full, a hugetlb size the CPU lacks) is left out.
 pub fn known_tunables() -> Vec<Tunable> {
-    let mut out = vec![
-        Tunable::ThpEnabled,
-        Tunable::ThpDefrag,
-        Tunable::ThpUseZeroPage,
-        Tunable::ThpShrinkUnderused,
-        Tunable::ThpAnonBesideFull,
-    ];
-    for size_kb in size_dirs(&Path::new(SYS_MM).join("transparent_hugepage")) {
-        out.push(Tunable::ThpSizeEnabled { size_kb });
-    }
-    out.extend(KhugepagedKnob::ALL.iter().map(|k| Tunable::Khugepaged(*k)));
-    for size_kb in size_dirs(&Path::new(SYS_MM).join("hugepages")) {
-        out.push(Tunable::HugetlbNrHugepages { size_kb });
-        out.push(Tunable::HugetlbNrOvercommit { size_kb });
-    }
-    out.extend(VmSysctl::ALL.iter().map(|s| Tunable::Sysctl(*s)));
+    let thp = size_dirs(&Path::new(SYS_MM).join("transparent_hugepage"));
+    let hugetlb = size_dirs(&Path::new(SYS_MM).join("hugepages"));
+    let mut out = every_tunable(&thp, &hugetlb);
     out.retain(|t| tunable_file(t).exists());
     out
 }

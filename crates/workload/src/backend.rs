@@ -291,6 +291,15 @@ pub fn run(backend: &mut dyn Backend, workload: &Workload) -> Result<Observation
 /// not grow with the file (see [`crate::parse::Statements`]). A backend that
 /// [needs a lookahead](Backend::needs_lookahead) gets one from a first pass.
 pub fn run_file(backend: &mut dyn Backend, path: &Path) -> Result<Observation, RunError> {
+    run_file_counted(backend, path).map(|(obs, _)| obs)
+}
+
+/// [`run_file`], and how many statements it read (snapshots and
+/// expectations included).
+pub fn run_file_counted(
+    backend: &mut dyn Backend,
+    path: &Path,
+) -> Result<(Observation, u64), RunError> {
     let stmts = stream_file(path)?;
     let ahead = if backend.needs_lookahead() {
         Lookahead::scan(stmts.file(), open(path)?)?
@@ -298,7 +307,10 @@ pub fn run_file(backend: &mut dyn Backend, path: &Path) -> Result<Observation, R
         Lookahead::default()
     };
     let file = stmts.file().to_string();
-    run_stream(backend, &file, &ahead, stmts)
+    let mut read = 0u64;
+    let counted = stmts.inspect(|s| read += u64::from(s.is_ok()));
+    let obs = run_stream(backend, &file, &ahead, counted)?;
+    Ok((obs, read))
 }
 
 /// Runs statements on `backend` as they come, to the end of `stmts`.

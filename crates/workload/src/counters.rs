@@ -225,30 +225,31 @@ const VMSTAT: &[Field] = &[
     event("pglazyfreed").means("lazily freeable pages reclaim freed without writing them out"),
     event("oom_kill").means("processes the OOM killer killed"),
     event("thp_migration_success").means("THPs migrated whole, without a split"),
-    event("thp_migration_fail").means("THPs that could be neither migrated nor split"),
+    event("thp_migration_fail")
+        .means("THPs that failed to migrate whole (split afterwards or not)"),
     event("thp_migration_split").means("THPs split so that their pages could be migrated"),
     event("thp_fault_alloc").means("PMD THPs allocated and charged for a page fault"),
     event("thp_fault_fallback")
-        .means("page faults that failed to allocate or charge a PMD THP and used smaller pages"),
+        .means("faults that failed to allocate or charge a PMD THP, or get the huge zero folio"),
     event("thp_fault_fallback_charge")
-        .means("page faults that allocated a PMD THP but failed to charge it, used smaller pages"),
+        .means("page faults that allocated a PMD THP but failed to charge it"),
     event("thp_collapse_alloc")
         .means("THPs khugepaged or MADV_COLLAPSE allocated to collapse a range into"),
     event("thp_collapse_alloc_failed")
         .means("collapses of a range that qualified but found no THP to allocate"),
-    event("thp_file_alloc").means("shmem or file THPs allocated"),
+    event("thp_file_alloc").means("shmem PMD THPs allocated (shmem only, despite the name)"),
     event("thp_file_fallback")
-        .means("shmem or file THP allocations that failed and used small pages"),
+        .means("shmem PMD THP allocations or charges that failed (shmem only)"),
     event("thp_file_fallback_charge")
-        .means("shmem or file THPs allocated but not charged, small pages used instead"),
-    event("thp_file_mapped").means("shmem or file THPs mapped into a user address space"),
-    event("thp_split_page").means("THPs split into base pages (PMD mappings split with them)"),
+        .means("shmem PMD THPs allocated but not charged (shmem only)"),
+    event("thp_file_mapped").means("shmem or file THPs mapped by a PMD at a fault"),
+    event("thp_split_page").means("PMD-sized THPs split into smaller folios"),
     bounded("thp_split_page_failed", KernelAtLeastModel, SPLIT_ATTEMPTS)
         .means("THP splits that failed, e.g. because the page was pinned"),
     event("thp_deferred_split_page")
-        .means("THPs queued for deferred split (partly unmapped, or to check for under-use)"),
+        .means("PMD THPs that became partially mapped (queued for the deferred split shrinker)"),
     event("thp_underused_split_page")
-        .means("THPs the shrinker split for more zero-filled pages than max_ptes_none"),
+        .means("fully mapped THPs split as under-used: more zero-filled pages than max_ptes_none"),
     event("thp_split_pmd")
         .means("PMD mappings split into PTEs (the THP stays whole), e.g. by a partial munmap"),
     bounded(
@@ -270,7 +271,7 @@ const VMSTAT: &[Field] = &[
         .means("allocations of the huge zero folio (not its mappings)"),
     event("thp_zero_page_alloc_failed")
         .means("failures to allocate the huge zero folio; small zero pages used instead"),
-    event("thp_swpout").means("THPs swapped out whole, without a split"),
+    event("thp_swpout").means("PMD THPs swapped out whole to a swap device, without a split"),
     event("thp_swpout_fallback")
         .means("THPs split before swap-out, usually for want of contiguous swap space"),
     // mm/compaction.c and mm/migrate.c (CONFIG_COMPACTION): the model
@@ -374,7 +375,8 @@ const MTHP: &[Field] = &[
     event("split").means("folios of this size split into smaller ones"),
     bounded("split_failed", KernelAtLeastModel, SPLIT_ATTEMPTS)
         .means("splits of folios of this size that failed, e.g. because of a pin"),
-    event("split_deferred").means("folios of this size put on the deferred split queue"),
+    event("split_deferred")
+        .means("folios of this size that became partially mapped (queued for deferred split)"),
     system_gauge("nr_anon", Unit::Folios)
         .means("anonymous folios of this size in the system, whole or partly mapped"),
     system_gauge("nr_anon_partially_mapped", Unit::Folios)
@@ -865,6 +867,25 @@ mod tests {
                 assert!(!x.what.is_empty(), "{}.{} has no meaning", f.name, x.name);
                 assert!(x.what.len() <= 80, "{}.{}: {}", f.name, x.name, x.what);
             }
+        }
+    }
+
+    /// deferred_split_folio (mm/huge_memory.c) counts THP_DEFERRED_SPLIT_PAGE
+    /// and MTHP_STAT_SPLIT_DEFERRED only when `partially_mapped` is true and
+    /// the folio was not flagged partially mapped yet: a THP queued at fault
+    /// for the under-used check counts in neither.
+    #[test]
+    fn the_deferred_split_counters_count_folios_that_became_partially_mapped() {
+        let what = |family: &str, name: &str| {
+            let f = FAMILIES.iter().find(|f| f.name == family).unwrap();
+            f.fields.iter().find(|x| x.name == name).unwrap().what
+        };
+        for w in [
+            what("vmstat", "thp_deferred_split_page"),
+            what("mthp", "split_deferred"),
+        ] {
+            assert!(w.contains("became partially mapped"), "{w}");
+            assert!(!w.contains("under-use"), "{w}");
         }
     }
 

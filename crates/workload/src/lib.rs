@@ -21,7 +21,8 @@ pub mod utilization;
 
 pub use ast::*;
 pub use backend::{
-    run, run_file, run_stream, Backend, BackendError, BackendErrorKind, Lookahead, RunError,
+    run, run_file, run_file_counted, run_stream, Backend, BackendError, BackendErrorKind,
+    Lookahead, RunError,
 };
 pub use counters::CounterKind;
 pub use observation::{

@@ -25,13 +25,14 @@
 //! per-size file keeps its own value. A setting of `transparent_hugepage/enabled`
 //! therefore does not reach a size the prelude sets to anything but `inherit`;
 //! [`UnderSetting`] reports those lines whose value differs from the
-//! setting's as [`Unreached`].
+//! setting's as [`SettingEffect::unreached`].
 //!
 //! The workload is read as a stream: the prelude needs no lookahead, since
 //! each statement is judged when it comes.
 
 use crate::ast::{SetValue, Stmt, StmtKind, ThpEnabled, ThpSizeEnabled, Tunable, VmSysctl};
 use crate::parse::ParseError;
+use serde::Serialize;
 use std::borrow::Borrow;
 
 /// The HugeTLB size `vm.nr_hugepages` sizes (default_hstate on x86-64).
@@ -60,28 +61,23 @@ fn sizes_a_pool(t: &Tunable) -> bool {
     )
 }
 
-/// A `set` line of the workload's prelude that a setting overrode.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Overridden {
+/// A `set` line of the workload's prelude.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PreludeLine {
     pub line: u32,
     /// The statement as written (canonical text: `set <tunable> <value>`).
-    pub statement: String,
-}
-
-/// A prelude line setting a THP size to something other than `inherit` and
-/// other than the value the setting gives `transparent_hugepage/enabled`:
-/// that size does not follow the setting.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unreached {
-    pub line: u32,
     pub statement: String,
 }
 
 /// What running a workload under a setting changed of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SettingEffect {
-    pub overridden: Vec<Overridden>,
-    pub unreached: Vec<Unreached>,
+    /// The prelude's `set` lines of the setting's tunables: dropped.
+    pub overridden: Vec<PreludeLine>,
+    /// Prelude lines setting a THP size to something other than `inherit`
+    /// and other than the value the setting gives
+    /// `transparent_hugepage/enabled`: that size does not follow the setting.
+    pub unreached: Vec<PreludeLine>,
 }
 
 /// The statements of a workload under a setting that sets `tunables`: its
@@ -180,7 +176,7 @@ where
                         ),
                     }));
                 }
-                self.effect.overridden.push(Overridden {
+                self.effect.overridden.push(PreludeLine {
                     line,
                     statement: s.to_string(),
                 });
@@ -196,7 +192,7 @@ where
                 _ => false,
             };
             if in_prelude && unreached {
-                self.effect.unreached.push(Unreached {
+                self.effect.unreached.push(PreludeLine {
                     line,
                     statement: s.to_string(),
                 });
@@ -251,7 +247,7 @@ mod tests {
         assert_eq!(error, None);
         assert_eq!(
             effect.overridden,
-            [Overridden {
+            [PreludeLine {
                 line: 3,
                 statement: "set transparent_hugepage/hugepages-64kB/enabled always".into()
             }]
@@ -304,7 +300,7 @@ mod tests {
         // agrees with it.
         assert_eq!(
             effect.unreached,
-            [Unreached {
+            [PreludeLine {
                 line: 2,
                 statement: "set transparent_hugepage/hugepages-2048kB/enabled always".into()
             }]

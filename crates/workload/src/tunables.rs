@@ -27,9 +27,9 @@ const TUNABLE_FORMS: [&str; 5] = [
 ];
 
 /// The directory the sysfs tunables' paths are relative to.
-pub const SYSFS_MM: &str = "/sys/kernel/mm/";
+pub const SYS_MM: &str = "/sys/kernel/mm";
 /// The directory of the `vm.<name>` sysctls.
-pub const PROC_SYS_VM: &str = "/proc/sys/vm/";
+pub const PROC_VM: &str = "/proc/sys/vm";
 
 /// Linux 6.18's other writable files in /proc/sys/vm
 /// (Documentation/admin-guide/sysctl/vm.rst) and in the THP and HugeTLB
@@ -266,9 +266,10 @@ impl FromStr for Tunable {
     /// tunable, says when the name is a kernel file hugelab does not model,
     /// or lists the accepted forms.
     fn from_str(s: &str) -> Result<Tunable, String> {
-        let name = if let Some(rest) = s.strip_prefix(SYSFS_MM) {
+        let under = |dir: &str| s.strip_prefix(dir).and_then(|r| r.strip_prefix('/'));
+        let name = if let Some(rest) = under(SYS_MM) {
             rest.to_string()
-        } else if let Some(rest) = s.strip_prefix(PROC_SYS_VM) {
+        } else if let Some(rest) = under(PROC_VM) {
             format!("vm.{rest}")
         } else {
             s.to_string()
@@ -318,26 +319,29 @@ fn parse_name(s: &str) -> Result<Option<Tunable>, String> {
     Ok(None)
 }
 
-/// Every tunable, the per-size ones at `size_kb` (64kB THPs and 2048kB
-/// HugeTLB pages when `None`).
-fn every_tunable(size_kb: Option<u64>) -> Vec<Tunable> {
+/// Every tunable, in a stable order: the THP global files, a per-size
+/// `enabled` for each of `thp_sizes_kb`, khugepaged's, the two files of the
+/// HugeTLB pool of each of `hugetlb_sizes_kb`, the vm sysctls. The kernel
+/// backend lists a machine's with the sizes it has (and keeps the files
+/// that exist); the typo check, with the size the name asked for.
+pub fn every_tunable(thp_sizes_kb: &[u64], hugetlb_sizes_kb: &[u64]) -> Vec<Tunable> {
     let mut all = vec![
         Tunable::ThpEnabled,
         Tunable::ThpDefrag,
         Tunable::ThpUseZeroPage,
         Tunable::ThpShrinkUnderused,
         Tunable::ThpAnonBesideFull,
-        Tunable::ThpSizeEnabled {
-            size_kb: size_kb.unwrap_or(64),
-        },
-        Tunable::HugetlbNrHugepages {
-            size_kb: size_kb.unwrap_or(2048),
-        },
-        Tunable::HugetlbNrOvercommit {
-            size_kb: size_kb.unwrap_or(2048),
-        },
     ];
+    all.extend(
+        thp_sizes_kb
+            .iter()
+            .map(|&size_kb| Tunable::ThpSizeEnabled { size_kb }),
+    );
     all.extend(KhugepagedKnob::ALL.map(Tunable::Khugepaged));
+    for &size_kb in hugetlb_sizes_kb {
+        all.push(Tunable::HugetlbNrHugepages { size_kb });
+        all.push(Tunable::HugetlbNrOvercommit { size_kb });
+    }
     all.extend(VmSysctl::ALL.map(Tunable::Sysctl));
     all
 }
@@ -405,7 +409,13 @@ fn unknown_tunable(s: &str, name: &str) -> String {
             return format!("{} is {what}; {models}", named(&real));
         }
     }
-    let known: Vec<String> = every_tunable(size_kb).iter().map(Tunable::path).collect();
+    // The per-size ones at the size asked for (64kB THPs and 2048kB HugeTLB
+    // pages when none).
+    let (thp, hugetlb) = (size_kb.unwrap_or(64), size_kb.unwrap_or(2048));
+    let known: Vec<String> = every_tunable(&[thp], &[hugetlb])
+        .iter()
+        .map(Tunable::path)
+        .collect();
     let nearest = known
         .iter()
         .map(|k| (crate::counters::distance(&spelled, k), k))

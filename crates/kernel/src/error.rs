@@ -58,7 +58,8 @@ const CAP_SYS_PTRACE: u32 = 19;
 /// files: /proc/PID/maps, smaps, pagemap and mem go through `mm_access`,
 /// whose `__ptrace_may_access` (kernel/ptrace.c, Linux 6.18) allows the
 /// caller whose fsuid and fsgid equal the target's uid, euid, suid and gid,
-/// egid, sgid, or who has CAP_SYS_PTRACE; then, unless the caller has
+/// egid, sgid, or who has CAP_SYS_PTRACE (in the target's user namespace,
+/// which these facts take to be ours); then, unless the caller has
 /// CAP_SYS_PTRACE, the target must be dumpable; then the security modules
 /// decide. A refusal is EACCES.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

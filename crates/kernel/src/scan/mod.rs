@@ -1,7 +1,8 @@
 //! `hugelab scan`: the huge pages of running processes — their shape as
 //! `tools/mm/thpmaps` reports it ([`shape`]), and what no tool shows: how
 //! many subpages of every large folio are zero-filled ([`content`]), which
-//! is what the under-used THP shrinker acts on.
+//! is what the deferred split shrinker's under-used test and its remap to
+//! the zero page act on.
 //!
 //! One pass per VMA, in chunks of 256 MiB of present memory read on every
 //! CPU, so memory stays bounded by the chunks and the folio table:

@@ -1,15 +1,19 @@
 //! `hugelab scan`: the huge pages of running processes — thpmaps's shape
 //! figures per VMA (or rolled up), the utilization of every large folio and
-//! what the under-used THP shrinker would give back. Live tool: uses only
+//! what the deferred split shrinker would give back. Live tool: uses only
 //! the kernel crate's readers.
+//!
+//! [`ScanReport::compute`] works every figure out once (each process's
+//! shape, report and rank); [`ScanReport::render`] and
+//! [`ScanReport::to_json`] only print them.
 
 use crate::table;
 use anyhow::{bail, Result};
 use clap::Args;
-use hugelab_kernel::scan::{self, shape::Shape, ProcessScan, ScanOptions};
-use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT};
+use hugelab_kernel::scan::{self, shape::Shape, ProcessScan, ScanOptions, VmaScan};
+use hugelab_workload::units::{PAGE_KB, PAGE_SHIFT, PMD_SHIFT};
 use hugelab_workload::utilization::{
-    utilization_report, FolioUse, UtilizationReport, DEFAULT_BUCKETS,
+    utilization_report, FolioUse, ShrinkerSettings, UtilizationReport, DEFAULT_BUCKETS,
 };
 use hugelab_workload::Size;
 use serde_json::{json, Value};
@@ -31,11 +35,11 @@ pub struct ScanArgs {
     #[arg(long)]
     rollup: bool,
     /// Show only the N processes that waste most (default with --all: 10;
-    /// else every one; in --json only when given).
+    /// else every one; in --json only when given). Not with --rollup.
     #[arg(long, value_name = "N")]
     top: Option<usize>,
     /// Print every VMA's figures (default: the 10 VMAs of each process with
-    /// the most THP memory).
+    /// the most THP memory). Not with --rollup.
     #[arg(long)]
     vmas: bool,
     /// Print every figure as JSON.
@@ -47,7 +51,8 @@ pub struct ScanArgs {
     /// Buckets of the utilization histogram.
     #[arg(long, default_value_t = DEFAULT_BUCKETS)]
     buckets: usize,
-    /// Predict the under-used shrinker at this max_ptes_none instead of the machine's.
+    /// Predict the deferred split shrinker's under-used splits at this
+    /// max_ptes_none instead of the machine's.
     #[arg(long, value_name = "N")]
     max_ptes_none: Option<u32>,
     /// Only the shape (thpmaps's figures): skip reading page contents.
@@ -60,6 +65,28 @@ pub struct ScanArgs {
 }
 
 pub fn main(args: ScanArgs) -> Result<ExitCode> {
+    let cont_orders = check_args(&args)?;
+    hugelab_kernel::guard::require_root(
+        "hugelab scan needs root: page frame numbers in /proc/PID/pagemap, /proc/kpageflags and other processes' /proc/PID/mem are root-only",
+    )?;
+    let mut settings = scan::shrinker_settings()?;
+    settings.max_ptes_none = args.max_ptes_none.unwrap_or(settings.max_ptes_none);
+    let scanned = scan_processes(&args, &cont_orders)?;
+    let report = ScanReport::compute(&args, scanned, settings, &cont_orders);
+    if let Some(path) = &args.svg {
+        report.write_svg(path)?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The argument checks that need no root: one sentence each. Returns the
+/// `--cont` orders.
+fn check_args(args: &ScanArgs) -> Result<Vec<u32>> {
     let sources = usize::from(!args.pids.is_empty())
         + usize::from(args.cgroup.is_some())
         + usize::from(args.all);
@@ -75,6 +102,17 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     if args.top == Some(0) {
         bail!("--top must be at least 1");
     }
+    if args.rollup {
+        if let Some(flag) = [(args.top.is_some(), "--top"), (args.vmas, "--vmas")]
+            .iter()
+            .find_map(|&(given, flag)| given.then_some(flag))
+        {
+            bail!("{flag} chooses what is printed per process, and --rollup prints one summary over every process: drop one of the two");
+        }
+    }
+    if let Some(n) = args.max_ptes_none.filter(|&n| n > 511) {
+        bail!("--max-ptes-none {n}: the kernel accepts 0 to 511");
+    }
     let mut cont_orders = Vec::new();
     for s in &args.cont {
         let pages = s.0 >> PAGE_SHIFT;
@@ -87,14 +125,22 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
         }
         cont_orders.push(pages.trailing_zeros());
     }
-    hugelab_kernel::guard::require_root(
-        "hugelab scan needs root: page frame numbers in /proc/PID/pagemap, /proc/kpageflags and other processes' /proc/PID/mem are root-only",
-    )?;
-    if let Some(n) = args.max_ptes_none.filter(|&n| n > 511) {
-        bail!("--max-ptes-none {n}: the kernel accepts 0 to 511");
-    }
-    let mut settings = scan::shrinker_settings()?;
-    settings.max_ptes_none = args.max_ptes_none.unwrap_or(settings.max_ptes_none);
+    Ok(cont_orders)
+}
+
+/// What was scanned, and how many processes `--all` or `--cgroup` skipped.
+struct Scanned {
+    scans: Vec<ProcessScan>,
+    /// Processes that exited during the scan.
+    gone: u64,
+    /// Processes the kernel refused to let us read.
+    denied: u64,
+    /// `--pid`: every process asked for is scanned or it is an error.
+    strict: bool,
+}
+
+/// Scans the processes the arguments select.
+fn scan_processes(args: &ScanArgs, cont_orders: &[u32]) -> Result<Scanned> {
     let strict = !args.pids.is_empty();
     let pids = if strict {
         // A pid given twice is one process: scanning it twice would count
@@ -116,173 +162,28 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     };
     let opts = ScanOptions {
         content: !args.shape_only,
-        cont_orders: cont_orders.clone(),
+        cont_orders: cont_orders.to_vec(),
         range: None,
     };
-    let mut scans = Vec::new();
-    let (mut gone, mut denied) = (0, 0);
+    let mut out = Scanned {
+        scans: Vec::new(),
+        gone: 0,
+        denied: 0,
+        strict,
+    };
     for pid in pids {
         match scan::scan_process(pid, &opts) {
             Ok(s) if !strict && s.vmas.is_empty() => {}
-            Ok(s) => scans.push(s),
-            Err(e) if !strict && scan::is_gone(&e) => gone += 1,
-            Err(e) if !strict && scan::is_denied(&e) => denied += 1,
+            Ok(s) => out.scans.push(s),
+            Err(e) if !strict && scan::is_gone(&e) => out.gone += 1,
+            Err(e) if !strict && scan::is_denied(&e) => out.denied += 1,
             Err(e) if scan::is_gone(&e) => {
                 bail!("process {pid} does not exist or exited during the scan ({e})")
             }
             Err(e) => bail!("scanning process {pid}: {e}"),
         }
     }
-    let report_of = |folios: &mut dyn Iterator<Item = &FolioUse>| {
-        utilization_report(folios, settings, args.buckets)
-    };
-    let rollup_report = report_of(&mut scans.iter().flat_map(|s| s.folios.iter()));
-    let what = match (&args.cgroup, args.all) {
-        (Some(cg), _) => format!("cgroup {}", cg.display()),
-        (None, true) => "all processes".to_string(),
-        _ => scans
-            .iter()
-            .map(|s| format!("{} ({})", s.pid, s.comm))
-            .collect::<Vec<_>>()
-            .join(", "),
-    };
-    if let Some(path) = &args.svg {
-        let title = match (scans.len(), strict) {
-            (1, true) => format!("scan of process {what}"),
-            (_, true) => format!("scan of processes {what}"),
-            (n, false) => format!("scan of {what}, {n} process(es)"),
-        };
-        crate::utilization_view::write_svg(&title, &[("scan", &rollup_report)], path)?;
-    }
-    // Without contents there is no utilization: no report, no histogram.
-    let reports: Vec<Option<UtilizationReport>> = scans
-        .iter()
-        .map(|s| (!args.shape_only).then(|| report_of(&mut s.folios.iter())))
-        .collect();
-    // The processes ranked by waste, the largest first.
-    let mut order: Vec<usize> = (0..scans.len()).collect();
-    order.sort_by_key(|&i| {
-        (
-            std::cmp::Reverse(waste(reports[i].as_ref(), &scans[i], &cont_orders)),
-            scans[i].pid,
-        )
-    });
-    let top = args.top.or((args.all && !args.json).then_some(DEFAULT_TOP));
-    let shown = top.unwrap_or(usize::MAX).min(order.len());
-    let left_out = order.len() - shown;
-    order.truncate(shown);
-    if args.json {
-        // Every process unless --top is given.
-        let left_out = if args.top.is_some() { left_out } else { 0 };
-        let procs: Vec<Value> = order
-            .iter()
-            .map(|&i| {
-                let s = &scans[i];
-                let mut p = json!({
-                    "pid": s.pid,
-                    "comm": s.comm,
-                    "shape": shape_json(&s.shape(&cont_orders)),
-                    "unclassified_kb": s.unclassified_kb(),
-                    "zero_page_kb": s.zero_page_kb(),
-                    "folio_pages": s.folio_pages,
-                });
-                if !args.rollup {
-                    p["vmas"] = s
-                        .vmas
-                        .iter()
-                        .map(|v| {
-                            let mut j = serde_json::to_value(&v.vma).unwrap_or(Value::Null);
-                            j["shape"] = shape_json(&v.shape);
-                            j["unclassified_kb"] = v.unclassified_kb.into();
-                            j["zero_page_kb"] = v.zero_page_kb.into();
-                            j
-                        })
-                        .collect();
-                    if let Some(r) = &reports[i] {
-                        p["utilization"] = serde_json::to_value(r).unwrap_or(Value::Null);
-                    }
-                }
-                p
-            })
-            .collect();
-        let mut out = json!({
-            "content_read": !args.shape_only,
-            "processes": procs,
-            "processes_left_out": left_out,
-            "exited_during_scan": gone,
-            "not_readable": denied,
-        });
-        if args.rollup {
-            let shape = rollup_shape(&scans, &cont_orders);
-            out["rollup"] = json!({
-                "shape": shape_json(&shape),
-                "unclassified_kb": scans.iter().map(ProcessScan::unclassified_kb).sum::<u64>(),
-                "zero_page_kb": scans.iter().map(ProcessScan::zero_page_kb).sum::<u64>(),
-            });
-            if !args.shape_only {
-                out["rollup"]["utilization"] = serde_json::to_value(&rollup_report)?;
-            }
-        }
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    if args.rollup {
-        // The conclusion first: the shrinker's verdict and the histogram,
-        // then thpmaps's figures.
-        let shape = rollup_shape(&scans, &cont_orders);
-        println!("rollup of {} process(es): {what}\n", scans.len());
-        if !args.shape_only {
-            print!(
-                "{}",
-                crate::utilization_view::render_table(&rollup_report, &format!("rollup of {what}"))
-            );
-            println!();
-        }
-        print!("{}", shape_table(&shape));
-        unclassified_note(scans.iter().map(ProcessScan::unclassified_kb).sum());
-    } else {
-        if scans.len() > 1 {
-            print!(
-                "{}",
-                ranking(&scans, &reports, &order, &cont_orders, args.shape_only)
-            );
-            if left_out > 0 {
-                println!(
-                    "{left_out} more process(es) waste less and are left out (--top N shows N)."
-                );
-            }
-            println!();
-        }
-        for &i in &order {
-            let s = &scans[i];
-            if args.shape_only {
-                println!("process {} ({})\n", s.pid, s.comm);
-            }
-            // What the shrinker would do and the histogram, then the
-            // process's figures, then its VMAs'.
-            if let Some(r) = &reports[i] {
-                print!(
-                    "{}",
-                    crate::utilization_view::render_table(
-                        r,
-                        &format!("process {} ({})", s.pid, s.comm)
-                    )
-                );
-                println!();
-            }
-            print!("{}", shape_table(&s.shape(&cont_orders)));
-            unclassified_note(s.unclassified_kb());
-            print!("{}", vma_rows(s, args.vmas));
-            println!();
-        }
-    }
-    if gone > 0 {
-        println!("{gone} process(es) exited during the scan and are not counted.");
-    }
-    if denied > 0 {
-        println!("{denied} process(es) refused to be read (EACCES/EPERM, e.g. another namespace's init) and are not counted.");
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(out)
 }
 
 /// VMAs of a process printed without --vmas.
@@ -290,68 +191,311 @@ const DEFAULT_VMAS: usize = 10;
 /// Processes printed by --all without --top.
 const DEFAULT_TOP: usize = 10;
 
-/// What a process wastes, for ranking: what the shrinker would give back,
-/// then the zero-filled memory of its large folios, then its THP memory
-/// (all there is without contents), in kB.
-fn waste(report: Option<&UtilizationReport>, s: &ProcessScan, cont_orders: &[u32]) -> [u64; 3] {
-    let thp = thp_kb(&s.shape(cont_orders));
-    match report {
-        Some(r) => [r.give_back.freed_kb, zero_filled_kb(r), thp],
-        None => [0, 0, thp],
+/// One scanned process with what is computed from it once: its shape, its
+/// utilization report (none without contents) and its rank.
+struct Process {
+    scan: ProcessScan,
+    shape: Shape,
+    report: Option<UtilizationReport>,
+    /// What the shrinker would give back, kB (0 without contents).
+    freed_kb: u64,
+    /// Zero-filled memory in its large folios, kB (0 without contents).
+    zero_filled_kb: u64,
+    /// Its memory in large folios, kB.
+    thp_kb: u64,
+}
+
+impl Process {
+    /// The ranking key, the largest waste first: what the shrinker would
+    /// give back, then zero-filled memory in large folios, then THP memory
+    /// (all there is without contents).
+    fn rank(&self) -> impl Ord {
+        (
+            std::cmp::Reverse([self.freed_kb, self.zero_filled_kb, self.thp_kb]),
+            self.scan.pid,
+        )
+    }
+
+    fn title(&self) -> String {
+        format!("process {} ({})", self.scan.pid, self.scan.comm)
+    }
+}
+
+/// Everything `scan` prints, computed before any of it is printed.
+struct ScanReport {
+    /// The processes shown, ranked.
+    shown: Vec<Process>,
+    /// Processes `--top` (or `--all`'s default) left out.
+    left_out: usize,
+    /// Over every process scanned: with `--rollup` (and for `--svg`).
+    rollup: Option<Rollup>,
+    /// What was scanned, for titles: the cgroup, "all processes" or the
+    /// processes.
+    what: String,
+    scanned: usize,
+    gone: u64,
+    denied: u64,
+    strict: bool,
+    content: bool,
+    /// `--top` was given (`--json` is cut only then).
+    top_given: bool,
+    all_vmas: bool,
+}
+
+/// The summary over every process scanned.
+struct Rollup {
+    shape: Shape,
+    report: Option<UtilizationReport>,
+    unclassified_kb: u64,
+    zero_page_kb: u64,
+}
+
+impl ScanReport {
+    fn compute(
+        args: &ScanArgs,
+        scanned: Scanned,
+        settings: ShrinkerSettings,
+        cont_orders: &[u32],
+    ) -> ScanReport {
+        let content = !args.shape_only;
+        let report_of = |folios: &mut dyn Iterator<Item = &FolioUse>| {
+            utilization_report(folios, settings, args.buckets)
+        };
+        let what = match (&args.cgroup, args.all) {
+            (Some(cg), _) => format!("cgroup {}", cg.display()),
+            (None, true) => "all processes".to_string(),
+            _ => scanned
+                .scans
+                .iter()
+                .map(|s| format!("{} ({})", s.pid, s.comm))
+                .collect::<Vec<_>>()
+                .join(", "),
+        };
+        let rollup = (args.rollup || args.svg.is_some()).then(|| Rollup {
+            shape: {
+                let mut shape = Shape::new(cont_orders);
+                for s in &scanned.scans {
+                    shape.add(&s.shape(cont_orders));
+                }
+                shape
+            },
+            report: content
+                .then(|| report_of(&mut scanned.scans.iter().flat_map(|s| s.folios.iter()))),
+            unclassified_kb: scanned.scans.iter().map(ProcessScan::unclassified_kb).sum(),
+            zero_page_kb: scanned.scans.iter().map(ProcessScan::zero_page_kb).sum(),
+        });
+        let scanned_n = scanned.scans.len();
+        let mut procs: Vec<Process> = scanned
+            .scans
+            .into_iter()
+            .map(|scan| {
+                let shape = scan.shape(cont_orders);
+                let report = content.then(|| report_of(&mut scan.folios.iter()));
+                Process {
+                    freed_kb: report.as_ref().map_or(0, |r| r.give_back.freed_kb),
+                    zero_filled_kb: report.as_ref().map_or(0, zero_filled_kb),
+                    thp_kb: shape.thp_kb(),
+                    scan,
+                    shape,
+                    report,
+                }
+            })
+            .collect();
+        procs.sort_by_key(Process::rank);
+        let top = args.top.or((args.all && !args.json).then_some(DEFAULT_TOP));
+        let shown = top.unwrap_or(usize::MAX).min(procs.len());
+        let left_out = procs.len() - shown;
+        procs.truncate(shown);
+        ScanReport {
+            shown: procs,
+            left_out,
+            rollup,
+            what,
+            scanned: scanned_n,
+            gone: scanned.gone,
+            denied: scanned.denied,
+            strict: scanned.strict,
+            content,
+            top_given: args.top.is_some(),
+            all_vmas: args.vmas,
+        }
+    }
+
+    /// The utilization histogram of everything scanned, into `path`.
+    fn write_svg(&self, path: &std::path::Path) -> Result<()> {
+        let Some(report) = self.rollup.as_ref().and_then(|r| r.report.as_ref()) else {
+            bail!("--svg needs the page contents");
+        };
+        let title = match (self.scanned, self.strict) {
+            (1, true) => format!("scan of process {}", self.what),
+            (_, true) => format!("scan of processes {}", self.what),
+            (n, false) => format!(
+                "scan of {}, {}",
+                self.what,
+                table::plural(n as u64, "process", "processes")
+            ),
+        };
+        crate::utilization_view::write_svg(&title, &[("scan", report)], path)
+    }
+
+    fn to_json(&self) -> Value {
+        let procs: Vec<Value> = self
+            .shown
+            .iter()
+            .map(|p| {
+                let s = &p.scan;
+                let mut j = json!({
+                    "pid": s.pid,
+                    "comm": s.comm,
+                    "shape": shape_json(&p.shape),
+                    "unclassified_kb": s.unclassified_kb(),
+                    "zero_page_kb": s.zero_page_kb(),
+                    "folio_pages": s.folio_pages,
+                });
+                if self.rollup.is_none() {
+                    j["vmas"] = s.vmas.iter().map(vma_json).collect();
+                    if let Some(r) = &p.report {
+                        j["utilization"] = serde_json::to_value(r).unwrap_or(Value::Null);
+                    }
+                }
+                j
+            })
+            .collect();
+        let mut out = json!({
+            "content_read": self.content,
+            "processes": procs,
+            // Every process unless --top is given.
+            "processes_left_out": if self.top_given { self.left_out } else { 0 },
+            "exited_during_scan": self.gone,
+            "not_readable": self.denied,
+        });
+        if let Some(r) = &self.rollup {
+            out["rollup"] = json!({
+                "shape": shape_json(&r.shape),
+                "unclassified_kb": r.unclassified_kb,
+                "zero_page_kb": r.zero_page_kb,
+            });
+            if let Some(u) = &r.report {
+                out["rollup"]["utilization"] = serde_json::to_value(u).unwrap_or(Value::Null);
+            }
+        }
+        out
+    }
+
+    /// The text, conclusion first.
+    fn render(&self) -> String {
+        let mut out = String::new();
+        if let Some(r) = &self.rollup {
+            // The shrinker's verdict and the histogram, then thpmaps's
+            // figures.
+            let n = table::plural(self.scanned as u64, "process", "processes");
+            out += &format!("rollup of {n}: {}\n\n", self.what);
+            if let Some(u) = &r.report {
+                let title = format!("rollup of {}", self.what);
+                out += &crate::utilization_view::render_table(u, &title);
+                out += "\n";
+            }
+            out += &shape_table(&r.shape);
+            out += &unclassified_note(r.unclassified_kb);
+        } else {
+            if self.scanned > 1 {
+                out += &self.ranking();
+                out += "\n";
+            }
+            for p in &self.shown {
+                // What the shrinker would do and the histogram, then the
+                // process's figures, then its VMAs'.
+                match &p.report {
+                    Some(r) => {
+                        out += &crate::utilization_view::render_table(r, &p.title());
+                        out += "\n";
+                    }
+                    None => out += &format!("{}\n\n", p.title()),
+                }
+                out += &shape_table(&p.shape);
+                out += &unclassified_note(p.scan.unclassified_kb());
+                out += &vma_rows(&p.scan, self.all_vmas);
+                out += "\n";
+            }
+        }
+        let processes = |n: u64| table::plural(n, "process", "processes");
+        if self.gone > 0 {
+            out += &format!(
+                "{} exited during the scan and {} not counted.\n",
+                processes(self.gone),
+                if self.gone == 1 { "is" } else { "are" }
+            );
+        }
+        if self.denied > 0 {
+            out += &format!(
+                "{} refused to be read (EACCES/EPERM, e.g. another namespace's init) and {} not counted.\n",
+                processes(self.denied),
+                if self.denied == 1 { "is" } else { "are" }
+            );
+        }
+        out
+    }
+
+    /// The processes shown, largest waste first, one row each, and how
+    /// many more there are.
+    fn ranking(&self) -> String {
+        let mut header = vec!["pid".to_string(), "comm".to_string()];
+        let one = self.left_out == 1;
+        let (intro, less) = if self.content {
+            header.push("shrinker gives back (kB)".into());
+            header.push("zero-filled in large folios (kB)".into());
+            (
+                "ranked by what the deferred split shrinker would give back, then by zero-filled memory in large folios",
+                if one { "wastes less" } else { "waste less" },
+            )
+        } else {
+            (
+                "ranked by THP memory (--shape-only reads no contents, so no waste)",
+                if one {
+                    "has less THP memory"
+                } else {
+                    "have less THP memory"
+                },
+            )
+        };
+        header.push("THP memory (kB)".into());
+        let rows: Vec<Vec<String>> = self
+            .shown
+            .iter()
+            .map(|p| {
+                let mut row = vec![p.scan.pid.to_string(), p.scan.comm.clone()];
+                if self.content {
+                    row.push(p.freed_kb.to_string());
+                    row.push(p.zero_filled_kb.to_string());
+                }
+                row.push(p.thp_kb.to_string());
+                row
+            })
+            .collect();
+        let mut out = format!(
+            "{} scanned, {intro}:\n{}",
+            table::plural(self.scanned as u64, "process", "processes"),
+            table::render_aligned(&header, &rows, 2)
+        );
+        if self.left_out > 0 {
+            let more = table::plural(self.left_out as u64, "more process", "more processes");
+            let are = if one { "is" } else { "are" };
+            out += &format!("{more} {less} and {are} left out (--top N shows N).\n");
+        }
+        out
     }
 }
 
 fn zero_filled_kb(r: &UtilizationReport) -> u64 {
-    r.sizes.iter().map(|z| z.zero_pages()).sum::<u64>() * (PAGE_SIZE / 1024)
+    r.sizes.iter().map(|z| z.zero_pages()).sum::<u64>() * PAGE_KB
 }
 
-/// Memory in large folios (PMD- or PTE-mapped), anon and file: thpmaps's
-/// thp figures without the --cont ones, which count the same memory again.
-fn thp_kb(s: &Shape) -> u64 {
-    [&s.anon, &s.file]
-        .iter()
-        .map(|t| {
-            let pages: u64 = t.aligned.iter().chain(&t.unaligned).sum::<u64>() + t.partial;
-            t.pmd_kb + pages * (PAGE_SIZE / 1024)
-        })
-        .sum()
-}
-
-/// The processes shown, largest waste first, one row each.
-fn ranking(
-    scans: &[ProcessScan],
-    reports: &[Option<UtilizationReport>],
-    order: &[usize],
-    cont_orders: &[u32],
-    shape_only: bool,
-) -> String {
-    let mut header = vec!["pid".to_string(), "comm".to_string()];
-    let intro = if shape_only {
-        "ranked by THP memory (--shape-only reads no contents, so no waste)"
-    } else {
-        header.push("shrinker gives back (kB)".into());
-        header.push("zero-filled in large folios (kB)".into());
-        "ranked by what the under-used THP shrinker would give back, then by zero-filled memory in large folios"
-    };
-    header.push("THP memory (kB)".into());
-    let rows: Vec<Vec<String>> = order
-        .iter()
-        .map(|&i| {
-            let s = &scans[i];
-            let mut row = vec![s.pid.to_string(), s.comm.clone()];
-            if let Some(r) = &reports[i] {
-                row.push(r.give_back.freed_kb.to_string());
-                row.push(zero_filled_kb(r).to_string());
-            }
-            row.push(thp_kb(&s.shape(cont_orders)).to_string());
-            row
-        })
-        .collect();
-    format!(
-        "{} process(es) scanned, {intro}:\n{}",
-        scans.len(),
-        table::render_aligned(&header, &rows, 2)
-    )
+fn vma_json(v: &VmaScan) -> Value {
+    let mut j = serde_json::to_value(&v.vma).unwrap_or(Value::Null);
+    j["shape"] = shape_json(&v.shape);
+    j["unclassified_kb"] = v.unclassified_kb.into();
+    j["zero_page_kb"] = v.zero_page_kb.into();
+    j
 }
 
 /// The figures of a process's VMAs: every one with --vmas, else the
@@ -361,14 +505,14 @@ fn vma_rows(s: &ProcessScan, all: bool) -> String {
     let with_thp: Vec<_> = s
         .vmas
         .iter()
-        .filter(|v| thp_kb(&v.shape) > 0 || v.unclassified_kb > 0)
+        .filter(|v| v.shape.thp_kb() > 0 || v.unclassified_kb > 0)
         .collect();
     if with_thp.is_empty() {
         return String::new();
     }
     let mut shown = with_thp.clone();
     if !all && shown.len() > DEFAULT_VMAS {
-        shown.sort_by_key(|v| std::cmp::Reverse(thp_kb(&v.shape) + v.unclassified_kb));
+        shown.sort_by_key(|v| std::cmp::Reverse(v.shape.thp_kb() + v.unclassified_kb));
         shown.truncate(DEFAULT_VMAS);
         shown.sort_by_key(|v| v.vma.start);
     }
@@ -393,7 +537,7 @@ fn vma_rows(s: &ProcessScan, all: bool) -> String {
     // Memory kpageflags reads 0 for may or may not be THP: such VMAs are
     // listed, but counted apart, so the count of VMAs with THP memory does
     // not depend on which 2 MiB blocks of the machine read 0.
-    let unclassified_only = with_thp.iter().filter(|v| thp_kb(&v.shape) == 0).count();
+    let unclassified_only = with_thp.iter().filter(|v| v.shape.thp_kb() == 0).count();
     let also = match unclassified_only {
         0 => String::new(),
         n => format!(" and {n} with only memory kpageflags could not classify"),
@@ -413,14 +557,6 @@ fn vma_rows(s: &ProcessScan, all: bool) -> String {
     };
     let header = ["VMA", "figure", "kB", "%"].map(String::from);
     head + &table::render_text(&header, &rows)
-}
-
-fn rollup_shape(scans: &[ProcessScan], cont_orders: &[u32]) -> Shape {
-    let mut shape = Shape::new(cont_orders);
-    for s in scans {
-        shape.add(&s.shape(cont_orders));
-    }
-    shape
 }
 
 fn shape_json(s: &Shape) -> Value {
@@ -463,8 +599,9 @@ fn shape_table(s: &Shape) -> String {
     table::render(&["figure", "kB", "%"].map(String::from), &rows)
 }
 
-fn unclassified_note(kb: u64) {
-    if kb > 0 {
-        println!("{kb} kB of mapped memory could not be classified: /proc/kpageflags reads 0 for it (whole 2 MiB blocks on some VMs); it is counted in no figure above.");
+fn unclassified_note(kb: u64) -> String {
+    if kb == 0 {
+        return String::new();
     }
+    format!("{kb} kB of mapped memory could not be classified: /proc/kpageflags reads 0 for it (whole 2 MiB blocks on some VMs); it is counted in no figure above.\n")
 }

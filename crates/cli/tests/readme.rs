@@ -380,7 +380,7 @@ fn check_scan_pid(out: &str) {
 /// `scan --all --top 5`: processes ranked by waste, at most 5 of them shown.
 fn check_scan_top(out: &str) {
     assert!(
-        out.contains("scanned, ranked by what the under-used THP shrinker would give back"),
+        out.contains("scanned, ranked by what the deferred split shrinker would give back"),
         "{out}"
     );
     let shown = out

@@ -237,7 +237,7 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
 /// Bad input: one sentence on stderr, exit 2, nothing on stdout.
 #[test]
 fn bad_scan_arguments_are_one_sentence() {
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["scan"], "say what to scan"),
         (&["scan", "--pid", "1", "--all"], "exactly one"),
         (&["scan", "--pid", "1", "--cont", "12K"], "--cont 12K"),
@@ -257,6 +257,15 @@ fn bad_scan_arguments_are_one_sentence() {
                 "/tmp/never.svg",
             ],
             "needs the page contents that --shape-only does not read",
+        ),
+        // --rollup prints no process or VMA on its own to choose from.
+        (
+            &["scan", "--all", "--rollup", "--top", "3"],
+            "--top chooses what is printed per process, and --rollup prints one summary",
+        ),
+        (
+            &["scan", "--pid", "1", "--rollup", "--vmas"],
+            "--vmas chooses what is printed per process",
         ),
     ];
     for (args, want) in cases {
@@ -404,7 +413,7 @@ fn scan_output_ranks_processes_and_puts_the_verdict_first() {
                 .ok_or_else(|| format!("no {what:?} in:\n{out}"))
         };
         // The ranking first: a (4088 kB) above b (2040 kB), as given last.
-        let ranked = at("2 process(es) scanned, ranked by what the under-used THP shrinker")?;
+        let ranked = at("2 processes scanned, ranked by what the deferred split shrinker")?;
         let row_a = at(&format!("| {a} "))?;
         let row_b = at(&format!("| {b} "))?;
         let block_a = at(&format!("process {a} ("))?;
@@ -467,7 +476,7 @@ fn scan_output_ranks_processes_and_puts_the_verdict_first() {
         // --top 1: a alone, and a line on b.
         let top = scan(&["--top", "1"]);
         if top.contains(&format!("process {b} ("))
-            || !top.contains("1 more process(es) waste less and are left out")
+            || !top.contains("1 more process wastes less and is left out")
         {
             return Err(format!("--top 1:\n{top}"));
         }
@@ -491,7 +500,7 @@ fn scan_output_ranks_processes_and_puts_the_verdict_first() {
                 return Err(format!("--shape-only shows {fake:?}:\n{shape}"));
             }
         }
-        if !shape.contains("ranked by THP memory") {
+        if !shape.contains("2 processes scanned, ranked by THP memory") {
             return Err(format!("--shape-only:\n{shape}"));
         }
         let shape_json = scan(&["--shape-only", "--json"]);
@@ -537,17 +546,17 @@ fn scan_all_is_ranked_and_says_how_many_it_left_out() {
     let procs = v["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 3, "{v}");
     assert!(v["processes_left_out"].as_u64().unwrap() > 0, "{v}");
-    let give_back = |p: &serde_json::Value| {
-        let g = &p["utilization"]["give_back"];
-        g["underused_kb"].as_u64().unwrap() + g["partial_kb"].as_u64().unwrap()
-    };
+    // Ranked by what the shrinker gives back (freed_kb) first.
+    let give_back =
+        |p: &serde_json::Value| p["utilization"]["give_back"]["freed_kb"].as_u64().unwrap();
     let g: Vec<u64> = procs.iter().map(give_back).collect();
     assert!(g.windows(2).all(|w| w[0] >= w[1]), "not ranked: {g:?}");
     let o = common::run(&["scan", "--all", "--top", "2"]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("process(es) scanned, ranked by"), "{out}");
+    assert!(out.contains(" processes scanned, ranked by"), "{out}");
     assert!(
-        out.contains("more process(es) waste less and are left out"),
+        out.contains(" more processes waste less and are left out")
+            || out.contains("1 more process wastes less and is left out"),
         "{out}"
     );
     assert_eq!(out.matches("THP utilization: process ").count(), 2, "{out}");

@@ -6,11 +6,17 @@
 //!
 //! The expected figures come from what the workloads write and from Linux
 //! 6.18's rules (see the scenario's header); the kernel's own counters
-//! (memory.current, smaps Rss, thp_split_page) are the judge.
+//! (memory.current, smaps Rss, the process's folios) are the judge.
+//!
+//! memory.current is compared within the registry's bound for it
+//! ([`MEMCG_SLACK_KB`]): the per-CPU charge stock and the kernel memory
+//! charged to the group (VMAs, page tables, slab, which the reclaim's
+//! drop_caches=2 also frees) move it by up to that much beside the pages.
 
 mod common;
 
 use hugelab_kernel::KernelBackend;
+use hugelab_workload::counters::MEMCG_SLACK_KB;
 use hugelab_workload::{Backend, Stmt, StmtKind, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -83,6 +89,27 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
+/// A drop of memory.current is `pages_kb` within the registry's bound:
+/// before and after each read up to MEMCG_SLACK_KB above the pages
+/// charged.
+fn assert_charge_drop(drop: i64, pages_kb: i64, what: &str) {
+    assert!(
+        (drop - pages_kb).abs() <= MEMCG_SLACK_KB,
+        "{what}: memory.current dropped by {drop} kB, not {pages_kb} kB within {MEMCG_SLACK_KB} kB"
+    );
+}
+
+/// The THPs (2048 kB folios) the process `name` maps in `regions`.
+fn thps(kb: &mut KernelBackend, name: &str, regions: &[&str]) -> i64 {
+    regions
+        .iter()
+        .map(|r| {
+            let c = format!("folios.{name}.{r}.2048kB");
+            counter(kb, &c).unwrap_or_else(|| panic!("no {c}"))
+        })
+        .sum()
+}
+
 #[test]
 fn scan_predicts_the_memory_the_split_gives_back_to_the_cgroup() {
     if let Some(why) = cannot_run() {
@@ -102,17 +129,23 @@ fn scan_predicts_the_memory_the_split_gives_back_to_the_cgroup() {
     let unclassified = u(&v["rollup"]["unclassified_kb"]);
     let current = "memcg.g.memory.current";
     let (cur0, rss0) = (counter(&mut kb, current), counter(&mut kb, "smaps.a.Rss"));
+    let splits0 = counter(&mut kb, "vmstat.thp_split_page");
     run_until(&mut kb, &stmts[at..], "after");
     let (cur1, rss1) = (counter(&mut kb, current), counter(&mut kb, "smaps.a.Rss"));
-    let splits = counter(&mut kb, "vmstat.thp_split_page");
+    let splits = counter(&mut kb, "vmstat.thp_split_page").unwrap() - splits0.unwrap();
+    let thps_left = thps(&mut kb, "a", &["buf", "sparse"]);
     kb.finish().unwrap();
 
     // The kernel: 17 partially mapped THPs and one under-used one split;
     // 4352 unmapped and 766 zero-filled pages freed, 766 off the Rss.
-    assert_eq!(splits, Some(18));
+    // thp_split_page is machine-wide, and the same reclaim splits the
+    // queued THPs of every other process too: at least a's 18, and a is
+    // left with none.
+    assert!(splits >= 18, "thp_split_page rose by {splits}");
+    assert_eq!(thps_left, 0, "a's THPs after the reclaim");
     let (cur0, cur1) = (cur0.expect("memory.current read"), cur1.unwrap());
     let (rss0, rss1) = (rss0.unwrap(), rss1.unwrap());
-    assert_eq!(cur0 - cur1, (4352 + 766) * 4, "memory.current drop");
+    assert_charge_drop(cur0 - cur1, (4352 + 766) * 4, "the reclaim");
     assert_eq!(rss0 - rss1, 766 * 4, "Rss drop");
     if unclassified > 0 {
         // kpageflags reads 0 for some 2 MiB blocks on these VMs: a
@@ -125,7 +158,8 @@ fn scan_predicts_the_memory_the_split_gives_back_to_the_cgroup() {
     assert_eq!(u(&g["partial_folios"]), 17, "{g}");
     assert_eq!(u(&g["underused_folios"]), 1, "{g}");
     assert_eq!(u(&g["partial_unmapped_kb"]), 4352 * 4, "{g}");
-    assert_eq!(u(&g["freed_kb"]) as i64, cur0 - cur1, "{g}");
+    assert_eq!(u(&g["freed_kb"]), (4352 + 766) * 4, "{g}");
+    assert_charge_drop(cur0 - cur1, u(&g["freed_kb"]) as i64, "the prediction");
     assert_eq!(u(&g["rss_kb"]) as i64, rss0 - rss1, "{g}");
 }
 
@@ -210,6 +244,6 @@ fn a_rollup_counts_a_thp_shared_after_fork_once_and_a_pid_given_twice_once() {
     run_until(&mut kb, &stmts[at..], "after");
     let (cur1, rss1) = (counter(&mut kb, current).unwrap(), rss(&mut kb));
     kb.finish().unwrap();
-    assert_eq!(cur0 - cur1, u(&g["freed_kb"]) as i64, "memory.current drop");
+    assert_charge_drop(cur0 - cur1, u(&g["freed_kb"]) as i64, "the reclaim");
     assert_eq!(rss0 - rss1, u(&g["rss_kb"]) as i64, "Rss drop");
 }

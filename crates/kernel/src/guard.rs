@@ -421,16 +421,16 @@ fn refuse_if_held_here(dir: &Path) -> Result<()> {
 /// A write error as the user should see it: a machine that forbids the write
 /// is a refusal, anything else an I/O error with its errno.
 pub(crate) fn refusal(e: KernelError) -> KernelError {
-    let KernelError::Io { path, source } = e else {
+    let KernelError::Io { path, err, .. } = &e else {
         return e;
     };
-    let reason = match source.raw_os_error() {
+    let reason = match err.raw_os_error() {
         Some(libc::EROFS) => "read-only",
         Some(libc::EACCES) => "permission denied",
         Some(libc::EPERM) => "operation not permitted",
-        _ => return KernelError::Io { path, source },
+        _ => return e,
     };
-    let errno = errno_name(source.raw_os_error().unwrap_or(0));
+    let errno = errno_name(err.raw_os_error().unwrap_or(0));
     KernelError::Refused(format!(
         "cannot write {}: {reason} ({errno})",
         path.display()

@@ -93,7 +93,7 @@ struct PmScanArg {
 
 /// `struct page_region`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PageRegion {
     pub(crate) start: u64,
     pub(crate) end: u64,
@@ -189,12 +189,12 @@ pub fn scan_folios(pid: i32, start: u64, end: u64) -> Result<FolioScan> {
     count(&kpf, &events, &mut scan).map_err(|e| match e {
         // The folio layout contradicts itself most likely because the target
         // changed while it was read: say which process.
-        KernelError::Io { path, source } if source.kind() == io::ErrorKind::InvalidData => {
+        KernelError::Io { path, err, .. } if err.kind() == io::ErrorKind::InvalidData => {
             KernelError::io(
                 path,
                 io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!("{source} (while scanning {})", pagemap.path),
+                    format!("{err} (while scanning {})", pagemap.path),
                 ),
             )
         }
@@ -219,9 +219,36 @@ pub(crate) fn pagemap_scan(pagemap: &Pagemap, start: u64, end: u64) -> Result<Ve
     )
 }
 
+/// Regions per PAGEMAP_SCAN call: the kernel's bounce buffer
+/// (`PAGEMAP_WALK_SIZE >> PAGE_SHIFT`, 512 entries with 4K pages). With a
+/// longer vec, a call whose bounce buffer fills once and whose next walk
+/// then reaches the end returns every region but the `walk_end` of the
+/// fill (fs/proc/task_mmu.c, Linux 6.18: `do_pagemap_scan` sets walk_end
+/// only on ENOSPC and never clears it), so the next call reports the
+/// regions after it again. With a vec no longer than the bounce buffer, a
+/// fill ends the call and walk_end is right.
+const SCAN_VEC_LEN: usize = 512;
+
+/// Adds one PAGEMAP_SCAN call's regions to `out`, which stays sorted and
+/// non-overlapping: a region that starts before the last one ends is
+/// trimmed to start there, or dropped if it ends there too.
+fn append_regions(out: &mut Vec<PageRegion>, got: &[PageRegion]) {
+    for r in got {
+        let mut r = *r;
+        if let Some(last) = out.last() {
+            if r.end <= last.end {
+                continue;
+            }
+            r.start = r.start.max(last.end);
+        }
+        out.push(r);
+    }
+}
+
 /// The present ranges of `[start, end)` that have any of `anyof` (0: all),
-/// with the categories of `returned`, in address order; consecutive pages
-/// of the same categories form one range.
+/// with the categories of `returned`, in address order and not
+/// overlapping; consecutive pages of the same categories form one range
+/// (two, where one call's vec filled between them).
 pub(crate) fn pagemap_scan_masked(
     pagemap: &Pagemap,
     start: u64,
@@ -230,7 +257,7 @@ pub(crate) fn pagemap_scan_masked(
     returned: u64,
 ) -> Result<Vec<PageRegion>> {
     let mut out = Vec::new();
-    let mut vec = vec![PageRegion::default(); 1024];
+    let mut vec = vec![PageRegion::default(); SCAN_VEC_LEN];
     let mut from = start;
     while from < end {
         let mut arg = PmScanArg {
@@ -257,9 +284,9 @@ pub(crate) fn pagemap_scan_masked(
             }
             return Err(KernelError::io(&pagemap.path, e));
         }
-        out.extend_from_slice(&vec[..n as usize]);
-        // A full vec stops the walk early at walk_end; a region cut there
-        // continues in the next call, which the per-folio dedup absorbs.
+        append_regions(&mut out, &vec[..n as usize]);
+        // A full vec stops the walk early at walk_end, after the last
+        // region returned: the next call goes on from there.
         if arg.walk_end <= from || arg.walk_end > end {
             return Err(invalid(
                 &pagemap.path,
@@ -768,6 +795,60 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn region(start: u64, end: u64) -> PageRegion {
+        PageRegion {
+            start,
+            end,
+            categories: PAGE_IS_PRESENT,
+        }
+    }
+
+    #[test]
+    fn regions_reported_again_are_trimmed_or_dropped() {
+        let mut out = vec![region(0, 4)];
+        append_regions(&mut out, &[region(2, 3), region(3, 6), region(8, 9)]);
+        assert_eq!(out, vec![region(0, 4), region(4, 6), region(8, 9)]);
+    }
+
+    /// 600 present pages, every other one of 1200: 600 regions, more than
+    /// the kernel's bounce buffer holds. With a 1024-region vec the kernel
+    /// returned all 600 with the walk_end of its first bounce-buffer fill
+    /// (page 1024), and the next call reported the 88 after it again.
+    #[test]
+    fn a_scan_past_the_bounce_buffer_reports_each_region_once() {
+        const PAGES: u64 = 1200;
+        let len = (PAGES * PAGE_SIZE) as usize;
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: the range is the mapping just made.
+        unsafe { libc::madvise(p, len, libc::MADV_NOHUGEPAGE) };
+        let base = p as u64;
+        for i in (0..PAGES).step_by(2) {
+            // SAFETY: inside the mapping.
+            unsafe { *((base + i * PAGE_SIZE) as *mut u8) = 1 };
+        }
+        let pagemap = Pagemap::open(std::process::id() as i32).unwrap();
+        let got = pagemap_scan_masked(&pagemap, base, base + len as u64, 0, PAGE_IS_PRESENT);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(p, len) };
+        let got = got.unwrap();
+        assert_eq!(got.len() as u64, PAGES / 2);
+        assert!(got.windows(2).all(|w| w[0].end < w[1].start));
+        assert!(got.iter().enumerate().all(
+            |(i, r)| r.start == base + 2 * i as u64 * PAGE_SIZE && r.end == r.start + PAGE_SIZE
+        ));
+    }
 
     fn block(parts: &[(u64, usize)]) -> Vec<u64> {
         let mut v = Vec::new();

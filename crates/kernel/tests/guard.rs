@@ -325,9 +325,9 @@ fn rejected_value_is_an_io_error_and_journals_nothing() {
     let mut g = SettingsGuard::acquire().unwrap();
     // khugepaged refuses more than HPAGE_PMD_NR - 1 swap PTEs.
     match g.set(&t, "100000") {
-        Err(KernelError::Io { path, source }) => {
+        Err(KernelError::Io { path, err, .. }) => {
             assert_eq!(path, sysfs::tunable_file(&t));
-            assert_eq!(source.raw_os_error(), Some(libc::EINVAL));
+            assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
         }
         other => panic!("expected EINVAL, got {other:?}"),
     }

@@ -14,6 +14,8 @@ use crate::parse::{parse_decimal, quote};
 pub const PAGE_SHIFT: u32 = 12;
 /// The base page size in bytes (4 KiB).
 pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
+/// The base page size in kB: what a page count is multiplied by for a kB figure.
+pub const PAGE_KB: u64 = PAGE_SIZE / 1024;
 /// log2 of the range one PMD entry maps (x86_64 PMD_SHIFT).
 pub const PMD_SHIFT: u32 = 21;
 /// The range one PMD entry maps, in bytes (2 MiB): the PMD THP size.

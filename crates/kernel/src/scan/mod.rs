@@ -1,7 +1,8 @@
 //! `hugelab scan`: the huge pages of running processes — their shape as
 //! `tools/mm/thpmaps` reports it ([`shape`]), and what no tool shows: how
 //! many subpages of every large folio are zero-filled ([`content`]), which
-//! is what the under-used THP shrinker acts on.
+//! is what the deferred split shrinker's under-used test and its remap to
+//! the zero page act on.
 //!
 //! One pass per VMA, in chunks of 256 MiB of present memory read on every
 //! CPU, so memory stays bounded by the chunks and the folio table:
@@ -35,7 +36,7 @@ use crate::pagemap::{
 };
 use crate::sysfs;
 use content::ContentReader;
-use hugelab_workload::units::PAGE_SIZE;
+use hugelab_workload::units::{PAGE_KB, PAGE_SIZE};
 use hugelab_workload::utilization::{set_subpage, subpage_words, FolioUse, ShrinkerSettings};
 use hugelab_workload::{KhugepagedKnob, Tunable};
 use serde::Serialize;
@@ -45,7 +46,6 @@ use std::fs::File;
 use std::io;
 use vmas::Vma;
 
-const PAGE_KB: u64 = PAGE_SIZE / 1024;
 /// Present pages per chunk: 256 MiB.
 const CHUNK: u64 = 64 * 1024;
 /// Widest hole between present ranges still read through with one pread.
@@ -186,8 +186,18 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
     }
     let mut f: Vec<(u64, FolioUse)> = folios.into_iter().collect();
     f.sort_unstable_by_key(|x| x.0);
-    out.folios = f.into_iter().map(|x| x.1).collect();
+    out.folios = f.into_iter().map(|x| with_counts(x.1)).collect();
     Ok(out)
+}
+
+/// The walk keeps only the subpage bitmaps; the counts are theirs.
+fn with_counts(mut f: FolioUse) -> FolioUse {
+    let ones = |bits: &[u64]| bits.iter().map(|w| w.count_ones()).sum();
+    f.mapped = ones(&f.mapped_bits);
+    f.zero = ones(&f.zero_bits);
+    // One process's view: each zero-filled subpage mapped once.
+    f.zero_mappings = f.zero;
+    f
 }
 
 /// Where a present page is mapped from, per PAGEMAP_SCAN.
@@ -408,6 +418,8 @@ impl VmaWalk<'_> {
                     m += 1;
                 }
                 let (head, order) = key.expect("runs hold folio pages");
+                // The bitmaps only: the counts are derived from them once
+                // the process is walked (with_counts).
                 let f = self.folios.entry(head).or_insert(FolioUse {
                     order,
                     pmd_mapped: pages[k].map == Map::Pmd,
@@ -426,13 +438,10 @@ impl VmaWalk<'_> {
                         continue;
                     }
                     set_subpage(&mut f.mapped_bits, index);
-                    f.mapped += 1;
                     if zero[z + k - i + n] {
                         set_subpage(&mut f.zero_bits, index);
-                        f.zero += 1;
                     }
                 }
-                f.zero_mappings = f.zero;
                 f.locked |= locked;
                 k = m;
             }
@@ -471,12 +480,9 @@ fn read_chunk(pagemap: &mut Pagemap, kpf: &File, pieces: &[Piece]) -> Result<Chu
         let mut j = i + 1;
         while j < pieces.len() {
             let prev_end = pieces[j - 1].addr + pieces[j - 1].pages * PAGE_SIZE;
-            // Present ranges of a process that changes its mappings during
-            // the scan can come back out of order: such a piece starts a
-            // span of its own (the subtraction below would underflow).
-            if pieces[j].addr < prev_end {
-                break;
-            }
+            // The present ranges are sorted and do not overlap
+            // (pagemap_scan_masked), and chunks cut them in order.
+            debug_assert!(pieces[j].addr >= prev_end, "pieces out of order");
             let gap = (pieces[j].addr - prev_end) / PAGE_SIZE;
             let span = (pieces[j].addr + pieces[j].pages * PAGE_SIZE - span_start) / PAGE_SIZE;
             if gap > MAX_HOLE || span > CHUNK {
@@ -652,8 +658,8 @@ pub fn all_pids() -> Result<Vec<i32>> {
 /// True if the kernel refused to let us read the process.
 pub fn is_denied(e: &KernelError) -> bool {
     match e {
-        KernelError::Io { source, .. } => {
-            matches!(source.raw_os_error(), Some(libc::EACCES | libc::EPERM))
+        KernelError::Io { err, .. } => {
+            matches!(err.raw_os_error(), Some(libc::EACCES | libc::EPERM))
         }
         _ => false,
     }
@@ -662,10 +668,10 @@ pub fn is_denied(e: &KernelError) -> bool {
 /// True if the error says the process is gone (it exited mid-scan).
 pub fn is_gone(e: &KernelError) -> bool {
     match e {
-        KernelError::Io { source, .. } => {
-            source.raw_os_error() == Some(libc::ESRCH)
-                || source.kind() == io::ErrorKind::NotFound
-                || source.to_string().contains("(ESRCH)")
+        KernelError::Io { err, .. } => {
+            err.raw_os_error() == Some(libc::ESRCH)
+                || err.kind() == io::ErrorKind::NotFound
+                || err.to_string().contains("(ESRCH)")
         }
         _ => false,
     }

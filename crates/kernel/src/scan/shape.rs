@@ -30,13 +30,15 @@
 //! Pages whose kpageflags read 0 are not THP pages for thpmaps either; the
 //! scan counts them separately as unclassified instead of staying silent.
 
-use hugelab_workload::units::{PAGE_SIZE, PMD_SHIFT};
+use hugelab_workload::units::{PAGE_KB, PMD_SHIFT};
 use serde::Serialize;
 
 use crate::pagemap::{KPF_ANON, KPF_COMPOUND_HEAD, KPF_COMPOUND_TAIL, KPF_THP};
 
 const ORDERS: usize = (PMD_SHIFT - hugelab_workload::units::PAGE_SHIFT) as usize + 1;
-const PAGE_KB: u64 = PAGE_SIZE / 1024;
+/// The smallest order thpmaps reports (`stats[2:]`): its figures leave out
+/// whole folios of orders 0 and 1 (an order-1 file folio reads KPF_THP).
+const FIRST_ORDER: usize = 2;
 
 /// One of thpmaps's two memory types.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -103,6 +105,23 @@ impl Shape {
         self.file_total_kb += o.file_total_kb;
     }
 
+    /// Memory in large folios, anon and file, kB: thpmaps's thp figures
+    /// (PMD-mapped, whole PTE-mapped folios of the orders it reports,
+    /// partial), without the `--cont` ones, which count the same memory
+    /// again.
+    pub fn thp_kb(&self) -> u64 {
+        [&self.anon, &self.file]
+            .iter()
+            .map(|t| {
+                let whole: u64 = t.aligned[FIRST_ORDER..]
+                    .iter()
+                    .chain(&t.unaligned[FIRST_ORDER..])
+                    .sum();
+                t.pmd_kb + (whole + t.partial) * PAGE_KB
+            })
+            .sum()
+    }
+
     /// `(thpmaps label, kB, is anon)` in thpmaps's order.
     pub fn labels(&self) -> Vec<(String, u64, bool)> {
         let pmd_kb = PAGE_KB << (ORDERS - 1);
@@ -120,7 +139,7 @@ impl Shape {
         ];
         for (ty, t, anon) in [("anon", &self.anon, true), ("file", &self.file, false)] {
             for (sub, v) in [("aligned", &t.aligned), ("unaligned", &t.unaligned)] {
-                for (order, pages) in v.iter().enumerate().skip(2) {
+                for (order, pages) in v.iter().enumerate().skip(FIRST_ORDER) {
                     let kb = PAGE_KB << order;
                     out.push((format!("{ty}-thp-pte-{sub}-{kb}kB"), pages * PAGE_KB, anon));
                 }
@@ -396,5 +415,25 @@ mod tests {
         assert!(l.contains(&"anon-thp-pte-partial".to_string()));
         assert!(l.contains(&"anon-cont-pte-aligned-64kB".to_string()));
         assert!(!l.iter().any(|x| x.contains("-8kB")));
+    }
+
+    /// thp_kb is the sum of the thp labels: an order-1 folio is in neither.
+    #[test]
+    fn thp_kb_is_what_the_thp_labels_show() {
+        let mut pages = folio(0x1000, 0x5000, 2);
+        pages.extend(folio(0x2000, 0x6000, 16));
+        pages.extend(folio(0x3008, 0x7000, 4));
+        let mut s = walk(&pages, &[4]);
+        s.anon.pmd_kb = 2048;
+        s.anon.partial = 3;
+        assert_eq!(s.anon.aligned[1], 2);
+        let labels: u64 = s
+            .labels()
+            .iter()
+            .filter(|l| l.0.contains("-thp-"))
+            .map(|l| l.1)
+            .sum();
+        assert_eq!(s.thp_kb(), labels);
+        assert_eq!(s.thp_kb(), 2048 + (16 + 4 + 3) * PAGE_KB);
     }
 }

@@ -91,7 +91,7 @@ impl Vma {
         if cat & PAGE_IS_PFNZERO != 0 {
             return;
         }
-        let kb = pages * hugelab_workload::units::PAGE_SIZE / 1024;
+        let kb = pages * hugelab_workload::units::PAGE_KB;
         self.rss_kb += kb;
         let file = cat & PAGE_IS_FILE != 0;
         if !file {

@@ -225,6 +225,28 @@ fn every_process_on_its_own_then_the_total() {
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
+/// The scope of every process with one process (the bimodal workload's
+/// `a`): the JSON still maps it to its report, which is the total; the text
+/// prints that report once and names the process.
+#[test]
+fn one_process_still_has_its_report_in_processes() {
+    let r = report(&["--snapshot", "before"]);
+    let procs = r["processes"].as_object().expect("processes by name");
+    assert_eq!(procs.keys().collect::<Vec<_>>(), ["a"], "{r}");
+    let mut total = r.clone();
+    total.as_object_mut().unwrap().remove("processes");
+    assert_eq!(procs["a"], total, "{r}");
+
+    let o = hugelab(&["utilization", BIMODAL, "--snapshot", "before"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("(model), every process (only process a)\n"),
+        "{out}"
+    );
+    assert_eq!(out.matches("it would split 16 THPs").count(), 1, "{out}");
+}
+
 /// Conclusion first: the shrinker's verdict before the histogram, and the
 /// empty buckets between the bimodal heap's modes as one row.
 #[test]

@@ -26,7 +26,8 @@
 //! drop ([`GiveBack::rss_kb`]). A folio mapped by several of the scanned
 //! processes (after fork) is one folio: the report unites the views of it
 //! by its head PFN ([`FolioUse::pfn`]) and counts it once, its mapped
-//! subpages being those any of them maps. Deliberate limits, stated in the
+//! subpages being those any of them maps (and its zero-filled and
+//! never-written ones those any of them saw so). Deliberate limits, stated in the
 //! report:
 //!
 //! - only PMD-sized THPs are queued as under-used candidates (at fault, by
@@ -96,8 +97,9 @@ pub struct FolioUse {
     pub locked: bool,
     /// Why it exists (model only).
     pub cause: Option<FolioCause>,
-    /// Subpages the workload never wrote (model only; a write of zero bytes
-    /// is a write, so this can be less than `zero`).
+    /// Mapped subpages the workload never wrote (model only; a write of
+    /// zero bytes is a write, so this can be less than `zero`): the count of
+    /// `never_written_bits` when the view has them.
     pub never_written: Option<u32>,
     /// On the deferred split queue (model only; a live scan cannot see it).
     pub queued: Option<bool>,
@@ -112,6 +114,10 @@ pub struct FolioUse {
     pub mapped_bits: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zero_bits: Vec<u64>,
+    /// Which mapped subpages were never written, as `mapped_bits` (model
+    /// only): what uniting the never-written counts of two views needs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub never_written_bits: Vec<u64>,
 }
 
 /// Words of a subpage bitmap for a folio of `order`.
@@ -150,30 +156,33 @@ impl FolioUse {
             && self.mapped_bits.len() == subpage_words(self.order)
             && other.mapped_bits.len() == self.mapped_bits.len()
             && other.zero_bits.len() == self.zero_bits.len()
+            && other.never_written_bits.len() == self.never_written_bits.len()
     }
 
     /// Adds another process's view of the same folio: the subpages either
-    /// maps are mapped, the Rss of both is counted.
+    /// maps are mapped, the Rss of both is counted. Zero-filled and never
+    /// written are properties of the subpage itself, so those of the united
+    /// view are those either view saw; without the never-written bitmaps (a
+    /// live scan) there is no never-written count.
     fn unite(&mut self, other: &FolioUse) {
-        for (a, b) in self.mapped_bits.iter_mut().zip(&other.mapped_bits) {
-            *a |= b;
+        let count = |bits: &[u64]| bits.iter().map(|w| w.count_ones()).sum::<u32>();
+        for (mine, theirs) in [
+            (&mut self.mapped_bits, &other.mapped_bits),
+            (&mut self.zero_bits, &other.zero_bits),
+            (&mut self.never_written_bits, &other.never_written_bits),
+        ] {
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                *a |= b;
+            }
         }
-        for (a, b) in self.zero_bits.iter_mut().zip(&other.zero_bits) {
-            *a |= b;
-        }
-        self.mapped = self.mapped_bits.iter().map(|w| w.count_ones()).sum();
-        self.zero = self.zero_bits.iter().map(|w| w.count_ones()).sum();
+        self.mapped = count(&self.mapped_bits);
+        self.zero = count(&self.zero_bits);
+        self.never_written =
+            (!self.never_written_bits.is_empty()).then(|| count(&self.never_written_bits));
         self.zero_mappings += other.zero_mappings;
         self.pmd_mapped |= other.pmd_mapped;
         self.locked |= other.locked;
         self.cause = self.cause.or(other.cause);
-        // Never-written subpages among the mapped ones: per subpage only
-        // the model knows, and it unites its views itself; the larger count
-        // is a lower bound.
-        self.never_written = match (self.never_written, other.never_written) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
         self.queued = self.queued.or(other.queued);
     }
 }
@@ -606,6 +615,27 @@ mod tests {
         let g = &r.give_back;
         assert_eq!((g.underused_folios, g.partial_folios), (1, 0));
         assert_eq!((g.freed_kb, g.rss_kb), (508 * 4, 508 * 4));
+        // Never written: a subpage either view saw never written. The first
+        // process wrote subpages 0-1 of its half, the second none of its
+        // half: 510 together (the larger of the two counts is 256).
+        let never_written = |mut f: FolioUse, from: usize| {
+            f.never_written_bits = vec![0; subpage_words(HPAGE_PMD_ORDER)];
+            for i in from..512 {
+                if f.mapped_bits[i / 64] >> (i % 64) & 1 == 1 {
+                    set_subpage(&mut f.never_written_bits, i);
+                }
+            }
+            f.never_written = Some(f.never_written_bits.iter().map(|w| w.count_ones()).sum());
+            f.cause = Some(FolioCause::Fault);
+            f
+        };
+        let (first, second) = (never_written(first, 2), never_written(second, 0));
+        assert_eq!(
+            (first.never_written, second.never_written),
+            (Some(254), Some(256))
+        );
+        let r = utilization_report([&first, &second], AT_409, 10);
+        assert_eq!(r.bloat[0].never_written_kb, 510 * 4);
         // Another folio at another PFN stays another folio.
         let other = view(1024, 0..512, 0..0);
         assert_eq!(

@@ -296,7 +296,7 @@ const DEFAULT_TOP: usize = 10;
 fn waste(report: Option<&UtilizationReport>, s: &ProcessScan, cont_orders: &[u32]) -> [u64; 3] {
     let thp = thp_kb(&s.shape(cont_orders));
     match report {
-        Some(r) => [r.give_back.freed_kb, zero_filled_kb(r), thp],
+        Some(r) => [r.give_back.freed_kb(), zero_filled_kb(r), thp],
         None => [0, 0, thp],
     }
 }
@@ -340,7 +340,7 @@ fn ranking(
             let s = &scans[i];
             let mut row = vec![s.pid.to_string(), s.comm.clone()];
             if let Some(r) = &reports[i] {
-                row.push(r.give_back.freed_kb.to_string());
+                row.push(r.give_back.freed_kb().to_string());
                 row.push(zero_filled_kb(r).to_string());
             }
             row.push(thp_kb(&s.shape(cont_orders)).to_string());

@@ -195,7 +195,7 @@ fn give_back(report: &UtilizationReport) -> String {
          free {} of subpages no scanned process maps (in no Rss) and {} of zero-filled ones.\n",
         s.max_ptes_none,
         u8::from(s.shrink_underused),
-        kb_exact(g.freed_kb),
+        kb_exact(g.freed_kb()),
         kb_exact(g.rss_kb),
         plural(g.underused_folios, "THP", "THPs"),
         s.max_ptes_none,
@@ -774,7 +774,6 @@ mod tests {
                 partial_folios: 14,
                 partial_kb: 168,
                 partial_unmapped_kb: 40,
-                freed_kb: 2_459_208,
                 rss_kb: 2_459_168,
             },
             bloat: vec![

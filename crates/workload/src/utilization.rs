@@ -285,8 +285,9 @@ impl SizeUtilization {
     }
 }
 
-/// What the under-used THP shrinker would split and give back.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What the deferred split shrinker would split and give back. Serialized
+/// with [`GiveBack::freed_kb`] as a `freed_kb` field (before `rss_kb`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct GiveBack {
     /// Fully mapped THPs split as under-used, and their zero-filled
     /// subpages (remapped to the zero page and freed).
@@ -299,12 +300,32 @@ pub struct GiveBack {
     /// The subpages of those partially mapped folios that nothing scanned
     /// maps: freed by the split (not in any Rss before it).
     pub partial_unmapped_kb: u64,
-    /// Memory given back to the machine, and uncharged from the memory
-    /// cgroups: `underused_kb + partial_kb + partial_unmapped_kb`.
-    pub freed_kb: u64,
     /// The drop of the scanned processes' Rss (summed over the processes:
     /// a zero-filled subpage two of them map leaves both Rss).
     pub rss_kb: u64,
+}
+
+impl GiveBack {
+    /// Memory given back to the machine, and uncharged from the memory
+    /// cgroups: every subpage the splits free.
+    pub fn freed_kb(&self) -> u64 {
+        self.underused_kb + self.partial_kb + self.partial_unmapped_kb
+    }
+}
+
+impl Serialize for GiveBack {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("GiveBack", 7)?;
+        st.serialize_field("underused_folios", &self.underused_folios)?;
+        st.serialize_field("underused_kb", &self.underused_kb)?;
+        st.serialize_field("partial_folios", &self.partial_folios)?;
+        st.serialize_field("partial_kb", &self.partial_kb)?;
+        st.serialize_field("partial_unmapped_kb", &self.partial_unmapped_kb)?;
+        st.serialize_field("freed_kb", &self.freed_kb())?;
+        st.serialize_field("rss_kb", &self.rss_kb)?;
+        st.end()
+    }
 }
 
 /// Never-written subpages of one cause and size (model only).
@@ -438,8 +459,6 @@ pub fn utilization_report<'a>(
         }
     }
     bloat.sort_by_key(|b| (b.cause, b.size_kb));
-    give_back.freed_kb =
-        give_back.underused_kb + give_back.partial_kb + give_back.partial_unmapped_kb;
     UtilizationReport {
         settings,
         buckets,
@@ -546,7 +565,7 @@ mod tests {
         assert_eq!(r.give_back.underused_folios, 3);
         assert_eq!(r.give_back.underused_kb, (508 + 510 + 410) * 4);
         assert_eq!(r.give_back.rss_kb, r.give_back.underused_kb);
-        assert_eq!(r.give_back.freed_kb, r.give_back.underused_kb);
+        assert_eq!(r.give_back.freed_kb(), r.give_back.underused_kb);
     }
 
     /// One process's view of the THP at head PFN `pfn`: subpages `mapped`
@@ -583,14 +602,44 @@ mod tests {
         assert_eq!((g.partial_folios, g.partial_kb), (2, 255 * 4));
         assert_eq!(g.partial_unmapped_kb, 2 * 256 * 4);
         assert_eq!(g.rss_kb, 255 * 4);
-        assert_eq!(g.freed_kb, (2 * 256 + 255) * 4);
+        assert_eq!(g.freed_kb(), (2 * 256 + 255) * 4);
         // Locked: the zero-filled subpages stay, the unmapped ones go.
         let locked = FolioUse {
             locked: true,
             ..sparse.clone()
         };
         let g = utilization_report([&locked], AT_409, 10).give_back;
-        assert_eq!((g.freed_kb, g.rss_kb), (256 * 4, 0));
+        assert_eq!((g.freed_kb(), g.rss_kb), (256 * 4, 0));
+    }
+
+    #[test]
+    fn freed_kb_is_the_sum_and_a_json_field() {
+        let g = GiveBack {
+            underused_kb: 1,
+            partial_kb: 20,
+            partial_unmapped_kb: 300,
+            rss_kb: 4000,
+            ..GiveBack::default()
+        };
+        assert_eq!(g.freed_kb(), 321);
+        let v = serde_json::to_value(&g).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut want = [
+            "underused_folios",
+            "underused_kb",
+            "partial_folios",
+            "partial_kb",
+            "partial_unmapped_kb",
+            "freed_kb",
+            "rss_kb",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        assert_eq!(
+            (v["freed_kb"].as_u64(), v["rss_kb"].as_u64()),
+            (Some(321), Some(4000))
+        );
     }
 
     #[test]
@@ -602,7 +651,7 @@ mod tests {
         assert_eq!(r.sizes[0].folios(), 1);
         assert_eq!(r.sizes[0].zero_pages(), 508);
         let g = &r.give_back;
-        assert_eq!((g.underused_folios, g.freed_kb), (1, 508 * 4));
+        assert_eq!((g.underused_folios, g.freed_kb()), (1, 508 * 4));
         assert_eq!(g.rss_kb, 2 * 508 * 4);
         // Each maps a different half: together the folio is fully mapped
         // (not partially, as either alone would say), and under-used.
@@ -614,7 +663,7 @@ mod tests {
         assert_eq!(r.sizes[0].partial_folios, 0);
         let g = &r.give_back;
         assert_eq!((g.underused_folios, g.partial_folios), (1, 0));
-        assert_eq!((g.freed_kb, g.rss_kb), (508 * 4, 508 * 4));
+        assert_eq!((g.freed_kb(), g.rss_kb), (508 * 4, 508 * 4));
         // Never written: a subpage either view saw never written. The first
         // process wrote subpages 0-1 of its half, the second none of its
         // half: 510 together (the larger of the two counts is 256).

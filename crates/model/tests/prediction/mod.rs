@@ -220,7 +220,7 @@ pub fn check_predictions(text: &str) -> Outcome {
                     out.checked.push(Check {
                         line,
                         measured: Measured::Freed,
-                        predicted: all.freed_kb,
+                        predicted: all.freed_kb(),
                         actual: mem_free_kb(&mut model) - free,
                     });
                     out.checked.push(Check {

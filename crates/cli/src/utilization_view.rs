@@ -38,6 +38,8 @@ use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::utilization::{
     Bloat, FolioCause, SizeUtilization, UtilizationReport, HPAGE_PMD_ORDER, MAX_PTES_NONE_OFF,
 };
+use plotters::coord::combinators::WithKeyPoints;
+use plotters::coord::types::RangedCoordi32;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -295,6 +297,22 @@ const Y_TOP: f64 = 1.15;
 const X_UNIT: f64 = 1000.0;
 const Y_UNIT: f64 = 10000.0;
 
+/// A chart x (buckets) and y (bar heights) in fixed point: plotters formats
+/// labels of bound key points for integer axes only.
+fn xc(x: f64) -> i32 {
+    (x * X_UNIT).round() as i32
+}
+fn yc(y: f64) -> i32 {
+    (y * Y_UNIT).round() as i32
+}
+
+/// A panel's chart: fixed-point coordinates with key points on both axes.
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<WithKeyPoints<RangedCoordi32>, WithKeyPoints<RangedCoordi32>>,
+>;
+
 /// One folio size: the buckets and, per report, its histogram if it has one.
 struct Panel<'a> {
     order: u8,
@@ -458,17 +476,11 @@ fn verdict_lines(reports: &[(&str, &UtilizationReport)], width: u32) -> Vec<(usi
             text = format!("{name}: {text}");
         }
         for para in text.lines() {
-            let mut line = String::new();
-            for word in para.split_whitespace() {
-                if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > max_chars {
-                    out.push((i, std::mem::take(&mut line)));
-                }
-                if !line.is_empty() {
-                    line.push(' ');
-                }
-                line.push_str(word);
-            }
-            out.push((i, line));
+            out.extend(
+                table::wrap(para, max_chars, max_chars)
+                    .into_iter()
+                    .map(|line| (i, line)),
+            );
         }
     }
     out
@@ -571,10 +583,6 @@ fn draw_panel(area: &Area, panel: &Panel, reports: &[(&str, &UtilizationReport)]
     let ticks = scale.ticks();
     // A hand-built report may have no buckets: one empty one keeps the axis.
     let nb = panel.bounds.len().max(1);
-    // Chart coordinates are fixed point: plotters formats labels of bound
-    // key points for integer axes only.
-    let xc = |x: f64| (x * X_UNIT).round() as i32;
-    let yc = |y: f64| (y * Y_UNIT).round() as i32;
     let centres: Vec<i32> = (0..nb).map(|i| xc(i as f64 + 0.5)).collect();
     let mut chart = ChartBuilder::on(&chart_area)
         .margin_left(12)
@@ -639,14 +647,24 @@ fn draw_panel(area: &Area, panel: &Panel, reports: &[(&str, &UtilizationReport)]
         }))?;
     }
 
-    // The under-used threshold: only PMD-sized THPs are judged, and a fully
-    // mapped one is under-used when more than max_ptes_none of its subpages
-    // are zero-filled (thp_underused), i.e. fewer than nr - max_ptes_none
-    // are in use. One dashed line per distinct setting, annotated with what
-    // the shrinker gives back from the THPs left of it.
-    if panel.order != HPAGE_PMD_ORDER {
-        return Ok(());
+    if panel.order == HPAGE_PMD_ORDER {
+        draw_threshold(&mut chart, panel, reports)?;
     }
+    Ok(())
+}
+
+/// The under-used threshold: only PMD-sized THPs are judged, and a fully
+/// mapped one is under-used when more than max_ptes_none of its subpages
+/// are zero-filled (thp_underused), i.e. fewer than nr - max_ptes_none
+/// are in use. One dashed line per distinct setting, annotated with what
+/// the shrinker gives back from the THPs left of it.
+fn draw_threshold(
+    chart: &mut Chart,
+    panel: &Panel,
+    reports: &[(&str, &UtilizationReport)],
+) -> Result<()> {
+    let nrep = reports.len().max(1);
+    let nb = panel.bounds.len().max(1);
     let nr = 1u32 << panel.order;
     let mut drawn: Vec<u32> = Vec::new();
     let mut k = 0;

@@ -1,5 +1,5 @@
 //! `hugelab utilization`: how full the large folios are at a point of a
-//! workload, why they exist, and what the under-used THP shrinker would give
+//! workload, why they exist, and what the deferred split shrinker would give
 //! back at the next `reclaim` (the report of `hugelab_workload::utilization`).
 //!
 //! The workload runs, as a stream, up to its `snapshot NAME` statement

@@ -2,9 +2,9 @@
 //! `hugelab utilization`: a text table and an SVG chart.
 //!
 //! The text table ([`render_table`]) has one block per folio size (a row per
-//! bucket of subpages in use, then a `partially mapped` row), the under-used
-//! shrinker's predicted give-back with the settings it assumes, and, when the
-//! report has any, never-written memory by cause and size.
+//! bucket of subpages in use, then a `partially mapped` row), the deferred
+//! split shrinker's predicted give-back with the settings it assumes, and,
+//! when the report has any, never-written memory by cause and size.
 //!
 //! The SVG ([`write_svg`]) compares one or more reports (model and kernel,
 //! before and after). From top to bottom:
@@ -184,13 +184,14 @@ fn size_block(size: &SizeUtilization) -> String {
     out
 }
 
-/// What the deferred split shrinker would split and give back, and why
-/// nothing is split as under-used when the settings rule it out.
+/// The deferred split shrinker's verdict: what it would split (partially
+/// mapped folios, and THPs its under-used check finds) and give back, and
+/// why nothing is split as under-used when the settings rule it out.
 fn give_back(report: &UtilizationReport) -> String {
     let s = report.settings;
     let g = &report.give_back;
     let mut out = format!(
-        "Under-used THP shrinker at max_ptes_none={}, shrink_underused={}: it would give back \
+        "Deferred split shrinker at max_ptes_none={}, shrink_underused={}: it would give back \
          {} to the machine (and to the memory cgroups' charge), and the Rss of what was scanned \
          would drop by {}.\nOf that, it would split {} as under-used (more than {} zero-filled \
          subpages) and free {} of zero-filled subpages; partially mapped: it would split {} and \

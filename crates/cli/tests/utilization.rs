@@ -97,6 +97,14 @@ fn text_report_has_the_histogram_the_give_back_and_with_why_the_bloat() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("| 460-512"), "{out}");
+    // One shrinker, deferred_split_scan; "under-used" is its thp_underused
+    // part only.
+    assert!(
+        out.contains(
+            "Deferred split shrinker at max_ptes_none=409, shrink_underused=1: it would give back"
+        ),
+        "{out}"
+    );
     assert!(
         out.contains("it would split 16 THPs as under-used"),
         "{out}"

@@ -1,4 +1,4 @@
-//! How much of each large folio is really used, and what the under-used THP
+//! How much of each large folio is really used, and what the deferred split
 //! shrinker would give back: the one report `hugelab scan` (a live process)
 //! and `hugelab utilization` (the model at a snapshot) both produce.
 //!

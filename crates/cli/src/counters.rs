@@ -51,25 +51,11 @@ const WIDTH: usize = 100;
 /// `text` wrapped at word boundaries to `WIDTH`: the first line after
 /// `first`, the others after `indent` spaces.
 fn wrap(first: &str, text: &str, indent: usize) -> String {
-    let mut out = String::from(first);
-    let mut line = String::new();
-    let mut room = WIDTH - first.chars().count();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > room {
-            out.push_str(&line);
-            out.push('\n');
-            out.push_str(&" ".repeat(indent));
-            line.clear();
-            room = WIDTH - indent;
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    out.push_str(&line);
-    out.push('\n');
-    out
+    let lines = table::wrap(text, WIDTH - first.chars().count(), WIDTH - indent);
+    format!(
+        "{first}{}\n",
+        lines.join(&format!("\n{}", " ".repeat(indent)))
+    )
 }
 
 /// A table of the families (what their names look like, their kinds and

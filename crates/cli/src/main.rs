@@ -54,7 +54,7 @@ enum Command {
     /// The huge pages of running processes: shape, utilization, what the shrinker would free.
     Scan(scan::ScanArgs),
     /// How full each large folio is at a snapshot, why it exists, and what the
-    /// under-used THP shrinker would give back.
+    /// deferred split shrinker would give back.
     Utilization(utilization::UtilizationArgs),
     /// A/B-test a command under huge-page settings, each run in its own memory cgroup.
     Bench(bench::BenchArgs),

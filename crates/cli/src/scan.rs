@@ -292,7 +292,7 @@ impl ScanReport {
                 let shape = scan.shape(cont_orders);
                 let report = content.then(|| report_of(&mut scan.folios.iter()));
                 Process {
-                    freed_kb: report.as_ref().map_or(0, |r| r.give_back.freed_kb),
+                    freed_kb: report.as_ref().map_or(0, |r| r.give_back.freed_kb()),
                     zero_filled_kb: report.as_ref().map_or(0, zero_filled_kb),
                     thp_kb: shape.thp_kb(),
                     scan,

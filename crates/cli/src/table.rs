@@ -5,6 +5,27 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// `text` wrapped at word boundaries into lines of at most `first` characters
+/// for the first line and `width` for the others (a word longer than its
+/// line gets a line of its own); at least one line, empty for no words.
+pub fn wrap(text: &str, first: usize, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut room = first;
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > room {
+            lines.push(std::mem::take(&mut line));
+            room = width;
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    lines.push(line);
+    lines
+}
+
 /// Renders rows as a table with `|` separators, the first column left-aligned
 /// and the others right-aligned (they hold numbers).
 pub fn render(header: &[String], rows: &[Vec<String>]) -> String {
@@ -73,4 +94,18 @@ pub fn row_cells(table: &str, first: &str) -> Vec<String> {
     all_row_cells(table)
         .find(|c| c[0] == first)
         .unwrap_or_else(|| panic!("no {first} row in\n{table}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap;
+
+    #[test]
+    fn wrap_fills_lines_to_their_widths() {
+        assert_eq!(wrap("aa bb cc dd", 5, 8), ["aa bb", "cc dd"]);
+        assert_eq!(wrap("aa bb cc dd", 2, 8), ["aa", "bb cc dd"]);
+        // A word longer than the line is a line of its own.
+        assert_eq!(wrap("a verylongword b", 6, 6), ["a", "verylongword", "b"]);
+        assert_eq!(wrap("  ", 6, 6), [""]);
+    }
 }

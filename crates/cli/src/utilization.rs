@@ -1,5 +1,5 @@
 //! `hugelab utilization`: how full the large folios are at a point of a
-//! workload, why they exist, and what the under-used THP shrinker would give
+//! workload, why they exist, and what the deferred split shrinker would give
 //! back at the next `reclaim` (the report of `hugelab_workload::utilization`).
 //!
 //! The workload runs, as a stream, up to its `snapshot NAME` statement
@@ -120,8 +120,8 @@ pub fn run_until(
     Ok(obs)
 }
 
-/// The report over everything scanned, and one per process (name, report)
-/// when more than one process was scanned.
+/// The report over everything scanned, and, when the scope is every
+/// process, one per process (name, report) even if there is only one.
 pub struct Reports {
     pub total: UtilizationReport,
     pub processes: Vec<(String, UtilizationReport)>,
@@ -129,10 +129,12 @@ pub struct Reports {
 
 /// Builds the reports from what `scan` found (it runs the workload up to the
 /// snapshot on its backend and scans the backend then), at the scanned
-/// settings unless `max_ptes_none` overrides them.
+/// settings unless `max_ptes_none` overrides them; the per-process ones
+/// when `each` (the scope is every process).
 pub fn report(
     max_ptes_none: Option<u32>,
     buckets: usize,
+    each: bool,
     scan: impl FnOnce() -> Result<Scan>,
 ) -> Result<Reports> {
     let Scan {
@@ -147,7 +149,7 @@ pub fn report(
         settings,
         buckets,
     );
-    let processes = if processes.len() > 1 {
+    let processes = if each {
         processes
             .iter()
             .map(|(name, f)| (name.clone(), utilization_report(f, settings, buckets)))
@@ -257,17 +259,19 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
         (Some(proc), None) => Scope::Process(proc),
         _ => Scope::All,
     };
+    // Every process on its own only when the scope is every process.
+    let each = matches!(scope, Scope::All);
     let snapshot = args.snapshot.as_deref();
     let mut reports: Vec<(&str, Reports)> = Vec::new();
     let buckets = usize::from(args.buckets);
     if args.backend != Where::Kernel {
-        let r = report(args.max_ptes_none, buckets, || {
+        let r = report(args.max_ptes_none, buckets, each, || {
             scan_model(&args.file, snapshot, scope)
         })?;
         reports.push(("model", r));
     }
     if args.backend != Where::Model {
-        let r = report(args.max_ptes_none, buckets, || {
+        let r = report(args.max_ptes_none, buckets, each, || {
             scan_kernel(&args.file, snapshot, scope)
         })?;
         reports.push(("kernel", r));
@@ -283,11 +287,10 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
             reports.iter().map(|(n, r)| (*n, &r.total)).collect();
         utilization_view::write_svg(&at, &refs, svg)?;
     }
-    // Every process on its own only when the scope is every process.
-    let each = matches!(scope, Scope::All);
     if args.json {
         // The total report itself, with `processes` (name -> report) when
-        // the scope is every process; both backends: keyed by backend.
+        // the scope is every process, also for one process; both backends:
+        // keyed by backend.
         let doc = |r: &Reports| -> Result<serde_json::Value> {
             let mut v = serde_json::to_value(&r.total)?;
             if each {
@@ -327,7 +330,8 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
             println!();
         }
         if each && r.processes.len() > 1 {
-            // Each process on its own, then their total.
+            // Each process on its own, then their total. One process: its
+            // report is the total, printed once (the JSON has it twice).
             for (proc, p) in &r.processes {
                 show(p, name, &format!("{file_at} ({name}), process {proc}"));
                 println!();
@@ -340,10 +344,14 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
             );
             show(&r.total, name, &title);
         } else {
+            let only = match r.processes.as_slice() {
+                [(proc, _)] => format!(" (only process {proc})"),
+                _ => String::new(),
+            };
             show(
                 &r.total,
                 name,
-                &format!("{file_at} ({name}), {}", describe_scope(scope)),
+                &format!("{file_at} ({name}), {}{only}", describe_scope(scope)),
             );
         }
     }

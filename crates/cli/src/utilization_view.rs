@@ -2,9 +2,9 @@
 //! `hugelab utilization`: a text table and an SVG chart.
 //!
 //! The text table ([`render_table`]) has one block per folio size (a row per
-//! bucket of subpages in use, then a `partially mapped` row), the under-used
-//! shrinker's predicted give-back with the settings it assumes, and, when the
-//! report has any, never-written memory by cause and size.
+//! bucket of subpages in use, then a `partially mapped` row), the deferred
+//! split shrinker's predicted give-back with the settings it assumes, and,
+//! when the report has any, never-written memory by cause and size.
 //!
 //! The SVG ([`write_svg`]) compares one or more reports (model and kernel,
 //! before and after). From top to bottom:
@@ -38,6 +38,8 @@ use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::utilization::{
     Bloat, FolioCause, SizeUtilization, UtilizationReport, HPAGE_PMD_ORDER, MAX_PTES_NONE_OFF,
 };
+use plotters::coord::combinators::WithKeyPoints;
+use plotters::coord::types::RangedCoordi32;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -182,20 +184,21 @@ fn size_block(size: &SizeUtilization) -> String {
     out
 }
 
-/// What the deferred split shrinker would split and give back, and why
-/// nothing is split as under-used when the settings rule it out.
+/// The deferred split shrinker's verdict: what it would split (partially
+/// mapped folios, and THPs its under-used check finds) and give back, and
+/// why nothing is split as under-used when the settings rule it out.
 fn give_back(report: &UtilizationReport) -> String {
     let s = report.settings;
     let g = &report.give_back;
     let mut out = format!(
-        "Under-used THP shrinker at max_ptes_none={}, shrink_underused={}: it would give back \
+        "Deferred split shrinker at max_ptes_none={}, shrink_underused={}: it would give back \
          {} to the machine (and to the memory cgroups' charge), and the Rss of what was scanned \
          would drop by {}.\nOf that, it would split {} as under-used (more than {} zero-filled \
          subpages) and free {} of zero-filled subpages; partially mapped: it would split {} and \
          free {} of subpages no scanned process maps (in no Rss) and {} of zero-filled ones.\n",
         s.max_ptes_none,
         u8::from(s.shrink_underused),
-        kb_exact(g.freed_kb),
+        kb_exact(g.freed_kb()),
         kb_exact(g.rss_kb),
         plural(g.underused_folios, "THP", "THPs"),
         s.max_ptes_none,
@@ -294,6 +297,22 @@ const Y_TOP: f64 = 1.15;
 /// Chart units per bucket and per full bar height.
 const X_UNIT: f64 = 1000.0;
 const Y_UNIT: f64 = 10000.0;
+
+/// A chart x (buckets) and y (bar heights) in fixed point: plotters formats
+/// labels of bound key points for integer axes only.
+fn xc(x: f64) -> i32 {
+    (x * X_UNIT).round() as i32
+}
+fn yc(y: f64) -> i32 {
+    (y * Y_UNIT).round() as i32
+}
+
+/// A panel's chart: fixed-point coordinates with key points on both axes.
+type Chart<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<WithKeyPoints<RangedCoordi32>, WithKeyPoints<RangedCoordi32>>,
+>;
 
 /// One folio size: the buckets and, per report, its histogram if it has one.
 struct Panel<'a> {
@@ -458,17 +477,11 @@ fn verdict_lines(reports: &[(&str, &UtilizationReport)], width: u32) -> Vec<(usi
             text = format!("{name}: {text}");
         }
         for para in text.lines() {
-            let mut line = String::new();
-            for word in para.split_whitespace() {
-                if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > max_chars {
-                    out.push((i, std::mem::take(&mut line)));
-                }
-                if !line.is_empty() {
-                    line.push(' ');
-                }
-                line.push_str(word);
-            }
-            out.push((i, line));
+            out.extend(
+                table::wrap(para, max_chars, max_chars)
+                    .into_iter()
+                    .map(|line| (i, line)),
+            );
         }
     }
     out
@@ -571,10 +584,6 @@ fn draw_panel(area: &Area, panel: &Panel, reports: &[(&str, &UtilizationReport)]
     let ticks = scale.ticks();
     // A hand-built report may have no buckets: one empty one keeps the axis.
     let nb = panel.bounds.len().max(1);
-    // Chart coordinates are fixed point: plotters formats labels of bound
-    // key points for integer axes only.
-    let xc = |x: f64| (x * X_UNIT).round() as i32;
-    let yc = |y: f64| (y * Y_UNIT).round() as i32;
     let centres: Vec<i32> = (0..nb).map(|i| xc(i as f64 + 0.5)).collect();
     let mut chart = ChartBuilder::on(&chart_area)
         .margin_left(12)
@@ -639,14 +648,24 @@ fn draw_panel(area: &Area, panel: &Panel, reports: &[(&str, &UtilizationReport)]
         }))?;
     }
 
-    // The under-used threshold: only PMD-sized THPs are judged, and a fully
-    // mapped one is under-used when more than max_ptes_none of its subpages
-    // are zero-filled (thp_underused), i.e. fewer than nr - max_ptes_none
-    // are in use. One dashed line per distinct setting, annotated with what
-    // the shrinker gives back from the THPs left of it.
-    if panel.order != HPAGE_PMD_ORDER {
-        return Ok(());
+    if panel.order == HPAGE_PMD_ORDER {
+        draw_threshold(&mut chart, panel, reports)?;
     }
+    Ok(())
+}
+
+/// The under-used threshold: only PMD-sized THPs are judged, and a fully
+/// mapped one is under-used when more than max_ptes_none of its subpages
+/// are zero-filled (thp_underused), i.e. fewer than nr - max_ptes_none
+/// are in use. One dashed line per distinct setting, annotated with what
+/// the shrinker gives back from the THPs left of it.
+fn draw_threshold(
+    chart: &mut Chart,
+    panel: &Panel,
+    reports: &[(&str, &UtilizationReport)],
+) -> Result<()> {
+    let nrep = reports.len().max(1);
+    let nb = panel.bounds.len().max(1);
     let nr = 1u32 << panel.order;
     let mut drawn: Vec<u32> = Vec::new();
     let mut k = 0;
@@ -774,7 +793,6 @@ mod tests {
                 partial_folios: 14,
                 partial_kb: 168,
                 partial_unmapped_kb: 40,
-                freed_kb: 2_459_208,
                 rss_kb: 2_459_168,
             },
             bloat: vec![

@@ -369,7 +369,7 @@ fn check_scan_pid(out: &str) {
             .unwrap_or_else(|| panic!("no {what:?}:\n{out}"))
     };
     let order = [
-        at("Under-used THP shrinker at max_ptes_none="),
+        at("Deferred split shrinker at max_ptes_none="),
         at("| used subpages "),
         at("| anon-thp-pmd-aligned-2048kB "),
         at("by VMA ("),

@@ -493,7 +493,7 @@ fn scan_output_ranks_processes_and_puts_the_verdict_first() {
         for fake in [
             "used subpages",
             "zero-filled",
-            "Under-used THP shrinker",
+            "Deferred split shrinker at",
             "| 0-50",
         ] {
             if shape.contains(fake) {

@@ -97,6 +97,14 @@ fn text_report_has_the_histogram_the_give_back_and_with_why_the_bloat() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("| 460-512"), "{out}");
+    // One shrinker, deferred_split_scan; "under-used" is its thp_underused
+    // part only.
+    assert!(
+        out.contains(
+            "Deferred split shrinker at max_ptes_none=409, shrink_underused=1: it would give back"
+        ),
+        "{out}"
+    );
     assert!(
         out.contains("it would split 16 THPs as under-used"),
         "{out}"
@@ -220,6 +228,84 @@ fn every_process_on_its_own_then_the_total() {
     );
     assert!(
         out[total..].contains("it would split 2 THPs as under-used"),
+        "{out}"
+    );
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// The scope of every process with one process (the bimodal workload's
+/// `a`): the JSON still maps it to its report, which is the total; the text
+/// prints that report once and names the process.
+#[test]
+fn one_process_still_has_its_report_in_processes() {
+    let r = report(&["--snapshot", "before"]);
+    let procs = r["processes"].as_object().expect("processes by name");
+    assert_eq!(procs.keys().collect::<Vec<_>>(), ["a"], "{r}");
+    let mut total = r.clone();
+    total.as_object_mut().unwrap().remove("processes");
+    assert_eq!(procs["a"], total, "{r}");
+
+    let o = hugelab(&["utilization", BIMODAL, "--snapshot", "before"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("(model), every process (only process a)\n"),
+        "{out}"
+    );
+    assert_eq!(out.matches("it would split 16 THPs").count(), 1, "{out}");
+}
+
+/// A THP shared after fork, each process then writing its own part of it.
+const FORK_WRITES: &str = "\
+set transparent_hugepage/enabled madvise
+set transparent_hugepage/hugepages-2048kB/enabled inherit
+spawn a
+a mmap buf 2M align=2M
+a madvise buf HUGEPAGE
+a write buf:8K
+a fork b
+b write buf+1M:400K
+a write buf+1536K:400K
+";
+
+/// `--why` counts the never-written subpages of a folio two processes share
+/// once, each subpage never written by either. By the kernel's rules: `a`'s
+/// first write faults in one THP (do_huge_pmd_anonymous_page) and writes
+/// subpages 0-1; fork shares it (copy_huge_pmd, both PMDs write-protected).
+/// `b`'s writes to subpages 256-355 find the folio mapped by two mms, so
+/// do_huge_pmd_wp_page splits b's PMD and wp_page_copy copies each page into
+/// an order-0 folio (the copies hold the writes; the THP's subpages stay
+/// unwritten); the same for `a`'s writes to subpages 384-483. So b maps the
+/// THP's 412 subpages but 256-355, a the 412 but 384-483, together all 512,
+/// of which only 0-1 were ever written: 510 never written = 2040 kB. Either
+/// process alone sees 412 - 2 = 410 (1640 kB), the most a merge that takes
+/// the larger of the two counts can say.
+#[test]
+fn why_counts_a_folio_shared_after_fork_once_subpage_by_subpage() {
+    let path = temp_workload("forkwrites", FORK_WRITES);
+    let file = path.to_str().unwrap();
+    let o = hugelab(&["utilization", file, "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let never_written = |v: &Value| {
+        let b = v["bloat"].as_array().unwrap();
+        assert_eq!(b.len(), 1, "{v}");
+        assert_eq!(
+            (b[0]["cause"].as_str(), u(&b[0]["folios"])),
+            (Some("fault"), 1)
+        );
+        u(&b[0]["never_written_kb"])
+    };
+    assert_eq!(never_written(&r), 510 * 4, "{r}");
+    assert_eq!(never_written(&r["processes"]["a"]), 410 * 4, "{r}");
+    assert_eq!(never_written(&r["processes"]["b"]), 410 * 4, "{r}");
+    // The text's total has it too.
+    let o = hugelab(&["utilization", file, "--why"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let total = out.find("total of the 2 processes").expect("the total");
+    assert!(
+        out[total..].contains("| fault      | 2.0 MiB (1) |"),
         "{out}"
     );
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();

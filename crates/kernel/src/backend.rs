@@ -663,8 +663,8 @@ impl KernelBackend {
                 })
             }
             StmtKind::Reclaim => {
-                // drop_caches=2 runs the slab shrinkers: the deferred split
-                // queue and the under-used THP shrinker among them.
+                // drop_caches=2 runs the slab shrinkers, the deferred split
+                // shrinker (with its under-used check) among them.
                 self.window(stmt, false, |_| {
                     drop_slab().map_err(|e| failed(stmt, e))?;
                     Ok(Call::ok(0))
@@ -756,7 +756,7 @@ fn split_huge_pages(pid: i32, start: u64, end: u64) -> Result<(), KernelError> {
 }
 
 /// `echo 2 > /proc/sys/vm/drop_caches`: the slab shrinkers, the deferred
-/// split and under-used THP shrinkers among them.
+/// split shrinker (with its under-used check) among them.
 fn drop_slab() -> Result<(), KernelError> {
     let path = std::path::Path::new(sysfs::PROC_VM).join("drop_caches");
     sysfs::write_value(&path, "2")

@@ -455,7 +455,7 @@ impl From<Result<Measure, CaseError>> for Outcome {
 }
 
 // ---------------------------------------------------------------------------
-// Family 1 and 2: reclaim (deferred split and under-used THP shrinkers)
+// Family 1 and 2: reclaim (the deferred split shrinker, its under-used check included)
 // ---------------------------------------------------------------------------
 
 /// `bystanders` processes, unrelated to the one under test, each with 64 MiB

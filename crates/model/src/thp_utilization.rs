@@ -28,7 +28,9 @@
 //! written mark one bit per page (`mm_types::pg`), not kernel state; no
 //! mlock, so `FolioUse::locked` is always false. A folio mapped by several
 //! processes of the scope is one folio (its subpages mapped if any of them
-//! maps them), as `deferred_split_scan` sees it.
+//! maps them), as `deferred_split_scan` sees it: the per-process views are
+//! united by `hugelab_workload::utilization::unite_by_pfn`, the one merge a
+//! live scan's views go through too.
 
 use crate::huge_memory::ThpSettings;
 use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
@@ -37,7 +39,7 @@ use crate::pgtable::Pmd;
 use crate::{Machine, Model};
 use std::collections::BTreeMap;
 
-use hugelab_workload::utilization::subpage_words;
+use hugelab_workload::utilization::{set_subpage, subpage_words, unite_by_pfn};
 pub use hugelab_workload::utilization::{FolioCause, FolioUse, ShrinkerSettings};
 
 /// The values of the head's `pg::CAUSE_MASK` field (0: no cause recorded).
@@ -148,38 +150,15 @@ fn walk(m: &Machine, mm: &MmStruct, start: u64, end: u64) -> BTreeMap<Pfn, Seen>
     seen
 }
 
-/// The folios of the walks `views` (one per process), each folio once: its
-/// mapped subpages those any process maps, its zero-filled ones counted
-/// once per process mapping them for the Rss.
-fn folio_uses_of(m: &Machine, views: Vec<BTreeMap<Pfn, Seen>>, out: &mut Vec<FolioUse>) {
-    let mut zero_mappings: BTreeMap<Pfn, u32> = BTreeMap::new();
-    let mut all: BTreeMap<Pfn, Seen> = BTreeMap::new();
-    for view in views {
-        for (folio, s) in view {
-            let mut zero = 0;
-            for i in 0..1u64 << s.order {
-                if s.mapped[(i / 64) as usize] & (1 << (i % 64)) != 0 {
-                    zero += u32::from(m.zone.memmap.page(Pfn(folio.0 + i)).test(pg::ZEROED));
-                }
-            }
-            *zero_mappings.entry(folio).or_default() += zero;
-            match all.get_mut(&folio) {
-                Some(a) => {
-                    for (w, o) in a.mapped.iter_mut().zip(s.mapped) {
-                        *w |= o;
-                    }
-                    a.pmd_mapped |= s.pmd_mapped;
-                }
-                None => {
-                    all.insert(folio, s);
-                }
-            }
-        }
-    }
-    for (folio, s) in all {
+/// The folios of the walk `view` (of one process), in PFN order, with which
+/// of their mapped subpages are zero-filled and which never written.
+fn folio_uses_of(m: &Machine, view: BTreeMap<Pfn, Seen>) -> Vec<FolioUse> {
+    let mut out = Vec::with_capacity(view.len());
+    for (folio, s) in view {
         let (mut mapped, mut zero, mut never_written) = (0, 0, 0);
         let words = subpage_words(s.order as u8);
         let mut zero_bits = vec![0; words];
+        let mut never_written_bits = vec![0; words];
         for i in 0..1u64 << s.order {
             if s.mapped[(i / 64) as usize] & (1 << (i % 64)) == 0 {
                 continue;
@@ -188,15 +167,18 @@ fn folio_uses_of(m: &Machine, views: Vec<BTreeMap<Pfn, Seen>>, out: &mut Vec<Fol
             mapped += 1;
             if p.test(pg::ZEROED) {
                 zero += 1;
-                zero_bits[(i / 64) as usize] |= 1 << (i % 64);
+                set_subpage(&mut zero_bits, i as usize);
             }
-            never_written += u32::from(!p.test(pg::WRITTEN));
+            if !p.test(pg::WRITTEN) {
+                never_written += 1;
+                set_subpage(&mut never_written_bits, i as usize);
+            }
         }
         out.push(FolioUse {
             order: s.order as u8,
             mapped,
             zero,
-            zero_mappings: zero_mappings[&folio],
+            zero_mappings: zero,
             pmd_mapped: s.pmd_mapped,
             locked: false,
             cause: folio_cause(m, folio),
@@ -205,8 +187,10 @@ fn folio_uses_of(m: &Machine, views: Vec<BTreeMap<Pfn, Seen>>, out: &mut Vec<Fol
             pfn: Some(folio.0),
             mapped_bits: s.mapped[..words].to_vec(),
             zero_bits,
+            never_written_bits,
         });
     }
+    out
 }
 
 /// The shrinker settings the model runs with now.
@@ -220,34 +204,38 @@ pub fn shrinker_settings(thp: &ThpSettings) -> ShrinkerSettings {
 impl Model {
     /// Every large folio mapped in `scope` now, once, in PFN order, with the
     /// subpages the scope maps of it (within the region, for a region
-    /// scope; those any process maps, for every process).
+    /// scope). For every process: each process's folios, united by
+    /// `unite_by_pfn` as the report unites a scan's (the subpages any
+    /// process maps; the zero-filled ones counted once per process mapping
+    /// them for the Rss).
     pub fn folio_uses(&self, scope: Scope<'_>) -> Result<Vec<FolioUse>, ScopeError> {
         let m = &self.machine;
-        let mut views = Vec::new();
         let task = |proc: &str| {
             self.tasks
                 .get(proc)
                 .ok_or_else(|| ScopeError::NoProcess(proc.to_string()))
         };
-        match scope {
+        Ok(match scope {
             Scope::All => {
-                for t in self.tasks.values() {
-                    views.push(walk(m, &t.mm, 0, u64::MAX));
-                }
+                let each: Vec<FolioUse> = self
+                    .tasks
+                    .values()
+                    .flat_map(|t| folio_uses_of(m, walk(m, &t.mm, 0, u64::MAX)))
+                    .collect();
+                let mut all = unite_by_pfn(&each);
+                all.sort_by_key(|f| f.pfn);
+                all
             }
-            Scope::Process(proc) => views.push(walk(m, &task(proc)?.mm, 0, u64::MAX)),
+            Scope::Process(proc) => folio_uses_of(m, walk(m, &task(proc)?.mm, 0, u64::MAX)),
             Scope::Region { proc, region } => {
                 let mm = &task(proc)?.mm;
                 let r = mm.regions.get(region).ok_or_else(|| ScopeError::NoRegion {
                     proc: proc.to_string(),
                     region: region.to_string(),
                 })?;
-                views.push(walk(m, mm, r.start, r.start + r.len));
+                folio_uses_of(m, walk(m, mm, r.start, r.start + r.len))
             }
-        }
-        let mut out = Vec::new();
-        folio_uses_of(m, views, &mut out);
-        Ok(out)
+        })
     }
 
     /// `khugepaged/max_ptes_none` and `shrink_underused` as they are now.
@@ -288,6 +276,7 @@ mod tests {
                 pfn: None,
                 mapped_bits: vec![],
                 zero_bits: vec![],
+                never_written_bits: vec![],
                 ..f
             })
             .collect()
@@ -432,6 +421,28 @@ mod tests {
         let page = m.machine.zone.memmap.page(copy);
         assert!(page.test(pg::WRITTEN) && !page.test(pg::ZEROED));
         assert_eq!(folio_cause(&m.machine, copy), None);
+    }
+
+    #[test]
+    fn every_process_unites_never_written_subpage_by_subpage() {
+        // After fork each process copies 100 subpages of the shared THP on
+        // write (wp_page_copy): b maps all but 256-355, a all but 384-483.
+        // Together all 512, of which only 0-1 were written.
+        let m = model_after(
+            "spawn a\na mmap buf 2M align=2M\na madvise buf HUGEPAGE\n\
+             a write buf:8K\na fork b\nb write buf+1M:400K\na write buf+1536K:400K\n",
+        );
+        for p in ["a", "b"] {
+            assert_eq!(uses(&m, p)[0].never_written, Some(410));
+        }
+        let all = strip(m.folio_uses(Scope::All).unwrap());
+        assert_eq!(
+            all,
+            [FolioUse {
+                zero_mappings: 410 + 410,
+                ..thp(FolioCause::Fault, 512, 510, false, 510)
+            }]
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 mod prediction;
 
-use prediction::check_predictions;
+use prediction::{check_predictions, Check, Measured};
 
 const BIMODAL: &str = include_str!("../../../workloads/bimodal-utilization.hlw");
 
@@ -13,33 +13,56 @@ fn bimodal_workload_gives_back_what_was_predicted() {
     let out = check_predictions(BIMODAL);
     assert_eq!(out.skipped, 0);
     assert_eq!(out.mismatches().count(), 0);
-    let checked: Vec<(String, u64, u64)> = out
+    let checked: Vec<(Measured, u64, i64)> = out
         .checked
         .iter()
-        .map(|(_, p, want, got)| (p.clone(), *want, *got))
+        .map(|c| (c.measured.clone(), c.predicted, c.actual))
         .collect();
     // (12*508 + 410 + 512 + 492 + 511) zero-filled pages of 16 under-used
     // THPs: all of it freed, and all of it a's Rss.
     assert_eq!(
         checked,
         [
-            ("a".to_string(), 32084, 32084),
-            ("all: freed".to_string(), 32084, 32084),
-            ("all: Rss".to_string(), 32084, 32084),
+            (Measured::ProcessRss("a".to_string()), 32084, 32084),
+            (Measured::Freed, 32084, 32084),
+            (Measured::AllRss, 32084, 32084),
         ]
     );
 }
 
-/// (predicted, measured) of the check named `what` at the workload's
-/// reclaim.
-fn at_reclaim(body: &str, what: &str) -> (u64, u64) {
+/// The harness itself: the report of every process is checked at every
+/// reclaim, also with no process, so a guard against vacuous runs counts
+/// the processes' own checks; and a measure that moved the wrong way is a
+/// mismatch (a MemFree drop against nothing predicted), said as what it is.
+#[test]
+fn the_harness_counts_process_checks_apart_and_keeps_the_sign() {
+    let out = check_predictions("reclaim\n");
+    assert_eq!(out.checked.len(), 2, "{out:?}");
+    assert_eq!(out.process_checks().count(), 0, "{out:?}");
+    let dropped = Check {
+        line: 7,
+        measured: Measured::Freed,
+        predicted: 0,
+        actual: -4,
+    };
+    assert!(!dropped.holds());
+    let why = dropped.to_string();
+    assert!(
+        why.contains("predicted 0 kB given back to the machine (freed_kb)")
+            && why.contains("rise of MemFree, less the huge zero folio, was -4 kB"),
+        "{why}"
+    );
+}
+
+/// (predicted, measured) of the check of `what` at the workload's reclaim.
+fn at_reclaim(body: &str, what: Measured) -> (u64, i64) {
     let out = check_predictions(&format!("{SETTINGS}{body}"));
-    let (_, _, want, got) = out
+    let c = out
         .checked
         .iter()
-        .find(|(_, p, _, _)| p == what)
-        .unwrap_or_else(|| panic!("{what} was not checked: {out:?}"));
-    (*want, *got)
+        .find(|c| c.measured == what)
+        .unwrap_or_else(|| panic!("{what:?} was not checked: {out:?}"));
+    (c.predicted, c.actual)
 }
 
 #[test]
@@ -53,14 +76,14 @@ fn splitting_partially_mapped_thps_frees_their_unmapped_halves() {
         body.push_str(&format!("a munmap buf+{}M:1M\n", 2 * i + 1));
     }
     body.push_str("reclaim\n");
-    assert_eq!(at_reclaim(&body, "all: freed"), (16384, 16384));
-    assert_eq!(at_reclaim(&body, "all: Rss"), (0, 0));
+    assert_eq!(at_reclaim(&body, Measured::Freed), (16384, 16384));
+    assert_eq!(at_reclaim(&body, Measured::AllRss), (0, 0));
     // One written page in a THP, its second half unmapped: 256 unmapped and
     // 255 zero-filled subpages freed, the latter off the Rss.
     let body = "spawn a\na mmap buf 2M align=2M\na madvise buf HUGEPAGE\na write buf:4K\n\
         a munmap buf+1M:1M\nreclaim\n";
-    assert_eq!(at_reclaim(body, "all: freed"), (511 * 4, 511 * 4));
-    assert_eq!(at_reclaim(body, "all: Rss"), (255 * 4, 255 * 4));
+    assert_eq!(at_reclaim(body, Measured::Freed), (511 * 4, 511 * 4));
+    assert_eq!(at_reclaim(body, Measured::AllRss), (255 * 4, 255 * 4));
 }
 
 #[test]
@@ -70,8 +93,11 @@ fn a_thp_shared_after_fork_is_freed_once_and_leaves_both_rss() {
     // and remapped in both.
     let body = "spawn a\na mmap buf 2M align=2M\na madvise buf HUGEPAGE\n\
         a write buf step=512K\na fork b\nreclaim\n";
-    assert_eq!(at_reclaim(body, "all: freed"), (508 * 4, 508 * 4));
-    assert_eq!(at_reclaim(body, "all: Rss"), (2 * 508 * 4, 2 * 508 * 4));
+    assert_eq!(at_reclaim(body, Measured::Freed), (508 * 4, 508 * 4));
+    assert_eq!(
+        at_reclaim(body, Measured::AllRss),
+        (2 * 508 * 4, 2 * 508 * 4)
+    );
 }
 
 const SETTINGS: &str = "set transparent_hugepage/enabled madvise\n\
@@ -79,15 +105,8 @@ const SETTINGS: &str = "set transparent_hugepage/enabled madvise\n\
     set transparent_hugepage/khugepaged/max_ptes_none 409\n";
 
 /// (predicted, actual) Rss drop of process a at the workload's reclaim.
-fn a_at_reclaim(body: &str) -> (u64, u64) {
-    let out = check_predictions(&format!("{SETTINGS}{body}"));
-    let (_, p, want, got) = out
-        .checked
-        .iter()
-        .find(|(_, p, _, _)| p == "a")
-        .expect("process a was checked");
-    assert_eq!(p, "a");
-    (*want, *got)
+fn a_at_reclaim(body: &str) -> (u64, i64) {
+    at_reclaim(body, Measured::ProcessRss("a".to_string()))
 }
 
 #[test]

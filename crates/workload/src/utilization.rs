@@ -1,4 +1,4 @@
-//! How much of each large folio is really used, and what the under-used THP
+//! How much of each large folio is really used, and what the deferred split
 //! shrinker would give back: the one report `hugelab scan` (a live process)
 //! and `hugelab utilization` (the model at a snapshot) both produce.
 //!
@@ -26,7 +26,8 @@
 //! drop ([`GiveBack::rss_kb`]). A folio mapped by several of the scanned
 //! processes (after fork) is one folio: the report unites the views of it
 //! by its head PFN ([`FolioUse::pfn`]) and counts it once, its mapped
-//! subpages being those any of them maps. Deliberate limits, stated in the
+//! subpages being those any of them maps (and its zero-filled and
+//! never-written ones those any of them saw so). Deliberate limits, stated in the
 //! report:
 //!
 //! - only PMD-sized THPs are queued as under-used candidates (at fault, by
@@ -96,8 +97,9 @@ pub struct FolioUse {
     pub locked: bool,
     /// Why it exists (model only).
     pub cause: Option<FolioCause>,
-    /// Subpages the workload never wrote (model only; a write of zero bytes
-    /// is a write, so this can be less than `zero`).
+    /// Mapped subpages the workload never wrote (model only; a write of
+    /// zero bytes is a write, so this can be less than `zero`): the count of
+    /// `never_written_bits` when the view has them.
     pub never_written: Option<u32>,
     /// On the deferred split queue (model only; a live scan cannot see it).
     pub queued: Option<bool>,
@@ -112,6 +114,10 @@ pub struct FolioUse {
     pub mapped_bits: Vec<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zero_bits: Vec<u64>,
+    /// Which mapped subpages were never written, as `mapped_bits` (model
+    /// only): what uniting the never-written counts of two views needs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub never_written_bits: Vec<u64>,
 }
 
 /// Words of a subpage bitmap for a folio of `order`.
@@ -150,30 +156,33 @@ impl FolioUse {
             && self.mapped_bits.len() == subpage_words(self.order)
             && other.mapped_bits.len() == self.mapped_bits.len()
             && other.zero_bits.len() == self.zero_bits.len()
+            && other.never_written_bits.len() == self.never_written_bits.len()
     }
 
     /// Adds another process's view of the same folio: the subpages either
-    /// maps are mapped, the Rss of both is counted.
+    /// maps are mapped, the Rss of both is counted. Zero-filled and never
+    /// written are properties of the subpage itself, so those of the united
+    /// view are those either view saw; without the never-written bitmaps (a
+    /// live scan) there is no never-written count.
     fn unite(&mut self, other: &FolioUse) {
-        for (a, b) in self.mapped_bits.iter_mut().zip(&other.mapped_bits) {
-            *a |= b;
+        let count = |bits: &[u64]| bits.iter().map(|w| w.count_ones()).sum::<u32>();
+        for (mine, theirs) in [
+            (&mut self.mapped_bits, &other.mapped_bits),
+            (&mut self.zero_bits, &other.zero_bits),
+            (&mut self.never_written_bits, &other.never_written_bits),
+        ] {
+            for (a, b) in mine.iter_mut().zip(theirs) {
+                *a |= b;
+            }
         }
-        for (a, b) in self.zero_bits.iter_mut().zip(&other.zero_bits) {
-            *a |= b;
-        }
-        self.mapped = self.mapped_bits.iter().map(|w| w.count_ones()).sum();
-        self.zero = self.zero_bits.iter().map(|w| w.count_ones()).sum();
+        self.mapped = count(&self.mapped_bits);
+        self.zero = count(&self.zero_bits);
+        self.never_written =
+            (!self.never_written_bits.is_empty()).then(|| count(&self.never_written_bits));
         self.zero_mappings += other.zero_mappings;
         self.pmd_mapped |= other.pmd_mapped;
         self.locked |= other.locked;
         self.cause = self.cause.or(other.cause);
-        // Never-written subpages among the mapped ones: per subpage only
-        // the model knows, and it unites its views itself; the larger count
-        // is a lower bound.
-        self.never_written = match (self.never_written, other.never_written) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
         self.queued = self.queued.or(other.queued);
     }
 }
@@ -276,8 +285,9 @@ impl SizeUtilization {
     }
 }
 
-/// What the under-used THP shrinker would split and give back.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What the deferred split shrinker would split and give back. Serialized
+/// with [`GiveBack::freed_kb`] as a `freed_kb` field (before `rss_kb`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 pub struct GiveBack {
     /// Fully mapped THPs split as under-used, and their zero-filled
     /// subpages (remapped to the zero page and freed).
@@ -290,12 +300,32 @@ pub struct GiveBack {
     /// The subpages of those partially mapped folios that nothing scanned
     /// maps: freed by the split (not in any Rss before it).
     pub partial_unmapped_kb: u64,
-    /// Memory given back to the machine, and uncharged from the memory
-    /// cgroups: `underused_kb + partial_kb + partial_unmapped_kb`.
-    pub freed_kb: u64,
     /// The drop of the scanned processes' Rss (summed over the processes:
     /// a zero-filled subpage two of them map leaves both Rss).
     pub rss_kb: u64,
+}
+
+impl GiveBack {
+    /// Memory given back to the machine, and uncharged from the memory
+    /// cgroups: every subpage the splits free.
+    pub fn freed_kb(&self) -> u64 {
+        self.underused_kb + self.partial_kb + self.partial_unmapped_kb
+    }
+}
+
+impl Serialize for GiveBack {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("GiveBack", 7)?;
+        st.serialize_field("underused_folios", &self.underused_folios)?;
+        st.serialize_field("underused_kb", &self.underused_kb)?;
+        st.serialize_field("partial_folios", &self.partial_folios)?;
+        st.serialize_field("partial_kb", &self.partial_kb)?;
+        st.serialize_field("partial_unmapped_kb", &self.partial_unmapped_kb)?;
+        st.serialize_field("freed_kb", &self.freed_kb())?;
+        st.serialize_field("rss_kb", &self.rss_kb)?;
+        st.end()
+    }
 }
 
 /// Never-written subpages of one cause and size (model only).
@@ -429,8 +459,6 @@ pub fn utilization_report<'a>(
         }
     }
     bloat.sort_by_key(|b| (b.cause, b.size_kb));
-    give_back.freed_kb =
-        give_back.underused_kb + give_back.partial_kb + give_back.partial_unmapped_kb;
     UtilizationReport {
         settings,
         buckets,
@@ -537,7 +565,7 @@ mod tests {
         assert_eq!(r.give_back.underused_folios, 3);
         assert_eq!(r.give_back.underused_kb, (508 + 510 + 410) * 4);
         assert_eq!(r.give_back.rss_kb, r.give_back.underused_kb);
-        assert_eq!(r.give_back.freed_kb, r.give_back.underused_kb);
+        assert_eq!(r.give_back.freed_kb(), r.give_back.underused_kb);
     }
 
     /// One process's view of the THP at head PFN `pfn`: subpages `mapped`
@@ -574,14 +602,44 @@ mod tests {
         assert_eq!((g.partial_folios, g.partial_kb), (2, 255 * 4));
         assert_eq!(g.partial_unmapped_kb, 2 * 256 * 4);
         assert_eq!(g.rss_kb, 255 * 4);
-        assert_eq!(g.freed_kb, (2 * 256 + 255) * 4);
+        assert_eq!(g.freed_kb(), (2 * 256 + 255) * 4);
         // Locked: the zero-filled subpages stay, the unmapped ones go.
         let locked = FolioUse {
             locked: true,
             ..sparse.clone()
         };
         let g = utilization_report([&locked], AT_409, 10).give_back;
-        assert_eq!((g.freed_kb, g.rss_kb), (256 * 4, 0));
+        assert_eq!((g.freed_kb(), g.rss_kb), (256 * 4, 0));
+    }
+
+    #[test]
+    fn freed_kb_is_the_sum_and_a_json_field() {
+        let g = GiveBack {
+            underused_kb: 1,
+            partial_kb: 20,
+            partial_unmapped_kb: 300,
+            rss_kb: 4000,
+            ..GiveBack::default()
+        };
+        assert_eq!(g.freed_kb(), 321);
+        let v = serde_json::to_value(&g).unwrap();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        let mut want = [
+            "underused_folios",
+            "underused_kb",
+            "partial_folios",
+            "partial_kb",
+            "partial_unmapped_kb",
+            "freed_kb",
+            "rss_kb",
+        ];
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        assert_eq!(
+            (v["freed_kb"].as_u64(), v["rss_kb"].as_u64()),
+            (Some(321), Some(4000))
+        );
     }
 
     #[test]
@@ -593,7 +651,7 @@ mod tests {
         assert_eq!(r.sizes[0].folios(), 1);
         assert_eq!(r.sizes[0].zero_pages(), 508);
         let g = &r.give_back;
-        assert_eq!((g.underused_folios, g.freed_kb), (1, 508 * 4));
+        assert_eq!((g.underused_folios, g.freed_kb()), (1, 508 * 4));
         assert_eq!(g.rss_kb, 2 * 508 * 4);
         // Each maps a different half: together the folio is fully mapped
         // (not partially, as either alone would say), and under-used.
@@ -605,7 +663,28 @@ mod tests {
         assert_eq!(r.sizes[0].partial_folios, 0);
         let g = &r.give_back;
         assert_eq!((g.underused_folios, g.partial_folios), (1, 0));
-        assert_eq!((g.freed_kb, g.rss_kb), (508 * 4, 508 * 4));
+        assert_eq!((g.freed_kb(), g.rss_kb), (508 * 4, 508 * 4));
+        // Never written: a subpage either view saw never written. The first
+        // process wrote subpages 0-1 of its half, the second none of its
+        // half: 510 together (the larger of the two counts is 256).
+        let never_written = |mut f: FolioUse, from: usize| {
+            f.never_written_bits = vec![0; subpage_words(HPAGE_PMD_ORDER)];
+            for i in from..512 {
+                if f.mapped_bits[i / 64] >> (i % 64) & 1 == 1 {
+                    set_subpage(&mut f.never_written_bits, i);
+                }
+            }
+            f.never_written = Some(f.never_written_bits.iter().map(|w| w.count_ones()).sum());
+            f.cause = Some(FolioCause::Fault);
+            f
+        };
+        let (first, second) = (never_written(first, 2), never_written(second, 0));
+        assert_eq!(
+            (first.never_written, second.never_written),
+            (Some(254), Some(256))
+        );
+        let r = utilization_report([&first, &second], AT_409, 10);
+        assert_eq!(r.bloat[0].never_written_kb, 510 * 4);
         // Another folio at another PFN stays another folio.
         let other = view(1024, 0..512, 0..0);
         assert_eq!(

@@ -1,4 +1,4 @@
-//! Does the under-used shrinker's give-back prediction come true in the
+//! Does the deferred split shrinker's give-back prediction come true in the
 //! model? Runs a workload statement by statement; right before a `reclaim`
 //! it takes each process's utilization report, and after it compares the
 //! process's Rss drop with `give_back.rss_kb`; and the report of every
@@ -16,7 +16,10 @@
 //!   another process (its partially mapped state is judged from its own
 //!   mappings); the report of every process sees every mapping.
 //!
-//! Reclaims where an assumption fails are counted, not checked.
+//! Reclaims where an assumption fails are counted, not checked. The two
+//! checks of the report of every process are made at every reclaim without
+//! a pin, even with no process: a guard against vacuous runs must count
+//! the processes' own checks ([`Outcome::process_checks`]).
 
 use hugelab_model::mm_types::{page_folio, Pfn};
 use hugelab_model::pgtable::Pmd;
@@ -26,20 +29,80 @@ use hugelab_workload::utilization::{utilization_report, DEFAULT_BUCKETS};
 use hugelab_workload::{parse, Backend, StmtKind};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+/// What a prediction is checked against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Measured {
+    /// A process's own report (`rss_kb`) against the drop of its Rss.
+    ProcessRss(String),
+    /// The report of every process (`freed_kb`) against the rise of
+    /// MemFree, less the huge zero folio the same reclaim frees.
+    Freed,
+    /// The report of every process (`rss_kb`) against the drop of the
+    /// processes' Rss summed.
+    AllRss,
+}
+
+/// One check at one `reclaim`: the predicted kB and the measured change
+/// (signed: a measure that moved the wrong way shows as negative).
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub line: u32,
+    pub measured: Measured,
+    pub predicted: u64,
+    pub actual: i64,
+}
+
+impl Check {
+    pub fn holds(&self) -> bool {
+        i64::try_from(self.predicted) == Ok(self.actual)
+    }
+}
+
+impl std::fmt::Display for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (line, want, got) = (self.line, self.predicted, self.actual);
+        match &self.measured {
+            Measured::ProcessRss(proc) => write!(
+                f,
+                "reclaim at line {line}: process {proc}'s own report predicted its Rss to drop \
+                 by {want} kB (rss_kb); the measured drop was {got} kB"
+            ),
+            Measured::Freed => write!(
+                f,
+                "reclaim at line {line}: the report of every process predicted {want} kB given \
+                 back to the machine (freed_kb); the measured rise of MemFree, less the huge \
+                 zero folio, was {got} kB"
+            ),
+            Measured::AllRss => write!(
+                f,
+                "reclaim at line {line}: the report of every process predicted their Rss \
+                 together to drop by {want} kB (rss_kb); the measured drop was {got} kB"
+            ),
+        }
+    }
+}
+
 /// What the checks of one workload found.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// Per process checked: (reclaim line, process, predicted kB, Rss drop
-    /// kB); and per reclaim "all: freed" (predicted `freed_kb`, MemFree
-    /// rise) and "all: Rss" (predicted `rss_kb`, the processes' Rss drop).
-    pub checked: Vec<(u32, String, u64, u64)>,
+    /// Per reclaim: one check per process whose own report was checked,
+    /// then the two checks of the report of every process.
+    pub checked: Vec<Check>,
     /// Reclaims (or processes at one) whose assumptions did not hold.
     pub skipped: u64,
 }
 
 impl Outcome {
-    pub fn mismatches(&self) -> impl Iterator<Item = &(u32, String, u64, u64)> {
-        self.checked.iter().filter(|(_, _, want, got)| want != got)
+    pub fn mismatches(&self) -> impl Iterator<Item = &Check> {
+        self.checked.iter().filter(|c| !c.holds())
+    }
+
+    /// The checks of a process's own report (those of every process are
+    /// made at every reclaim, with or without processes).
+    pub fn process_checks(&self) -> impl Iterator<Item = &Check> {
+        self.checked
+            .iter()
+            .filter(|c| matches!(c.measured, Measured::ProcessRss(_)))
     }
 }
 
@@ -89,21 +152,21 @@ fn unshared(model: &Model) -> Vec<String> {
         .collect()
 }
 
-fn rss_kb(model: &mut Model, proc: &str) -> u64 {
+fn rss_kb(model: &mut Model, proc: &str) -> i64 {
     let r = model.read().expect("the model reads");
     r.counters
         .get(&format!("smaps.{proc}.Rss"))
         .copied()
-        .unwrap_or(0) as u64
+        .unwrap_or(0)
 }
 
-fn mem_free_kb(model: &mut Model) -> u64 {
-    model.read().expect("the model reads").counters["meminfo.MemFree"] as u64
+fn mem_free_kb(model: &mut Model) -> i64 {
+    model.read().expect("the model reads").counters["meminfo.MemFree"]
 }
 
 /// The huge zero folio's kB that `reclaim` frees besides the splits
 /// (shrink_huge_zero_folio_scan: when no mm maps it).
-fn huge_zero_freed_kb(model: &Model) -> u64 {
+fn huge_zero_freed_kb(model: &Model) -> i64 {
     let m = &model.machine;
     if m.huge_zero_folio.is_some() && m.huge_zero_refcount == 1 {
         2048
@@ -140,25 +203,32 @@ pub fn check_predictions(text: &str) -> Outcome {
                     let all = model.folio_uses(Scope::All).unwrap();
                     let all = utilization_report(&all, settings, DEFAULT_BUCKETS).give_back;
                     let procs: Vec<String> = model.tasks.keys().cloned().collect();
-                    let rss_all: u64 = procs.iter().map(|p| rss_kb(&mut model, p)).sum();
+                    let rss_all: i64 = procs.iter().map(|p| rss_kb(&mut model, p)).sum();
                     let free = mem_free_kb(&mut model) + huge_zero_freed_kb(&model);
                     let _ = model.execute(stmt);
-                    for (proc, predicted, rss) in before {
-                        let after = rss_kb(&mut model, &proc);
-                        out.checked
-                            .push((stmt.pos.line, proc, predicted, rss - after));
-                    }
-                    let rss_after: u64 = procs.iter().map(|p| rss_kb(&mut model, p)).sum();
                     let line = stmt.pos.line;
-                    let freed = mem_free_kb(&mut model).saturating_sub(free);
-                    out.checked
-                        .push((line, "all: freed".into(), all.freed_kb, freed));
-                    out.checked.push((
+                    for (proc, predicted, rss) in before {
+                        let actual = rss - rss_kb(&mut model, &proc);
+                        out.checked.push(Check {
+                            line,
+                            measured: Measured::ProcessRss(proc),
+                            predicted,
+                            actual,
+                        });
+                    }
+                    let rss_after: i64 = procs.iter().map(|p| rss_kb(&mut model, p)).sum();
+                    out.checked.push(Check {
                         line,
-                        "all: Rss".into(),
-                        all.rss_kb,
-                        rss_all.saturating_sub(rss_after),
-                    ));
+                        measured: Measured::Freed,
+                        predicted: all.freed_kb(),
+                        actual: mem_free_kb(&mut model) - free,
+                    });
+                    out.checked.push(Check {
+                        line,
+                        measured: Measured::AllRss,
+                        predicted: all.rss_kb,
+                        actual: rss_all - rss_after,
+                    });
                     continue;
                 }
             }

@@ -1,37 +1,10 @@
 //! The `hugelab` binary: exit codes and messages for good and bad input.
 
 mod common;
-use common::{run as hugelab, stderr};
+use common::{run as hugelab, stderr, TempWorkload};
 
-use std::io::Write;
-
-fn workload(text: &str) -> tempfile_path::TempFile {
-    tempfile_path::TempFile::new(text)
-}
-
-/// A file that removes itself, without a crate for it.
-mod tempfile_path {
-    use super::*;
-    pub struct TempFile(pub std::path::PathBuf);
-    impl TempFile {
-        pub fn new(text: &str) -> Self {
-            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let path = std::env::temp_dir()
-                .join(format!("hugelab-cli-test-{}-{n}.hlw", std::process::id()));
-            let mut f = std::fs::File::create(&path).expect("temp file");
-            f.write_all(text.as_bytes()).expect("write temp file");
-            TempFile(path)
-        }
-        pub fn path(&self) -> &str {
-            self.0.to_str().expect("utf-8 temp path")
-        }
-    }
-    impl Drop for TempFile {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
+fn workload(text: &str) -> TempWorkload {
+    TempWorkload::new(text)
 }
 
 /// Runs `text` as a workload file (`hugelab run FILE`): its exit code, the

@@ -2,15 +2,11 @@
 //! from what Linux 6.18 does (mm/memory.c alloc_anon_folio and
 //! mm/huge_memory.c do_huge_pmd_anonymous_page), not from the model's output.
 
+mod common;
+use common::TempWorkload;
+
 use serde_json::Value;
 use std::process::Command;
-
-/// Writes `text` to a workload file of the test's own, in Cargo's scratch dir.
-fn workload_file(name: &str, text: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::write(&path, text).expect("write the workload");
-    path.to_str().expect("utf-8 path").to_string()
-}
 
 fn compare(args: &[&str]) -> (String, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_hugelab"))
@@ -56,10 +52,8 @@ const NEVER: &str = "transparent_hugepage/enabled=never";
 ///   the whole 2M: (1 - 512) / 512 = -99.8046875 %; all of it in a 2M folio.
 #[test]
 fn summary_of_2m_written_with_64k_mthp_and_pmd_thp() {
-    let w = workload_file(
-        "summary-2m.hlw",
-        "spawn a\na mmap buf 2M align=2M\na write buf\n",
-    );
+    let w = TempWorkload::new("spawn a\na mmap buf 2M align=2M\na write buf\n");
+    let w = w.path();
     let k64 = format!("64K:{NEVER},transparent_hugepage/hugepages-64kB/enabled=always");
     let base = format!("4K:{NEVER}");
     let pmd = "PMD:transparent_hugepage/enabled=always";
@@ -130,10 +124,8 @@ fn summary_of_2m_written_with_64k_mthp_and_pmd_thp() {
 /// 16 kB (20 %) in a 16K one.
 #[test]
 fn summary_shares_by_size_at_an_unaligned_region_end() {
-    let w = workload_file(
-        "summary-80k.hlw",
-        "spawn a\na mmap buf 80K align=2M\na write buf\n",
-    );
+    let w = TempWorkload::new("spawn a\na mmap buf 80K align=2M\na write buf\n");
+    let w = w.path();
     let mthp = format!(
         "64K+32K+16K:{NEVER},transparent_hugepage/hugepages-16kB/enabled=always,\
          transparent_hugepage/hugepages-32kB/enabled=always,\
@@ -164,11 +156,11 @@ fn summary_shares_by_size_at_an_unaligned_region_end() {
 ///   and try no PMD: 1 fallback, the same 784 faults, no large folio.
 #[test]
 fn summary_counts_a_pmd_fallback_once() {
-    let w = workload_file(
-        "summary-fallback.hlw",
+    let w = TempWorkload::new(
         "machine memory=4M\nspawn a\na mmap fill 3M align=2M\na madvise fill NOHUGEPAGE\n\
          a write fill\na mmap t 2M align=2M\na write t:64K\n",
     );
+    let w = w.path();
     let base = format!("4K:{NEVER}");
     let pmd = "PMD:transparent_hugepage/enabled=always";
     let (out, _) = compare(&["--json", "--setting", &base, "--setting", pmd, &w]);
@@ -274,11 +266,11 @@ fn a_setting_the_workload_keeps_from_a_size_is_said() {
 /// experiment: the setting cannot hold, and the run is refused there.
 #[test]
 fn a_mid_run_set_of_a_settings_tunable_is_refused() {
-    let w = workload_file(
-        "mid-run-set.hlw",
+    let w = TempWorkload::new(
         "set transparent_hugepage/enabled never\nspawn a\na mmap r 2M\na write r\n\
          set transparent_hugepage/enabled always\na write r\n",
     );
+    let w = w.path();
     let err = compare_refused(&[
         "--setting",
         "off:transparent_hugepage/enabled=never",
@@ -297,11 +289,11 @@ fn a_mid_run_set_of_a_settings_tunable_is_refused() {
 /// The workload turns HVO on itself before its pool grows; the setting wins.
 #[test]
 fn a_setting_of_hvo_wins_over_the_workloads_own() {
-    let w = workload_file(
-        "hvo-prelude.hlw",
+    let w = TempWorkload::new(
         "set vm.hugetlb_optimize_vmemmap 1\nset hugepages/hugepages-2048kB/nr_hugepages 16\n\
          snapshot grown\n",
     );
+    let w = w.path();
     let (out, _) = compare(&[
         "--json",
         "--setting",
@@ -319,11 +311,11 @@ fn a_setting_of_hvo_wins_over_the_workloads_own() {
     assert_eq!((memmap("off"), memmap("on")), (0, -112), "{doc}");
     assert_eq!(doc["settings"][0]["overrides"][0]["line"], 1);
     // Turning it off again after the pool grew is the experiment: refused.
-    let w = workload_file(
-        "hvo-mid-run.hlw",
+    let w = TempWorkload::new(
         "set vm.hugetlb_optimize_vmemmap 1\nset hugepages/hugepages-2048kB/nr_hugepages 16\n\
          set vm.hugetlb_optimize_vmemmap 0\n",
     );
+    let w = w.path();
     let err = compare_refused(&["--setting", "on:vm.hugetlb_optimize_vmemmap=1", &w]);
     assert!(err.contains(&format!(
         "{w}:3:1: setting on sets vm.hugetlb_optimize_vmemmap"

@@ -6,34 +6,7 @@
 //! FAMILY` is that family only).
 
 mod common;
-use common::{run as hugelab, stderr};
-
-use std::io::Write;
-use std::path::PathBuf;
-
-/// A workload file that removes itself.
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(text: &str) -> Self {
-        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path =
-            std::env::temp_dir().join(format!("hugelab-readable-{}-{n}.hlw", std::process::id()));
-        let mut f = std::fs::File::create(&path).expect("temp file");
-        f.write_all(text.as_bytes()).expect("write temp file");
-        TempFile(path)
-    }
-    fn path(&self) -> &str {
-        self.0.to_str().expect("utf-8 temp path")
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use common::{run as hugelab, stderr, TempWorkload as TempFile};
 
 fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()

@@ -12,6 +12,8 @@
 //! break them; expected figures are derived from the kernel's rules, in the
 //! comment of each check.
 
+mod common;
+
 use hugelab_workload::Backend;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -460,16 +462,8 @@ fn check_bench(out: &str, runs: u32) {
 /// of 8 pages of 2M.
 #[test]
 fn every_root_readme_example_runs_on_this_machine() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: the root-only README examples need root");
-        return;
-    }
-    let enabled = "/sys/kernel/mm/transparent_hugepage/enabled";
-    let c = std::ffi::CString::new(enabled).unwrap();
-    // SAFETY: access on a NUL-terminated path.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        println!("skipped: {enabled} is not writable");
+    if let Some(why) = common::cannot_run() {
+        println!("skipped: the root-only README examples: {why}");
         return;
     }
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));

@@ -1,7 +1,7 @@
 //! `hugelab utilization`: the report of the bimodal workload, and bad input.
 
 mod common;
-use common::{run as hugelab, stderr};
+use common::{run as hugelab, stderr, TempWorkload};
 
 use serde_json::Value;
 
@@ -181,21 +181,13 @@ b madvise buf HUGEPAGE
 b write buf:8K
 ";
 
-fn temp_workload(name: &str, text: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("hugelab-util-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("{name}.hlw"));
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// "Every process, each on its own": a report per process, then the total.
 /// thp_underused splits a THP with more than max_ptes_none (409) zero-filled
 /// subpages: a's one-page THP (511 zero-filled), b's two-page one (510).
 #[test]
 fn every_process_on_its_own_then_the_total() {
-    let path = temp_workload("two", TWO);
-    let file = path.to_str().unwrap();
+    let w = TempWorkload::new(TWO);
+    let file = w.path();
     let o = hugelab(&["utilization", file, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -230,7 +222,6 @@ fn every_process_on_its_own_then_the_total() {
         out[total..].contains("it would split 2 THPs as under-used"),
         "{out}"
     );
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 /// The scope of every process with one process (the bimodal workload's
@@ -282,8 +273,8 @@ a write buf+1536K:400K
 /// the larger of the two counts can say.
 #[test]
 fn why_counts_a_folio_shared_after_fork_once_subpage_by_subpage() {
-    let path = temp_workload("forkwrites", FORK_WRITES);
-    let file = path.to_str().unwrap();
+    let w = TempWorkload::new(FORK_WRITES);
+    let file = w.path();
     let o = hugelab(&["utilization", file, "--json"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -308,7 +299,6 @@ fn why_counts_a_folio_shared_after_fork_once_subpage_by_subpage() {
         out[total..].contains("| fault      | 2.0 MiB (1) |"),
         "{out}"
     );
-    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 /// Conclusion first: the shrinker's verdict before the histogram, and the

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// `hugelab ARGS` for a command that leaves the machine alone (no state
 /// directory of its own).
@@ -100,4 +101,28 @@ fn hugelab_as_nobody(args: &[&str]) -> Option<Output> {
         .args(args)
         .output()
         .ok()
+}
+
+/// A workload file in the temporary directory, removed when dropped.
+pub struct TempWorkload(PathBuf);
+
+impl TempWorkload {
+    pub fn new(text: &str) -> TempWorkload {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("hugelab-test-{}-{n}.hlw", std::process::id()));
+        std::fs::write(&path, text).expect("write the workload file");
+        TempWorkload(path)
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+}
+
+impl Drop for TempWorkload {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

@@ -59,7 +59,7 @@ fn summary_of_2m_written_with_64k_mthp_and_pmd_thp() {
     let pmd = "PMD:transparent_hugepage/enabled=always";
     let args = ["--setting", &base, "--setting", &k64, "--setting", pmd];
     let mut json_args = args.to_vec();
-    json_args.extend(["--json", &w]);
+    json_args.extend(["--json", w]);
     let (out, _) = compare(&json_args);
     let doc: Value = serde_json::from_str(&out).expect("valid JSON");
     assert_eq!(doc["baseline"], "4K");
@@ -91,7 +91,7 @@ fn summary_of_2m_written_with_64k_mthp_and_pmd_thp() {
 
     // The table says the same, the summary before the full table.
     let mut text_args = args.to_vec();
-    text_args.push(&w);
+    text_args.push(w);
     let (out, _) = compare(&text_args);
     let summary_at = out.find("Summary at snapshot 'end' against 4K (512 page faults, 2048 kB");
     let full_at = out.find("| counter");
@@ -132,7 +132,7 @@ fn summary_shares_by_size_at_an_unaligned_region_end() {
          transparent_hugepage/hugepages-64kB/enabled=always"
     );
     let base = format!("4K:{NEVER}");
-    let (out, _) = compare(&["--json", "--setting", &base, "--setting", &mthp, &w]);
+    let (out, _) = compare(&["--json", "--setting", &base, "--setting", &mthp, w]);
     let doc: Value = serde_json::from_str(&out).expect("valid JSON");
     assert_eq!(row(&doc, "4K")["page_faults"], 20);
     let r = row(&doc, "64K+32K+16K");
@@ -163,7 +163,7 @@ fn summary_counts_a_pmd_fallback_once() {
     let w = w.path();
     let base = format!("4K:{NEVER}");
     let pmd = "PMD:transparent_hugepage/enabled=always";
-    let (out, _) = compare(&["--json", "--setting", &base, "--setting", pmd, &w]);
+    let (out, _) = compare(&["--json", "--setting", &base, "--setting", pmd, w]);
     let doc: Value = serde_json::from_str(&out).expect("valid JSON");
     let r = row(&doc, "4K");
     assert_eq!(r["page_faults"], 784);
@@ -276,7 +276,7 @@ fn a_mid_run_set_of_a_settings_tunable_is_refused() {
         "off:transparent_hugepage/enabled=never",
         "--setting",
         "on:transparent_hugepage/enabled=always",
-        &w,
+        w,
     ]);
     assert!(err.contains(&format!("{w}:5:1: setting off")), "{err}");
     assert!(err.contains("transparent_hugepage/enabled"), "{err}");
@@ -300,7 +300,7 @@ fn a_setting_of_hvo_wins_over_the_workloads_own() {
         "off:vm.hugetlb_optimize_vmemmap=0",
         "--setting",
         "on:vm.hugetlb_optimize_vmemmap=1",
-        &w,
+        w,
     ]);
     let doc: Value = serde_json::from_str(&out).unwrap();
     let memmap = |s: &str| {
@@ -316,7 +316,7 @@ fn a_setting_of_hvo_wins_over_the_workloads_own() {
          set vm.hugetlb_optimize_vmemmap 0\n",
     );
     let w = w.path();
-    let err = compare_refused(&["--setting", "on:vm.hugetlb_optimize_vmemmap=1", &w]);
+    let err = compare_refused(&["--setting", "on:vm.hugetlb_optimize_vmemmap=1", w]);
     assert!(err.contains(&format!(
         "{w}:3:1: setting on sets vm.hugetlb_optimize_vmemmap"
     )));

@@ -102,27 +102,9 @@ pub fn khugepaged_do_scan<'a>(m: &mut Machine, mms: impl Iterator<Item = &'a mut
 fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
     let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
     for vma in vmas {
-        // __thp_vma_allowable_orders under TVA_KHUGEPAGED, in its order: the
-        // tunables and vetoes, room for an aligned 2M range, then an
-        // anon_vma (a VMA with only read faults, which map the zero page,
-        // has none).
-        let verdict = if thp_vma_allowable_orders(&m.thp, mm, &vma, 1 << HPAGE_PMD_ORDER) == 0 {
-            Some(VmaVerdict::NotAllowed)
-        } else if !vma_holds_pmd(&vma) {
-            Some(VmaVerdict::NoAlignedRange)
-        } else if !vma.anon_vma {
-            Some(VmaVerdict::NoAnonVma)
-        } else {
-            None
-        };
-        if let Some(verdict) = verdict {
-            m.trace_collapse(|| CollapseStep::Vma {
-                by: Collapser::Khugepaged,
-                mm_id: mm.mm_id,
-                start: vma.start,
-                end: vma.end,
-                verdict,
-            });
+        // __thp_vma_allowable_orders under TVA_KHUGEPAGED.
+        let allowed = thp_vma_allowable_orders(&m.thp, mm, &vma, 1 << HPAGE_PMD_ORDER) != 0;
+        if vma_passed_over(m, Collapser::Khugepaged, mm, &vma, allowed) {
             continue;
         }
         let mut haddr = vma.start.next_multiple_of(PMD_SIZE);
@@ -137,6 +119,37 @@ fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
             haddr += PMD_SIZE;
         }
     }
+}
+
+/// Whether `vma` cannot hold a collapse, checked in
+/// __thp_vma_allowable_orders' order: the tunables and vetoes (`allowed`,
+/// which differ between khugepaged and MADV_COLLAPSE), room for an aligned
+/// 2M range, then an anon_vma (a VMA with only read faults, which map the
+/// zero page, has none). The reason is recorded when tracing.
+fn vma_passed_over(
+    m: &mut Machine,
+    by: Collapser,
+    mm: &MmStruct,
+    vma: &Vma,
+    allowed: bool,
+) -> bool {
+    let verdict = if !allowed {
+        VmaVerdict::NotAllowed
+    } else if !vma_holds_pmd(vma) {
+        VmaVerdict::NoAlignedRange
+    } else if !vma.anon_vma {
+        VmaVerdict::NoAnonVma
+    } else {
+        return false;
+    };
+    m.trace_collapse(|| CollapseStep::Vma {
+        by,
+        mm_id: mm.mm_id,
+        start: vma.start,
+        end: vma.end,
+        verdict,
+    });
+    true
 }
 
 /// Records a range's scan and collapse, when tracing.
@@ -346,24 +359,9 @@ fn madvise_collapse_vmas(
     end: u64,
 ) -> Result<(), (CollapseError, Option<Scan>)> {
     for vma in mm.vmas_in(start, end) {
-        // TVA_FORCED_COLLAPSE, in __thp_vma_allowable_orders' order.
-        let verdict = if crate::huge_memory::vma_thp_disabled(mm, &vma) {
-            Some(VmaVerdict::NotAllowed)
-        } else if !vma_holds_pmd(&vma) {
-            Some(VmaVerdict::NoAlignedRange)
-        } else if !vma.anon_vma {
-            Some(VmaVerdict::NoAnonVma)
-        } else {
-            None
-        };
-        if let Some(verdict) = verdict {
-            m.trace_collapse(|| CollapseStep::Vma {
-                by: Collapser::MadviseCollapse,
-                mm_id: mm.mm_id,
-                start: vma.start,
-                end: vma.end,
-                verdict,
-            });
+        // TVA_FORCED_COLLAPSE: only the vetoes.
+        let allowed = !crate::huge_memory::vma_thp_disabled(mm, &vma);
+        if vma_passed_over(m, Collapser::MadviseCollapse, mm, &vma, allowed) {
             return Err((CollapseError::Inval, None));
         }
         let hstart = vma.start.max(start).next_multiple_of(PMD_SIZE);

@@ -8,7 +8,7 @@
 //! measure` is `hugetlb_measure.rs`.
 
 use crate::hugetlb_measure::MeasureArgs;
-use crate::table;
+use crate::table::{self, human};
 use anyhow::{bail, Result};
 use clap::{Args, Subcommand};
 use hugelab_model::hugetlb_vmemmap::{vmemmap_plan, HvoRule, VmemmapGeometry, VmemmapPlan};
@@ -141,22 +141,6 @@ fn fits(total: Size, sizes: &[u64]) -> Vec<String> {
             }
         })
         .collect()
-}
-
-/// Binary units, two decimals (vmemmap totals are rarely whole GiB).
-pub fn human(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [
-        (1 << 40, "TiB"),
-        (1 << 30, "GiB"),
-        (1 << 20, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    UNITS
-        .iter()
-        .find(|(unit, _)| bytes >= *unit)
-        .map_or(format!("{bytes} B"), |(unit, name)| {
-            format!("{:.2} {name}", bytes as f64 / *unit as f64)
-        })
 }
 
 fn render(plans: &[VmemmapPlan], total: Size, fits: &[String]) -> String {

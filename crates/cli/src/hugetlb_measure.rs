@@ -9,8 +9,8 @@
 //! change only through the settings guard, which puts them back on every
 //! ending (`hugelab settings restore` after SIGKILL).
 
-use crate::hugetlb::human;
 use crate::hugetlb_measure_report::{report, Report};
+use crate::table::human;
 use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_kernel::guard::{require_root, SettingsGuard};

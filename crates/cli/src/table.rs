@@ -1,8 +1,25 @@
-//! Plain-text tables: a header row, then rows, columns padded to fit.
+//! Plain text: tables (a header row, then rows, columns padded to fit),
+//! plurals, wrapped lines and binary sizes.
 
 /// `n` and the noun, singular for one: `plural(2, "THP", "THPs")` is "2 THPs".
 pub fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Binary units, two decimals (vmemmap totals are rarely whole GiB).
+pub fn human(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    UNITS
+        .iter()
+        .find(|(unit, _)| bytes >= *unit)
+        .map_or(format!("{bytes} B"), |(unit, name)| {
+            format!("{:.2} {name}", bytes as f64 / *unit as f64)
+        })
 }
 
 /// `text` wrapped at word boundaries into lines of at most `first` characters

@@ -8,9 +8,8 @@
 //! · s/√n). Tables say whether settings differ; the plot shows why: a
 //! bimodal setting or one outlier run is visible here and hidden in a mean.
 
-use crate::svg_style::colour;
+use crate::svg::{self, category, colour, xc, Area, AXIS_DESC_FONT, TICK_FONT};
 use anyhow::{Context, Result};
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -23,8 +22,6 @@ const TITLE_PX: u32 = 34;
 const PANEL_PX: u32 = 340;
 /// Room per setting on the x axis, for its name and its points.
 const SETTING_PX: u32 = 120;
-/// Chart units per setting: x is fixed point, see `draw_panel`.
-const X_UNIT: f64 = 1000.0;
 /// Half the width, in settings, of the points' spread and of the mean tick.
 const SPREAD: f64 = 0.2;
 const TICK: f64 = 0.3;
@@ -46,39 +43,35 @@ fn ellipsize(text: &str, max: usize) -> String {
 /// Writes the plot of `result` to `path` as SVG.
 pub fn write_plot(result: &BenchResult, path: &Path) -> Result<()> {
     let svg = render_plot(result).with_context(|| format!("plotting {}", path.display()))?;
-    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
+    svg::write(path, svg)
 }
-
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 fn render_plot(result: &BenchResult) -> Result<String> {
     let nset = result.settings.len().max(1) as u32;
     let width = COLUMNS as u32 * (140 + nset * SETTING_PX).max(520);
     let rows = METRICS.len().div_ceil(COLUMNS);
     let height = HEADER_PX + rows as u32 * PANEL_PX;
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let (head, body) = root.split_vertically(HEADER_PX);
-        draw_header(&head, result)?;
-        for (area, metric) in body.split_evenly((rows, COLUMNS)).iter().zip(&METRICS) {
-            draw_panel(area, metric, result)?;
-        }
-        root.present()?;
-    }
-    Ok(svg)
+    svg::render(
+        (width, height),
+        HEADER_PX,
+        |head| draw_header(head, result),
+        |body| {
+            for (area, metric) in body.split_evenly((rows, COLUMNS)).iter().zip(&METRICS) {
+                draw_panel(area, metric, result)?;
+            }
+            Ok(())
+        },
+    )
 }
 
 fn draw_header(area: &Area, result: &BenchResult) -> Result<()> {
-    area.draw(&Text::new(
+    svg::draw_title(
+        area,
         format!(
             "hugelab bench: {}",
             ellipsize(&result.command.join(" "), TITLE_CHARS)
         ),
-        (12, 10),
-        ("sans-serif", 22, FontStyle::Bold),
-    ))?;
+    )?;
     let mut notes = vec![
         "Points: every measured run, in run order left to right. Black tick: the mean; \
          black bar: its 95% confidence interval (Student's t, n-1 df)."
@@ -87,14 +80,7 @@ fn draw_header(area: &Area, result: &BenchResult) -> Result<()> {
     if result.interrupted {
         notes.push("Interrupted: the runs completed.".into());
     }
-    for (i, note) in notes.into_iter().enumerate() {
-        area.draw(&Text::new(
-            note,
-            (12, 44 + 20 * i as i32),
-            ("sans-serif", 15).into_font().color(&BLACK.mix(0.7)),
-        ))?;
-    }
-    Ok(())
+    svg::draw_notes(area, &notes, 44)
 }
 
 /// The y range of a panel: every point and interval end, with a margin.
@@ -133,11 +119,12 @@ fn tick_decimals(span: f64) -> usize {
 
 fn draw_panel(area: &Area, metric: &Metric, result: &BenchResult) -> Result<()> {
     let (title, chart_area) = area.split_vertically(TITLE_PX);
-    title.draw(&Text::new(
+    svg::draw_heading(
+        &title,
         format!("{} [{}]", metric.title, metric.unit),
         (12, 8),
-        ("sans-serif", 18, FontStyle::Bold),
-    ))?;
+        18,
+    )?;
     let samples = result.samples(metric.key);
     // (summary, confidence half-width) per setting.
     let stats: Vec<(Option<Summary>, Option<f64>)> = samples
@@ -155,25 +142,16 @@ fn draw_panel(area: &Area, metric: &Metric, result: &BenchResult) -> Result<()> 
     }
     let (y0, y1) = y_range(&extent);
 
-    // x is fixed point, as in utilization_view.rs: plotters labels key
-    // points of integer axes only, and the key points are the settings.
+    // x is fixed point (svg::X_UNIT), its key points the settings.
     let k = samples.len().max(1);
-    let xc = |x: f64| (x * X_UNIT).round() as i32;
     let centre = |i: usize| i as f64 + 0.5;
-    let mut chart = ChartBuilder::on(&chart_area)
-        .margin_left(12)
-        .margin_right(24)
-        .margin_bottom(8)
-        .x_label_area_size(36)
-        .y_label_area_size(80)
-        .build_cartesian_2d(
-            (0..xc(k as f64)).with_key_points((0..k).map(|i| xc(centre(i))).collect()),
-            y0..y1,
-        )?;
+    let mut chart = svg::chart(&chart_area, 36, 80).build_cartesian_2d(
+        (0..xc(k as f64)).with_key_points((0..k).map(|i| xc(centre(i))).collect()),
+        y0..y1,
+    )?;
     let x_label = |x: &i32| {
-        let i = (*x as f64 / X_UNIT).floor() as usize;
         samples
-            .get(i)
+            .get(category(*x))
             .map_or(String::new(), |(name, _)| name.to_string())
     };
     let dec = tick_decimals(y1 - y0);
@@ -184,8 +162,8 @@ fn draw_panel(area: &Area, metric: &Metric, result: &BenchResult) -> Result<()> 
         .x_label_formatter(&x_label)
         .y_label_formatter(&y_label)
         .y_desc(metric.unit)
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
+        .label_style(TICK_FONT)
+        .axis_desc_style(AXIS_DESC_FONT)
         .draw()?;
 
     let black = BLACK.stroke_width(2);

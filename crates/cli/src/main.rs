@@ -19,7 +19,7 @@ mod hugetlb_measure_report;
 mod run;
 mod scan;
 mod settings;
-mod svg_style;
+mod svg;
 mod table;
 mod utilization;
 mod utilization_view;

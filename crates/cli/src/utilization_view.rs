@@ -31,16 +31,15 @@
 //! subpages is not visible), so they appear only in the panel title lines.
 //! With no large folio in any report, one panel says `no large folios`.
 
-use crate::svg_style::colour;
+use crate::svg::{self, category, colour, xc, Area, AXIS_DESC_FONT, FONT, LINE_SIZE, TICK_FONT};
 use crate::table::plural;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::utilization::{
     Bloat, FolioCause, SizeUtilization, UtilizationReport, HPAGE_PMD_ORDER, MAX_PTES_NONE_OFF,
 };
 use plotters::coord::combinators::WithKeyPoints;
 use plotters::coord::types::RangedCoordi32;
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::collections::BTreeMap;
@@ -294,15 +293,11 @@ const BAR_PX: u32 = 54;
 const LOG_RATIO: u64 = 20;
 /// The top of the y axis in bar-height units: room for the bar labels.
 const Y_TOP: f64 = 1.15;
-/// Chart units per bucket and per full bar height.
-const X_UNIT: f64 = 1000.0;
+/// Chart units per full bar height.
 const Y_UNIT: f64 = 10000.0;
 
-/// A chart x (buckets) and y (bar heights) in fixed point: plotters formats
-/// labels of bound key points for integer axes only.
-fn xc(x: f64) -> i32 {
-    (x * X_UNIT).round() as i32
-}
+/// A chart y (bar heights) in fixed point: plotters formats labels of bound
+/// key points for integer axes only (x, the buckets, is `svg::xc`'s).
 fn yc(y: f64) -> i32 {
     (y * Y_UNIT).round() as i32
 }
@@ -424,10 +419,8 @@ impl YScale {
 /// scanned (the processes or cgroup, or the workload and snapshot).
 pub fn write_svg(title: &str, reports: &[(&str, &UtilizationReport)], path: &Path) -> Result<()> {
     let svg = render_svg(title, reports)?;
-    std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))
+    svg::write(path, svg)
 }
-
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 fn render_svg(title: &str, reports: &[(&str, &UtilizationReport)]) -> Result<String> {
     let panels = panels(reports)?;
@@ -443,22 +436,20 @@ fn render_svg(title: &str, reports: &[(&str, &UtilizationReport)]) -> Result<Str
     } else {
         header_px + panel_px * panels.len() as u32
     };
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-        root.fill(&WHITE)?;
-        let (head, body) = root.split_vertically(header_px);
-        draw_header(&head, title, reports, &verdicts)?;
-        if panels.is_empty() {
-            draw_empty(&body, reports)?;
-        } else {
+    svg::render(
+        (width, height),
+        header_px,
+        |head| draw_header(head, title, reports, &verdicts),
+        |body| {
+            if panels.is_empty() {
+                return draw_empty(body, reports);
+            }
             for (area, panel) in body.split_evenly((panels.len(), 1)).iter().zip(&panels) {
                 draw_panel(area, panel, reports)?;
             }
-        }
-        root.present()?;
-    }
-    Ok(svg)
+            Ok(())
+        },
+    )
 }
 
 /// The shrinker's verdict of every report that has large folios (the text
@@ -493,60 +484,40 @@ fn draw_header(
     reports: &[(&str, &UtilizationReport)],
     verdicts: &[(usize, String)],
 ) -> Result<()> {
-    area.draw(&Text::new(
-        format!("THP utilization: {title}"),
-        (12, 10),
-        ("sans-serif", 22, FontStyle::Bold),
-    ))?;
+    svg::draw_title(area, format!("THP utilization: {title}"))?;
     let mut x = 12;
     for (i, (name, _)) in reports.iter().enumerate() {
         area.draw(&Rectangle::new([(x, 42), (x + 15, 57)], colour(i).filled()))?;
-        area.draw(&Text::new(
-            name.to_string(),
-            (x + 21, 42),
-            ("sans-serif", 17),
-        ))?;
+        area.draw(&Text::new(name.to_string(), (x + 21, 42), (FONT, 17)))?;
         // Without a font library text widths are unknown: ~9 px a character.
         x += 21 + 9 * name.chars().count() as i32 + 28;
     }
     // The conclusion before the histograms: what the shrinker would do.
-    for (k, (i, line)) in verdicts.iter().enumerate() {
-        area.draw(&Text::new(
-            line.clone(),
-            (12, 68 + (VERDICT_PX * k as u32) as i32),
-            ("sans-serif", 15).into_font().color(&colour(*i)),
-        ))?;
-    }
+    svg::draw_coloured_lines(
+        area,
+        verdicts.iter().map(|(i, line)| (*i, line.as_str())),
+        (12, 68),
+        VERDICT_PX as i32,
+        LINE_SIZE,
+    )?;
     let notes_y = 68 + (VERDICT_PX * verdicts.len() as u32) as i32 + 4;
     let notes = [
         "Bars: fully mapped folios per bucket of subpages in use (mapped and not zero-filled). Dashed line: the under-used threshold.",
         "Bar labels: their zero-filled memory. Partially mapped folios: counted under each title, not bucketed.",
     ];
-    for (i, note) in notes.into_iter().enumerate() {
-        area.draw(&Text::new(
-            note,
-            (12, notes_y + 20 * i as i32),
-            ("sans-serif", 15).into_font().color(&BLACK.mix(0.7)),
-        ))?;
-    }
-    Ok(())
+    svg::draw_notes(area, &notes, notes_y)
 }
 
 /// The title lines of a panel: the heading, then one line per report.
 fn draw_titles(area: &Area, heading: &str, lines: &[String]) -> Result<()> {
-    area.draw(&Text::new(
-        heading.to_string(),
-        (12, 6),
-        ("sans-serif", 20, FontStyle::Bold),
-    ))?;
-    for (i, line) in lines.iter().enumerate() {
-        area.draw(&Text::new(
-            line.clone(),
-            (24, TITLE_PX as i32 + LINE_PX as i32 * i as i32),
-            ("sans-serif", 16).into_font().color(&colour(i)),
-        ))?;
-    }
-    Ok(())
+    svg::draw_heading(area, heading.to_string(), (12, 6), 20)?;
+    svg::draw_coloured_lines(
+        area,
+        lines.iter().map(String::as_str).enumerate(),
+        (24, TITLE_PX as i32),
+        LINE_PX as i32,
+        16,
+    )
 }
 
 fn draw_empty(area: &Area, reports: &[(&str, &UtilizationReport)]) -> Result<()> {
@@ -585,21 +556,14 @@ fn draw_panel(area: &Area, panel: &Panel, reports: &[(&str, &UtilizationReport)]
     // A hand-built report may have no buckets: one empty one keeps the axis.
     let nb = panel.bounds.len().max(1);
     let centres: Vec<i32> = (0..nb).map(|i| xc(i as f64 + 0.5)).collect();
-    let mut chart = ChartBuilder::on(&chart_area)
-        .margin_left(12)
-        .margin_right(24)
-        .margin_bottom(8)
-        .x_label_area_size(44)
-        .y_label_area_size(72)
-        .build_cartesian_2d(
-            (0..xc(nb as f64)).with_key_points(centres),
-            (0..yc(Y_TOP)).with_key_points(ticks.iter().map(|&t| yc(scale.pos(t))).collect()),
-        )?;
+    let mut chart = svg::chart(&chart_area, 44, 72).build_cartesian_2d(
+        (0..xc(nb as f64)).with_key_points(centres),
+        (0..yc(Y_TOP)).with_key_points(ticks.iter().map(|&t| yc(scale.pos(t))).collect()),
+    )?;
     let x_label = |x: &i32| {
-        let i = (*x as f64 / X_UNIT).floor() as usize;
         panel
             .bounds
-            .get(i)
+            .get(category(*x))
             .map_or(String::new(), |&(lo, hi)| bucket_label(lo, hi))
     };
     // Key points are tick positions: label each with its folio count.
@@ -616,13 +580,13 @@ fn draw_panel(area: &Area, panel: &Panel, reports: &[(&str, &UtilizationReport)]
         .y_desc(scale.desc())
         .x_label_formatter(&x_label)
         .y_label_formatter(&y_label)
-        .label_style(("sans-serif", 15))
-        .axis_desc_style(("sans-serif", 16))
+        .label_style(TICK_FONT)
+        .axis_desc_style(AXIS_DESC_FONT)
         .draw()?;
 
     // A bucket's group takes 80% of its width, split evenly between reports.
     let bar_w = 0.8 / nrep as f64;
-    let label_style = TextStyle::from(("sans-serif", 13).into_font())
+    let label_style = TextStyle::from((FONT, 13).into_font())
         .pos(Pos::new(HPos::Center, VPos::Bottom))
         .color(&BLACK);
     for (r, size) in panel.per_report.iter().enumerate() {
@@ -680,7 +644,7 @@ fn draw_threshold(
         let dx = if right_half { -6 } else { 6 };
         let c = colour(r);
         let text_at = |k: usize| {
-            let style = TextStyle::from(("sans-serif", 14).into_font())
+            let style = TextStyle::from((FONT, 14).into_font())
                 .pos(Pos::new(hpos, VPos::Top))
                 .color(&c);
             (style, (dx, 4 + 17 * k as i32))

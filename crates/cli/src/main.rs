@@ -18,6 +18,8 @@ mod hugetlb_measure;
 mod hugetlb_measure_report;
 mod run;
 mod scan;
+mod scan_print;
+mod scan_report;
 mod settings;
 mod svg;
 mod table;

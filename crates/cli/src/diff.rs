@@ -12,6 +12,7 @@
 
 use crate::run::run_kernel;
 use crate::table;
+use crate::workload_args::{CounterOutput, WorkloadFiles};
 use anyhow::Result;
 use clap::Args;
 use hugelab_kernel::sysfs;
@@ -22,24 +23,24 @@ use hugelab_workload::{
     Snapshot, Stmt, StmtKind,
 };
 use serde::Serialize;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// `run`'s arguments without `--backend` and `--counter`, each help in
+/// diff's words.
 #[derive(Args)]
+#[command(
+    mut_arg("json", |a| a.help("Print one JSON document for all workloads instead of tables")),
+    mut_arg("all", |a| a.help("Show every compared counter, zeros included")),
+    mut_arg("check", |a| a.help("Check the model's invariants after every statement (slower)")),
+    mut_arg("files", |a| a.help(
+        "Workload files (.hlw, .hlw.gz, .hlw.zst), each read as a stream, once per backend"
+    )),
+)]
 pub struct DiffArgs {
-    /// Print one JSON document for all workloads instead of tables.
-    #[arg(long)]
-    json: bool,
-    /// Show every compared counter, zeros included.
-    #[arg(long)]
-    all: bool,
-    /// Check the model's invariants after every statement (slower).
-    #[arg(long)]
-    check: bool,
-    /// Workload files (.hlw, .hlw.gz, .hlw.zst), each read as a stream, once
-    /// per backend.
-    #[arg(required = true)]
-    files: Vec<PathBuf>,
+    #[command(flatten)]
+    output: CounterOutput,
+    #[command(flatten)]
+    workloads: WorkloadFiles,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -135,9 +136,9 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
     let mut diffs = Vec::new();
     let mut skipped = Vec::new();
     let mut totals = Totals::default();
-    for file in &args.files {
+    for file in &args.workloads.files {
         let mut model = model_from_machine()?;
-        if args.check {
+        if args.workloads.check {
             model = model.with_invariant_checks();
         }
         let model_obs = run_file(&mut model, file)?;
@@ -153,7 +154,7 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
                     workload: model_obs.workload.clone(),
                     reason: e.to_string(),
                 };
-                if !args.json {
+                if !args.output.json {
                     print!(
                         "# {}
 SKIPPED on the kernel: {}
@@ -189,12 +190,12 @@ SKIPPED on the kernel: {}
             }
         }
         totals.failed_expects += d.failed_expects.len();
-        if !args.json {
-            print!("{}", render(&d, args.all));
+        if !args.output.json {
+            print!("{}", render(&d, args.output.all));
         }
         diffs.push(d);
     }
-    if args.json {
+    if args.output.json {
         let doc = serde_json::json!({ "workloads": diffs, "skipped": skipped, "totals": totals });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {

@@ -25,6 +25,7 @@ mod svg;
 mod table;
 mod utilization;
 mod utilization_view;
+mod workload_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -2,13 +2,14 @@
 
 use crate::table;
 use crate::table::plural;
+use crate::workload_args::{CounterOutput, WorkloadFiles};
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use hugelab_kernel::KernelBackend;
 use hugelab_model::Model;
 use hugelab_workload::{counters, run_file_counted, Observation};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -24,26 +25,14 @@ pub struct RunArgs {
     /// Which machine runs the workload.
     #[arg(long, value_enum, default_value = "model")]
     backend: BackendName,
-    /// Print JSON instead of tables: JSON Lines, one compact document per
-    /// workload, each on its own line (one workload: one JSON document).
-    #[arg(long)]
-    json: bool,
-    /// Show every counter, not only those that are non-zero somewhere.
-    #[arg(long)]
-    all: bool,
+    #[command(flatten)]
+    output: CounterOutput,
     /// Show only these counters in the tables, zeros included (repeat;
     /// names as `hugelab counters` lists them, as `compare --counter`).
     #[arg(long = "counter", value_name = "NAME")]
     counters: Vec<String>,
-    /// Check the model's invariants after every statement (slower): mapcounts
-    /// against page tables, refcounts against mappings and pins, the anon and
-    /// page-table counters, and that every frame is free or accounted for.
-    #[arg(long)]
-    check: bool,
-    /// Workload files (.hlw, or compressed: .hlw.gz, .hlw.zst), each read
-    /// as a stream: a statement runs as soon as it is read and checked.
-    #[arg(required = true)]
-    files: Vec<PathBuf>,
+    #[command(flatten)]
+    workloads: WorkloadFiles,
 }
 
 /// Runs one workload file on the model (default tunables; with `check`, the
@@ -120,7 +109,7 @@ impl Totals {
 }
 
 pub fn main(args: RunArgs) -> Result<ExitCode> {
-    if args.check && matches!(args.backend, BackendName::Kernel) {
+    if args.workloads.check && matches!(args.backend, BackendName::Kernel) {
         anyhow::bail!(
             "--check checks the model's own invariants; it works with --backend model only"
         );
@@ -132,22 +121,22 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
     }
     let mut failed = false;
     let mut totals = Totals::default();
-    for file in &args.files {
-        let (obs, statements) = observe(args.backend, file, args.check)?;
+    for file in &args.workloads.files {
+        let (obs, statements) = observe(args.backend, file, args.workloads.check)?;
         totals.add(&obs, statements);
-        if args.json {
+        if args.output.json {
             // JSON Lines: one document per workload, on one line.
             println!("{}", serde_json::to_string(&obs)?);
         } else {
-            print!("{}", render(&obs, args.all, &args.counters));
+            print!("{}", render(&obs, args.output.all, &args.counters));
         }
         for e in obs.failed_expects() {
             failed = true;
             eprintln!("{}", e.failure(&obs.workload));
         }
     }
-    if !args.json && (args.files.len() > 1 || args.check) {
-        print!("{}", totals.line(args.check));
+    if !args.output.json && (args.workloads.files.len() > 1 || args.workloads.check) {
+        print!("{}", totals.line(args.workloads.check));
     }
     Ok(if failed {
         ExitCode::from(1)

@@ -34,7 +34,7 @@
 use crate::svg_style::colour;
 use crate::table::plural;
 use anyhow::{bail, Context, Result};
-use hugelab_workload::units::PAGE_SIZE;
+use hugelab_workload::units::PAGE_KB;
 use hugelab_workload::utilization::{
     Bloat, FolioCause, SizeUtilization, UtilizationReport, HPAGE_PMD_ORDER, MAX_PTES_NONE_OFF,
 };
@@ -47,8 +47,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::table;
-
-const PAGE_KB: u64 = PAGE_SIZE / 1024;
 
 /// `512 kB`, `12.3 MiB`, `1.25 GiB`: readable sizes for tables and labels.
 fn fmt_kb(kb: u64) -> String {

@@ -32,7 +32,7 @@
 //! pages are often physically contiguous too.
 
 use crate::error::{KernelError, Result};
-use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT, PMD_SIZE};
+use hugelab_workload::units::{HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
 use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -40,9 +40,6 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-
-const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
-pub(crate) const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
 
 pub const KPAGEFLAGS: &str = "/proc/kpageflags";
 

@@ -56,7 +56,7 @@ use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::trace::{CollapseStep, Collapser, ScanCounts, VmaVerdict};
 use crate::vmstat::VmEvent;
 use crate::Machine;
-use hugelab_workload::{ThpEnabled, ThpSizeEnabled};
+use hugelab_workload::ThpEnabled;
 use serde::Serialize;
 
 /// khugepaged_enter_vma: register `mm` if `vma` could hold a PMD THP.
@@ -79,11 +79,7 @@ fn vma_holds_pmd(vma: &Vma) -> bool {
 
 /// hugepage_pmd_enabled: whether the khugepaged thread runs at all.
 pub fn hugepage_pmd_enabled(m: &Machine) -> bool {
-    match m.thp.size_enabled[HPAGE_PMD_ORDER as usize] {
-        ThpSizeEnabled::Always | ThpSizeEnabled::Madvise => true,
-        ThpSizeEnabled::Inherit => m.thp.enabled != ThpEnabled::Never,
-        ThpSizeEnabled::Never => false,
-    }
+    m.thp.size_enabled[HPAGE_PMD_ORDER as usize].resolve(m.thp.enabled) != ThpEnabled::Never
 }
 
 /// khugepaged_do_scan until every registered mm was scanned to its end.

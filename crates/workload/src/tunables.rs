@@ -26,6 +26,11 @@ const TUNABLE_FORMS: [&str; 5] = [
     "vm.{hugetlb_optimize_vmemmap,nr_hugepages,nr_overcommit_hugepages,overcommit_memory,compaction_proactiveness,min_free_kbytes}",
 ];
 
+/// The largest value of `khugepaged/max_ptes_{none,swap,shared}`:
+/// HPAGE_PMD_NR - 1, above which their store functions (mm/khugepaged.c)
+/// refuse the write with EINVAL.
+pub const MAX_PTES_LIMIT: u64 = crate::units::HPAGE_PMD_NR - 1;
+
 /// The directory the sysfs tunables' paths are relative to.
 pub const SYS_MM: &str = "/sys/kernel/mm";
 /// The directory of the `vm.<name>` sysctls.
@@ -205,6 +210,19 @@ impl ThpSizeEnabled {
             ThpSizeEnabled::Inherit => "inherit",
             ThpSizeEnabled::Madvise => "madvise",
             ThpSizeEnabled::Never => "never",
+        }
+    }
+
+    /// The mode this size follows: its own, or with `inherit` the top-level
+    /// `enabled` (mm/huge_memory.c: a size in `huge_anon_orders_inherit`
+    /// is allowed as `hugepage_global_enabled()` and
+    /// `hugepage_global_always()` say). Allowed at all: `!= Never`.
+    pub fn resolve(self, enabled: ThpEnabled) -> ThpEnabled {
+        match self {
+            ThpSizeEnabled::Always => ThpEnabled::Always,
+            ThpSizeEnabled::Madvise => ThpEnabled::Madvise,
+            ThpSizeEnabled::Never => ThpEnabled::Never,
+            ThpSizeEnabled::Inherit => enabled,
         }
     }
 }

@@ -20,6 +20,10 @@ pub const PAGE_KB: u64 = PAGE_SIZE / 1024;
 pub const PMD_SHIFT: u32 = 21;
 /// The range one PMD entry maps, in bytes (2 MiB): the PMD THP size.
 pub const PMD_SIZE: u64 = 1 << PMD_SHIFT;
+/// The order of a PMD-sized folio (HPAGE_PMD_ORDER): 9.
+pub const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
+/// The base pages one PMD maps (HPAGE_PMD_NR): 512.
+pub const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
 
 /// Why a size did not parse. Shared by the parser and by `Size::from_str`
 /// so that command-line sizes get the same words as workload sizes.

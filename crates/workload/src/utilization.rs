@@ -47,10 +47,12 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Order of a PMD-sized THP (x86-64: 2 MiB of 4 KiB pages).
-pub const HPAGE_PMD_ORDER: u8 = (crate::units::PMD_SHIFT - crate::units::PAGE_SHIFT) as u8;
-/// `khugepaged/max_ptes_none` at which `thp_underused` is always false.
-pub const MAX_PTES_NONE_OFF: u32 = (1 << HPAGE_PMD_ORDER) - 1;
+/// Order of a PMD-sized THP ([`crate::units::HPAGE_PMD_ORDER`]), typed as
+/// [`FolioUse::order`] is.
+pub const HPAGE_PMD_ORDER: u8 = crate::units::HPAGE_PMD_ORDER as u8;
+/// `khugepaged/max_ptes_none` at which `thp_underused` is always false: its
+/// largest value ([`crate::tunables::MAX_PTES_LIMIT`]).
+pub const MAX_PTES_NONE_OFF: u32 = crate::tunables::MAX_PTES_LIMIT as u32;
 /// The seed's bucket count.
 pub const DEFAULT_BUCKETS: usize = 10;
 
@@ -380,7 +382,7 @@ pub fn utilization_report<'a>(
     settings: ShrinkerSettings,
     buckets: usize,
 ) -> UtilizationReport {
-    let page_kb = crate::units::PAGE_SIZE / 1024;
+    let page_kb = crate::units::PAGE_KB;
     let mut sizes: Vec<Option<SizeUtilization>> = vec![None; HPAGE_PMD_ORDER as usize + 1];
     let mut give_back = GiveBack::default();
     let mut bloat: Vec<Bloat> = Vec::new();

@@ -29,15 +29,17 @@ pub mod shape;
 pub mod vmas;
 
 use crate::error::{KernelError, Result};
-use crate::pagemap::{block_layout, pread_u64s, PageRegion, Slot, HEAD, HPAGE_PMD_NR, TAIL};
+use crate::pagemap::{block_layout, pread_u64s, PageRegion, Slot, HEAD, TAIL};
 use crate::pagemap::{
     no_pfns, pagemap_scan_masked, read_flags, Pagemap, PfnBuild, KPAGEFLAGS, KPF_ANON, KPF_HUGE,
     PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT, PM_PFN_MASK, PM_PRESENT,
 };
 use crate::sysfs;
 use content::ContentReader;
-use hugelab_workload::units::{PAGE_KB, PAGE_SIZE};
-use hugelab_workload::utilization::{set_subpage, subpage_words, FolioUse, ShrinkerSettings};
+use hugelab_workload::units::{HPAGE_PMD_NR, PAGE_KB, PAGE_SIZE};
+use hugelab_workload::utilization::{
+    set_subpage, subpage_words, FolioUse, ShrinkerSettings, HPAGE_PMD_ORDER as PMD_ORDER,
+};
 use hugelab_workload::{KhugepagedKnob, Tunable};
 use serde::Serialize;
 use shape::{Shape, ShapeWalker};
@@ -312,7 +314,7 @@ impl VmaWalk<'_> {
                 }
                 Map::Pmd => {
                     walker.close();
-                    keys.push(anon_vma.then_some((p.pfn & !(HPAGE_PMD_NR - 1), 9)));
+                    keys.push(anon_vma.then_some((p.pfn & !(HPAGE_PMD_NR - 1), PMD_ORDER)));
                     continue;
                 }
                 Map::Pte => {}

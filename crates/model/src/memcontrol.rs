@@ -717,7 +717,7 @@ mod trace_tests {
         assert!(steps.iter().any(|s| matches!(s,
             Step::Charge { order: 9, ok: false, memcg, .. } if memcg == "g")));
         assert!(steps.iter().any(|s| matches!(s,
-            Step::Fallback { order: 9, counters } if counters.contains(&"thp_fault_fallback_charge"))));
+            Step::Fallback { order: 9, counters } if counters.contains(&crate::vmstat::Counted::Vm(crate::vmstat::VmEvent::ThpFaultFallbackCharge)))));
         assert!(steps.iter().any(|s| matches!(
             s,
             Step::Charge {

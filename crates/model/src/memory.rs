@@ -66,7 +66,7 @@ use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::trace::Step;
-use crate::vmstat::{MthpStat, VmEvent};
+use crate::vmstat::{Counted, MthpStat, VmEvent};
 use crate::Machine;
 
 /// __pud_alloc and __pmd_alloc: the PUD and PMD tables above `addr`, if this
@@ -278,7 +278,7 @@ fn alloc_anon_folio(
     let mm_id = mm.mm_id;
     while orders != 0 {
         let order = highest_order(orders);
-        let mut counters = vec!["anon_fault_fallback"];
+        let mut counters = vec![Counted::Mthp(MthpStat::AnonFaultFallback)];
         if let Some(folio) = vma_alloc_folio(m, Some(&mut *mm), gfp, order) {
             match mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp) {
                 Ok(()) => return Ok((folio, order)),
@@ -286,7 +286,7 @@ fn alloc_anon_folio(
                     m.stat
                         .count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
                     free_folio(m, folio);
-                    counters.insert(0, "anon_fault_fallback_charge");
+                    counters.insert(0, Counted::Mthp(MthpStat::AnonFaultFallbackCharge));
                 }
             }
         }

@@ -20,6 +20,7 @@
 
 use crate::gfp::Gfp;
 use crate::khugepaged::Scan;
+use crate::vmstat::Counted;
 use crate::Machine;
 use serde::Serialize;
 use std::fmt::Write;
@@ -62,11 +63,8 @@ pub enum Step {
         ok: bool,
         reclaimed: u64,
     },
-    /// The order failed; the named counters were incremented.
-    Fallback {
-        order: u32,
-        counters: Vec<&'static str>,
-    },
+    /// The order failed; these counters were incremented.
+    Fallback { order: u32, counters: Vec<Counted> },
     /// The folio the fault mapped (order 0: a base page).
     Mapped { order: u32 },
     /// A write to a write-protected mapping (do_wp_page, do_huge_pmd_wp_page,
@@ -406,7 +404,11 @@ impl Step {
                     s,
                     "{} falls back ({})",
                     size_name(*order),
-                    counters.join(", ")
+                    counters
+                        .iter()
+                        .map(|c| c.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
             Step::Mapped { order } => {

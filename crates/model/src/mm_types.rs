@@ -26,17 +26,9 @@
 //! it), and its mapcount is its page's.
 
 use crate::Machine;
-use std::fmt;
 
-/// A page frame number: physical address >> PAGE_SHIFT.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Pfn(pub u64);
-
-impl fmt::Display for Pfn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pfn {:#x}", self.0)
-    }
-}
+/// A page frame number, shared with the kernel backend's pagemap readers.
+pub use hugelab_workload::units::Pfn;
 
 /// The page sizes every hugelab crate shares (x86_64, 4 KiB pages).
 pub use hugelab_workload::units::{

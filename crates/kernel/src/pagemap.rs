@@ -664,10 +664,9 @@ impl PfnSet {
     }
 }
 
-/// Resolves each event's folio through /proc/kpageflags and counts them.
-fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
-    // Pass 1: the flags of every PTE-mapped page, and of each PMD head and
-    // the PFN just past its 2 MiB (a tail there would mean a larger folio).
+/// The PFNs whose flags `count` reads first: each event's, and for a PMD
+/// also the one just past its 2 MiB.
+fn first_lookups(events: &[Event]) -> Vec<u64> {
     let mut lookups: Vec<u64> = Vec::with_capacity(events.len());
     for e in events {
         lookups.push(e.pfn.0);
@@ -675,7 +674,14 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
             lookups.push(e.pfn.0 + HPAGE_PMD_NR);
         }
     }
-    let flags = read_flags(kpf, &lookups)?;
+    lookups
+}
+
+/// Resolves each event's folio through /proc/kpageflags and counts them.
+fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
+    // Pass 1: the flags of every PTE-mapped page, and of each PMD head and
+    // the PFN just past its 2 MiB (a tail there would mean a larger folio).
+    let flags = read_flags(kpf, &first_lookups(events))?;
 
     // Pass 2: whole blocks around PTE-mapped pages of large folios, read
     // once per block, since their heads and tails are needed.

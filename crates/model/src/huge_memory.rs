@@ -127,6 +127,8 @@ pub fn thp_vma_allowable_orders(thp: &ThpSettings, mm: &MmStruct, vma: &Vma, ord
 
 /// Why thp_vma_allowable_orders leaves each order of `orders` out, for
 /// `hugelab explain` (the kernel keeps no reason; this follows its checks).
+///
+/// No kernel function: the kernel keeps no reason; hugelab's explain wants one per order.
 pub fn thp_vma_denials(
     thp: &ThpSettings,
     mm: &MmStruct,
@@ -821,6 +823,8 @@ pub fn deferred_split_scan(m: &mut Machine, mms: &mut MmList) {
 }
 
 /// deferred_split_scan's walk over `folios`, taken off the queue already.
+///
+/// No kernel function: deferred_split_scan's second loop, shared with the memcg queue's scan.
 pub(crate) fn deferred_split_scan_folios(m: &mut Machine, mms: &mut MmList, folios: Vec<Pfn>) {
     for folio in folios {
         m.zone.memmap.page_mut(folio).clear(pg::DEFERRED);

@@ -72,6 +72,8 @@ pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
 
 /// __thp_vma_allowable_orders outside the fault path: some aligned PMD block
 /// must fit between vm_start and vm_end.
+///
+/// No kernel function: the fit check __thp_vma_allowable_orders makes outside the fault path, split out for the trace.
 fn vma_holds_pmd(vma: &Vma) -> bool {
     let first = vma.start.next_multiple_of(PMD_SIZE);
     first + PMD_SIZE <= vma.end && thp_vma_suitable_order(vma, first, HPAGE_PMD_ORDER)
@@ -122,6 +124,8 @@ fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
 /// which differ between khugepaged and MADV_COLLAPSE), room for an aligned
 /// 2M range, then an anon_vma (a VMA with only read faults, which map the
 /// zero page, has none). The reason is recorded when tracing.
+///
+/// No kernel function: the VMA checks khugepaged_scan_mm_slot and madvise_collapse both make, with their trace.
 fn vma_passed_over(
     m: &mut Machine,
     by: Collapser,
@@ -348,6 +352,8 @@ pub fn madvise_collapse(
 }
 
 /// madvise_collapse's walk; an error comes with the result it is from.
+///
+/// No kernel function: madvise_collapse's loop over the VMAs, split out so the result and its error come back together.
 fn madvise_collapse_vmas(
     m: &mut Machine,
     mm: &mut MmStruct,

@@ -36,6 +36,7 @@
 
 use hugelab_kernel::guard::{self, SettingsGuard};
 use hugelab_kernel::smaps;
+use hugelab_workload::smaps::SmapsField;
 use hugelab_workload::Tunable;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -350,16 +351,16 @@ fn check_layout(
     let mthp64_kb = (after.get(&64).copied().unwrap_or(0) - before.get(&64).copied().unwrap_or(0))
         .max(0) as u64
         * 64;
-    let ok = sm.rss_kb == len_kb
+    let ok = sm.get(SmapsField::Rss) == len_kb
         && match layout {
-            Layout::FourK => sm.anon_huge_kb == 0 && folios_kb == 0,
-            Layout::Mthp64 => sm.anon_huge_kb == 0 && mthp64_kb == len_kb,
-            Layout::Pmd => sm.anon_huge_kb == len_kb,
+            Layout::FourK => sm.get(SmapsField::AnonHugePages) == 0 && folios_kb == 0,
+            Layout::Mthp64 => sm.get(SmapsField::AnonHugePages) == 0 && mthp64_kb == len_kb,
+            Layout::Pmd => sm.get(SmapsField::AnonHugePages) == len_kb,
         };
     let text = format!(
         "Rss {} MiB, AnonHugePages {} MiB, nr_anon change per size:{}",
-        sm.rss_kb >> 10,
-        sm.anon_huge_kb >> 10,
+        sm.get(SmapsField::Rss) >> 10,
+        sm.get(SmapsField::AnonHugePages) >> 10,
         if by_size.is_empty() {
             " none"
         } else {

@@ -543,6 +543,7 @@ impl Report {
 mod tests {
     use super::*;
     use hugelab_kernel::hugetlb::Delta;
+    use hugelab_workload::units::PAGE_KB;
 
     #[test]
     fn spread_median_of_odd_and_even_counts() {
@@ -573,7 +574,7 @@ mod tests {
             nr_memmap_boot_pages: 0,
             free,
             nr_free_pages: if pcp { free + 512 } else { free },
-            mem_free_kb: free * 4,
+            mem_free_kb: free * PAGE_KB as i64,
         }
     }
 

@@ -13,6 +13,7 @@ use crate::scan_report::{Choices, ScanReport, Scanned};
 use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_kernel::scan::{self, ScanOptions};
+use hugelab_workload::tunables::MAX_PTES_LIMIT;
 use hugelab_workload::units::{PAGE_SHIFT, PMD_SHIFT};
 use hugelab_workload::utilization::DEFAULT_BUCKETS;
 use hugelab_workload::Size;
@@ -131,8 +132,11 @@ fn check_args(args: &ScanArgs) -> Result<Vec<u32>> {
             bail!("{flag} chooses what is printed per process, and --rollup prints one summary over every process: drop one of the two");
         }
     }
-    if let Some(n) = args.max_ptes_none.filter(|&n| n > 511) {
-        bail!("--max-ptes-none {n}: the kernel accepts 0 to 511");
+    if let Some(n) = args
+        .max_ptes_none
+        .filter(|&n| u64::from(n) > MAX_PTES_LIMIT)
+    {
+        bail!("--max-ptes-none {n}: the kernel accepts 0 to {MAX_PTES_LIMIT}");
     }
     let mut cont_orders = Vec::new();
     for s in &args.cont {

@@ -34,7 +34,7 @@
 use crate::svg::{self, category, colour, xc, Area, AXIS_DESC_FONT, FONT, LINE_SIZE, TICK_FONT};
 use crate::table::plural;
 use anyhow::{bail, Result};
-use hugelab_workload::units::PAGE_SIZE;
+use hugelab_workload::units::PAGE_KB;
 use hugelab_workload::utilization::{
     Bloat, FolioCause, SizeUtilization, UtilizationReport, HPAGE_PMD_ORDER, MAX_PTES_NONE_OFF,
 };
@@ -46,8 +46,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::table;
-
-const PAGE_KB: u64 = PAGE_SIZE / 1024;
 
 /// `512 kB`, `12.3 MiB`, `1.25 GiB`: readable sizes for tables and labels.
 fn fmt_kb(kb: u64) -> String {

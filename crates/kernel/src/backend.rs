@@ -7,7 +7,7 @@
 //! [`Measurement`] (windows, totals, what is trusted) and the
 //! [`KhugepagedHold`] (the sentinel and the held scan sleep).
 
-use crate::error::{errno_name, KernelError};
+use crate::error::KernelError;
 use crate::guard::SettingsGuard;
 use crate::khugepaged::{pmd_enabled, KhugepagedHold};
 use crate::measure::{
@@ -749,7 +749,7 @@ fn split_huge_pages(pid: i32, start: u64, end: u64) -> Result<(), KernelError> {
     std::fs::write(FILE, line).map_err(|e| match e.raw_os_error() {
         Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOENT) => KernelError::Refused(format!(
             "split needs {FILE}, which this kernel refuses ({}: debugfs locked down or not mounted); split by a partial munmap and `reclaim` instead",
-            errno_name(e.raw_os_error().unwrap_or(0))
+            Errno(e.raw_os_error().unwrap_or(0))
         )),
         _ => KernelError::io(FILE, e),
     })
@@ -768,7 +768,7 @@ pub(crate) fn req_ok(agent: &mut AgentProc, req: Request) -> Result<i64, KernelE
     if reply.errno != Errno::OK {
         return Err(KernelError::Agent(format!(
             "agent request {req:?} failed: {}",
-            errno_name(reply.errno.0)
+            reply.errno
         )));
     }
     Ok(reply.value)

@@ -3,6 +3,7 @@
 //! without the path that refused it; a refused read of another process's
 //! /proc file also says why (see [`Refusal`]).
 
+use hugelab_workload::Errno;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -42,7 +43,7 @@ pub enum KernelError {
 /// `Permission denied (os error 13)` → `Permission denied (EACCES)`.
 fn describe(e: &io::Error) -> String {
     match e.raw_os_error() {
-        Some(errno) => format!("{} ({})", strip_os(e), errno_name(errno)),
+        Some(errno) => format!("{} ({})", strip_os(e), Errno(errno)),
         None => e.to_string(),
     }
 }
@@ -232,30 +233,6 @@ fn strip_os(e: &io::Error) -> String {
         Some(i) => s[..i].to_string(),
         None => s,
     }
-}
-
-/// The symbolic name of the errnos hugelab meets; the number otherwise.
-pub fn errno_name(errno: i32) -> String {
-    let name = match errno {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::ESRCH => "ESRCH",
-        libc::EINTR => "EINTR",
-        libc::EIO => "EIO",
-        libc::EAGAIN => "EAGAIN",
-        libc::ENOMEM => "ENOMEM",
-        libc::EACCES => "EACCES",
-        libc::EFAULT => "EFAULT",
-        libc::EBUSY => "EBUSY",
-        libc::EEXIST => "EEXIST",
-        libc::EINVAL => "EINVAL",
-        libc::ENOSPC => "ENOSPC",
-        libc::EROFS => "EROFS",
-        libc::ENOSYS => "ENOSYS",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        _ => return format!("errno {errno}"),
-    };
-    name.to_string()
 }
 
 impl KernelError {

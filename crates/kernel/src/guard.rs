@@ -38,9 +38,9 @@
 //! the same process would wait for itself forever on the machine lock; it is
 //! refused instead.
 
-use crate::error::{errno_name, KernelError, Result};
+use crate::error::{KernelError, Result};
 use crate::sysfs;
-use hugelab_workload::Tunable;
+use hugelab_workload::{Errno, Tunable};
 use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::fmt;
@@ -430,7 +430,7 @@ pub(crate) fn refusal(e: KernelError) -> KernelError {
         Some(libc::EPERM) => "operation not permitted",
         _ => return e,
     };
-    let errno = errno_name(err.raw_os_error().unwrap_or(0));
+    let errno = Errno(err.raw_os_error().unwrap_or(0));
     KernelError::Refused(format!(
         "cannot write {}: {reason} ({errno})",
         path.display()

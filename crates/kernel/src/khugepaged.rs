@@ -12,7 +12,7 @@ use crate::process::AgentProc;
 use crate::protocol::{Access, Request};
 use crate::sysfs;
 use hugelab_workload::units::{PAGE_SIZE, PMD_SIZE};
-use hugelab_workload::{placement, BackendError, KhugepagedKnob, Stmt, Tunable};
+use hugelab_workload::{placement, BackendError, KhugepagedKnob, Stmt, ThpEnabled, Tunable};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -141,7 +141,9 @@ impl KhugepagedHold {
 
 /// hugepage_pmd_enabled() for anonymous memory, from the sysfs files.
 pub(crate) fn pmd_enabled() -> bool {
-    let top = sysfs::read_tunable(&Tunable::ThpEnabled).unwrap_or_default();
-    let pmd = sysfs::read_tunable(&Tunable::ThpSizeEnabled { size_kb: 2048 }).unwrap_or_default();
-    matches!(pmd.as_str(), "always" | "madvise") || (pmd == "inherit" && top != "never")
+    let pmd_kb = PMD_SIZE >> 10;
+    match (sysfs::thp_size_enabled(pmd_kb), sysfs::thp_enabled()) {
+        (Some(pmd), Some(top)) => pmd.resolve(top) != ThpEnabled::Never,
+        _ => false,
+    }
 }

@@ -42,7 +42,10 @@ use crate::error::KernelError;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps, sysfs};
 use hugelab_workload::counters::{self, Reported, Scope};
-use hugelab_workload::{BackendError, Counters, Errno, Reading, Stmt, StmtKind, Tunable};
+use hugelab_workload::units::PAGE_KB;
+use hugelab_workload::{
+    BackendError, Counters, Errno, Reading, Stmt, StmtKind, ThpEnabled, Tunable, VmSysctl,
+};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -266,7 +269,7 @@ impl Measurement {
                 (
                     "vmstat.nr_anon_pages",
                     "another process changed anonymous memory",
-                    (a.anon_kb - b.anon_kb) / 4,
+                    (a.anon_kb - b.anon_kb) / PAGE_KB as i64,
                     self.forked.is_none(),
                 ),
                 // Page tables are per mm, shared by no one: NR_PAGETABLE
@@ -280,7 +283,7 @@ impl Measurement {
                 (
                     "vmstat.nr_page_table_pages",
                     "another process's page tables changed",
-                    (a.pte_kb - b.pte_kb) / 4,
+                    (a.pte_kb - b.pte_kb) / PAGE_KB as i64,
                     !matches!(stmt.kind, StmtKind::Fork { .. }),
                 ),
             ];
@@ -440,25 +443,24 @@ fn mthp_size_kb(name: &str) -> Option<u64> {
 
 /// The mTHP sizes the page-fault path may allocate now.
 fn mthp_sizes_enabled() -> Vec<u64> {
-    let top = sysfs::read_tunable(&Tunable::ThpEnabled).unwrap_or_default();
+    let Some(top) = sysfs::thp_enabled() else {
+        return Vec::new();
+    };
     let dir = std::path::Path::new(sysfs::SYS_MM).join("transparent_hugepage");
     sysfs::size_dirs(&dir)
         .into_iter()
-        .filter(|kb| {
-            let v =
-                sysfs::read_tunable(&Tunable::ThpSizeEnabled { size_kb: *kb }).unwrap_or_default();
-            v == "always" || v == "madvise" || (v == "inherit" && top != "never")
+        .filter(|&kb| {
+            sysfs::thp_size_enabled(kb).is_some_and(|v| v.resolve(top) != ThpEnabled::Never)
         })
         .collect()
 }
 
 /// Whether some anonymous THP size is `always` (so any process faulting may get one).
 fn thp_always() -> Option<bool> {
-    let top = sysfs::read_tunable(&Tunable::ThpEnabled).ok()?;
+    let top = sysfs::thp_enabled()?;
     let dir = std::path::Path::new(sysfs::SYS_MM).join("transparent_hugepage");
     Some(sysfs::size_dirs(&dir).into_iter().any(|kb| {
-        let v = sysfs::read_tunable(&Tunable::ThpSizeEnabled { size_kb: kb }).unwrap_or_default();
-        v == "always" || (v == "inherit" && top == "always")
+        sysfs::thp_size_enabled(kb).is_some_and(|v| v.resolve(top) == ThpEnabled::Always)
     }))
 }
 
@@ -650,5 +652,5 @@ pub(crate) fn insert_region(
 
 /// Whether vm.hugetlb_optimize_vmemmap is 1 now (absent: no HVO here).
 fn hvo_enabled() -> bool {
-    std::fs::read_to_string("/proc/sys/vm/hugetlb_optimize_vmemmap").is_ok_and(|v| v.trim() == "1")
+    sysfs::read_tunable(&Tunable::Sysctl(VmSysctl::HugetlbOptimizeVmemmap)).is_ok_and(|v| v == "1")
 }

@@ -32,7 +32,7 @@
 //! pages are often physically contiguous too.
 
 use crate::error::{KernelError, Result};
-use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT, PMD_SIZE};
+use hugelab_workload::units::{Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
 use std::collections::HashMap;
 use std::fs::File;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -40,9 +40,6 @@ use std::io;
 use std::mem::size_of;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
-
-const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
-pub(crate) const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
 
 pub const KPAGEFLAGS: &str = "/proc/kpageflags";
 
@@ -363,7 +360,7 @@ pub(crate) fn pread_u64s(file: &File, buf: &mut [u64], index: u64) -> io::Result
 struct Event {
     addr: u64,
     /// The PTE's page, or for a PMD the folio's head.
-    pfn: u64,
+    pfn: Pfn,
     pmd: bool,
 }
 
@@ -394,7 +391,7 @@ impl Walk {
                 }
                 self.events.push(Event {
                     addr: at,
-                    pfn,
+                    pfn: Pfn(pfn),
                     pmd: false,
                 });
             }
@@ -432,7 +429,7 @@ impl Walk {
             }
             self.events.push(Event {
                 addr: slot,
-                pfn: head,
+                pfn: Pfn(head),
                 pmd: true,
             });
             slot += PMD_SIZE;
@@ -667,18 +664,24 @@ impl PfnSet {
     }
 }
 
+/// The PFNs whose flags `count` reads first: each event's, and for a PMD
+/// also the one just past its 2 MiB.
+fn first_lookups(events: &[Event]) -> Vec<u64> {
+    let mut lookups: Vec<u64> = Vec::with_capacity(events.len());
+    for e in events {
+        lookups.push(e.pfn.0);
+        if e.pmd {
+            lookups.push(e.pfn.0 + HPAGE_PMD_NR);
+        }
+    }
+    lookups
+}
+
 /// Resolves each event's folio through /proc/kpageflags and counts them.
 fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
     // Pass 1: the flags of every PTE-mapped page, and of each PMD head and
     // the PFN just past its 2 MiB (a tail there would mean a larger folio).
-    let mut lookups: Vec<u64> = Vec::with_capacity(events.len());
-    for e in events {
-        lookups.push(e.pfn);
-        if e.pmd {
-            lookups.push(e.pfn + HPAGE_PMD_NR);
-        }
-    }
-    let flags = read_flags(kpf, &lookups)?;
+    let flags = read_flags(kpf, &first_lookups(events))?;
 
     // Pass 2: whole blocks around PTE-mapped pages of large folios, read
     // once per block, since their heads and tails are needed.
@@ -689,7 +692,7 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
     for e in events {
         let f = flags[k];
         k += 1 + usize::from(e.pmd);
-        let block = e.pfn / HPAGE_PMD_NR;
+        let block = e.pfn.0 / HPAGE_PMD_NR;
         if !e.pmd && f & (HEAD | TAIL) != 0 && block != last_block {
             last_block = block;
             block_index.entry(block).or_insert_with(|| {
@@ -731,11 +734,11 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
                     format!(
                         "the huge PMD at {:#x} maps PFN {:#x} (flags {f:#x}, next 2 MiB {next:#x}), \
                          which is not the head of a 2 MiB folio",
-                        e.addr, e.pfn
+                        e.addr, e.pfn.0
                     ),
                 ));
             }
-            if seen.insert(e.pfn) {
+            if seen.insert(e.pfn.0) {
                 scan.total[HPAGE_PMD_ORDER as usize] += 1;
                 scan.pmd_mapped += 1;
             }
@@ -752,13 +755,13 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
             continue;
         }
         let (head, order) = if f & (HEAD | TAIL) == 0 {
-            (e.pfn, 0)
+            (e.pfn.0, 0)
         } else {
-            let block = e.pfn / HPAGE_PMD_NR;
+            let block = e.pfn.0 / HPAGE_PMD_NR;
             if last.0 != block {
                 last = (block, block_index[&block]);
             }
-            match layouts[last.1][(e.pfn % HPAGE_PMD_NR) as usize] {
+            match layouts[last.1][(e.pfn.0 % HPAGE_PMD_NR) as usize] {
                 Slot::Unknown => {
                     scan.unknown_pages += 1;
                     continue;
@@ -772,13 +775,13 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
                             format!(
                                 "PFN {:#x} (mapped at {:#x}) is a compound tail with no head \
                                  in its 2 MiB block",
-                                e.pfn, e.addr
+                                e.pfn.0, e.addr
                             )
                         } else {
                             format!(
                                 "PFN {:#x} (mapped at {:#x}) is in a compound page of {nr} pages \
                                  headed at PFN {head:#x}: not a naturally aligned power of two",
-                                e.pfn, e.addr
+                                e.pfn.0, e.addr
                             )
                         },
                     ));
@@ -941,7 +944,7 @@ mod tests {
     fn pte(pfn: u64) -> Event {
         Event {
             addr: pfn << 12,
-            pfn,
+            pfn: Pfn(pfn),
             pmd: false,
         }
     }
@@ -962,7 +965,7 @@ mod tests {
         // A PMD-mapped THP whose block reads 0 is still one order-9 folio.
         events.push(Event {
             addr: 0x3000 << 12,
-            pfn: 0x3000,
+            pfn: Pfn(0x3000),
             pmd: true,
         });
         // An order-0 page mapped twice (KSM) is one folio.
@@ -996,7 +999,7 @@ mod tests {
         let kpf = fake_kpageflags("pmd", &[(0x3000, ANON)]);
         let events = [Event {
             addr: 0x7f00_0000_0000,
-            pfn: 0x3000,
+            pfn: Pfn(0x3000),
             pmd: true,
         }];
         let e = count(&kpf, &events, &mut FolioScan::default())

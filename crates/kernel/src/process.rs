@@ -5,7 +5,7 @@
 //! signal path can kill them before it restores hugetlb pools (pages still
 //! mapped by an agent would keep a pool from shrinking).
 
-use crate::error::{errno_name, KernelError, Result};
+use crate::error::{KernelError, Result};
 use crate::protocol::{Reply, ReplyWire, Request, RequestWire};
 use hugelab_workload::Errno;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -145,10 +145,7 @@ impl AgentProc {
         let reply = self.recv()?;
         drop(theirs);
         if reply.errno != Errno::OK {
-            return Err(KernelError::Agent(format!(
-                "fork failed: {}",
-                errno_name(reply.errno.0)
-            )));
+            return Err(KernelError::Agent(format!("fork failed: {}", reply.errno)));
         }
         let pid = reply.value as i32;
         register(pid);
@@ -275,7 +272,8 @@ impl AgentProc {
             _ => (
                 format!(
                     "stopped answering ({})",
-                    err.raw_os_error().map_or(err.to_string(), errno_name)
+                    err.raw_os_error()
+                        .map_or(err.to_string(), |n| Errno(n).to_string())
                 ),
                 None,
             ),

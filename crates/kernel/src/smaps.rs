@@ -10,7 +10,8 @@
 //! fields are whole pages and sum exactly.
 
 use crate::error::{KernelError, Result};
-use hugelab_workload::units::PAGE_SIZE;
+use hugelab_workload::smaps::SmapsField;
+use hugelab_workload::units::PAGE_KB;
 use std::io;
 
 /// The smaps fields of one region, summed over its VMAs, in kB as printed.
@@ -18,44 +19,27 @@ use std::io;
 pub struct SmapsSum {
     /// How many VMAs lie inside the region.
     pub vmas: u32,
-    pub rss_kb: u64,
-    pub pss_kb: u64,
-    pub shared_clean_kb: u64,
-    pub shared_dirty_kb: u64,
-    pub private_clean_kb: u64,
-    pub private_dirty_kb: u64,
-    pub anonymous_kb: u64,
-    pub anon_huge_kb: u64,
-    pub shared_hugetlb_kb: u64,
-    pub private_hugetlb_kb: u64,
+    /// Each field of [`SmapsField::ALL`], indexed by the field.
+    pub kb: [u64; FIELDS],
     /// How many of the VMAs are HugeTLB mappings (`KernelPageSize` above
     /// the base page: `vma_kernel_pagesize`), whose pages are HugeTLB
     /// folios, never THPs or small folios.
     pub hugetlb_vmas: u32,
-    /// LazyFree: pages of lazily-freed folios not written since MADV_FREE.
-    pub lazyfree_kb: u64,
 }
 
 /// How many smaps fields a region reports.
-pub const FIELDS: usize = 11;
+pub const FIELDS: usize = SmapsField::ALL.len();
 
 impl SmapsSum {
-    /// (field, kB) pairs with the spelling and order of the model's
-    /// `MemSizeStats::fields`, so both backends produce the same counter names.
+    /// One field's sum, kB.
+    pub fn get(&self, f: SmapsField) -> u64 {
+        self.kb[f as usize]
+    }
+
+    /// (field, kB) pairs in the order and spelling of [`SmapsField::ALL`],
+    /// as the model's `MemSizeStats::fields` gives them.
     pub fn fields(&self) -> [(&'static str, u64); FIELDS] {
-        [
-            ("Rss", self.rss_kb),
-            ("Pss", self.pss_kb),
-            ("Shared_Clean", self.shared_clean_kb),
-            ("Shared_Dirty", self.shared_dirty_kb),
-            ("Private_Clean", self.private_clean_kb),
-            ("Private_Dirty", self.private_dirty_kb),
-            ("Anonymous", self.anonymous_kb),
-            ("LazyFree", self.lazyfree_kb),
-            ("AnonHugePages", self.anon_huge_kb),
-            ("Shared_Hugetlb", self.shared_hugetlb_kb),
-            ("Private_Hugetlb", self.private_hugetlb_kb),
-        ]
+        SmapsField::ALL.map(|f| (f.name(), self.get(f)))
     }
 }
 
@@ -87,7 +71,10 @@ pub(crate) fn vma_header(line: &str) -> Option<(u64, u64)> {
 
 /// Anonymous of /proc/PID/smaps_rollup, kB.
 pub fn rollup_anonymous_kb(pid: i32) -> Result<i64> {
-    proc_field_kb(&format!("/proc/{pid}/smaps_rollup"), "Anonymous")
+    proc_field_kb(
+        &format!("/proc/{pid}/smaps_rollup"),
+        SmapsField::Anonymous.name(),
+    )
 }
 
 /// VmPTE of /proc/PID/status: the page tables of the process's mm
@@ -144,26 +131,16 @@ pub fn parse_smaps(text: &str, start: u64, end: u64) -> std::result::Result<Smap
         let Some((name, value)) = field(line) else {
             continue;
         };
-        let slot = match name {
-            "Rss" => &mut sum.rss_kb,
-            "Pss" => &mut sum.pss_kb,
-            "Shared_Clean" => &mut sum.shared_clean_kb,
-            "Shared_Dirty" => &mut sum.shared_dirty_kb,
-            "Private_Clean" => &mut sum.private_clean_kb,
-            "Private_Dirty" => &mut sum.private_dirty_kb,
-            "Anonymous" => &mut sum.anonymous_kb,
-            "LazyFree" => &mut sum.lazyfree_kb,
-            "AnonHugePages" => &mut sum.anon_huge_kb,
-            "Shared_Hugetlb" => &mut sum.shared_hugetlb_kb,
-            "Private_Hugetlb" => &mut sum.private_hugetlb_kb,
-            "KernelPageSize" => {
+        let slot = match SmapsField::from_name(name) {
+            Some(f) => &mut sum.kb[f as usize],
+            None if name == "KernelPageSize" => {
                 // Not summed: a HugeTLB VMA's page size is its hstate's.
-                if value.parse::<u64>().is_ok_and(|kb| kb * 1024 > PAGE_SIZE) {
+                if value.parse::<u64>().is_ok_and(|kb| kb > PAGE_KB) {
                     sum.hugetlb_vmas += 1;
                 }
                 continue;
             }
-            _ => continue,
+            None => continue,
         };
         *slot += value
             .parse::<u64>()
@@ -213,13 +190,8 @@ VmFlags: mr mw me
             s,
             SmapsSum {
                 vmas: 2,
-                rss_kb: 2056,
-                pss_kb: 1027,
-                shared_dirty_kb: 2052,
-                private_dirty_kb: 4,
-                anonymous_kb: 2056,
-                anon_huge_kb: 2048,
-                ..SmapsSum::default()
+                kb: [2056, 1027, 0, 2052, 0, 4, 2056, 0, 2048, 0, 0],
+                hugetlb_vmas: 0,
             }
         );
         assert_eq!(
@@ -270,10 +242,8 @@ VmFlags: rd wr mr mw me de ht
             s,
             SmapsSum {
                 vmas: 2,
-                shared_hugetlb_kb: 2048,
-                private_hugetlb_kb: 4096,
+                kb: [0, 0, 0, 0, 0, 0, 0, 0, 0, 2048, 4096],
                 hugetlb_vmas: 2,
-                ..SmapsSum::default()
             }
         );
         assert_eq!(

@@ -7,7 +7,7 @@
 use crate::error::{KernelError, Result};
 use hugelab_workload::tunables::every_tunable;
 pub use hugelab_workload::tunables::{PROC_VM, SYS_MM};
-use hugelab_workload::Tunable;
+use hugelab_workload::{SetValue, ThpEnabled, ThpSizeEnabled, Tunable};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -36,6 +36,28 @@ fn selected(text: &str) -> String {
 
 pub fn read_tunable(t: &Tunable) -> Result<String> {
     read_value(&tunable_file(t))
+}
+
+/// transparent_hugepage/enabled now; None if it cannot be read or parsed.
+pub fn thp_enabled() -> Option<ThpEnabled> {
+    match read_setting(&Tunable::ThpEnabled)? {
+        SetValue::Enabled(e) => Some(e),
+        _ => None,
+    }
+}
+
+/// transparent_hugepage/hugepages-<size_kb>kB/enabled now; None if it
+/// cannot be read or parsed.
+pub fn thp_size_enabled(size_kb: u64) -> Option<ThpSizeEnabled> {
+    match read_setting(&Tunable::ThpSizeEnabled { size_kb })? {
+        SetValue::SizeEnabled(e) => Some(e),
+        _ => None,
+    }
+}
+
+/// A tunable's value now, as `set` would write it.
+fn read_setting(t: &Tunable) -> Option<SetValue> {
+    t.parse_value(&read_tunable(t).ok()?).ok()
 }
 
 /// Writes a value the way `echo value > file` does.

@@ -10,6 +10,7 @@
 
 use hugelab_kernel::pagemap::{scan_folios, FolioScan};
 use hugelab_kernel::smaps::{region_smaps, SmapsSum};
+use hugelab_workload::smaps::SmapsField;
 use std::fs;
 use std::time::{Duration, Instant};
 
@@ -244,7 +245,7 @@ fn base_pages() {
     );
     assert_eq!(sm.hugetlb_vmas, 0);
     assert_eq!(split.vmas, 2);
-    assert_eq!(split.rss_kb, 256);
+    assert_eq!(split.get(SmapsField::Rss), 256);
 }
 
 #[test]
@@ -272,8 +273,8 @@ fn pmd_thp_then_pte_mapped() {
         (scan.pmd_mapped, scan.unknown_pages, scan.zero_pages),
         (2, 0, 0)
     );
-    assert_eq!(sm.anon_huge_kb, 4096);
-    assert_eq!(sm.rss_kb, 4096);
+    assert_eq!(sm.get(SmapsField::AnonHugePages), 4096);
+    assert_eq!(sm.get(SmapsField::Rss), 4096);
 
     assert_eq!(after.pmd_mapped, 1, "{after:?}");
     assert_eq!(after.total[..9], [0; 9], "{after:?}");
@@ -285,8 +286,8 @@ fn pmd_thp_then_pte_mapped() {
         n => panic!("{n} unknown pages: a folio is partly known: {after:?}"),
     }
     assert_eq!(after.pte_mapped(9), after.total[9] - 1);
-    assert_eq!(sm_after.rss_kb, 4092);
-    assert_eq!(sm_after.anon_huge_kb, 2048);
+    assert_eq!(sm_after.get(SmapsField::Rss), 4092);
+    assert_eq!(sm_after.get(SmapsField::AnonHugePages), 2048);
 }
 
 #[test]
@@ -308,7 +309,7 @@ fn read_maps_the_zero_page() {
             ..FolioScan::default()
         }
     );
-    assert_eq!(sm.rss_kb, 0);
+    assert_eq!(sm.get(SmapsField::Rss), 0);
 }
 
 #[test]
@@ -334,7 +335,10 @@ fn read_maps_the_huge_zero_folio() {
             ..FolioScan::default()
         }
     );
-    assert_eq!((sm.rss_kb, sm.anon_huge_kb), (0, 0));
+    assert_eq!(
+        (sm.get(SmapsField::Rss), sm.get(SmapsField::AnonHugePages)),
+        (0, 0)
+    );
 }
 
 #[test]
@@ -402,7 +406,9 @@ fn one_gib_scans_fast() {
     eprintln!(
         "1 GiB of PMD THPs: {h_cold:?} first, {h_warm:?} again; total[9]={} pmd_mapped={} \
          AnonHugePages={} kB",
-        h.total[9], h.pmd_mapped, h_smaps.anon_huge_kb
+        h.total[9],
+        h.pmd_mapped,
+        h_smaps.get(SmapsField::AnonHugePages)
     );
     eprintln!(
         "1 GiB of PTE-mapped THPs: {p_cold:?} first, {p_warm:?} again; total[9]={} \
@@ -414,7 +420,11 @@ fn one_gib_scans_fast() {
     }
     assert_eq!(s.total[0] + s.unknown_pages, (GIB / PAGE) as u64, "{s:?}");
     assert_eq!(s.total[1..], [0; 9]);
-    assert_eq!(h.pmd_mapped * 2048, h_smaps.anon_huge_kb, "{h:?}");
+    assert_eq!(
+        h.pmd_mapped * 2048,
+        h_smaps.get(SmapsField::AnonHugePages),
+        "{h:?}"
+    );
     assert_eq!(h.total[9], h.pmd_mapped);
     // A debug build on a shared 2-vCPU VM; a release build takes about a
     // tenth of this.

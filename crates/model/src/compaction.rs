@@ -335,7 +335,7 @@ fn compact_zone(
         if !isolate_migratepages(m, mms, &mut cc) {
             continue;
         }
-        if !migrate_pages(m, mms, &mut cc) && !scanners_met(&cc) {
+        if !migrate_pages(m, mms, &mut cc) && !compact_scanners_met(&cc) {
             break CompactStatus::Contended;
         }
     };
@@ -360,14 +360,14 @@ fn compact_zone(
     status
 }
 
-/// compact_scanners_met.
-fn scanners_met(cc: &CompactControl) -> bool {
+/// compact_scanners_met: the free and migrate scanners have crossed.
+fn compact_scanners_met(cc: &CompactControl) -> bool {
     cc.free_pfn >> PAGEBLOCK_ORDER <= cc.migrate_pfn >> PAGEBLOCK_ORDER
 }
 
 /// __compact_finished: Some(result) when compaction is done.
 fn compact_finished(m: &Machine, cc: &CompactControl) -> Option<CompactStatus> {
-    if scanners_met(cc) {
+    if compact_scanners_met(cc) {
         return Some(CompactStatus::Complete);
     }
     // Always finish scanning a pageblock.
@@ -582,7 +582,7 @@ fn isolate_freepages_block(
             }
         } else if page.test(pg::BUDDY) {
             let o = page.order();
-            m.zone.isolate_free_block(Pfn(pfn), o);
+            m.zone.__isolate_free_page(Pfn(pfn), o);
             let isolated = 1u64 << o;
             nr_scanned += isolated - 1;
             total_isolated += isolated;

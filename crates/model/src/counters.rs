@@ -10,16 +10,17 @@
 //! HugeTLB pools are `hugetlb_report_meminfo` and hugepages/hugepages-<size>/
 //! (`mm/hugetlb.c`, `mm/hugetlb_sysfs.c`).
 
-use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER};
 use crate::reading_cache::ReadingCache;
 use crate::task_mmu::{walk_range, FolioCounts, MemSizeStats};
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::{hugetlb, Machine, Model, Task};
+use hugelab_workload::units::PAGE_KB;
 use hugelab_workload::Counters;
 
 /// `<size>kB` as the kernel names a folio size in sysfs.
 pub fn size_name(order: u32) -> String {
-    format!("{}kB", (PAGE_SIZE << order) >> 10)
+    format!("{}kB", PAGE_KB << order)
 }
 
 /// The folio orders an anonymous mapping can hold: 0 and THP_ORDERS_ALL_ANON.
@@ -100,7 +101,7 @@ fn hugetlb_file(m: &Machine, h: hugetlb::HstateIdx, file: &str) -> Option<i64> {
 /// One machine-wide counter (/proc/vmstat, /proc/meminfo, hugepages-*/stats,
 /// khugepaged/, hugepages/), or None for a name that is not one.
 pub fn machine_counter(m: &Machine, name: &str) -> Option<i64> {
-    let kb = |pages: i64| pages * (PAGE_SIZE as i64 / 1024);
+    let kb = |pages: i64| pages * PAGE_KB as i64;
     let (family, field) = name.split_once('.')?;
     // Frames the boot memmap gave back (HVO) join total and free memory.
     let boot_freed = m.vmemmap.boot_pages_freed as i64;
@@ -151,7 +152,7 @@ pub fn machine_counter(m: &Machine, name: &str) -> Option<i64> {
 fn memcg_counter(m: &Machine, rest: &str) -> Option<i64> {
     let (cg, file) = rest.split_once(".memory.")?;
     let g = &m.memcg.groups[m.memcg.by_name(cg)?];
-    let kb = |pages: u64| (pages * PAGE_SIZE / 1024) as i64;
+    let kb = |pages: u64| (pages * PAGE_KB) as i64;
     Some(match file {
         "current" => kb(g.memory.usage),
         "peak" => kb(g.memory.watermark),

@@ -2,6 +2,12 @@
 //! VM_BUG_ON_FOLIO: the page tables of every process are walked and what
 //! they map is compared with the folio metadata and the counters.
 //!
+//! No kernel file: hugelab's own checker. The invariants are Linux 6.18's,
+//! as the files the other modules follow keep them (mm/rmap.c for the
+//! mapcounts, mm/huge_memory.c for the deferred split queue, mm/vmstat.c for
+//! the counters); the kernel asserts them one at a time
+//! (`include/linux/mmdebug.h`), never as a whole walk.
+//!
 //! Checked: each page's PTE mapcount and each large folio's entire mapcount
 //! and `_nr_pages_mapped` equal the mappings found; every folio's refcount
 //! equals its mappings plus its pins; NR_ANON_MAPPED, NR_ANON_THPS and each

@@ -1,5 +1,9 @@
 //! The model as a `Backend`: each workload statement runs as the system call
 //! (or kernel event) it stands for.
+//!
+//! No kernel file: hugelab's dispatch from statements to the modules that
+//! follow Linux 6.18 (the system calls' entry points, `SYSCALL_DEFINE` in
+//! mm/mmap.c, mm/madvise.c, mm/mprotect.c, are the nearest counterpart).
 
 use crate::fork::dup_mmap;
 use crate::gup::{pin_user_pages, unpin_user_pages, Pin, PinError};

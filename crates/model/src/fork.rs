@@ -197,6 +197,8 @@ fn copy_pte_range(
 }
 
 /// __copy_present_ptes for a COW mapping: both sides write-protected.
+///
+/// Not named __copy_present_ptes: only that function's COW case is here.
 #[inline]
 fn share_ptes(st: &mut PteTable, dt: &mut PteTable, i: usize, nr: usize) {
     for k in i..i + nr {

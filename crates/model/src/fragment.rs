@@ -4,8 +4,11 @@
 //! (slab, page tables, drivers' buffers) that make a real machine's memory
 //! fragmented.
 //!
-//! Not a kernel mechanism: the kernel has no such knob, and its own
-//! unmovable allocations are what the generator stands in for. The pages are
+//! Not a kernel mechanism and no kernel file: the kernel has no such knob,
+//! and its own unmovable allocations are what the generator stands in for.
+//! The buddy operations it uses are Linux 6.18 `mm/page_alloc.c`'s
+//! (`take_page_off_buddy`, claiming a pageblock as `set_pageblock_migratetype`
+//! with `move_freepages_block` does). The pages are
 //! taken as `alloc_pages(GFP_KERNEL)` would leave them (in use, not on any
 //! LRU, so compaction cannot move them). They stay until the end of the run.
 //!
@@ -97,7 +100,7 @@ pub fn fragment(m: &mut Machine, permille: u32, pattern: FragmentPattern, seed: 
 
 /// Takes the free frame `pfn` as an unmovable kernel page.
 fn take(m: &mut Machine, pfn: Pfn) -> bool {
-    if !m.zone.take_free_page(pfn) {
+    if !m.zone.take_page_off_buddy(pfn) {
         return false;
     }
     // A page in use that no LRU, page table or folio count knows.

@@ -106,6 +106,8 @@ pub fn vma_thp_gfp_mask(thp: &ThpSettings, vma: &Vma) -> Gfp {
 
 /// alloc_hugepage_khugepaged_gfpmask: `khugepaged/defrag` picks direct
 /// reclaim or none; MADV_COLLAPSE always passes GFP_TRANSHUGE.
+///
+/// Not alloc_hugepage_khugepaged_gfpmask: it also gives MADV_COLLAPSE's GFP_TRANSHUGE, as alloc_charge_folio chooses.
 pub fn khugepaged_gfp(thp: &ThpSettings, khugepaged: bool) -> Gfp {
     if !khugepaged || thp.khugepaged.defrag != 0 {
         Gfp::TRANSHUGE

@@ -39,6 +39,8 @@ pub enum PinError {
 }
 
 /// The page mapped at `addr`, if any (follow_page_mask; not the zero pages).
+///
+/// Named for follow_page, which 6.12 replaced by folio_walk_start; the model's callers want just the page.
 pub(crate) fn follow_page(mm: &MmStruct, addr: u64) -> Option<Pfn> {
     match mm.pmds.get(&(addr / PMD_SIZE))? {
         Pmd::Huge { pfn, .. } => Some(Pfn(pfn.0 + pte_index(addr) as u64)),

@@ -32,7 +32,7 @@ use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap::{self, MmList};
 use crate::trace::Step;
-use crate::vmstat::{MthpStat, VmEvent};
+use crate::vmstat::{Counted, MthpStat, VmEvent};
 use crate::Machine;
 use hugelab_workload::{ThpDefrag, ThpEnabled, ThpSizeEnabled};
 use rustc_hash::FxHashMap as HashMap;
@@ -127,6 +127,8 @@ pub fn thp_vma_allowable_orders(thp: &ThpSettings, mm: &MmStruct, vma: &Vma, ord
 
 /// Why thp_vma_allowable_orders leaves each order of `orders` out, for
 /// `hugelab explain` (the kernel keeps no reason; this follows its checks).
+///
+/// No kernel function: the kernel keeps no reason; hugelab's explain wants one per order.
 pub fn thp_vma_denials(
     thp: &ThpSettings,
     mm: &MmStruct,
@@ -226,7 +228,10 @@ pub fn do_huge_pmd_anonymous_page(
             m.stat.count_vm_event(VmEvent::ThpFaultFallback);
             m.trace(|| Step::Fallback {
                 order: HPAGE_PMD_ORDER,
-                counters: vec!["thp_zero_page_alloc_failed", "thp_fault_fallback"],
+                counters: vec![
+                    Counted::Vm(VmEvent::ThpZeroPageAllocFailed),
+                    Counted::Vm(VmEvent::ThpFaultFallback),
+                ],
             });
             return Ok(PmdFault::Fallback);
         }
@@ -258,7 +263,10 @@ fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Op
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
         m.trace(|| Step::Fallback {
             order,
-            counters: vec!["thp_fault_fallback", "anon_fault_fallback"],
+            counters: vec![
+                Counted::Vm(VmEvent::ThpFaultFallback),
+                Counted::Mthp(MthpStat::AnonFaultFallback),
+            ],
         });
         return None;
     };
@@ -273,10 +281,10 @@ fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Op
         m.trace(|| Step::Fallback {
             order,
             counters: vec![
-                "thp_fault_fallback",
-                "thp_fault_fallback_charge",
-                "anon_fault_fallback",
-                "anon_fault_fallback_charge",
+                Counted::Vm(VmEvent::ThpFaultFallback),
+                Counted::Vm(VmEvent::ThpFaultFallbackCharge),
+                Counted::Mthp(MthpStat::AnonFaultFallback),
+                Counted::Mthp(MthpStat::AnonFaultFallbackCharge),
             ],
         });
         return None;
@@ -815,6 +823,8 @@ pub fn deferred_split_scan(m: &mut Machine, mms: &mut MmList) {
 }
 
 /// deferred_split_scan's walk over `folios`, taken off the queue already.
+///
+/// No kernel function: deferred_split_scan's second loop, shared with the memcg queue's scan.
 pub(crate) fn deferred_split_scan_folios(m: &mut Machine, mms: &mut MmList, folios: Vec<Pfn>) {
     for folio in folios {
         m.zone.memmap.page_mut(folio).clear(pg::DEFERRED);

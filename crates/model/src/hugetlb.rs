@@ -483,6 +483,8 @@ pub enum MmapError {
 
 /// mmap of a HugeTLB region: `hugetlb_file_setup` and `hugetlbfs_file_mmap`
 /// with `hugetlb_reserve_pages`. Returns the VMA's hugetlb fields.
+///
+/// No one kernel function: hugetlb_file_setup then hugetlbfs_file_mmap, which a MAP_HUGETLB mmap calls in turn.
 pub fn hugetlb_mmap(
     m: &mut Machine,
     h: HstateIdx,
@@ -967,6 +969,8 @@ pub fn copy_hugetlb_page_range(
 
 /// A read or write of `[start, end)` of HugeTLB VMA `vma`, one byte every
 /// `step`: one fault per huge page that needs one.
+///
+/// No kernel function: user space's loads or stores over a HugeTLB range, each huge page's first access faulting (hugetlb_fault).
 pub fn hugetlb_access(
     m: &mut Machine,
     mm: &mut MmStruct,

@@ -56,7 +56,7 @@ use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::trace::{CollapseStep, Collapser, ScanCounts, VmaVerdict};
 use crate::vmstat::VmEvent;
 use crate::Machine;
-use hugelab_workload::{ThpEnabled, ThpSizeEnabled};
+use hugelab_workload::ThpEnabled;
 use serde::Serialize;
 
 /// khugepaged_enter_vma: register `mm` if `vma` could hold a PMD THP.
@@ -72,6 +72,8 @@ pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
 
 /// __thp_vma_allowable_orders outside the fault path: some aligned PMD block
 /// must fit between vm_start and vm_end.
+///
+/// No kernel function: the fit check __thp_vma_allowable_orders makes outside the fault path, split out for the trace.
 fn vma_holds_pmd(vma: &Vma) -> bool {
     let first = vma.start.next_multiple_of(PMD_SIZE);
     first + PMD_SIZE <= vma.end && thp_vma_suitable_order(vma, first, HPAGE_PMD_ORDER)
@@ -79,11 +81,7 @@ fn vma_holds_pmd(vma: &Vma) -> bool {
 
 /// hugepage_pmd_enabled: whether the khugepaged thread runs at all.
 pub fn hugepage_pmd_enabled(m: &Machine) -> bool {
-    match m.thp.size_enabled[HPAGE_PMD_ORDER as usize] {
-        ThpSizeEnabled::Always | ThpSizeEnabled::Madvise => true,
-        ThpSizeEnabled::Inherit => m.thp.enabled != ThpEnabled::Never,
-        ThpSizeEnabled::Never => false,
-    }
+    m.thp.size_enabled[HPAGE_PMD_ORDER as usize].resolve(m.thp.enabled) != ThpEnabled::Never
 }
 
 /// khugepaged_do_scan until every registered mm was scanned to its end.
@@ -126,6 +124,8 @@ fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
 /// which differ between khugepaged and MADV_COLLAPSE), room for an aligned
 /// 2M range, then an anon_vma (a VMA with only read faults, which map the
 /// zero page, has none). The reason is recorded when tracing.
+///
+/// No kernel function: the VMA checks khugepaged_scan_mm_slot and madvise_collapse both make, with their trace.
 fn vma_passed_over(
     m: &mut Machine,
     by: Collapser,
@@ -352,6 +352,8 @@ pub fn madvise_collapse(
 }
 
 /// madvise_collapse's walk; an error comes with the result it is from.
+///
+/// No kernel function: madvise_collapse's loop over the VMAs, split out so the result and its error come back together.
 fn madvise_collapse_vmas(
     m: &mut Machine,
     mm: &mut MmStruct,

@@ -226,6 +226,9 @@ impl Model {
     }
 
     /// A fresh mm_id for a new address space.
+    ///
+    /// The kernel's `mm_alloc_id` (kernel/fork.c); the name is left for the
+    /// restructuring of the machine's address spaces to take.
     pub fn alloc_mm_id(&mut self) -> rmap::MmId {
         self.last_mm_id += 1;
         self.last_mm_id

@@ -71,6 +71,8 @@ pub fn hugepage_madvise(
 }
 
 /// MADV_DONTNEED over `[start, end)`; false if part is unmapped.
+///
+/// Named for madvise_dontneed_single_vma applied to each VMA of the range (madvise_walk_vmas).
 pub fn madvise_dontneed(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) -> bool {
     let mut covered = start;
     for vma in mm.vmas_in(start, end) {
@@ -89,6 +91,8 @@ pub fn madvise_dontneed(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64
 /// The PT_RECLAIM step of zap_pte_range: a PTE table whose 2 MiB range lies
 /// wholly inside the zapped range, and which holds no entry any more, is
 /// cleared from its PMD and freed.
+///
+/// No one kernel function: zap_pte_range's CONFIG_PT_RECLAIM branch (mm/pt_reclaim.c), done in one step.
 fn reclaim_pt(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
     let first = start.div_ceil(PMD_SIZE);
     let last = end / PMD_SIZE;
@@ -131,6 +135,8 @@ fn vma_ranges(mm: &MmStruct, start: u64, end: u64) -> (Vec<(u64, u64)>, bool) {
 /// MADV_FREE, MADV_COLD or MADV_PAGEOUT over `[start, end)` of mm `id`
 /// (madvise_free_single_vma, madvise_cold, madvise_pageout, per VMA);
 /// false if part of the range is unmapped.
+///
+/// No kernel function: the walk madvise_free_single_vma, madvise_cold and madvise_pageout share, which differ only per folio.
 pub fn madvise_lru(
     m: &mut Machine,
     mms: &mut MmList,
@@ -213,6 +219,7 @@ enum LargeStep {
     Again,
 }
 
+/// No kernel function: the large-folio case of madvise_cold_or_pageout_pte_range and madvise_free_pte_range (split, or skip the batch).
 fn large_folio_step(
     m: &mut Machine,
     mms: &mut MmList,

@@ -211,6 +211,8 @@ impl Memcgs {
     }
 
     /// get_mem_cgroup_from_mm.
+    ///
+    /// Not named get_mem_cgroup_from_mm: the model keeps no css reference to get.
     #[inline]
     pub fn mm_memcg(&self, mm_id: MmId) -> Option<MemcgId> {
         if self.groups.is_empty() {
@@ -291,6 +293,8 @@ pub fn mem_cgroup_charge(
 /// A page-table page for the process whose statement runs
 /// (`__memcg_kmem_charge_page` for GFP_PGTABLE_USER): charged whatever the
 /// limit (see the module doc).
+///
+/// The kernel's __memcg_kmem_charge_page, without the underscores of its inline wrapper.
 pub fn memcg_kmem_charge_page(m: &mut Machine, pfn: Pfn) {
     if let Some(memcg) = m.memcg.current {
         m.memcg.groups[memcg].memory.charge(1);
@@ -421,6 +425,8 @@ pub fn try_to_free_mem_cgroup_pages(
 /// charged to `memcg`, in queue order. A folio some mm of whose fork family
 /// is not at hand (a statement that did not park the other processes)
 /// stays queued.
+///
+/// Named for deferred_split_scan with sc->memcg set; the kernel has one function for both queues.
 fn deferred_split_scan_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId) {
     let mine: Vec<Pfn> = m
         .deferred_split_queue
@@ -717,7 +723,7 @@ mod trace_tests {
         assert!(steps.iter().any(|s| matches!(s,
             Step::Charge { order: 9, ok: false, memcg, .. } if memcg == "g")));
         assert!(steps.iter().any(|s| matches!(s,
-            Step::Fallback { order: 9, counters } if counters.contains(&"thp_fault_fallback_charge"))));
+            Step::Fallback { order: 9, counters } if counters.contains(&crate::vmstat::Counted::Vm(crate::vmstat::VmEvent::ThpFaultFallbackCharge)))));
         assert!(steps.iter().any(|s| matches!(
             s,
             Step::Charge {

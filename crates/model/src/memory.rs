@@ -66,12 +66,14 @@ use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::trace::Step;
-use crate::vmstat::{MthpStat, VmEvent};
+use crate::vmstat::{Counted, MthpStat, VmEvent};
 use crate::Machine;
 
 /// __pud_alloc and __pmd_alloc: the PUD and PMD tables above `addr`, if this
 /// is the first fault in their range. They are page-table pages like PTE
 /// tables (NR_PAGETABLE).
+///
+/// Named for __pud_alloc and __pmd_alloc together: the model allocates both levels in one step.
 fn pud_pmd_alloc(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Result<(), Fault> {
     for (size, tables) in [
         (PUD_SIZE << 9, &mut mm.pud_tables),
@@ -210,6 +212,8 @@ fn do_anonymous_page(
 /// fast path: counts the fault (PGFAULT) and returns the PTE to install —
 /// the zero page for a read, a new order-0 folio for a write (the caller
 /// counts it in MM_ANONPAGES) — or None when no page is left (VM_FAULT_OOM).
+///
+/// No kernel function of its own: the order-0 half of do_anonymous_page, which the kernel has inline, split out as the fast path.
 #[inline]
 fn do_anonymous_page_small(
     m: &mut Machine,
@@ -278,7 +282,7 @@ fn alloc_anon_folio(
     let mm_id = mm.mm_id;
     while orders != 0 {
         let order = highest_order(orders);
-        let mut counters = vec!["anon_fault_fallback"];
+        let mut counters = vec![Counted::Mthp(MthpStat::AnonFaultFallback)];
         if let Some(folio) = vma_alloc_folio(m, Some(&mut *mm), gfp, order) {
             match mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp) {
                 Ok(()) => return Ok((folio, order)),
@@ -286,7 +290,7 @@ fn alloc_anon_folio(
                     m.stat
                         .count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
                     free_folio(m, folio);
-                    counters.insert(0, "anon_fault_fallback_charge");
+                    counters.insert(0, Counted::Mthp(MthpStat::AnonFaultFallbackCharge));
                 }
             }
         }
@@ -428,6 +432,8 @@ fn store(m: &mut Machine, page: Pfn, zero: bool) {
 /// Loads or stores one byte every `step` bytes of `[start, end)` inside `vma`,
 /// faulting as needed. A store of non-zero data marks the page's content dirty
 /// (no longer all zeroes); a store of zero leaves it as it was.
+///
+/// No kernel function: user space's loads or stores over a range, each page's first access faulting (handle_mm_fault).
 pub fn access_range(
     m: &mut Machine,
     mm: &mut MmStruct,
@@ -555,6 +561,8 @@ fn covers_slot(start: u64, end: u64, index: u64) -> bool {
 /// zap_page_range_single / unmap_page_range over `[start, end)`: removes every
 /// mapping, splitting PMDs that are only partly covered, and frees folios whose
 /// last reference goes. Page tables stay (free_pgtables decides about them).
+///
+/// Named for zap_page_range (since 6.3 zap_page_range_single, and unmap_vmas at exit), over any range.
 pub fn zap_page_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
     let first = start / PMD_SIZE;
     let last = (end - 1) / PMD_SIZE;

@@ -26,25 +26,16 @@
 //! it), and its mapcount is its page's.
 
 use crate::Machine;
-use std::fmt;
 
-/// A page frame number: physical address >> PAGE_SHIFT.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Pfn(pub u64);
-
-impl fmt::Display for Pfn {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pfn {:#x}", self.0)
-    }
-}
+/// A page frame number, shared with the kernel backend's pagemap readers.
+pub use hugelab_workload::units::Pfn;
 
 /// The page sizes every hugelab crate shares (x86_64, 4 KiB pages).
-pub use hugelab_workload::units::{PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT, PMD_SIZE};
+pub use hugelab_workload::units::{
+    HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SHIFT, PAGE_SIZE, PMD_SHIFT, PMD_SIZE,
+};
 /// The range one PMD table maps (one PUD entry): 1 GiB.
 pub const PUD_SIZE: u64 = PMD_SIZE << 9;
-/// HPAGE_PMD_ORDER on x86_64 with 4 KiB pages.
-pub const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
-pub const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
 /// PTEs per page table.
 pub const PTRS_PER_PTE: usize = 1 << HPAGE_PMD_ORDER;
 /// MAX_PAGE_ORDER: the largest buddy block is 4 MiB.

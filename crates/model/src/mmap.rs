@@ -139,6 +139,8 @@ impl MmStruct {
 
     /// do_mmap of a HugeTLB region (MAP_HUGETLB; its file and reservation
     /// already made by `hugetlb::hugetlb_mmap`), aligned to its page size.
+    ///
+    /// No kernel function of its own: the part of do_mmap a MAP_HUGETLB mapping takes once hugetlbfs_file_mmap has run.
     pub fn do_mmap_hugetlb(
         &mut self,
         name: &str,
@@ -206,6 +208,8 @@ pub fn split_vma(m: &mut Machine, mm: &mut MmStruct, addr: u64) {
 }
 
 /// Merges neighbouring VMAs with equal flags around `[start, end)` (vma_merge).
+///
+/// Named for vma_merge (now vma_merge_existing_range), applied around a range.
 pub fn vma_merge_range(mm: &mut MmStruct, start: u64, end: u64) {
     let first = mm
         .vmas
@@ -240,6 +244,8 @@ pub fn vma_merge_range(mm: &mut MmStruct, start: u64, end: u64) {
 
 /// Applies `update` to the flags of every VMA in `[start, end)`, splitting at
 /// the edges and merging afterwards. Returns false if part of the range has no VMA.
+///
+/// No kernel function: vma_modify_flags (split, apply, merge) over every VMA of a range, as madvise and mprotect loop it.
 pub fn update_vma_flags(
     m: &mut Machine,
     mm: &mut MmStruct,

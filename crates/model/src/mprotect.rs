@@ -12,6 +12,8 @@ use crate::pgtable::Pmd;
 use crate::Machine;
 
 /// Changes the protection of `[start, end)`; false if part of it is unmapped (ENOMEM).
+///
+/// Named for do_mprotect_pkey, without the protection key.
 pub fn do_mprotect(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64, prot: u32) -> bool {
     let covered = update_vma_flags(m, mm, start, end, |flags| (flags & !Vma::PROT_MASK) | prot);
     change_protection(m, mm, start, end, prot & Vma::VM_WRITE != 0);

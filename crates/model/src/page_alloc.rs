@@ -180,6 +180,8 @@ impl Zone {
     /// first only whole pageblocks (ALLOC_NOFRAGMENT, which a ZONE_NORMAL
     /// allocation starts with), then any claimable one, then stealing the
     /// smallest block of the other type without claiming its pageblock.
+    ///
+    /// Not named __rmqueue: it also takes the zone's free-page accounting that __rmqueue's callers do, with no per-cpu lists in between.
     pub fn alloc_pages_mt(&mut self, order: u32, mt: MigrateType) -> Option<Pfn> {
         debug_assert!(order <= MAX_PAGE_ORDER);
         let pfn = match self.rmqueue_smallest(order, mt) {
@@ -279,6 +281,8 @@ impl Zone {
 
     /// The pageblock of `pfn` becomes MIGRATE_UNMOVABLE, its free blocks
     /// moving to the unmovable lists (an unmovable allocation claimed it).
+    ///
+    /// Named for set_pageblock_migratetype(MIGRATE_UNMOVABLE) with move_freepages_block, which the kernel calls apart.
     pub fn set_pageblock_unmovable(&mut self, pfn: Pfn) {
         if self.pageblock_movable(pfn) {
             self.move_freepages_block(
@@ -326,16 +330,17 @@ impl Zone {
 
     /// __isolate_free_page: takes the free block headed at `pfn` off its
     /// list (compaction's free scanner). The frontier must be materialised.
-    pub(crate) fn isolate_free_block(&mut self, pfn: Pfn, order: u32) {
+    pub(crate) fn __isolate_free_page(&mut self, pfn: Pfn, order: u32) {
         debug_assert!(self.is_free_block(pfn.0, order));
         self.del_page_from_free_list(pfn.0, order);
         self.nr_free_pages -= 1 << order;
     }
 
-    /// Takes the one free frame `pfn` (splitting the free block around it
-    /// and giving the rest back), or returns false when it is in use. The
+    /// take_page_off_buddy (mm/page_alloc.c): takes the one free frame `pfn`
+    /// (splitting the free block around it and giving the rest back, as
+    /// break_down_buddy_pages does), or returns false when it is in use. The
     /// frontier must be materialised. The page is left cleared.
-    pub(crate) fn take_free_page(&mut self, pfn: Pfn) -> bool {
+    pub(crate) fn take_page_off_buddy(&mut self, pfn: Pfn) -> bool {
         let Some(order) =
             (0..=MAX_PAGE_ORDER).find(|&o| self.is_free_block(pfn.0 & !((1 << o) - 1), o))
         else {
@@ -366,6 +371,8 @@ impl Zone {
     /// is always the top of its list, so page by page the block's pages come
     /// and go and leave only the whole block, merged onwards as
     /// `free_pages(block, order)` merges it.
+    ///
+    /// No kernel function: a run of free_pages(order 0) calls done in one pass, for speed; the kernel frees them one by one.
     pub fn free_pages_run(&mut self, pfn: Pfn, nr: u64) {
         let (mut pfn, end) = (pfn.0, pfn.0 + nr);
         while pfn < end {
@@ -420,6 +427,8 @@ impl Zone {
     /// __add_to_free_list at the tail (move_to_free_list) for blocks of one
     /// order, in order: allocated after every block already listed. The
     /// list's slots are renumbered once.
+    ///
+    /// Named for __add_to_free_list(.., tail = true), for a run of blocks.
     fn add_to_free_list_tail(&mut self, blocks: &[u64], order: u32) {
         let Some(&first) = blocks.first() else {
             return;
@@ -851,6 +860,8 @@ fn alloc_pages_direct_compact(
 /// drops the size's nr_anon, and the buddy allocator takes the pages back.
 /// The model keeps a large folio's MM-ID slots beside the memmap: they go
 /// too, and its anon_vma loses the folio's reference.
+///
+/// Not named __folio_put: with no per-cpu lists, it is the whole free, called also where the kernel frees a folio otherwise.
 pub fn free_folio(m: &mut Machine, folio: Pfn) {
     let head = *m.zone.memmap.page(folio);
     let order = head.order();

@@ -2,8 +2,9 @@
 //! (smaps per region and in total, folio counts, minflt) are kept from one
 //! reading to the next until a statement may have changed them.
 //!
-//! hugelab's own, not a kernel structure: the kernel computes smaps by
-//! walking the page tables at every read, and so did the model, which made a
+//! hugelab's own, not a kernel structure and no kernel file: the kernel
+//! (Linux 6.18 `fs/proc/task_mmu.c`) computes smaps by walking the page
+//! tables at every read, and so did the model, which made a
 //! snapshot of hundreds of processes cost a walk of all their memory.
 //!
 //! What a statement may change: its own process's readings, and those of

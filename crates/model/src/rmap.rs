@@ -263,6 +263,8 @@ fn folio_mod_large_mapcount(m: &mut Machine, folio: Pfn, diff: i64) -> u64 {
 /// folio_expected_ref_count == folio_ref_count for an anon folio: every
 /// reference is explained by a mapping (no pin, no GUP in flight). Both
 /// can_split_folio and khugepaged's is_refcount_suitable ask this.
+///
+/// Not named folio_expected_ref_count: it returns the comparison its callers make, not the count.
 pub fn folio_refs_all_mappings(m: &Machine, folio: Pfn) -> bool {
     u64::from(folio_ref_count(m, folio)) == folio_mapcount(m, folio)
 }

@@ -116,6 +116,8 @@ fn folio_nr_pages(m: &Machine, folio: Pfn) -> u64 {
 }
 
 /// folio_test_anon && !folio_test_swapbacked.
+///
+/// No kernel function: vmscan.c and rmap.c write this test out where they need it.
 pub fn folio_test_lazyfree(m: &Machine, folio: Pfn) -> bool {
     m.lru.flags(folio) & LAZYFREE != 0
 }
@@ -176,6 +178,8 @@ pub fn folio_deactivate(m: &mut Machine, folio: Pfn) {
 /// What `__split_folio_to_order` copies from the head of a split folio to
 /// each new order-0 folio: PG_active, PG_swapbacked, PG_dirty. Called with
 /// the old head's state before the split, for page `i`.
+///
+/// No kernel function: the LRU-flag lines of __split_folio_to_order, kept here beside the rest of the LRU state.
 pub fn split_folio_lru(m: &mut Machine, head: LruFolio, page: Pfn, i: u64) {
     if head.flags == 0 {
         return;

@@ -22,6 +22,7 @@ use crate::mmap::MmStruct;
 use crate::pgtable::Pmd;
 use crate::rmap::{folio_entire_mapcount, folio_nr_pages_mapped, folio_ref_count};
 use crate::Machine;
+use hugelab_workload::smaps::SmapsField;
 use rustc_hash::FxHashSet as HashSet;
 
 const PSS_SHIFT: u32 = 12;
@@ -45,21 +46,27 @@ pub struct MemSizeStats {
 }
 
 impl MemSizeStats {
-    /// (field, kB) pairs, in smaps order and spelling.
-    pub fn fields(&self) -> [(&'static str, u64); 11] {
-        [
-            ("Rss", self.resident >> 10),
-            ("Pss", self.pss >> (10 + PSS_SHIFT)),
-            ("Shared_Clean", self.shared_clean >> 10),
-            ("Shared_Dirty", self.shared_dirty >> 10),
-            ("Private_Clean", self.private_clean >> 10),
-            ("Private_Dirty", self.private_dirty >> 10),
-            ("Anonymous", self.anonymous >> 10),
-            ("LazyFree", self.lazyfree >> 10),
-            ("AnonHugePages", self.anonymous_thp >> 10),
-            ("Shared_Hugetlb", self.shared_hugetlb >> 10),
-            ("Private_Hugetlb", self.private_hugetlb >> 10),
-        ]
+    /// (field, kB) pairs, in smaps order and spelling ([`SmapsField::ALL`]).
+    pub fn fields(&self) -> [(&'static str, u64); SmapsField::ALL.len()] {
+        SmapsField::ALL.map(|f| (f.name(), self.kb(f)))
+    }
+
+    /// A field in kB, as `__show_smap` prints it (Pss truncated from its
+    /// fixed point).
+    fn kb(&self, f: SmapsField) -> u64 {
+        match f {
+            SmapsField::Rss => self.resident >> 10,
+            SmapsField::Pss => self.pss >> (10 + PSS_SHIFT),
+            SmapsField::SharedClean => self.shared_clean >> 10,
+            SmapsField::SharedDirty => self.shared_dirty >> 10,
+            SmapsField::PrivateClean => self.private_clean >> 10,
+            SmapsField::PrivateDirty => self.private_dirty >> 10,
+            SmapsField::Anonymous => self.anonymous >> 10,
+            SmapsField::LazyFree => self.lazyfree >> 10,
+            SmapsField::AnonHugePages => self.anonymous_thp >> 10,
+            SmapsField::SharedHugetlb => self.shared_hugetlb >> 10,
+            SmapsField::PrivateHugetlb => self.private_hugetlb >> 10,
+        }
     }
 
     /// smaps_page_accumulate for anon memory.

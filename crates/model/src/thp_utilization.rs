@@ -184,7 +184,7 @@ fn folio_uses_of(m: &Machine, view: BTreeMap<Pfn, Seen>) -> Vec<FolioUse> {
             cause: folio_cause(m, folio),
             never_written: Some(never_written),
             queued: Some(m.zone.memmap.page(folio).test(pg::DEFERRED)),
-            pfn: Some(folio.0),
+            pfn: Some(folio),
             mapped_bits: s.mapped[..words].to_vec(),
             zero_bits,
             never_written_bits,

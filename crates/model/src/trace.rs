@@ -4,8 +4,8 @@
 //! it got. Recording is off (one branch per decision) unless a caller turns
 //! it on with [`Machine::start_trace`].
 //!
-//! The steps are named after the kernel functions that decide
-//! (mm/memory.c `alloc_anon_folio`, mm/huge_memory.c
+//! No kernel file: hugelab's record of the decisions. The steps are named
+//! after the Linux 6.18 functions that decide (mm/memory.c `alloc_anon_folio`, mm/huge_memory.c
 //! `thp_vma_allowable_orders` and `do_huge_pmd_anonymous_page`,
 //! mm/page_alloc.c `__alloc_pages`, mm/compaction.c, mm/memcontrol.c
 //! `mem_cgroup_charge`); Linux has tracepoints for some (`mm_page_alloc`,
@@ -20,6 +20,7 @@
 
 use crate::gfp::Gfp;
 use crate::khugepaged::Scan;
+use crate::vmstat::Counted;
 use crate::Machine;
 use serde::Serialize;
 use std::fmt::Write;
@@ -62,11 +63,8 @@ pub enum Step {
         ok: bool,
         reclaimed: u64,
     },
-    /// The order failed; the named counters were incremented.
-    Fallback {
-        order: u32,
-        counters: Vec<&'static str>,
-    },
+    /// The order failed; these counters were incremented.
+    Fallback { order: u32, counters: Vec<Counted> },
     /// The folio the fault mapped (order 0: a base page).
     Mapped { order: u32 },
     /// A write to a write-protected mapping (do_wp_page, do_huge_pmd_wp_page,
@@ -326,26 +324,7 @@ impl Step {
                 pmd,
                 orders,
                 denied,
-            } => {
-                let what = if *pmd { "PMD" } else { "mTHP" };
-                let _ = write!(s, "thp_vma_allowable_orders ({what}): ");
-                if *orders != 0 {
-                    let _ = write!(s, "{} allowed", sizes(*orders));
-                } else {
-                    s.push_str("none allowed");
-                }
-                // One clause per reason, its sizes together.
-                let mut reasons: Vec<(Denial, u32)> = Vec::new();
-                for (o, d) in denied {
-                    match reasons.iter_mut().find(|(r, _)| r == d) {
-                        Some((_, mask)) => *mask |= 1 << o,
-                        None => reasons.push((*d, 1 << o)),
-                    }
-                }
-                for (d, mask) in reasons {
-                    let _ = write!(s, "; {}: {}", sizes(mask), d.describe());
-                }
-            }
+            } => s = describe_allowable(*pmd, *orders, denied),
             Step::Suitable { orders, unsuitable } => {
                 let _ = write!(s, "thp_vma_suitable_orders: ");
                 if *unsuitable != 0 {
@@ -406,7 +385,11 @@ impl Step {
                     s,
                     "{} falls back ({})",
                     size_name(*order),
-                    counters.join(", ")
+                    counters
+                        .iter()
+                        .map(|c| c.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
             Step::Mapped { order } => {
@@ -446,6 +429,29 @@ impl Step {
         }
         s
     }
+}
+
+/// `Step::Allowable` in words: the sizes allowed, then one clause per
+/// reason with its sizes together.
+fn describe_allowable(pmd: bool, orders: u32, denied: &[(u32, Denial)]) -> String {
+    let what = if pmd { "PMD" } else { "mTHP" };
+    let mut s = format!("thp_vma_allowable_orders ({what}): ");
+    if orders != 0 {
+        let _ = write!(s, "{} allowed", sizes(orders));
+    } else {
+        s.push_str("none allowed");
+    }
+    let mut reasons: Vec<(Denial, u32)> = Vec::new();
+    for (o, d) in denied {
+        match reasons.iter_mut().find(|(r, _)| r == d) {
+            Some((_, mask)) => *mask |= 1 << o,
+            None => reasons.push((*d, 1 << o)),
+        }
+    }
+    for (d, mask) in reasons {
+        let _ = write!(s, "; {}: {}", sizes(mask), d.describe());
+    }
+    s
 }
 
 impl VmaVerdict {

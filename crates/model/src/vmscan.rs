@@ -143,6 +143,8 @@ pub fn shrink_folio_list(m: &mut Machine, mms: &mut MmList, folios: Vec<Pfn>) ->
 /// not PG_dirty and holds no reference besides its mappings. A dirty batch
 /// makes the folio dirty and swapbacked again and stops the walk; an extra
 /// reference (a pin) stops it too. True when the folio is still mapped.
+///
+/// Named for try_to_unmap's MADV_FREE branch, the only one the model needs.
 pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
     let order = m.zone.memmap.page(folio).order();
     let nr = 1usize << order;
@@ -215,6 +217,8 @@ pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> b
 /// It unmaps pages of whichever processes map the folios, so the statement
 /// that calls it must forget every process's cached readings
 /// (`reading_cache::Touches::Everything`), not only its own family's.
+///
+/// No kernel function: shrink_folio_list limited to lazily-freed folios, the only ones the model reclaims.
 pub fn shrink_lazyfree(
     m: &mut Machine,
     mms: &mut MmList,

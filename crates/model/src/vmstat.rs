@@ -9,7 +9,7 @@
 use crate::mm_types::HPAGE_PMD_ORDER;
 
 /// vm_event_item entries the model counts, in /proc/vmstat spelling.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum VmEvent {
     PgFault,
     ThpFaultAlloc,
@@ -118,7 +118,7 @@ impl VmEvent {
 }
 
 /// Per-size stats (`enum mthp_stat_item`) the model counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MthpStat {
     AnonFaultAlloc,
     AnonFaultFallback,
@@ -158,6 +158,29 @@ impl MthpStat {
             MthpStat::NrAnonPartiallyMapped => "nr_anon_partially_mapped",
             MthpStat::AnonFaultFallbackCharge => "anon_fault_fallback_charge",
         }
+    }
+}
+
+/// One counter a step raised (the fault trace's `Fallback`): a vm event,
+/// or a per-size stat of the step's order. Serialized as its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Counted {
+    Vm(VmEvent),
+    Mthp(MthpStat),
+}
+
+impl Counted {
+    pub fn name(self) -> &'static str {
+        match self {
+            Counted::Vm(e) => e.name(),
+            Counted::Mthp(s) => s.name(),
+        }
+    }
+}
+
+impl serde::Serialize for Counted {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 

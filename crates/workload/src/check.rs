@@ -414,9 +414,7 @@ impl Checker {
                         "bad page size in tunable {tunable}; expected a power of two of at least 8 (kB)"
                     )));
                 }
-                if !tunable.accepts_value(value) {
-                    return Err(stmt_issue(format!("bad value {value} for {tunable}")));
-                }
+                tunable.check_value(value).map_err(stmt_issue)?;
             }
             StmtKind::Machine { params } => {
                 if let Some((at, what)) = self.started {

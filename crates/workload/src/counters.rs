@@ -17,6 +17,7 @@
 //! `compare` its rows.
 
 use crate::check::valid_name;
+use crate::smaps::SmapsField;
 use serde::Serialize;
 
 /// Whether a counter counts events or measures a quantity.
@@ -403,29 +404,37 @@ const MEMINFO: &[Field] = &[
 
 /// /proc/PID/smaps fields (`fs/proc/task_mmu.c` `__show_smap`), in kB.
 const SMAPS: &[Field] = &[
-    absolute("Rss", Unit::Kb).means("memory resident in the mappings"),
-    absolute("Pss", Unit::Kb)
+    absolute(SmapsField::Rss.name(), Unit::Kb).means("memory resident in the mappings"),
+    absolute(SmapsField::Pss.name(), Unit::Kb)
         .means("Rss with each page divided by the number of processes mapping it"),
-    absolute("Shared_Clean", Unit::Kb).means("clean pages mapped by more than one process"),
-    absolute("Shared_Dirty", Unit::Kb).means("dirty pages mapped by more than one process"),
-    absolute("Private_Clean", Unit::Kb).means("clean pages mapped by this process only"),
-    absolute("Private_Dirty", Unit::Kb).means("dirty pages mapped by this process only"),
-    absolute("Anonymous", Unit::Kb).means("resident anonymous memory (no file behind it)"),
-    absolute("LazyFree", Unit::Kb).means("memory MADV_FREE marked lazily freeable and still clean"),
-    absolute("AnonHugePages", Unit::Kb).means("anonymous memory mapped by PMDs (PMD THPs)"),
+    absolute(SmapsField::SharedClean.name(), Unit::Kb)
+        .means("clean pages mapped by more than one process"),
+    absolute(SmapsField::SharedDirty.name(), Unit::Kb)
+        .means("dirty pages mapped by more than one process"),
+    absolute(SmapsField::PrivateClean.name(), Unit::Kb)
+        .means("clean pages mapped by this process only"),
+    absolute(SmapsField::PrivateDirty.name(), Unit::Kb)
+        .means("dirty pages mapped by this process only"),
+    absolute(SmapsField::Anonymous.name(), Unit::Kb)
+        .means("resident anonymous memory (no file behind it)"),
+    absolute(SmapsField::LazyFree.name(), Unit::Kb)
+        .means("memory MADV_FREE marked lazily freeable and still clean"),
+    absolute(SmapsField::AnonHugePages.name(), Unit::Kb)
+        .means("anonymous memory mapped by PMDs (PMD THPs)"),
     Field {
         bound: Some(Bound {
-            kind: SumWith("Private_Hugetlb"),
+            kind: SumWith(SmapsField::PrivateHugetlb.name()),
             why: HUGETLB_PMD_SHARED,
         }),
-        ..absolute("Shared_Hugetlb", Unit::Kb).means("HugeTLB memory mapped shared")
+        ..absolute(SmapsField::SharedHugetlb.name(), Unit::Kb).means("HugeTLB memory mapped shared")
     },
     Field {
         bound: Some(Bound {
-            kind: SumWith("Shared_Hugetlb"),
+            kind: SumWith(SmapsField::SharedHugetlb.name()),
             why: HUGETLB_PMD_SHARED,
         }),
-        ..absolute("Private_Hugetlb", Unit::Kb).means("HugeTLB memory mapped privately")
+        ..absolute(SmapsField::PrivateHugetlb.name(), Unit::Kb)
+            .means("HugeTLB memory mapped privately")
     },
 ];
 
@@ -752,6 +761,15 @@ pub fn field_names(family: &'static str) -> impl Iterator<Item = &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The smaps family lists exactly the fields both backends report, in
+    /// their order.
+    #[test]
+    fn the_smaps_family_is_smaps_field_all() {
+        let names: Vec<&str> = SMAPS.iter().map(|f| f.name).collect();
+        let all: Vec<&str> = SmapsField::ALL.iter().map(|f| f.name()).collect();
+        assert_eq!(names, all);
+    }
 
     #[test]
     fn every_shape_of_every_family_resolves() {

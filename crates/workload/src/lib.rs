@@ -14,6 +14,7 @@ pub mod placement;
 pub mod prelude;
 pub mod print;
 pub mod signal;
+pub mod smaps;
 pub mod source;
 pub mod tunables;
 pub mod units;

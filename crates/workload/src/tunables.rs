@@ -14,6 +14,7 @@
 //! [`crate::ast`].
 
 use crate::ast::*;
+use crate::errno::Errno;
 use crate::parse::{parse_decimal, quote};
 use std::str::FromStr;
 
@@ -25,6 +26,11 @@ const TUNABLE_FORMS: [&str; 5] = [
     "hugepages/hugepages-<N>kB/{nr_hugepages,nr_overcommit_hugepages}",
     "vm.{hugetlb_optimize_vmemmap,nr_hugepages,nr_overcommit_hugepages,overcommit_memory,compaction_proactiveness,min_free_kbytes}",
 ];
+
+/// The largest value of `khugepaged/max_ptes_{none,swap,shared}`:
+/// HPAGE_PMD_NR - 1, above which their store functions (mm/khugepaged.c)
+/// refuse the write with EINVAL.
+pub const MAX_PTES_LIMIT: u64 = crate::units::HPAGE_PMD_NR - 1;
 
 /// The directory the sysfs tunables' paths are relative to.
 pub const SYS_MM: &str = "/sys/kernel/mm";
@@ -205,6 +211,19 @@ impl ThpSizeEnabled {
             ThpSizeEnabled::Inherit => "inherit",
             ThpSizeEnabled::Madvise => "madvise",
             ThpSizeEnabled::Never => "never",
+        }
+    }
+
+    /// The mode this size follows: its own, or with `inherit` the top-level
+    /// `enabled` (mm/huge_memory.c: a size in `huge_anon_orders_inherit`
+    /// is allowed as `hugepage_global_enabled()` and
+    /// `hugepage_global_always()` say). Allowed at all: `!= Never`.
+    pub fn resolve(self, enabled: ThpEnabled) -> ThpEnabled {
+        match self {
+            ThpSizeEnabled::Always => ThpEnabled::Always,
+            ThpSizeEnabled::Madvise => ThpEnabled::Madvise,
+            ThpSizeEnabled::Never => ThpEnabled::Never,
+            ThpSizeEnabled::Inherit => enabled,
         }
     }
 }
@@ -479,12 +498,21 @@ enum Accepts {
     Enabled,
     SizeEnabled,
     Defrag,
-    /// An integer in this inclusive range.
-    Num(u64, u64),
+    /// An integer in this inclusive range, and the errno the kernel's
+    /// store function gives any other value, where known.
+    Num(u64, u64, Option<Errno>),
 }
 
 impl Tunable {
+    /// The bounds are those of the kernel's store functions (Linux 6.18):
+    /// mm/khugepaged.c `max_ptes_{none,swap,shared}_store` (kstrtoul, above
+    /// HPAGE_PMD_NR - 1: EINVAL), `pages_to_scan_store` (kstrtouint, 0:
+    /// EINVAL), `{scan,alloc}_sleep_millisecs_store` (kstrtouint),
+    /// mm/huge_memory.c `single_hugepage_flag_store` (0 or 1), the sysctls'
+    /// `proc_dointvec_minmax`; every refusal there is EINVAL.
     fn accepts(&self) -> Accepts {
+        const UINT_MAX: u64 = u32::MAX as u64;
+        let einval = Some(Errno::EINVAL);
         match self {
             Tunable::ThpEnabled => Accepts::Enabled,
             Tunable::ThpSizeEnabled { .. } => Accepts::SizeEnabled,
@@ -492,31 +520,51 @@ impl Tunable {
             // Flags the kernel stores as 0/1 and rejects anything else.
             Tunable::ThpUseZeroPage
             | Tunable::ThpShrinkUnderused
-            | Tunable::ThpAnonBesideFull
-            | Tunable::Khugepaged(KhugepagedKnob::Defrag)
-            | Tunable::Sysctl(VmSysctl::HugetlbOptimizeVmemmap) => Accepts::Num(0, 1),
-            // khugepaged refuses to scan zero pages per pass (EINVAL).
-            Tunable::Khugepaged(KhugepagedKnob::PagesToScan) => Accepts::Num(1, u64::MAX),
+            | Tunable::Khugepaged(KhugepagedKnob::Defrag) => Accepts::Num(0, 1, einval),
+            // A vendor knob and a proc_dobool sysctl: 0 or 1 as hugelab
+            // models them; what the kernel does with others is not checked.
+            Tunable::ThpAnonBesideFull | Tunable::Sysctl(VmSysctl::HugetlbOptimizeVmemmap) => {
+                Accepts::Num(0, 1, None)
+            }
+            Tunable::Khugepaged(
+                KhugepagedKnob::MaxPtesNone
+                | KhugepagedKnob::MaxPtesSwap
+                | KhugepagedKnob::MaxPtesShared,
+            ) => Accepts::Num(0, MAX_PTES_LIMIT, einval),
+            // khugepaged refuses to scan zero pages per pass.
+            Tunable::Khugepaged(KhugepagedKnob::PagesToScan) => Accepts::Num(1, UINT_MAX, einval),
+            Tunable::Khugepaged(
+                KhugepagedKnob::ScanSleepMillisecs | KhugepagedKnob::AllocSleepMillisecs,
+            ) => Accepts::Num(0, UINT_MAX, einval),
             // The kernel's sysctl bounds (proc_dointvec_minmax).
-            Tunable::Sysctl(VmSysctl::OvercommitMemory) => Accepts::Num(0, 2),
-            Tunable::Sysctl(VmSysctl::CompactionProactiveness) => Accepts::Num(0, 100),
-            _ => Accepts::Num(0, u64::MAX),
+            Tunable::Sysctl(VmSysctl::OvercommitMemory) => Accepts::Num(0, 2, einval),
+            Tunable::Sysctl(VmSysctl::CompactionProactiveness) => Accepts::Num(0, 100, einval),
+            _ => Accepts::Num(0, u64::MAX, None),
         }
     }
 
-    /// Whether `value` is one this tunable accepts (for ASTs not built by the parser).
-    pub fn accepts_value(&self, value: &SetValue) -> bool {
+    /// `Ok` when `value` is one this tunable accepts; else why not, naming
+    /// the accepted values and, for a number the kernel's store refuses, its
+    /// errno (for ASTs not built by the parser, which checks as it parses).
+    pub fn check_value(&self, value: &SetValue) -> Result<(), String> {
         match (self.accepts(), value) {
-            (Accepts::Enabled, SetValue::Enabled(_)) => true,
-            (Accepts::SizeEnabled, SetValue::SizeEnabled(_)) => true,
-            (Accepts::Defrag, SetValue::Defrag(_)) => true,
-            (Accepts::Num(lo, hi), SetValue::Num(n)) => (lo..=hi).contains(n),
-            _ => false,
+            (Accepts::Enabled, SetValue::Enabled(_)) => Ok(()),
+            (Accepts::SizeEnabled, SetValue::SizeEnabled(_)) => Ok(()),
+            (Accepts::Defrag, SetValue::Defrag(_)) => Ok(()),
+            (Accepts::Num(lo, hi, _), SetValue::Num(n)) if (lo..=hi).contains(n) => Ok(()),
+            (Accepts::Num(lo, hi, errno), SetValue::Num(_)) => Err(format!(
+                "bad value {value} for {}; expected {}{}",
+                self.path(),
+                expected_num(lo, hi),
+                refused_with(errno)
+            )),
+            _ => Err(format!("bad value {value} for {}", self.path())),
         }
     }
 
     /// Parses a value as this tunable accepts it (the words its sysfs file
-    /// takes, or a decimal number), naming the accepted values on error.
+    /// takes, or a decimal number), naming the accepted values on error and
+    /// the errno the kernel's store would refuse it with.
     pub fn parse_value(&self, v: &str) -> Result<SetValue, String> {
         let bad = |expected: &str| {
             format!(
@@ -535,19 +583,33 @@ impl Tunable {
             Accepts::Defrag => word(&ThpDefrag::ALL, ThpDefrag::name, v)
                 .map(SetValue::Defrag)
                 .ok_or_else(|| bad(&one_of(&ThpDefrag::ALL, ThpDefrag::name))),
-            Accepts::Num(lo, hi) => {
-                let expected = match (lo, hi) {
-                    (0, 1) => "0 or 1".to_string(),
-                    (0, u64::MAX) => "a non-negative integer".to_string(),
-                    (1, u64::MAX) => "a positive integer".to_string(),
-                    _ => format!("an integer from {lo} to {hi}"),
-                };
-                match parse_decimal(v) {
-                    Some(Some(n)) if (lo..=hi).contains(&n) => Ok(SetValue::Num(n)),
-                    Some(None) if hi == u64::MAX => Err(format!("value too large: {}", quote(v))),
-                    _ => Err(bad(&expected)),
-                }
-            }
+            Accepts::Num(lo, hi, errno) => match parse_decimal(v) {
+                Some(Some(n)) if (lo..=hi).contains(&n) => Ok(SetValue::Num(n)),
+                Some(None) if hi == u64::MAX => Err(format!("value too large: {}", quote(v))),
+                _ => Err(bad(&format!(
+                    "{}{}",
+                    expected_num(lo, hi),
+                    refused_with(errno)
+                ))),
+            },
         }
     }
+}
+
+/// The integers `lo..=hi`, in words.
+fn expected_num(lo: u64, hi: u64) -> String {
+    match (lo, hi) {
+        (0, 1) => "0 or 1".to_string(),
+        (0, u64::MAX) => "a non-negative integer".to_string(),
+        (1, u64::MAX) => "a positive integer".to_string(),
+        (1, hi) => format!("a positive integer up to {hi}"),
+        _ => format!("an integer from {lo} to {hi}"),
+    }
+}
+
+/// `: the kernel refuses it with EINVAL`, when the errno is known.
+fn refused_with(errno: Option<Errno>) -> String {
+    errno.map_or(String::new(), |e| {
+        format!(": the kernel refuses it with {e}")
+    })
 }

@@ -9,6 +9,7 @@
 //! command line alike.
 
 use crate::parse::{parse_decimal, quote};
+use serde::{Deserialize, Serialize};
 
 /// log2 of the base page size (x86_64 PAGE_SHIFT).
 pub const PAGE_SHIFT: u32 = 12;
@@ -20,6 +21,23 @@ pub const PAGE_KB: u64 = PAGE_SIZE / 1024;
 pub const PMD_SHIFT: u32 = 21;
 /// The range one PMD entry maps, in bytes (2 MiB): the PMD THP size.
 pub const PMD_SIZE: u64 = 1 << PMD_SHIFT;
+/// The order of a PMD-sized folio (HPAGE_PMD_ORDER): 9.
+pub const HPAGE_PMD_ORDER: u32 = PMD_SHIFT - PAGE_SHIFT;
+/// The base pages one PMD maps (HPAGE_PMD_NR): 512.
+pub const HPAGE_PMD_NR: u64 = 1 << HPAGE_PMD_ORDER;
+
+/// A page frame number: a physical address >> PAGE_SHIFT. The model's
+/// frames and the ones /proc/PID/pagemap shows alike; serialized as the
+/// number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Pfn(pub u64);
+
+impl std::fmt::Display for Pfn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pfn {:#x}", self.0)
+    }
+}
 
 /// Why a size did not parse. Shared by the parser and by `Size::from_str`
 /// so that command-line sizes get the same words as workload sizes.

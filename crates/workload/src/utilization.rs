@@ -45,12 +45,15 @@
 //! - "partially mapped" is judged from the pages mapped in what was scanned:
 //!   a folio also mapped by a process not scanned may be fully mapped there.
 
+use crate::units::Pfn;
 use serde::{Deserialize, Serialize};
 
-/// Order of a PMD-sized THP (x86-64: 2 MiB of 4 KiB pages).
-pub const HPAGE_PMD_ORDER: u8 = (crate::units::PMD_SHIFT - crate::units::PAGE_SHIFT) as u8;
-/// `khugepaged/max_ptes_none` at which `thp_underused` is always false.
-pub const MAX_PTES_NONE_OFF: u32 = (1 << HPAGE_PMD_ORDER) - 1;
+/// Order of a PMD-sized THP ([`crate::units::HPAGE_PMD_ORDER`]), typed as
+/// [`FolioUse::order`] is.
+pub const HPAGE_PMD_ORDER: u8 = crate::units::HPAGE_PMD_ORDER as u8;
+/// `khugepaged/max_ptes_none` at which `thp_underused` is always false: its
+/// largest value ([`crate::tunables::MAX_PTES_LIMIT`]).
+pub const MAX_PTES_NONE_OFF: u32 = crate::tunables::MAX_PTES_LIMIT as u32;
 /// The seed's bucket count.
 pub const DEFAULT_BUCKETS: usize = 10;
 
@@ -106,7 +109,7 @@ pub struct FolioUse {
     /// The head page's PFN, when known: two views with the same PFN (two
     /// processes mapping the folio) are the same folio.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pfn: Option<u64>,
+    pub pfn: Option<Pfn>,
     /// Which subpages are mapped and which of those are zero-filled, one bit
     /// per subpage (`mapped_bits[i / 64] >> (i % 64)`): what uniting two
     /// views of the folio needs. Empty when unknown.
@@ -192,7 +195,7 @@ impl FolioUse {
 /// their folios were first met. Views without a PFN are kept as they are.
 pub fn unite_by_pfn<'a>(folios: impl IntoIterator<Item = &'a FolioUse>) -> Vec<FolioUse> {
     let mut out: Vec<FolioUse> = Vec::new();
-    let mut at: std::collections::HashMap<(u64, u8), usize> = std::collections::HashMap::new();
+    let mut at: std::collections::HashMap<(Pfn, u8), usize> = std::collections::HashMap::new();
     for f in folios {
         if let Some(pfn) = f.pfn {
             if let Some(&i) = at.get(&(pfn, f.order)) {
@@ -380,7 +383,7 @@ pub fn utilization_report<'a>(
     settings: ShrinkerSettings,
     buckets: usize,
 ) -> UtilizationReport {
-    let page_kb = crate::units::PAGE_SIZE / 1024;
+    let page_kb = crate::units::PAGE_KB;
     let mut sizes: Vec<Option<SizeUtilization>> = vec![None; HPAGE_PMD_ORDER as usize + 1];
     let mut give_back = GiveBack::default();
     let mut bloat: Vec<Bloat> = Vec::new();
@@ -573,7 +576,7 @@ mod tests {
     fn view(pfn: u64, mapped: std::ops::Range<usize>, zero: std::ops::Range<usize>) -> FolioUse {
         let mut f = FolioUse {
             order: HPAGE_PMD_ORDER,
-            pfn: Some(pfn),
+            pfn: Some(Pfn(pfn)),
             mapped_bits: vec![0; subpage_words(HPAGE_PMD_ORDER)],
             zero_bits: vec![0; subpage_words(HPAGE_PMD_ORDER)],
             ..FolioUse::default()

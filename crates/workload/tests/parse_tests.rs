@@ -584,6 +584,51 @@ fn tunable_helpers() {
         .is_err());
 }
 
+/// The khugepaged stores' bounds (mm/khugepaged.c, Linux 6.18): an
+/// out-of-range `set` is refused before the run, with the kernel's errno.
+#[test]
+fn khugepaged_bounds_are_the_kernels() {
+    let knob = |k: &str| format!("set transparent_hugepage/khugepaged/{k}\n");
+    for k in ["max_ptes_none", "max_ptes_swap", "max_ptes_shared"] {
+        fails(
+            &knob(&format!("{k} 512")),
+            1,
+            38 + k.len() as u32,
+            "expected an integer from 0 to 511: the kernel refuses it with EINVAL",
+        );
+        let n = match one(&knob(&format!("{k} 511"))) {
+            StmtKind::Set { value, .. } => value,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(n, SetValue::Num(511));
+    }
+    fails(
+        &knob("pages_to_scan 0"),
+        1,
+        51,
+        "expected a positive integer up to 4294967295: the kernel refuses it with EINVAL",
+    );
+    fails(
+        &knob("pages_to_scan 4294967296"),
+        1,
+        51,
+        "the kernel refuses it with EINVAL",
+    );
+    fails(
+        &knob("scan_sleep_millisecs 4294967296"),
+        1,
+        58,
+        "expected an integer from 0 to 4294967295: the kernel refuses it with EINVAL",
+    );
+    one(&knob("alloc_sleep_millisecs 4294967295"));
+    fails(
+        &knob("defrag 2"),
+        1,
+        44,
+        "expected 0 or 1: the kernel refuses it with EINVAL",
+    );
+}
+
 #[test]
 fn check_on_built_asts() {
     let stmt = |line, kind| Stmt {
@@ -629,6 +674,23 @@ fn check_on_built_asts() {
         )],
     };
     assert!(check::check(&w).is_err());
+    // An out-of-range number: the kernel's store refuses it.
+    let w = Workload {
+        file: "gen".into(),
+        stmts: vec![stmt(
+            1,
+            StmtKind::Set {
+                tunable: Tunable::Khugepaged(KhugepagedKnob::MaxPtesNone),
+                value: SetValue::Num(512),
+            },
+        )],
+    };
+    let e = check::check(&w).unwrap_err();
+    assert_eq!(
+        e.message,
+        "bad value 512 for transparent_hugepage/khugepaged/max_ptes_none; \
+         expected an integer from 0 to 511: the kernel refuses it with EINVAL"
+    );
     let w = Workload {
         file: "gen".into(),
         stmts: vec![stmt(

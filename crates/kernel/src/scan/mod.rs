@@ -29,15 +29,17 @@ pub mod shape;
 pub mod vmas;
 
 use crate::error::{KernelError, Result};
-use crate::pagemap::{block_layout, pread_u64s, PageRegion, Slot, HEAD, HPAGE_PMD_NR, TAIL};
+use crate::pagemap::{block_layout, pread_u64s, PageRegion, Slot, HEAD, TAIL};
 use crate::pagemap::{
     no_pfns, pagemap_scan_masked, read_flags, Pagemap, PfnBuild, KPAGEFLAGS, KPF_ANON, KPF_HUGE,
     PAGE_IS_FILE, PAGE_IS_HUGE, PAGE_IS_PFNZERO, PAGE_IS_PRESENT, PM_PFN_MASK, PM_PRESENT,
 };
 use crate::sysfs;
 use content::ContentReader;
-use hugelab_workload::units::{PAGE_KB, PAGE_SIZE};
-use hugelab_workload::utilization::{set_subpage, subpage_words, FolioUse, ShrinkerSettings};
+use hugelab_workload::units::{Pfn, HPAGE_PMD_NR, PAGE_KB, PAGE_SIZE};
+use hugelab_workload::utilization::{
+    set_subpage, subpage_words, FolioUse, ShrinkerSettings, HPAGE_PMD_ORDER as PMD_ORDER,
+};
 use hugelab_workload::{KhugepagedKnob, Tunable};
 use serde::Serialize;
 use shape::{Shape, ShapeWalker};
@@ -221,7 +223,7 @@ struct VmaWalk<'a> {
 #[derive(Clone, Copy)]
 struct Page {
     vfn: u64,
-    pfn: u64,
+    pfn: Pfn,
     map: Map,
 }
 
@@ -312,7 +314,7 @@ impl VmaWalk<'_> {
                 }
                 Map::Pmd => {
                     walker.close();
-                    keys.push(anon_vma.then_some((p.pfn & !(HPAGE_PMD_NR - 1), 9)));
+                    keys.push(anon_vma.then_some((p.pfn.0 & !(HPAGE_PMD_NR - 1), PMD_ORDER)));
                     continue;
                 }
                 Map::Pte => {}
@@ -322,7 +324,7 @@ impl VmaWalk<'_> {
             // Entry k+1 is the physical page after: either looked up for
             // it, or the next page's own when that follows contiguously.
             let after = flags[k + 1];
-            walker.page(p.vfn, p.pfn, f, after);
+            walker.page(p.vfn, p.pfn.0, f, after);
             keys.push(None);
             if f == 0 {
                 v.unclassified_kb += PAGE_KB;
@@ -335,8 +337,8 @@ impl VmaWalk<'_> {
                     *keys.last_mut().unwrap() = (key.1 >= 2).then_some(key);
                     continue;
                 }
-                let block = p.pfn / HPAGE_PMD_NR;
-                match layouts[&block][(p.pfn % HPAGE_PMD_NR) as usize] {
+                let block = p.pfn.0 / HPAGE_PMD_NR;
+                match layouts[&block][(p.pfn.0 % HPAGE_PMD_NR) as usize] {
                     Slot::Folio { head, order } if order >= 2 => {
                         *keys.last_mut().unwrap() =
                             Some((block * HPAGE_PMD_NR + u64::from(head), order));
@@ -375,7 +377,7 @@ impl VmaWalk<'_> {
             if f & ANON == 0 || f & (HEAD | TAIL) == 0 || resolved[i].is_some() {
                 continue;
             }
-            let block = p.pfn / HPAGE_PMD_NR;
+            let block = p.pfn.0 / HPAGE_PMD_NR;
             if let std::collections::hash_map::Entry::Vacant(e) = out.entry(block) {
                 pread_u64s(self.kpf, &mut buf, block * HPAGE_PMD_NR)
                     .map_err(|e| KernelError::io(KPAGEFLAGS, e))?;
@@ -424,7 +426,7 @@ impl VmaWalk<'_> {
                     order,
                     pmd_mapped: pages[k].map == Map::Pmd,
                     locked,
-                    pfn: Some(head),
+                    pfn: Some(Pfn(head)),
                     mapped_bits: vec![0; subpage_words(order)],
                     zero_bits: vec![0; subpage_words(order)],
                     ..FolioUse::default()
@@ -433,7 +435,7 @@ impl VmaWalk<'_> {
                 // several processes map by, and what tells the subpages no
                 // process maps (the folio's extent came from kpageflags).
                 for (n, p) in pages[k..m].iter().enumerate() {
-                    let index = p.pfn.wrapping_sub(head) as usize;
+                    let index = p.pfn.0.wrapping_sub(head) as usize;
                     if index >> order != 0 || f.mapped_bits[index / 64] & (1 << (index % 64)) != 0 {
                         continue;
                     }
@@ -508,7 +510,7 @@ fn read_chunk(pagemap: &mut Pagemap, kpf: &File, pieces: &[Piece]) -> Result<Chu
                 }
                 pages.push(Page {
                     vfn: piece.addr / PAGE_SIZE + k as u64,
-                    pfn,
+                    pfn: Pfn(pfn),
                     map: piece.map,
                 });
             }
@@ -525,12 +527,12 @@ fn read_chunk(pagemap: &mut Pagemap, kpf: &File, pieces: &[Piece]) -> Result<Chu
             continue;
         }
         slot.push(lookups.len());
-        lookups.push(p.pfn);
+        lookups.push(p.pfn.0);
         let next_follows = pages
             .get(i + 1)
-            .is_some_and(|q| q.map == Map::Pte && q.vfn == p.vfn + 1 && q.pfn == p.pfn + 1);
+            .is_some_and(|q| q.map == Map::Pte && q.vfn == p.vfn + 1 && q.pfn.0 == p.pfn.0 + 1);
         if !next_follows {
-            lookups.push(p.pfn + 1);
+            lookups.push(p.pfn.0 + 1);
         }
     }
     let flags = read_flags(kpf, &lookups)?;
@@ -559,7 +561,7 @@ fn resolve_in_runs(pages: &[Page], slot: &[usize], flags: &[u64]) -> Vec<Option<
         while j < pages.len() {
             let q = pages[j];
             let prev = pages[j - 1];
-            if q.map != Map::Pte || q.vfn != prev.vfn + 1 || q.pfn != prev.pfn + 1 {
+            if q.map != Map::Pte || q.vfn != prev.vfn + 1 || q.pfn.0 != prev.pfn.0 + 1 {
                 break;
             }
             if flags[slot[j]] & (HEAD | TAIL) != TAIL {
@@ -570,8 +572,8 @@ fn resolve_in_runs(pages: &[Page], slot: &[usize], flags: &[u64]) -> Vec<Option<
         let nr = (j - i) as u64;
         // Entry slot+1 holds the physical page after the run's last page.
         let after = flags[slot[j - 1] + 1];
-        if after & TAIL == 0 && nr.is_power_of_two() && nr >= 2 && p.pfn.is_multiple_of(nr) {
-            let key = (p.pfn, nr.trailing_zeros() as u8);
+        if after & TAIL == 0 && nr.is_power_of_two() && nr >= 2 && p.pfn.0.is_multiple_of(nr) {
+            let key = (p.pfn.0, nr.trailing_zeros() as u8);
             out[i..j].fill(Some(key));
         }
         i = j;

@@ -30,12 +30,12 @@
 //! Pages whose kpageflags read 0 are not THP pages for thpmaps either; the
 //! scan counts them separately as unclassified instead of staying silent.
 
-use hugelab_workload::units::{PAGE_KB, PMD_SHIFT};
+use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB};
 use serde::Serialize;
 
 use crate::pagemap::{KPF_ANON, KPF_COMPOUND_HEAD, KPF_COMPOUND_TAIL, KPF_THP};
 
-const ORDERS: usize = (PMD_SHIFT - hugelab_workload::units::PAGE_SHIFT) as usize + 1;
+const ORDERS: usize = HPAGE_PMD_ORDER as usize + 1;
 /// The smallest order thpmaps reports (`stats[2:]`): its figures leave out
 /// whole folios of orders 0 and 1 (an order-1 file folio reads KPF_THP).
 const FIRST_ORDER: usize = 2;

@@ -22,6 +22,9 @@
 //! offset) and only by mms its anon_vma's tree reaches, so rmap walks miss
 //! nothing; each anon_vma counts the large folios pointing at it, is linked
 //! both ways with its parent, and is marked live exactly while its mm is.
+//! The task list and the mm table (see `mms`): every task's mm exists, and
+//! every mm in the table has a task (an mm whose last task exited is torn
+//! down and freed; threads share one mm).
 //! Each process's cached readings (`reading_cache`), where still taken as
 //! fresh, equal a fresh computation.
 //! With no process left, every frame but the huge zero folio is free.
@@ -72,8 +75,9 @@ pub fn check(model: &Model) -> Vec<String> {
             bad.push(format!("{pfn} is free but still charged to a memcg"));
         }
     }
-    for (name, task) in &model.tasks {
-        let mm = &task.mm;
+    check_tasks(m, &mut bad);
+    for mm in m.mms.iter() {
+        let name = || mm_name(m, mm.mm_id);
         let mut count =
             |folio: Pfn| *by_mm.entry(folio).or_default().entry(mm.mm_id).or_default() += 1;
         let mut rss = 0u64;
@@ -108,14 +112,16 @@ pub fn check(model: &Model) -> Vec<String> {
                 .is_empty()
             {
                 bad.push(format!(
-                    "{name}: a page table at {:#x} with no VMA",
+                    "{}: a page table at {:#x} with no VMA",
+                    name(),
                     index * PMD_SIZE
                 ));
             }
         }
         if rss != mm.anon_rss {
             bad.push(format!(
-                "{name}: MM_ANONPAGES {} but {rss} pages mapped",
+                "{}: MM_ANONPAGES {} but {rss} pages mapped",
+                name(),
                 mm.anon_rss
             ));
         }
@@ -262,13 +268,11 @@ pub fn check(model: &Model) -> Vec<String> {
     bad.extend(
         model
             .reading_cache
-            .stale(m, &model.tasks, crate::counters::process_counters),
+            .stale(m, &m.tasks, crate::counters::process_counters),
     );
-    crate::hugetlb::check(
-        m,
-        model.tasks.iter().map(|(n, t)| (n.as_str(), &t.mm)),
-        &mut bad,
-    );
+    let names: Vec<(String, &crate::mmap::MmStruct)> =
+        m.mms.iter().map(|mm| (mm_name(m, mm.mm_id), mm)).collect();
+    crate::hugetlb::check(m, names.iter().map(|(n, mm)| (n.as_str(), *mm)), &mut bad);
     let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
     let hugetlb = m.hugetlb.frames() + m.vmemmap.zone_frames();
     let used = frames + tables as u64 + zero + hugetlb + m.unmovable_pages;
@@ -280,6 +284,27 @@ pub fn check(model: &Model) -> Vec<String> {
         ));
     }
     bad
+}
+
+/// Every task's mm exists; every mm has a task.
+fn check_tasks(m: &crate::Machine, bad: &mut Vec<String>) {
+    for (name, task) in &m.tasks {
+        if m.mms.get(task.mm).is_none() {
+            bad.push(format!("{name}: its mm {} does not exist", task.mm));
+        }
+    }
+    for mm in m.mms.iter() {
+        if m.tasks_of(mm.mm_id).next().is_none() {
+            bad.push(format!("mm {} has no task but was not torn down", mm.mm_id));
+        }
+    }
+}
+
+/// The name of mm `id` in messages: its first task's.
+fn mm_name(m: &crate::Machine, id: MmId) -> String {
+    m.tasks_of(id)
+        .next()
+        .map_or(format!("mm {id}"), str::to_string)
 }
 
 /// The reverse map of large folios and the anon_vma tree: see the module
@@ -318,7 +343,7 @@ fn check_anon_vmas(
                 .or_default() += 1;
         }
     }
-    let live: BTreeSet<MmId> = model.tasks.values().map(|t| t.mm.mm_id).collect();
+    let live: BTreeSet<MmId> = m.tasks.values().map(|t| t.mm).collect();
     let mut ids: Vec<MmId> = live.iter().copied().collect();
     ids.extend(folios_of.keys());
     ids.sort_unstable();
@@ -442,7 +467,14 @@ mod tests {
     #[test]
     fn a_broken_mapcount_is_caught() {
         let mut model = forked_64k();
-        let pfn = match model.tasks["a"].mm.pmds.range(0..=u64::MAX).next() {
+        let pfn = match model
+            .machine
+            .mm_of("a")
+            .unwrap()
+            .pmds
+            .range(0..=u64::MAX)
+            .next()
+        {
             Some((_, Pmd::Table(t))) => t.ptes.iter().find_map(|p| p.pfn()).unwrap(),
             _ => panic!("a has a PTE table"),
         };

@@ -262,6 +262,7 @@ pub fn sys_fork(
         exit_mmap(m, &mut dst);
         m.anon_vmas.exit(dst_id);
         m.memcg.detach(dst_id);
+        m.mms.free(dst_id);
         return Err(failed(stmt, "fork failed: no memory for the child"));
     }
     m.mms.put(dst);

@@ -40,10 +40,11 @@ pub struct Task {
     pub min_flt: u64,
 }
 
-/// The mm_structs of the machine by id.
+/// The mm_structs of the machine by id. An mm an operation took out
+/// (`take`) keeps its entry, empty, until `put` (no allocation either way).
 #[derive(Default)]
 pub struct Mms {
-    map: BTreeMap<MmId, MmStruct>,
+    map: BTreeMap<MmId, Option<Box<MmStruct>>>,
     /// The last mm_id handed out (0 is MM_ID_DUMMY).
     last_id: MmId,
     /// `with_mms` has lent the table out (a nested walk would see nothing).
@@ -55,28 +56,32 @@ impl Mms {
     pub fn alloc(&mut self) -> MmId {
         self.last_id += 1;
         debug_assert_ne!(self.last_id, MM_ID_DUMMY);
-        self.map.insert(self.last_id, MmStruct::new(self.last_id));
+        let mm = Box::new(MmStruct::new(self.last_id));
+        self.map.insert(self.last_id, Some(mm));
         self.last_id
     }
 
+    /// Mm `id`, unless it was freed or is taken out.
     pub fn get(&self, id: MmId) -> Option<&MmStruct> {
-        self.map.get(&id)
+        self.map.get(&id)?.as_deref()
     }
 
     pub fn get_mut(&mut self, id: MmId) -> Option<&mut MmStruct> {
-        self.map.get_mut(&id)
+        self.map.get_mut(&id)?.as_deref_mut()
     }
 
     /// Takes mm `id` out of the table for an operation on it (see the
     /// module doc); `put` gives it back.
-    pub fn take(&mut self, id: MmId) -> MmStruct {
-        self.map.remove(&id).expect("the mm is in the table")
+    pub fn take(&mut self, id: MmId) -> Box<MmStruct> {
+        let slot = self.map.get_mut(&id).expect("the mm exists");
+        slot.take().expect("the mm is in the table")
     }
 
     /// Puts back an mm `take` took out.
-    pub fn put(&mut self, mm: MmStruct) {
-        let old = self.map.insert(mm.mm_id, mm);
-        debug_assert!(old.is_none(), "an mm put back twice");
+    pub fn put(&mut self, mm: Box<MmStruct>) {
+        let slot = self.map.get_mut(&mm.mm_id).expect("the mm exists");
+        debug_assert!(slot.is_none(), "an mm put back twice");
+        *slot = Some(mm);
     }
 
     /// Frees a torn-down mm (`__mmdrop`).
@@ -84,11 +89,12 @@ impl Mms {
         self.map.remove(&id);
     }
 
-    /// The mms in the table, by id.
+    /// The mms in the table (not taken out), by id.
     pub fn iter(&self) -> impl Iterator<Item = &MmStruct> {
-        self.map.values()
+        self.map.values().filter_map(|mm| mm.as_deref())
     }
 
+    /// The mms allocated and not freed (taken out ones included).
     pub fn len(&self) -> usize {
         self.map.len()
     }
@@ -101,7 +107,7 @@ impl Mms {
 /// The mms a walk may reach: the table and the mm at hand (taken out of it
 /// by the operation that runs the walk).
 pub struct MmList<'a> {
-    table: &'a mut BTreeMap<MmId, MmStruct>,
+    table: &'a mut BTreeMap<MmId, Option<Box<MmStruct>>>,
     at_hand: Option<&'a mut MmStruct>,
 }
 
@@ -109,26 +115,20 @@ impl MmList<'_> {
     pub fn get_mut(&mut self, id: MmId) -> Option<&mut MmStruct> {
         match &mut self.at_hand {
             Some(mm) if mm.mm_id == id => Some(&mut **mm),
-            _ => self.table.get_mut(&id),
+            _ => self.table.get_mut(&id)?.as_deref_mut(),
         }
     }
 
     /// Every reachable mm: the table's by id, then the one at hand.
     pub fn iter(&self) -> impl Iterator<Item = &MmStruct> {
-        self.table.values().chain(self.at_hand.as_deref())
+        let table = self.table.values().filter_map(|mm| mm.as_deref());
+        table.chain(self.at_hand.as_deref())
     }
 
     /// `iter`, mutably.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut MmStruct> {
-        self.table.values_mut().chain(self.at_hand.as_deref_mut())
-    }
-
-    pub fn len(&self) -> usize {
-        self.table.len() + usize::from(self.at_hand.is_some())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        let table = self.table.values_mut().filter_map(|mm| mm.as_deref_mut());
+        table.chain(self.at_hand.as_deref_mut())
     }
 }
 

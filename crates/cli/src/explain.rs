@@ -114,14 +114,14 @@ impl Explaining {
             .process()
             .and_then(|p| self.model.regions(p))
             .unwrap_or_default();
-        let procs: Vec<(u32, String, Regions)> = self
-            .model
+        let m = &self.model.machine;
+        let procs: Vec<(u32, String, Regions)> = m
             .tasks
             .iter()
             .map(|(name, t)| {
-                let r = t.mm.regions.iter();
+                let r = m.mms.get(t.mm).expect("a task's mm").regions.iter();
                 let r = r.map(|(n, r)| (n.clone(), r.start, r.len)).collect();
-                (t.mm.mm_id, name.clone(), r)
+                (t.mm, name.clone(), r)
             })
             .collect();
         self.model.machine.start_trace();

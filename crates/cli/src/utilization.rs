@@ -182,6 +182,7 @@ fn scan_model(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<S
     let at = || format!("{} at {}", obs.workload, describe_snapshot(snapshot));
     let processes = match scope {
         Scope::All => model
+            .machine
             .tasks
             .keys()
             .map(|name| {

@@ -57,20 +57,18 @@
 //!   pages, page tables, the huge zero folio and the fragmentation
 //!   generator's pages are unmovable;
 //! - the reverse map of an order-0 page is found by a walk of the page
-//!   tables of the mms compaction is given (the model records the anon_vma
-//!   and index of large folios only), built once per compaction run: a folio
-//!   with a mapping in an mm it was not given fails to isolate. Direct
-//!   compaction of a `write` fault gets the faulting mm and every other
-//!   process's (`exec` lends them when the statement may run out of
-//!   never-used memory); that of khugepaged, MADV_COLLAPSE and a `pin`'s
-//!   faults gets the one mm it works in, and kcompactd every mm;
+//!   tables of every mm of the machine (`Machine::with_mms`; the model
+//!   records the anon_vma and index of large folios only), built once per
+//!   compaction run: a folio with a mapcount the walk does not explain fails
+//!   to isolate;
 //! - kcompactd is no thread: it runs when the statement that woke it ends
 //!   (`Machine::kcompactd_max_order`, see `exec`), once, at the highest
 //!   order it was woken for; no proactive compaction.
 
 use crate::mm_types::{pg, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, PAGE_SIZE, PMD_SIZE};
-use crate::mmap::MmStruct;
+use crate::mms::MmList;
 use crate::pgtable::{pte_index, Pmd, Pte};
+use crate::rmap::MmId;
 use crate::trace::{CompactResult, Step};
 use crate::vmstat::VmEvent;
 use crate::Machine;
@@ -247,18 +245,18 @@ struct CompactControl {
 }
 
 /// The PTEs mapping each page, from a walk of the given mms' page tables,
-/// sorted by pfn: (pfn, index of the mm, address).
-struct RevMap(Vec<(u64, u32, u64)>);
+/// sorted by pfn: (pfn, mm id, address).
+struct RevMap(Vec<(u64, MmId, u64)>);
 
 impl RevMap {
-    fn build(mms: &[&mut MmStruct]) -> Self {
+    fn build(mms: &MmList) -> Self {
         let mut v = Vec::new();
-        for (i, mm) in mms.iter().enumerate() {
+        for mm in mms.iter() {
             for (index, pmd) in mm.pmds.range(0..=u64::MAX) {
                 if let Pmd::Table(t) = pmd {
                     for (j, pte) in t.ptes.iter().enumerate() {
                         if let Some(pfn) = pte.pfn() {
-                            v.push((pfn.0, i as u32, index * PMD_SIZE + j as u64 * PAGE_SIZE));
+                            v.push((pfn.0, mm.mm_id, index * PMD_SIZE + j as u64 * PAGE_SIZE));
                         }
                     }
                 }
@@ -268,7 +266,7 @@ impl RevMap {
         RevMap(v)
     }
 
-    fn mappings(&self, pfn: u64) -> &[(u64, u32, u64)] {
+    fn mappings(&self, pfn: u64) -> &[(u64, MmId, u64)] {
         let lo = self.0.partition_point(|e| e.0 < pfn);
         let hi = self.0.partition_point(|e| e.0 <= pfn);
         &self.0[lo..hi]
@@ -280,7 +278,7 @@ impl RevMap {
 /// pages may be migrated.
 pub fn try_to_compact_pages(
     m: &mut Machine,
-    mms: &mut [&mut MmStruct],
+    mms: &mut MmList,
     order: u32,
     prio: CompactPriority,
 ) -> CompactStatus {
@@ -303,7 +301,7 @@ pub fn try_to_compact_pages(
 /// exists or they meet.
 fn compact_zone(
     m: &mut Machine,
-    mms: &mut [&mut MmStruct],
+    mms: &mut MmList,
     order: u32,
     async_mode: bool,
     direct: bool,
@@ -382,7 +380,7 @@ fn compact_finished(m: &Machine, cc: &CompactControl) -> Option<CompactStatus> {
 /// isolate_migratepages: the next pageblock below the free scanner that is
 /// a suitable source, isolated by isolate_migratepages_block. Whether any
 /// folio was isolated (ISOLATE_SUCCESS).
-fn isolate_migratepages(m: &mut Machine, mms: &[&mut MmStruct], cc: &mut CompactControl) -> bool {
+fn isolate_migratepages(m: &mut Machine, mms: &MmList, cc: &mut CompactControl) -> bool {
     let mut low = cc.migrate_pfn;
     let mut block_end = (low | (PAGEBLOCK_NR - 1)) + 1;
     while block_end <= cc.free_pfn {
@@ -432,7 +430,7 @@ fn isolatable(m: &Machine, cc: &CompactControl, head: Pfn, order: u32) -> bool {
 /// rest of an order-aligned block at its first failure.
 fn isolate_migratepages_block(
     m: &mut Machine,
-    mms: &[&mut MmStruct],
+    mms: &MmList,
     cc: &mut CompactControl,
     mut low: u64,
     end: u64,
@@ -631,7 +629,7 @@ fn compaction_alloc(m: &mut Machine, cc: &mut CompactControl, order: u32) -> Opt
 /// migrate_pages (MIGRATE_ASYNC or MIGRATE_SYNC_LIGHT, MR_COMPACTION): each
 /// isolated folio into a page from compaction_alloc; when no page is left
 /// the rest go back (putback_movable_pages). False on -ENOMEM.
-fn migrate_pages(m: &mut Machine, mms: &mut [&mut MmStruct], cc: &mut CompactControl) -> bool {
+fn migrate_pages(m: &mut Machine, mms: &mut MmList, cc: &mut CompactControl) -> bool {
     let folios = std::mem::take(&mut cc.migratepages);
     let (mut succeeded, mut failed) = (0u64, 0u64);
     for (src, order) in folios {
@@ -654,20 +652,16 @@ fn migrate_pages(m: &mut Machine, mms: &mut [&mut MmStruct], cc: &mut CompactCon
 }
 
 /// Moves the folio at `src` to `dst`: struct pages, folio fields, PTEs.
-fn migrate_folio(
-    m: &mut Machine,
-    mms: &mut [&mut MmStruct],
-    rmap: &RevMap,
-    src: Pfn,
-    dst: Pfn,
-    order: u32,
-) {
+fn migrate_folio(m: &mut Machine, mms: &mut MmList, rmap: &RevMap, src: Pfn, dst: Pfn, order: u32) {
     let nr = 1u64 << order;
     for i in 0..nr {
         let page = *m.zone.memmap.page(Pfn(src.0 + i));
         *m.zone.memmap.page_mut(Pfn(dst.0 + i)) = page;
         for &(_, mm, addr) in rmap.mappings(src.0 + i) {
-            let Some(Pmd::Table(t)) = mms[mm as usize].pmds.get_mut(&(addr / PMD_SIZE)) else {
+            let pmd = mms
+                .get_mut(mm)
+                .and_then(|mm| mm.pmds.get_mut(&(addr / PMD_SIZE)));
+            let Some(Pmd::Table(t)) = pmd else {
                 unreachable!("a mapping found by the walk went away");
             };
             let pte = &mut t.ptes[pte_index(addr)];
@@ -710,7 +704,7 @@ pub fn wakeup_kcompactd(m: &mut Machine, order: u32) {
 /// kcompactd's wait condition (kcompactd_node_suitable) and
 /// kcompactd_do_work: one sync-light compaction at the highest order it
 /// was woken for, deferring like sync direct compaction.
-pub fn kcompactd_do_work(m: &mut Machine, mms: &mut [&mut MmStruct]) {
+pub fn kcompactd_do_work(m: &mut Machine) {
     let order = std::mem::take(&mut m.kcompactd_max_order);
     if order == 0 || compaction_suit_allocation_order(m, order) != CompactStatus::Continue {
         return;
@@ -719,7 +713,7 @@ pub fn kcompactd_do_work(m: &mut Machine, mms: &mut [&mut MmStruct]) {
     if m.zone.compact.compaction_deferred(order) {
         return;
     }
-    match compact_zone(m, mms, order, false, false) {
+    match m.with_mms(None, |m, mms| compact_zone(m, mms, order, false, false)) {
         CompactStatus::Success => m.zone.compact.compaction_defer_reset(order, false),
         CompactStatus::Complete => m.zone.compact.defer_compaction(order),
         _ => {}

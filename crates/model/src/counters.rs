@@ -194,15 +194,15 @@ pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
             }
         }
     }
-    cache.retain_live(&model.tasks);
-    for (proc, task) in &model.tasks {
+    cache.retain_live(&m.tasks);
+    for (proc, task) in &m.tasks {
         cache.proc_counters(m, proc, task, process_counters);
     }
     // Family by family, process by process: nearly sorted already, so the
     // map is built in one pass after a sort that finds it (nearly) done,
     // instead of a search per counter.
     for family in 0..PROCESS_FAMILIES.len() {
-        for proc in model.tasks.keys() {
+        for proc in m.tasks.keys() {
             all.extend_from_slice(cache.cached(proc, family).expect("computed above"));
         }
     }
@@ -223,7 +223,7 @@ pub fn process_counter(model: &Model, cache: &mut ReadingCache, name: &str) -> O
         return None;
     }
     let proc = rest.split('.').next()?;
-    let task = model.tasks.get(proc)?;
+    let task = model.machine.tasks.get(proc)?;
     let counters = cache.proc_counters(&model.machine, proc, task, process_counters);
     let at = counters
         .binary_search_by(|(n, _)| n.as_str().cmp(name))
@@ -234,7 +234,7 @@ pub fn process_counter(model: &Model, cache: &mut ReadingCache, name: &str) -> O
 pub(crate) fn process_counters(m: &Machine, proc: &str, task: &Task) -> Vec<(String, i64)> {
     let mut c = Vec::new();
     let mut put = |name: String, v: i64| c.push((name, v));
-    let mm = &task.mm;
+    let mm = m.mms.get(task.mm).expect("a task's mm exists");
     put(format!("stat.{proc}.minflt"), task.min_flt as i64);
     // /proc/PID/smaps prints each VMA in whole kB: a region's fields
     // are the sum of its VMAs' printed values, and the process's the sum

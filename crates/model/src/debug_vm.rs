@@ -28,6 +28,9 @@
 //! offset) and only by mms its anon_vma's tree reaches, so rmap walks miss
 //! nothing; each anon_vma counts the large folios pointing at it, is linked
 //! both ways with its parent, and is marked live exactly while its mm is.
+//! The task list and the mm table (see `mms`): every task's mm exists, and
+//! every mm in the table has a task (an mm whose last task exited is torn
+//! down and freed; threads share one mm).
 //! Each process's cached readings (`reading_cache`), where still taken as
 //! fresh, equal a fresh computation.
 //! With no process left, every frame but the huge zero folio is free.
@@ -37,33 +40,59 @@ use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_S
 use crate::pgtable::Pmd;
 use crate::rmap::{self, MmId, GUP_PIN_COUNTING_BIAS, MM_ID_DUMMY};
 use crate::vmstat::MthpStat;
-use crate::Model;
+use crate::{Machine, Model};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Every broken invariant, one sentence each; empty when all hold.
 pub fn check(model: &Model) -> Vec<String> {
     let m = &model.machine;
     let mut bad = Vec::new();
-    // LRU state (swap): only folios in use have one, and a lazily-freed
-    // folio is anon (it may be active: reclaim activates one it cannot
-    // unmap, a pinned one, without making it swapbacked).
+    check_lru(m, &mut bad);
+    check_memcg(m, &mut bad);
+    check_tasks(m, &mut bad);
+    let mut walk = walk_page_tables(m, &mut bad);
+    let found = check_folios(model, &mut walk, &mut bad);
+    check_queue_and_mm_ids(m, &found.folios, &mut bad);
+    check_stats(m, &walk, &found, &mut bad);
+    check_anon_vmas(model, &found.folios, &walk.placed, &mut bad);
+    bad.extend(
+        model
+            .reading_cache
+            .stale(m, &m.tasks, crate::counters::process_counters),
+    );
+    let names: Vec<(String, &crate::mmap::MmStruct)> =
+        m.mms.iter().map(|mm| (mm_name(m, mm.mm_id), mm)).collect();
+    crate::hugetlb::check(m, names.iter().map(|(n, mm)| (n.as_str(), *mm)), &mut bad);
+    let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
+    let hugetlb = m.hugetlb.frames() + m.vmemmap.zone_frames();
+    let used = found.frames + walk.tables as u64 + zero + hugetlb + m.unmovable_pages;
+    let total = m.zone.spanned_pages();
+    if used + m.zone.nr_free_pages() != total {
+        bad.push(format!(
+            "{used} frames in use and {} free, but the zone has {total}",
+            m.zone.nr_free_pages()
+        ));
+    }
+    bad
+}
+
+/// LRU state (swap): only folios in use have one, and a lazily-freed folio
+/// is anon (it may be active: reclaim activates one it cannot unmap, a
+/// pinned one, without making it swapbacked).
+fn check_lru(m: &Machine, bad: &mut Vec<String>) {
     for (folio, e) in m.lru.entries() {
         let p = m.zone.memmap.page(folio);
-        if !p.test(crate::mm_types::pg::HEAD) || p.test(crate::mm_types::pg::BUDDY) {
+        if !p.test(pg::HEAD) || p.test(pg::BUDDY) {
             bad.push(format!("{folio} has LRU state but is no folio in use"));
-        } else if e.flags & crate::swap::LAZYFREE != 0 && !p.test(crate::mm_types::pg::ANON) {
+        } else if e.flags & crate::swap::LAZYFREE != 0 && !p.test(pg::ANON) {
             bad.push(format!("lazily-freed {folio} is not anon"));
         }
     }
-    let mut pte_maps: BTreeMap<Pfn, u32> = BTreeMap::new();
-    let mut pmd_maps: BTreeMap<Pfn, u32> = BTreeMap::new();
-    let mut tables = 0i64;
-    // Mappings (PTEs plus PMDs) of each folio by each MM.
-    let mut by_mm: BTreeMap<Pfn, BTreeMap<MmId, u64>> = BTreeMap::new();
-    // Where each page of a large folio is mapped: (mm, page, address).
-    let mut placed: Vec<(MmId, Pfn, u64)> = Vec::new();
-    // memcontrol: every group's usage is what is charged to it, and only
-    // pages in use are charged.
+}
+
+/// memcontrol: every group's usage is what is charged to it, and only
+/// pages in use are charged.
+fn check_memcg(m: &Machine, bad: &mut Vec<String>) {
     for (g, usage) in crate::memcontrol::recount(m).into_iter().enumerate() {
         let group = &m.memcg.groups[g];
         if group.memory.usage != usage {
@@ -74,58 +103,95 @@ pub fn check(model: &Model) -> Vec<String> {
         }
     }
     for (pfn, _, _) in m.memcg.charged() {
-        if m.zone.memmap.page(pfn).test(crate::mm_types::pg::BUDDY) {
+        if m.zone.memmap.page(pfn).test(pg::BUDDY) {
             bad.push(format!("{pfn} is free but still charged to a memcg"));
         }
     }
-    for (name, task) in &model.tasks {
-        let mm = &task.mm;
-        let mut count =
-            |folio: Pfn| *by_mm.entry(folio).or_default().entry(mm.mm_id).or_default() += 1;
+}
+
+/// What the page tables of every mm map.
+#[derive(Default)]
+struct Walk {
+    pte_maps: BTreeMap<Pfn, u32>,
+    pmd_maps: BTreeMap<Pfn, u32>,
+    /// Page-table pages found.
+    tables: i64,
+    /// Mappings (PTEs plus PMDs) of each folio by each MM.
+    by_mm: BTreeMap<Pfn, BTreeMap<MmId, u64>>,
+    /// Where each page of a large folio is mapped: (mm, page, address).
+    placed: Vec<(MmId, Pfn, u64)>,
+}
+
+/// Walks the page tables of every mm once (threads share theirs); checks
+/// each mm's tables lie in VMAs and its MM_ANONPAGES.
+fn walk_page_tables(m: &Machine, bad: &mut Vec<String>) -> Walk {
+    let mut w = Walk::default();
+    for mm in m.mms.iter() {
+        let name = || mm_name(m, mm.mm_id);
         let mut rss = 0u64;
-        tables += (mm.pmd_tables.len() + mm.pud_tables.len()) as i64;
+        w.tables += (mm.pmd_tables.len() + mm.pud_tables.len()) as i64;
         for (index, pmd) in mm.pmds.range(0..=u64::MAX) {
-            tables += 1;
+            w.tables += 1;
             match pmd {
                 Pmd::Huge { pfn, .. } => {
-                    *pmd_maps.entry(*pfn).or_default() += 1;
-                    count(*pfn);
-                    placed.push((mm.mm_id, *pfn, index * PMD_SIZE));
+                    *w.pmd_maps.entry(*pfn).or_default() += 1;
+                    *w.by_mm
+                        .entry(*pfn)
+                        .or_default()
+                        .entry(mm.mm_id)
+                        .or_default() += 1;
+                    w.placed.push((mm.mm_id, *pfn, index * PMD_SIZE));
                     rss += HPAGE_PMD_NR;
                 }
                 Pmd::HugeZero { .. } => {}
                 Pmd::Table(t) => {
                     for (i, pte) in t.ptes.iter().enumerate() {
-                        if let Some(pfn) = pte.pfn() {
-                            *pte_maps.entry(pfn).or_default() += 1;
-                            let folio = page_folio(m, pfn);
-                            count(folio);
-                            if m.zone.memmap.page(folio).order() > 0 {
-                                let addr = index * PMD_SIZE + i as u64 * PAGE_SIZE;
-                                placed.push((mm.mm_id, pfn, addr));
-                            }
-                            rss += 1;
+                        let Some(pfn) = pte.pfn() else { continue };
+                        *w.pte_maps.entry(pfn).or_default() += 1;
+                        let folio = page_folio(m, pfn);
+                        *w.by_mm
+                            .entry(folio)
+                            .or_default()
+                            .entry(mm.mm_id)
+                            .or_default() += 1;
+                        if m.zone.memmap.page(folio).order() > 0 {
+                            let addr = index * PMD_SIZE + i as u64 * PAGE_SIZE;
+                            w.placed.push((mm.mm_id, pfn, addr));
                         }
+                        rss += 1;
                     }
                 }
             }
-            if mm
-                .vmas_in(index * PMD_SIZE, (index + 1) * PMD_SIZE)
-                .is_empty()
-            {
-                bad.push(format!(
-                    "{name}: a page table at {:#x} with no VMA",
-                    index * PMD_SIZE
-                ));
+            let (lo, hi) = (index * PMD_SIZE, (index + 1) * PMD_SIZE);
+            if mm.vmas_in(lo, hi).is_empty() {
+                bad.push(format!("{}: a page table at {lo:#x} with no VMA", name()));
             }
         }
         if rss != mm.anon_rss {
             bad.push(format!(
-                "{name}: MM_ANONPAGES {} but {rss} pages mapped",
+                "{}: MM_ANONPAGES {} but {rss} pages mapped",
+                name(),
                 mm.anon_rss
             ));
         }
     }
+    w
+}
+
+/// What the folios mapped or pinned add up to.
+#[derive(Default)]
+struct Found {
+    folios: BTreeSet<Pfn>,
+    anon_mapped: i64,
+    anon_thps: i64,
+    frames: u64,
+    /// Per order: (nr_anon, nr_anon_partially_mapped).
+    per_size: [(i64, i64); HPAGE_PMD_ORDER as usize + 1],
+}
+
+/// Every folio mapped or pinned, against its mappings and pins.
+fn check_folios(model: &Model, walk: &mut Walk, bad: &mut Vec<String>) -> Found {
+    let m = &model.machine;
     let mut pins: BTreeMap<Pfn, u32> = BTreeMap::new();
     for pin in &model.pins {
         for page in &pin.pages {
@@ -133,10 +199,9 @@ pub fn check(model: &Model) -> Vec<String> {
         }
     }
     let mut folios: BTreeSet<Pfn> = pins.keys().copied().collect();
-    folios.extend(pmd_maps.keys().copied());
-    folios.extend(pte_maps.keys().map(|p| page_folio(m, *p)));
-    let (mut anon_mapped, mut anon_thps, mut frames) = (0i64, 0i64, 0u64);
-    let mut per_size = [(0i64, 0i64); HPAGE_PMD_ORDER as usize + 1];
+    folios.extend(walk.pmd_maps.keys().copied());
+    folios.extend(walk.pte_maps.keys().map(|p| page_folio(m, *p)));
+    let mut found = Found::default();
     let queue: BTreeSet<Pfn> = m.deferred_split_queue.iter().collect();
     for &folio in &folios {
         let head = m.zone.memmap.page(folio);
@@ -144,76 +209,96 @@ pub fn check(model: &Model) -> Vec<String> {
             bad.push(format!("{folio} is mapped or pinned but is no folio"));
             continue;
         }
-        let order = head.order();
-        let nr = 1u64 << order;
-        frames += nr;
-        let entire = pmd_maps.get(&folio).copied().unwrap_or(0);
-        let mut ptes = 0u64;
-        let mut mapped_pages = 0u32;
-        for i in 0..nr {
-            let page = Pfn(folio.0 + i);
-            let found = pte_maps.get(&page).copied().unwrap_or(0);
-            let stored = u32::from(m.zone.memmap.page(page).mapcount);
-            if found != stored {
-                bad.push(format!("{page}: mapcount {stored} but {found} PTEs map it"));
-            }
-            ptes += u64::from(found);
-            mapped_pages += u32::from(found > 0);
-            anon_mapped += i64::from(found > 0 || entire > 0);
-        }
-        if order > 0 {
-            let large = m.zone.memmap.folio_ext(folio).large_mapcount;
-            if u64::from(large) != ptes + u64::from(entire) {
-                bad.push(format!(
-                    "{folio}: _large_mapcount {large} but {} mappings",
-                    ptes + u64::from(entire)
-                ));
-            }
-            if rmap::folio_entire_mapcount(m, folio) != entire {
-                bad.push(format!(
-                    "{folio}: entire mapcount {} but {entire} PMDs map it",
-                    rmap::folio_entire_mapcount(m, folio)
-                ));
-            }
-            if rmap::folio_nr_pages_mapped(m, folio) != mapped_pages {
-                bad.push(format!(
-                    "{folio}: nr_pages_mapped {} but {mapped_pages} pages are PTE-mapped",
-                    rmap::folio_nr_pages_mapped(m, folio)
-                ));
-            }
-            if entire > 0 {
-                anon_thps += nr as i64;
-            }
-        }
         let pinned = pins.get(&folio).copied().unwrap_or(0);
-        let pin_refs = if order > 0 {
-            pinned
-        } else {
-            pinned * GUP_PIN_COUNTING_BIAS
-        };
-        let expected = ptes + u64::from(entire) + u64::from(pin_refs);
-        let refs = u64::from(rmap::folio_ref_count(m, folio));
-        if refs != expected {
-            bad.push(format!(
-                "{folio}: refcount {refs} but {expected} mappings and pins"
-            ));
-        }
-        for i in 0..nr {
-            let page = Pfn(folio.0 + i);
-            let maps = pte_maps.get(&page).copied().unwrap_or(0) + if i == 0 { entire } else { 0 };
-            // A PMD-mappable folio keeps the flag on its head while PMD-mapped.
-            let meaningful = order != HPAGE_PMD_ORDER || entire == 0 || i == 0;
-            if meaningful && maps > 1 && m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) {
-                bad.push(format!("{page}: PageAnonExclusive but mapped {maps} times"));
-            }
-        }
+        check_folio(m, folio, walk, pinned, &mut found, bad);
+        let order = head.order();
         if order > 0 {
-            let mms = by_mm.remove(&folio).unwrap_or_default();
-            check_large_folio(model, folio, &mms, &queue, &mut bad);
-            per_size[order as usize].0 += 1;
-            per_size[order as usize].1 += i64::from(head.test(pg::PARTIALLY_MAPPED));
+            let mms = walk.by_mm.remove(&folio).unwrap_or_default();
+            check_large_folio(model, folio, &mms, &queue, bad);
+            found.per_size[order as usize].0 += 1;
+            found.per_size[order as usize].1 += i64::from(head.test(pg::PARTIALLY_MAPPED));
         }
     }
+    found.folios = folios;
+    found
+}
+
+/// One folio's mapcounts, refcount and PageAnonExclusive against the
+/// mappings found and its `pinned` pins; adds to `found`'s counts.
+fn check_folio(
+    m: &Machine,
+    folio: Pfn,
+    walk: &Walk,
+    pinned: u32,
+    found: &mut Found,
+    bad: &mut Vec<String>,
+) {
+    let order = m.zone.memmap.page(folio).order();
+    let nr = 1u64 << order;
+    found.frames += nr;
+    let entire = walk.pmd_maps.get(&folio).copied().unwrap_or(0);
+    let mut ptes = 0u64;
+    let mut mapped_pages = 0u32;
+    for i in 0..nr {
+        let page = Pfn(folio.0 + i);
+        let maps = walk.pte_maps.get(&page).copied().unwrap_or(0);
+        let stored = u32::from(m.zone.memmap.page(page).mapcount);
+        if maps != stored {
+            bad.push(format!("{page}: mapcount {stored} but {maps} PTEs map it"));
+        }
+        ptes += u64::from(maps);
+        mapped_pages += u32::from(maps > 0);
+        found.anon_mapped += i64::from(maps > 0 || entire > 0);
+    }
+    if order > 0 {
+        let large = m.zone.memmap.folio_ext(folio).large_mapcount;
+        if u64::from(large) != ptes + u64::from(entire) {
+            bad.push(format!(
+                "{folio}: _large_mapcount {large} but {} mappings",
+                ptes + u64::from(entire)
+            ));
+        }
+        if rmap::folio_entire_mapcount(m, folio) != entire {
+            bad.push(format!(
+                "{folio}: entire mapcount {} but {entire} PMDs map it",
+                rmap::folio_entire_mapcount(m, folio)
+            ));
+        }
+        if rmap::folio_nr_pages_mapped(m, folio) != mapped_pages {
+            bad.push(format!(
+                "{folio}: nr_pages_mapped {} but {mapped_pages} pages are PTE-mapped",
+                rmap::folio_nr_pages_mapped(m, folio)
+            ));
+        }
+        if entire > 0 {
+            found.anon_thps += nr as i64;
+        }
+    }
+    let pin_refs = if order > 0 {
+        pinned
+    } else {
+        pinned * GUP_PIN_COUNTING_BIAS
+    };
+    let expected = ptes + u64::from(entire) + u64::from(pin_refs);
+    let refs = u64::from(rmap::folio_ref_count(m, folio));
+    if refs != expected {
+        bad.push(format!(
+            "{folio}: refcount {refs} but {expected} mappings and pins"
+        ));
+    }
+    for i in 0..nr {
+        let page = Pfn(folio.0 + i);
+        let maps = walk.pte_maps.get(&page).copied().unwrap_or(0) + if i == 0 { entire } else { 0 };
+        // A PMD-mappable folio keeps the flag on its head while PMD-mapped.
+        let meaningful = order != HPAGE_PMD_ORDER || entire == 0 || i == 0;
+        if meaningful && maps > 1 && m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) {
+            bad.push(format!("{page}: PageAnonExclusive but mapped {maps} times"));
+        }
+    }
+}
+
+/// The deferred split queue and the MM-ID slots hold only folios in use.
+fn check_queue_and_mm_ids(m: &Machine, folios: &BTreeSet<Pfn>, bad: &mut Vec<String>) {
     for folio in m.deferred_split_queue.iter() {
         let head = m.zone.memmap.page(folio);
         if !folios.contains(&folio) || head.order() < 2 || !head.test(pg::DEFERRED) {
@@ -229,63 +314,66 @@ pub fn check(model: &Model) -> Vec<String> {
             ));
         }
     }
+}
+
+/// The vmstat counters against what was found.
+fn check_stats(m: &Machine, walk: &Walk, found: &Found, bad: &mut Vec<String>) {
     for order in 2..=HPAGE_PMD_ORDER {
-        let (anon, partial) = per_size[order as usize];
-        for (stat, found) in [
+        let (anon, partial) = found.per_size[order as usize];
+        for (stat, n) in [
             (MthpStat::NrAnon, anon),
             (MthpStat::NrAnonPartiallyMapped, partial),
         ] {
             let stored = m.stat.mthp_stat(order, stat);
-            if stored != found {
+            if stored != n {
                 bad.push(format!(
-                    "{}kB {}: {stored} but {found} folios found",
+                    "{}kB {}: {stored} but {n} folios found",
                     4u64 << order,
                     stat.name()
                 ));
             }
         }
     }
-    if anon_mapped != m.stat.nr_anon_mapped {
+    if found.anon_mapped != m.stat.nr_anon_mapped {
         bad.push(format!(
-            "NR_ANON_MAPPED {} but {anon_mapped} pages mapped",
-            m.stat.nr_anon_mapped
+            "NR_ANON_MAPPED {} but {} pages mapped",
+            m.stat.nr_anon_mapped, found.anon_mapped
         ));
     }
-    if anon_thps != m.stat.nr_anon_thps {
+    if found.anon_thps != m.stat.nr_anon_thps {
         bad.push(format!(
-            "NR_ANON_THPS {} but {anon_thps} pages PMD-mapped",
-            m.stat.nr_anon_thps
+            "NR_ANON_THPS {} but {} pages PMD-mapped",
+            m.stat.nr_anon_thps, found.anon_thps
         ));
     }
     // Each PMD entry holds one table page: its PTE table or the deposited one.
-    if tables != m.stat.nr_pagetable {
+    if walk.tables != m.stat.nr_pagetable {
         bad.push(format!(
-            "NR_PAGETABLE {} but {tables} tables found",
-            m.stat.nr_pagetable
+            "NR_PAGETABLE {} but {} tables found",
+            m.stat.nr_pagetable, walk.tables
         ));
     }
-    check_anon_vmas(model, &folios, &placed, &mut bad);
-    bad.extend(
-        model
-            .reading_cache
-            .stale(m, &model.tasks, crate::counters::process_counters),
-    );
-    crate::hugetlb::check(
-        m,
-        model.tasks.iter().map(|(n, t)| (n.as_str(), &t.mm)),
-        &mut bad,
-    );
-    let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
-    let hugetlb = m.hugetlb.frames() + m.vmemmap.zone_frames();
-    let used = frames + tables as u64 + zero + hugetlb + m.unmovable_pages;
-    let total = m.zone.spanned_pages();
-    if used + m.zone.nr_free_pages() != total {
-        bad.push(format!(
-            "{used} frames in use and {} free, but the zone has {total}",
-            m.zone.nr_free_pages()
-        ));
+}
+
+/// Every task's mm exists; every mm has a task.
+fn check_tasks(m: &Machine, bad: &mut Vec<String>) {
+    for (name, task) in &m.tasks {
+        if m.mms.get(task.mm).is_none() {
+            bad.push(format!("{name}: its mm {} does not exist", task.mm));
+        }
     }
-    bad
+    for mm in m.mms.iter() {
+        if m.tasks_of(mm.mm_id).next().is_none() {
+            bad.push(format!("mm {} has no task but was not torn down", mm.mm_id));
+        }
+    }
+}
+
+/// The name of mm `id` in messages: its first task's.
+fn mm_name(m: &Machine, id: MmId) -> String {
+    m.tasks_of(id)
+        .next()
+        .map_or(format!("mm {id}"), str::to_string)
 }
 
 /// The reverse map of large folios and the anon_vma tree: see the module
@@ -324,7 +412,7 @@ fn check_anon_vmas(
                 .or_default() += 1;
         }
     }
-    let live: BTreeSet<MmId> = model.tasks.values().map(|t| t.mm.mm_id).collect();
+    let live: BTreeSet<MmId> = m.tasks.values().map(|t| t.mm).collect();
     let mut ids: Vec<MmId> = live.iter().copied().collect();
     ids.extend(folios_of.keys());
     ids.sort_unstable();
@@ -448,7 +536,14 @@ mod tests {
     #[test]
     fn a_broken_mapcount_is_caught() {
         let mut model = forked_64k();
-        let pfn = match model.tasks["a"].mm.pmds.range(0..=u64::MAX).next() {
+        let pfn = match model
+            .machine
+            .mm_of("a")
+            .unwrap()
+            .pmds
+            .range(0..=u64::MAX)
+            .next()
+        {
             Some((_, Pmd::Table(t))) => t.ptes.iter().find_map(|p| p.pfn()).unwrap(),
             _ => panic!("a has a PTE table"),
         };
@@ -459,6 +554,16 @@ mod tests {
     fn assert_caught(model: &Model, needle: &str) {
         let broken = check(model);
         assert!(broken.iter().any(|b| b.contains(needle)), "{broken:?}");
+    }
+
+    #[test]
+    fn an_mm_without_a_task_and_a_task_without_an_mm_are_caught() {
+        let mut model = forked_64k();
+        let b = model.machine.tasks.remove("b").unwrap();
+        assert_caught(&model, "has no task but was not torn down");
+        model.machine.tasks.insert("b".into(), b);
+        model.machine.tasks.get_mut("b").unwrap().mm = 99;
+        assert_caught(&model, "b: its mm 99 does not exist");
     }
 
     #[test]

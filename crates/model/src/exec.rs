@@ -1,74 +1,31 @@
 //! The model as a `Backend`: each workload statement runs as the system call
 //! (or kernel event) it stands for.
 //!
-//! No kernel file: hugelab's dispatch from statements to the modules that
-//! follow Linux 6.18 (the system calls' entry points, `SYSCALL_DEFINE` in
-//! mm/mmap.c, mm/madvise.c, mm/mprotect.c, are the nearest counterpart).
+//! hugelab's own, not a kernel file: the entry of every statement. `execute_stmt`
+//! is a table from statement to handler, and the handlers live in the module
+//! of their mechanism, as `SYSCALL_DEFINE` does in `mm/mmap.c` or
+//! `mm/madvise.c` (`mmap::sys_mmap`, `madvise::sys_madvise`,
+//! `mprotect::sys_mprotect`, `fork::sys_fork`, `gup::sys_pin`, ...); what
+//! stays here is what the backend adds around them: reads and writes (user
+//! accesses, `memory::access_range`), exit and the OOM killer's victims, and
+//! the readings a process or a region leaves behind when it goes.
 
-use crate::fork::dup_mmap;
-use crate::gup::{pin_user_pages, unpin_user_pages, Pin, PinError};
-use crate::huge_memory::split_huge_pages_pid;
 use crate::memory::{access_range, Access};
 use crate::mm_types::{Fault, HPAGE_PMD_ORDER, PAGE_SIZE};
-use crate::mmap::{do_munmap, exit_mmap, MmStruct, Vma};
+use crate::mmap::{exit_mmap, MmStruct, Vma};
 use crate::pgtable::MAX_PFN;
+use crate::syscall::{failed, mm_id_of_ranged, resolve, BACKEND};
 use crate::vmstat::VmEvent;
-use crate::{counters, hugetlb, madvise, mprotect, Machine, Model, Task};
+use crate::{counters, hugetlb, Machine, Model, Task};
 use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::{
-    Advice, Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName, KhugepagedKnob,
-    MachineParam, Prot, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable, VmSysctl,
+    Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName, KhugepagedKnob,
+    MachineParam, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable, VmSysctl,
 };
 use std::sync::{Arc, OnceLock};
 
-const BACKEND: &str = "model";
-
 /// The fields of every region's counters (see `Model::region_shape`).
 static REGION_SHAPE: OnceLock<Arc<Shape>> = OnceLock::new();
-
-/// The largest io_uring fixed buffer (SZ_1G in io_uring/rsrc.c).
-const IO_URING_MAX_BUFFER: u64 = 1 << 30;
-
-fn vm_prot(prot: Prot) -> u32 {
-    match prot {
-        Prot::ReadWrite => Vma::VM_READ | Vma::VM_WRITE,
-        Prot::Read => Vma::VM_READ,
-        Prot::None => 0,
-    }
-}
-
-/// The errno madvise(MADV_COLLAPSE) returns for a failed collapse.
-fn collapse_errno(e: crate::khugepaged::CollapseError) -> Errno {
-    use crate::khugepaged::CollapseError;
-    match e {
-        CollapseError::Inval => Errno::EINVAL,
-        CollapseError::NoMem => Errno::ENOMEM,
-        CollapseError::Again => Errno::EAGAIN,
-        CollapseError::Busy => Errno::EBUSY,
-    }
-}
-
-fn failed(stmt: &Stmt, msg: impl Into<String>) -> BackendError {
-    BackendError::failed(stmt.pos, msg)
-}
-
-/// Resolves `<region>[+off][:len]` to `[start, end)` in `mm`.
-fn resolve(
-    stmt: &Stmt,
-    proc: &str,
-    mm: &MmStruct,
-    range: &Range,
-) -> Result<(u64, u64), BackendError> {
-    let region = mm.regions.get(&range.region).ok_or_else(|| {
-        failed(
-            stmt,
-            format!("unknown region '{}' of process '{proc}'", range.region),
-        )
-    })?;
-    range
-        .resolve(region.start, region.len)
-        .map_err(|e| failed(stmt, e))
-}
 
 fn set_tunable(
     m: &mut Machine,
@@ -77,8 +34,7 @@ fn set_tunable(
     value: SetValue,
 ) -> Result<(), BackendError> {
     let thp = &mut m.thp;
-    let unsupported =
-        || BackendError::unsupported(stmt, BACKEND, format!("set {}", tunable.path()));
+    let unsupported = || crate::syscall::unsupported(stmt, format!("set {}", tunable.path()));
     match (tunable, value) {
         (Tunable::ThpEnabled, SetValue::Enabled(v)) => thp.enabled = v,
         (Tunable::ThpDefrag, SetValue::Defrag(v)) => thp.defrag = v,
@@ -152,174 +108,6 @@ fn hstate_of(stmt: &Stmt, size_kb: u64) -> Result<hugetlb::HstateIdx, BackendErr
 }
 
 impl Model {
-    /// fork: a child with a copy of `parent`'s address space.
-    fn fork(&mut self, stmt: &Stmt, parent: &str, child: &str) -> Result<(), BackendError> {
-        if self.tasks.contains_key(child) {
-            return Err(failed(stmt, format!("process '{child}' already exists")));
-        }
-        let mut mm = MmStruct::new(self.alloc_mm_id());
-        let machine = &mut self.machine;
-        let src = &mut self
-            .tasks
-            .get_mut(parent)
-            .ok_or_else(|| failed(stmt, format!("no process '{parent}'")))?
-            .mm;
-        // The child is in its parent's memory cgroup.
-        if let Some(memcg) = machine.memcg.mm_memcg(src.mm_id) {
-            machine.memcg.attach(mm.mm_id, memcg);
-        }
-        if dup_mmap(machine, src, &mut mm).is_err() {
-            // The kernel undoes a half-made child (dup_mmap's failure path,
-            // then mmput): so does the model, and then refuses to go on,
-            // where the kernel would have run its OOM killer.
-            exit_mmap(machine, &mut mm);
-            machine.anon_vmas.exit(mm.mm_id);
-            machine.memcg.detach(mm.mm_id);
-            return Err(failed(stmt, "fork failed: no memory for the child"));
-        }
-        self.tasks
-            .insert(child.to_string(), Task { mm, min_flt: 0 });
-        for pin in self.pins.iter_mut() {
-            if pin.holders.iter().any(|h| h == parent) {
-                pin.holders.push(child.to_string());
-            }
-        }
-        Ok(())
-    }
-
-    /// pin: an io_uring fixed buffer over the range.
-    fn pin(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
-        let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
-        // io_buffer_validate (io_uring/rsrc.c): "arbitrary limit, but we
-        // need something".
-        if end - start > IO_URING_MAX_BUFFER {
-            return Err(BackendError::errno(
-                stmt,
-                Errno::EFAULT,
-                "pin: io_uring refuses a fixed buffer over 1 GiB",
-            ));
-        }
-        let faults_before = machine.stat.event(VmEvent::PgFault);
-        let pages = pin_user_pages(machine, &mut task.mm, start, end).map_err(|e| match e {
-            PinError::Efault => BackendError::errno(
-                stmt,
-                Errno::EFAULT,
-                "pin: part of the range is unmapped or not writable",
-            ),
-            PinError::Oom => BackendError::errno(stmt, Errno::ENOMEM, "pin"),
-        })?;
-        task.min_flt += machine.stat.event(VmEvent::PgFault) - faults_before;
-        self.pins.push(Pin {
-            start,
-            len: end - start,
-            pages,
-            holders: vec![proc.to_string()],
-        });
-        Ok(())
-    }
-
-    /// unpin: unregisters the buffer `pin` registered for exactly this range.
-    fn unpin(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
-        let task = self.task(stmt, proc)?;
-        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
-        let found = self.pins.iter().position(|p| {
-            p.start == start && p.len == end - start && p.holders.iter().any(|h| h == proc)
-        });
-        let Some(i) = found else {
-            // As the kernel backend's agent answers: no ring holds this range.
-            return Err(BackendError::errno(
-                stmt,
-                Errno::ENOENT,
-                format!("unpin: {proc} has no pin of exactly this range"),
-            ));
-        };
-        let pin = self.pins.remove(i);
-        unpin_user_pages(&mut self.machine, &pin.pages);
-        Ok(())
-    }
-
-    /// split: debugfs split_huge_pages over the range, to order 0.
-    fn split(&mut self, stmt: &Stmt, proc: &str, range: &Range) -> Result<(), BackendError> {
-        let (start, end) = resolve(stmt, proc, &self.task(stmt, proc)?.mm, range)?;
-        let target = self.task(stmt, proc)?.mm.mm_id;
-        let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));
-        split_huge_pages_pid(&mut self.machine, &mut mms, target, start, end);
-        Ok(())
-    }
-
-    /// At exit the process's ring references go; a ring nobody holds any
-    /// more releases its pins.
-    fn release_pins(&mut self, proc: &str) {
-        let mut i = 0;
-        while i < self.pins.len() {
-            self.pins[i].holders.retain(|h| h != proc);
-            if self.pins[i].holders.is_empty() {
-                let pin = self.pins.remove(i);
-                unpin_user_pages(&mut self.machine, &pin.pages);
-            } else {
-                i += 1;
-            }
-        }
-    }
-
-    /// The machine, process `proc` and the `[start, end)` of `range` in it.
-    fn resolve_range(
-        &mut self,
-        stmt: &Stmt,
-        proc: &str,
-        range: &Range,
-    ) -> Result<(&mut Machine, &mut Task, u64, u64), BackendError> {
-        let task = self
-            .tasks
-            .get_mut(proc)
-            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-        let (start, end) = resolve(stmt, proc, &task.mm, range)?;
-        Ok((&mut self.machine, task, start, end))
-    }
-
-    /// Lends the other processes' mms to the machine (`Machine::lent_mms`)
-    /// for a write of `range` by `proc` that may run out of never-used
-    /// memory, so that compaction can migrate their pages too: a statement
-    /// that cannot exhaust it cannot have a failing allocation, and pays
-    /// nothing. Returns the names to give them back to.
-    fn lend_mms_for(&mut self, proc: &str, range: &Range, write: bool) -> Vec<String> {
-        let len = self.tasks[proc]
-            .mm
-            .regions
-            .get(&range.region)
-            .map_or(0, |r| r.len);
-        let pages = len / PAGE_SIZE;
-        let short = self.machine.zone.never_used_frames() < pages + pages / 256 + 2048;
-        if !write || !short || self.tasks.len() < 2 {
-            return Vec::new();
-        }
-        let mut names = Vec::new();
-        for (name, task) in &mut self.tasks {
-            if name != proc {
-                self.machine.lent_mms.push(std::mem::take(&mut task.mm));
-                names.push(name.clone());
-            }
-        }
-        names
-    }
-
-    /// Takes back what `lend_mms_for` lent.
-    fn return_mms(&mut self, names: Vec<String>) {
-        let mms = std::mem::take(&mut self.machine.lent_mms);
-        for (name, mm) in names.into_iter().zip(mms) {
-            self.tasks.get_mut(&name).expect("a lender").mm = mm;
-        }
-    }
-
-    fn task(&mut self, stmt: &Stmt, proc: &str) -> Result<&mut Task, BackendError> {
-        self.tasks.get_mut(proc).ok_or_else(|| {
-            failed(
-                stmt,
-                format!("no process '{proc}' (never spawned, or exited)"),
-            )
-        })
-    }
-
     fn machine_params(&mut self, stmt: &Stmt, params: &[MachineParam]) -> Result<(), BackendError> {
         if self.started {
             return Err(failed(stmt, "machine must come before the first process"));
@@ -329,16 +117,11 @@ impl Model {
                 MachineParam::Arch(Arch::X86_64) => {}
                 MachineParam::BasePage(s) if s.bytes() == PAGE_SIZE => {}
                 MachineParam::Arch(Arch::Arm64) => {
-                    return Err(BackendError::unsupported(
-                        stmt,
-                        BACKEND,
-                        "machine arch=arm64",
-                    ))
+                    return Err(crate::syscall::unsupported(stmt, "machine arch=arm64"))
                 }
                 MachineParam::BasePage(s) => {
-                    return Err(BackendError::unsupported(
+                    return Err(crate::syscall::unsupported(
                         stmt,
-                        BACKEND,
                         format!("machine base_page={}", s),
                     ))
                 }
@@ -412,47 +195,90 @@ impl Model {
         result
     }
 
-    /// `exit`, or a process killed by a signal: exit_mmap, the pins it
-    /// held, and what it leaves to `gone`.
+    /// `exit`, or a process killed by a signal: the task goes; with the
+    /// last task of its mm, the mm goes too (mmput: exit_mmap), and the
+    /// pins it held, and what it leaves goes to `gone`. A thread's exit
+    /// leaves its readings as they were.
     fn exit_task(&mut self, stmt: &Stmt, proc: &str, gone: &mut Gone) -> Result<(), BackendError> {
         use crate::reading_cache::Touches;
         // Its fork family's readings change (pages it shared are no longer
         // shared): marked while the task still links the family.
+        let m = &self.machine;
         self.reading_cache
-            .invalidate(Touches::Family(proc), &self.tasks, &self.machine.anon_vmas);
-        let mut task = self
+            .invalidate(Touches::Family(proc), &m.tasks, &m.anon_vmas);
+        let task = self
+            .machine
             .tasks
             .remove(proc)
             .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-        exit_mmap(&mut self.machine, &mut task.mm);
-        self.machine.anon_vmas.exit(task.mm.mm_id);
-        self.machine.memcg.detach(task.mm.mm_id);
-        self.release_pins(proc);
-        self.retire_task(proc, task, gone);
+        let m = &mut self.machine;
+        let last = m.tasks_of(task.mm).next().is_none();
+        if last {
+            m.with_mm(task.mm, exit_mmap);
+            m.anon_vmas.exit(task.mm);
+            m.memcg.detach(task.mm);
+        }
+        crate::gup::release_pins(self, proc);
+        if last {
+            self.retire_task(proc, &task, gone);
+            self.machine.mms.free(task.mm);
+        } else {
+            gone.add(self.counters_alone(proc, &task));
+        }
         Ok(())
     }
 
-    /// Processes the memcg OOM killer killed while another one faulted:
-    /// torn down already (memcontrol::out_of_memory); their pins and what
-    /// they leave go as at exit. The kill of the last of them is the
-    /// statement's outcome.
-    fn retire_oom_victims(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
+    /// After a statement during which the memcg OOM killer ran: the
+    /// statement's own process, if chosen, dies (SIGKILL when its fault
+    /// returns, exit as above); the other processes it killed, torn down
+    /// already (memcontrol::out_of_memory), leave their pins and readings
+    /// as at exit. A kill is the statement's outcome unless it failed
+    /// otherwise first (the last kill, of several).
+    fn retire_oom_victims(
+        &mut self,
+        stmt: &Stmt,
+        result: Result<(), BackendError>,
+        gone: &mut Gone,
+    ) -> Result<(), BackendError> {
         let killed = std::mem::take(&mut self.machine.memcg.killed);
-        let mut outcome = Ok(());
-        for (name, task) in killed {
-            self.release_pins(&name);
-            self.retire_task(&name, task, gone);
-            outcome = Err(BackendError::killed(
-                stmt,
-                &name,
-                Signal::SIGKILL,
-                format!("{name} was killed by SIGKILL: the memcg OOM killer chose it when another process of its memory cgroup reached memory.max"),
-            ));
+        let mut result = result;
+        if let Some(proc) = stmt.kind.process() {
+            let mm = self.machine.tasks.get(proc).map(|t| t.mm);
+            if mm.is_some_and(|mm| killed.contains(&mm)) {
+                self.exit_task(stmt, proc, gone)?;
+                result = Err(BackendError::killed(
+                    stmt,
+                    proc,
+                    Signal::SIGKILL,
+                    format!("{proc} was killed by SIGKILL: the memcg OOM killer chose it when its memory cgroup reached memory.max"),
+                ));
+            }
         }
-        outcome
+        let mut outcome = Ok(());
+        for id in killed {
+            let names: Vec<String> = self.machine.tasks_of(id).map(str::to_string).collect();
+            for name in &names {
+                let task = self.machine.tasks.remove(name).expect("just found");
+                crate::gup::release_pins(self, name);
+                self.retire_task(name, &task, gone);
+                outcome = Err(BackendError::killed(
+                    stmt,
+                    name,
+                    Signal::SIGKILL,
+                    format!("{name} was killed by SIGKILL: the memcg OOM killer chose it when another process of its memory cgroup reached memory.max"),
+                ));
+            }
+            if !names.is_empty() {
+                self.machine.mms.free(id);
+            }
+        }
+        result.and(outcome)
     }
 
-    /// A read or write of `[start, end)`, one byte every `step`, across the VMAs there.
+    /// A read or write of `[start, end)`, one byte every `step`, across the
+    /// VMAs there. The mm is taken out of the machine's table for it: what
+    /// reaches the other mms (compaction, memcg reclaim and the OOM killer,
+    /// HugeTLB's unmap_ref_private) finds them there.
     fn access(
         &mut self,
         stmt: &Stmt,
@@ -463,51 +289,14 @@ impl Model {
         zero: bool,
     ) -> Result<(), BackendError> {
         let memory_mib = self.memory_bytes >> 20;
-        let task = self
-            .tasks
-            .get(proc)
-            .ok_or_else(|| failed(stmt, format!("no process '{proc}'")))?;
-        // A region is HugeTLB or not as a whole (such VMAs never merge).
-        let hugetlb = task
-            .mm
-            .regions
-            .get(&range.region)
-            .is_some_and(|r| hugetlb::range_has_hugetlb(&task.mm, r.start, r.start + r.len));
-        let faults_before = self.machine.stat.event(VmEvent::PgFault);
-        let memcg = !hugetlb && self.machine.memcg.is_active();
-        // The same accesses whichever way the other processes are reachable.
-        let run = |machine: &mut Machine, task: &mut Task, others: &mut [&mut MmStruct]| {
-            access_task(
-                machine, memory_mib, stmt, proc, task, others, range, step, write, zero,
-            )
+        let m = &mut self.machine;
+        let id = mm_id_of_ranged(m, stmt, proc)?;
+        let faults_before = m.stat.event(VmEvent::PgFault);
+        let access = |m: &mut Machine, mm: &mut MmStruct| {
+            access_task(m, memory_mib, stmt, proc, mm, range, step, write, zero)
         };
-        let (result, task) = if memcg {
-            // The other processes are parked in the machine for the
-            // access, where limit reclaim and the OOM killer can reach them.
-            let (key, mut task) = self.tasks.remove_entry(proc).expect("found above");
-            self.machine.memcg.others = std::mem::take(&mut self.tasks);
-            self.machine.memcg.current_killed = false;
-            let result = run(&mut self.machine, &mut task, &mut []);
-            self.tasks = std::mem::take(&mut self.machine.memcg.others);
-            self.tasks.insert(key, task);
-            (result, self.tasks.get_mut(proc).expect("put back"))
-        } else if hugetlb {
-            // The task leaves the map for the access, so that a HugeTLB
-            // fault can reach the other processes (unmap_ref_private).
-            let (key, mut task) = self.tasks.remove_entry(proc).expect("found above");
-            let mut others: Vec<&mut MmStruct> =
-                self.tasks.values_mut().map(|t| &mut t.mm).collect();
-            let result = run(&mut self.machine, &mut task, &mut others);
-            self.tasks.insert(key, task);
-            (result, self.tasks.get_mut(proc).expect("put back"))
-        } else {
-            let lent = self.lend_mms_for(proc, range, write);
-            let task = self.tasks.get_mut(proc).expect("found above");
-            let result = run(&mut self.machine, task, &mut []);
-            self.return_mms(lent);
-            (result, self.tasks.get_mut(proc).expect("still there"))
-        };
-        let mut faults = self.machine.stat.event(VmEvent::PgFault) - faults_before;
+        let result = m.with_mm(id, access);
+        let mut faults = m.stat.event(VmEvent::PgFault) - faults_before;
         if let Err(BackendError {
             kind: BackendErrorKind::Killed { .. },
             ..
@@ -517,53 +306,43 @@ impl Model {
             // the task's min_flt.
             faults -= 1;
         }
-        task.min_flt += faults;
+        m.tasks.get_mut(proc).expect("found above").min_flt += faults;
         result
     }
 }
 
-/// The accesses of `access`, VMA by VMA; `others` are the other processes'
-/// mms, which only a HugeTLB fault needs.
+/// The accesses of `access`, VMA by VMA, in `mm` (`proc`'s).
 #[allow(clippy::too_many_arguments)]
 fn access_task(
     machine: &mut Machine,
     memory_mib: u64,
     stmt: &Stmt,
     proc: &str,
-    task: &mut Task,
-    others: &mut [&mut MmStruct],
+    mm: &mut MmStruct,
     range: &Range,
     step: u64,
     write: bool,
     zero: bool,
 ) -> Result<(), BackendError> {
-    let (start, end) = resolve(stmt, proc, &task.mm, range)?;
+    let (start, end) = resolve(stmt, proc, mm, range)?;
     let mut addr = start;
     while addr < end {
-        let vma = task.mm.find_vma(addr).ok_or_else(|| {
+        let vma = mm.find_vma(addr).ok_or_else(|| {
             failed(
                 stmt,
                 format!(
                     "SIGSEGV: {proc} touched unmapped memory at {}",
-                    describe(&task.mm, addr)
+                    describe(mm, addr)
                 ),
             )
         })?;
         let piece_end = end.min(vma.end);
         let done = if vma.hugetlb.is_some() {
-            hugetlb::hugetlb_access(
-                machine,
-                &mut task.mm,
-                others,
-                &vma,
-                addr..piece_end,
-                step,
-                write,
-            )
+            hugetlb::hugetlb_access(machine, mm, &vma, addr..piece_end, step, write)
         } else {
             access_range(
                 machine,
-                &mut task.mm,
+                mm,
                 &vma,
                 addr,
                 piece_end,
@@ -582,7 +361,7 @@ fn access_task(
                 Signal::SIGBUS,
                 format!(
                     "{proc} was killed by SIGBUS: its fault at {} could not be served",
-                    describe(&task.mm, addr)
+                    describe(mm, addr)
                 ),
             ),
             Fault::OomKilled => BackendError::killed(
@@ -596,7 +375,7 @@ fn access_task(
                 format!(
                     "SIGSEGV: {proc} {} {} which is mapped {}",
                     if write { "wrote" } else { "read" },
-                    describe(&task.mm, addr),
+                    describe(mm, addr),
                     prot_name(vma.flags)
                 ),
             ),
@@ -625,7 +404,7 @@ impl Model {
     /// The regions of `proc` (name, start, length), None when the process
     /// does not exist.
     pub fn regions(&self, proc: &str) -> Option<Vec<(String, u64, u64)>> {
-        let mm = &self.tasks.get(proc)?.mm;
+        let mm = self.machine.mm_of(proc)?;
         Some(
             mm.regions
                 .iter()
@@ -671,18 +450,19 @@ impl Backend for Model {
                 matches!(stmt.kind, StmtKind::Write { .. }) && !self.machine.lru.is_empty();
             if self.machine.stat.event(VmEvent::PgFault) != faults || redirties {
                 let cache = &mut self.reading_cache;
-                cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
+                let m = &self.machine;
+                cache.invalidate(touches, &m.tasks, &m.anon_vmas);
             }
             result?;
         } else {
             let cache = &mut self.reading_cache;
-            cache.invalidate(touches, &self.tasks, &self.machine.anon_vmas);
+            let m = &self.machine;
+            cache.invalidate(touches, &m.tasks, &m.anon_vmas);
             self.execute_stmt(stmt, gone)?;
         }
         if self.machine.kcompactd_max_order != 0 {
             // kcompactd, woken during the statement, runs as it ends.
-            let mut mms: Vec<&mut MmStruct> = self.tasks.values_mut().map(|t| &mut t.mm).collect();
-            crate::compaction::kcompactd_do_work(&mut self.machine, &mut mms);
+            crate::compaction::kcompactd_do_work(&mut self.machine);
         }
         if self.check_invariants {
             let broken = crate::debug_vm::check(self);
@@ -729,16 +509,15 @@ impl Backend for Model {
 
 impl Model {
     /// The per-process and per-region counters a reading reports for
-    /// process `proc` with `task`, and `task` back: what a region or a
-    /// process leaves behind when it goes, named as the readings named it.
-    fn counters_alone(&mut self, proc: &str, task: Task) -> (Reading, Task) {
-        let reading = Reading {
-            counters: counters::process_counters(&self.machine, proc, &task)
+    /// process `proc` with `task`: what a region or a process leaves behind
+    /// when it goes, named as the readings named it.
+    fn counters_alone(&self, proc: &str, task: &Task) -> Reading {
+        Reading {
+            counters: counters::process_counters(&self.machine, proc, task)
                 .into_iter()
                 .collect(),
             unknown: Default::default(),
-        };
-        (reading, task)
+        }
     }
 
     /// The fields of a region's counters, the same for every region
@@ -751,21 +530,22 @@ impl Model {
         &mut self,
         proc: &str,
         region: &str,
-        mut task: Task,
-    ) -> (Result<Arc<Shape>, Reading>, Task) {
+        task: &Task,
+    ) -> Result<Arc<Shape>, Reading> {
         if let (Some(shape), false) = (REGION_SHAPE.get(), cfg!(debug_assertions)) {
-            return (Ok(Arc::clone(shape)), task);
+            return Ok(Arc::clone(shape));
         }
-        let only = task
-            .mm
-            .regions
-            .get(region)
-            .map(|r| (region.to_string(), *r));
-        let rest = std::mem::replace(&mut task.mm.regions, only.into_iter().collect());
-        let (last, mut task) = self.counters_alone(proc, task);
-        task.mm.regions = rest;
+        let mm = self.machine.mms.get_mut(task.mm).expect("a task's mm");
+        let only = mm.regions.get(region).map(|r| (region.to_string(), *r));
+        let rest = std::mem::replace(&mut mm.regions, only.into_iter().collect());
+        let last = self.counters_alone(proc, task);
+        self.machine
+            .mms
+            .get_mut(task.mm)
+            .expect("a task's mm")
+            .regions = rest;
         let Some(learnt) = Shape::of_region(&last, proc, region) else {
-            return (Err(last), task);
+            return Err(last);
         };
         let shape = REGION_SHAPE.get_or_init(|| learnt.clone());
         debug_assert_eq!(**shape, *learnt, "the counters of a region changed shape");
@@ -779,98 +559,77 @@ impl Model {
                 .all(|(n, v)| *v == 0 || !prefix.iter().any(|p| n.starts_with(p.as_str()))),
             "a region with nothing mapped has counters that are not 0"
         );
-        (Ok(Arc::clone(shape)), task)
+        Ok(Arc::clone(shape))
     }
 
     /// After a munmap in `region` of `proc`: once no VMA is left in it, the
     /// region is gone (its name is free again) and what it left, every
     /// counter 0, goes to `gone`.
     fn retire_region_if_unmapped(&mut self, proc: &str, region: &str, gone: &mut Gone) {
-        let unmapped = self.tasks.get(proc).is_some_and(|t| {
-            let r = t.mm.regions.get(region);
-            r.is_some_and(|r| t.mm.vmas_in(r.start, r.start + r.len).is_empty())
+        let unmapped = self.machine.mm_of(proc).is_some_and(|mm| {
+            let r = mm.regions.get(region);
+            r.is_some_and(|r| mm.vmas_in(r.start, r.start + r.len).is_empty())
         });
         if !unmapped {
             return;
         }
-        let task = self.tasks.remove(proc).expect("just found");
-        let (shape, mut task) = self.region_shape(proc, region, task);
-        task.mm.regions.remove(region);
-        self.tasks.insert(proc.to_string(), task);
+        let task = self.machine.tasks[proc];
+        let shape = self.region_shape(proc, region, &task);
+        let mm = self.machine.mms.get_mut(task.mm).expect("a task's mm");
+        mm.regions.remove(region);
         match shape {
             Ok(shape) => gone.add_zeroed_region(proc, region, &shape),
             Err(last) => gone.add(last),
         }
     }
 
-    /// At exit, after exit_mmap: what the process and its regions leave.
-    fn retire_task(&mut self, proc: &str, task: Task, gone: &mut Gone) {
-        let Some(first) = task.mm.regions.keys().next().cloned() else {
-            gone.add(self.counters_alone(proc, task).0);
+    /// At exit, after exit_mmap (the mm still in the table): what the
+    /// process and its regions leave.
+    fn retire_task(&mut self, proc: &str, task: &Task, gone: &mut Gone) {
+        let mm = self.machine.mms.get(task.mm).expect("a task's mm");
+        let Some(first) = mm.regions.keys().next().cloned() else {
+            gone.add(self.counters_alone(proc, task));
             return;
         };
-        let (shape, mut task) = self.region_shape(proc, &first, task);
-        if let Ok(shape) = shape {
-            for region in std::mem::take(&mut task.mm.regions).into_keys() {
+        if let Ok(shape) = self.region_shape(proc, &first, task) {
+            let mm = self.machine.mms.get_mut(task.mm).expect("a task's mm");
+            for region in std::mem::take(&mut mm.regions).into_keys() {
                 gone.add_zeroed_region(proc, &region, &shape);
             }
         }
-        gone.add(self.counters_alone(proc, task).0);
+        gone.add(self.counters_alone(proc, task));
     }
 
+    /// The statement's handler: a thin table from statement to the module
+    /// of its mechanism. Handlers take the statement's fields as arguments.
     fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
-        let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
-        if let StmtKind::Madvise { proc, range, .. }
-        | StmtKind::Mprotect { proc, range, .. }
-        | StmtKind::Pin { proc, range }
-        | StmtKind::Split { proc, range } = &stmt.kind
-        {
-            let mm = &self.task(stmt, proc)?.mm;
-            let (start, end) = resolve(stmt, proc, mm, range)?;
-            if hugetlb::range_has_hugetlb(mm, start, end) {
-                return unsupported(&format!("{} of a HugeTLB region", stmt.kind.keyword()));
-            }
-        }
+        let m = &mut self.machine;
         // `current`: kernel memory (page tables) is charged to its memcg.
-        self.machine.memcg.current = stmt
+        m.current = stmt
             .kind
             .process()
-            .and_then(|p| self.tasks.get(p))
-            .and_then(|t| self.machine.memcg.mm_memcg(t.mm.mm_id));
-        self.machine.memcg.current_killed = false;
+            .and_then(|p| m.tasks.get(p))
+            .map(|t| t.mm);
+        let result = self.dispatch(stmt, gone);
+        if self.machine.memcg.killed.is_empty() {
+            return result;
+        }
+        self.retire_oom_victims(stmt, result, gone)
+    }
+
+    fn dispatch(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
+        use crate::{fork, gup, huge_memory, madvise, memcontrol, mmap, mms, mprotect};
+        let m = &mut self.machine;
         match &stmt.kind {
-            StmtKind::Set { tunable, value } => {
-                set_tunable(&mut self.machine, stmt, tunable, *value)?
-            }
-            StmtKind::Machine { params } => self.machine_params(stmt, params)?,
+            StmtKind::Set { tunable, value } => set_tunable(m, stmt, tunable, *value),
+            StmtKind::Machine { params } => self.machine_params(stmt, params),
             StmtKind::Cgroup { cgroup, memory_max } => {
-                if self.machine.memcg.by_name(cgroup).is_some() {
-                    return Err(failed(stmt, format!("cgroup '{cgroup}' already exists")));
-                }
-                // page_counter_memparse: whole pages, rounded down.
-                let max = memory_max.map(|s| s.bytes() / PAGE_SIZE);
-                self.machine.memcg.create(cgroup, max);
+                memcontrol::sys_cgroup(m, stmt, cgroup, *memory_max)
             }
             StmtKind::Spawn { proc, cgroup } => {
-                if self.tasks.contains_key(proc) {
-                    return Err(failed(stmt, format!("process '{proc}' already exists")));
-                }
-                let memcg = match cgroup {
-                    Some(cg) => Some(
-                        self.machine
-                            .memcg
-                            .by_name(cg)
-                            .ok_or_else(|| failed(stmt, format!("no cgroup '{cg}'")))?,
-                    ),
-                    None => None,
-                };
+                mms::sys_spawn(m, stmt, proc, cgroup.as_deref())?;
                 self.started = true;
-                let mm = MmStruct::new(self.alloc_mm_id());
-                if let Some(memcg) = memcg {
-                    self.machine.memcg.attach(mm.mm_id, memcg);
-                }
-                self.machine.anon_vmas.alloc(mm.mm_id);
-                self.tasks.insert(proc.clone(), Task { mm, min_flt: 0 });
+                Ok(())
             }
             StmtKind::Mmap {
                 proc,
@@ -880,134 +639,25 @@ impl Model {
                 hugetlb,
                 shared,
                 prot,
-            } => {
-                if *shared && hugetlb.is_none() {
-                    return unsupported("mmap shared without hugetlb=");
-                }
-                let task = self.task(stmt, proc)?;
-                if task.mm.regions.contains_key(region) {
-                    return Err(failed(
-                        stmt,
-                        format!("process '{proc}' already has a region '{region}'"),
-                    ));
-                }
-                if let Some(hsize) = hugetlb {
-                    let bytes = hsize.bytes().bytes();
-                    let h = hugetlb::size_to_hstate(bytes).expect("2M or 1G");
-                    let len = size.bytes().next_multiple_of(bytes);
-                    if *shared
-                        && !hugetlb::hstate_is_gigantic(h)
-                        && len >= crate::mm_types::PUD_SIZE
-                    {
-                        return unsupported(
-                            "a shared hugetlb=2M mapping of 1G or more (PMD sharing)",
-                        );
-                    }
-                    let prot = vm_prot(prot.unwrap_or(Prot::ReadWrite));
-                    let align = align.map_or(bytes, |a| a.bytes().max(bytes));
-                    let hv = hugetlb::hugetlb_mmap(&mut self.machine, h, len, *shared).map_err(
-                        |_| {
-                            BackendError::errno(
-                                stmt,
-                                Errno::ENOMEM,
-                                "mmap: the HugeTLB pool cannot reserve the mapping's pages",
-                            )
-                        },
-                    )?;
-                    let task = self.task(stmt, proc)?;
-                    task.mm.do_mmap_hugetlb(region, len, align, prot, hv);
-                    return Ok(());
-                }
-                let len = size.bytes().next_multiple_of(PAGE_SIZE);
-                let prot = vm_prot(prot.unwrap_or(Prot::ReadWrite));
-                task.mm
-                    .do_mmap(region, len, align.map(|a| a.bytes().max(PAGE_SIZE)), prot);
-            }
+            } => mmap::sys_mmap(
+                m, stmt, proc, region, *size, *align, *hugetlb, *shared, *prot,
+            ),
             StmtKind::Munmap { proc, range } => {
-                let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
-                if do_munmap(machine, &mut task.mm, start, end).is_err() {
-                    return Err(BackendError::errno(
-                        stmt,
-                        Errno::EINVAL,
-                        "munmap: the range cuts a HugeTLB mapping inside a huge page",
-                    ));
-                }
+                mmap::sys_munmap(m, stmt, proc, range)?;
                 self.retire_region_if_unmapped(proc, &range.region, gone);
+                Ok(())
             }
             StmtKind::Mprotect { proc, range, prot } => {
-                let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
-                if !mprotect::do_mprotect(machine, &mut task.mm, start, end, vm_prot(*prot)) {
-                    return Err(BackendError::errno(
-                        stmt,
-                        Errno::ENOMEM,
-                        "mprotect: part of the range is not mapped",
-                    ));
-                }
-            }
-            StmtKind::Madvise {
-                proc,
-                range,
-                advice: advice @ (Advice::Free | Advice::Cold | Advice::Pageout),
-            } => {
-                let (_, task, start, end) = self.resolve_range(stmt, proc, range)?;
-                let id = task.mm.mm_id;
-                let advice = match advice {
-                    Advice::Free => madvise::LruAdvice::Free,
-                    Advice::Cold => madvise::LruAdvice::Cold,
-                    _ => madvise::LruAdvice::Pageout,
-                };
-                let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));
-                if !madvise::madvise_lru(&mut self.machine, &mut mms, id, start, end, advice) {
-                    return Err(BackendError::errno(
-                        stmt,
-                        Errno::ENOMEM,
-                        "madvise: part of the range is not mapped",
-                    ));
-                }
+                mprotect::sys_mprotect(m, stmt, proc, range, *prot)
             }
             StmtKind::Madvise {
                 proc,
                 range,
                 advice,
-            } => {
-                let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
-                let covered = match advice {
-                    Advice::Hugepage => {
-                        madvise::hugepage_madvise(machine, &mut task.mm, start, end, true)
-                    }
-                    Advice::NoHugepage => {
-                        madvise::hugepage_madvise(machine, &mut task.mm, start, end, false)
-                    }
-                    Advice::DontNeed => {
-                        madvise::madvise_dontneed(machine, &mut task.mm, start, end)
-                    }
-                    Advice::Collapse => {
-                        use crate::khugepaged::madvise_collapse;
-                        match madvise_collapse(machine, &mut task.mm, start, end) {
-                            Ok(()) => true,
-                            Err(e) => {
-                                return Err(BackendError::errno(
-                                    stmt,
-                                    collapse_errno(e),
-                                    "madvise(MADV_COLLAPSE) failed",
-                                ))
-                            }
-                        }
-                    }
-                    Advice::Free | Advice::Pageout | Advice::Cold => unreachable!("above"),
-                };
-                if !covered {
-                    return Err(BackendError::errno(
-                        stmt,
-                        Errno::ENOMEM,
-                        "madvise: part of the range is not mapped",
-                    ));
-                }
-            }
+            } => madvise::sys_madvise(m, stmt, proc, range, *advice),
             StmtKind::Read { proc, range, step } => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
-                self.access_or_kill(stmt, proc, range, step, false, false, gone)?;
-                self.retire_oom_victims(stmt, gone)?;
+                self.access_or_kill(stmt, proc, range, step, false, false, gone)
             }
             StmtKind::Write {
                 proc,
@@ -1016,45 +666,31 @@ impl Model {
                 zero,
             } => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
-                self.access_or_kill(stmt, proc, range, step, true, *zero, gone)?;
-                self.retire_oom_victims(stmt, gone)?;
+                self.access_or_kill(stmt, proc, range, step, true, *zero, gone)
             }
-            StmtKind::Pin { proc, range } => {
-                let pinned = self.pin(stmt, proc, range);
-                if self.machine.memcg.current_killed {
-                    // GUP's fault found the memcg full and the OOM killer
-                    // chose the pinning process.
-                    self.exit_task(stmt, proc, gone)?;
-                    return Err(BackendError::killed(
-                        stmt,
-                        proc,
-                        Signal::SIGKILL,
-                        format!("{proc} was killed by SIGKILL: the memcg OOM killer chose it when its memory cgroup reached memory.max"),
-                    ));
-                }
-                pinned?
+            StmtKind::Pin { proc, range } => gup::sys_pin(self, stmt, proc, range),
+            StmtKind::Unpin { proc, range } => gup::sys_unpin(self, stmt, proc, range),
+            StmtKind::Fork { proc, child } => fork::sys_fork(self, stmt, proc, child),
+            StmtKind::ThpDisable { proc, on } => {
+                huge_memory::sys_prctl_thp_disable(m, stmt, proc, *on)
             }
-            StmtKind::Unpin { proc, range } => self.unpin(stmt, proc, range)?,
-            StmtKind::Fork { proc, child } => self.fork(stmt, proc, child)?,
-            StmtKind::ThpDisable { proc, on } => self.task(stmt, proc)?.mm.thp_disabled = *on,
-            StmtKind::Exit { proc } => self.exit_task(stmt, proc, gone)?,
-            StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
+            StmtKind::Exit { proc } => self.exit_task(stmt, proc, gone),
+            StmtKind::Split { proc, range } => huge_memory::sys_split(m, stmt, proc, range),
             StmtKind::Khugepaged => {
-                crate::khugepaged::khugepaged_do_scan(
-                    &mut self.machine,
-                    self.tasks.values_mut().map(|t| &mut t.mm),
-                );
+                crate::khugepaged::khugepaged_do_scan(m);
+                Ok(())
             }
             StmtKind::Fragment {
                 permille,
                 pattern,
                 seed,
             } => {
-                crate::fragment::fragment(&mut self.machine, *permille, *pattern, *seed);
+                crate::fragment::fragment(m, *permille, *pattern, *seed);
+                Ok(())
             }
             StmtKind::Reclaim => {
-                let mut mms = crate::rmap::MmList::new(self.tasks.values_mut().map(|t| &mut t.mm));
-                crate::vmscan::drop_slab(&mut self.machine, &mut mms);
+                crate::vmscan::drop_slab(m);
+                Ok(())
             }
             StmtKind::Snapshot { .. }
             | StmtKind::Expect { .. }
@@ -1063,6 +699,5 @@ impl Model {
                 unreachable!("run() handles snapshot and expect")
             }
         }
-        Ok(())
     }
 }

@@ -28,11 +28,13 @@
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
 use crate::internal::folio_pte_batch;
 use crate::mm_types::{page_folio, pg, Fault, Pfn, PMD_SIZE, PUD_SIZE};
-use crate::mmap::{MmStruct, Vma};
+use crate::mmap::{exit_mmap, MmStruct, Vma};
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
-use crate::{hugetlb, Machine};
+use crate::syscall::{failed, mm_id_of_ranged};
+use crate::{hugetlb, Machine, Model, Task};
+use hugelab_workload::{BackendError, Stmt};
 
 /// dup_mmap: `dst` (a new, empty mm with its own id) becomes a copy of `src`.
 pub fn dup_mmap(m: &mut Machine, src: &mut MmStruct, dst: &mut MmStruct) -> Result<(), Fault> {
@@ -231,5 +233,50 @@ fn copy_present_page(
     rmap::folio_add_new_anon_rmap(m, new, 0, false, dst_id, addr);
     dt.ptes[i] = Pte::new(new, writable);
     dt.pte_mkdirty(i);
+    Ok(())
+}
+
+/// The `fork` statement (kernel/fork.c `kernel_clone` without CLONE_VM,
+/// `copy_mm` -> `dup_mm`): a child with a copy of `parent`'s address space,
+/// in its memory cgroup, holding the io_uring rings it holds.
+pub fn sys_fork(
+    model: &mut Model,
+    stmt: &Stmt,
+    parent: &str,
+    child: &str,
+) -> Result<(), BackendError> {
+    let m = &mut model.machine;
+    if m.tasks.contains_key(child) {
+        return Err(failed(stmt, format!("process '{child}' already exists")));
+    }
+    let src_id = mm_id_of_ranged(m, stmt, parent)?;
+    let dst_id = m.mms.alloc();
+    // The child is in its parent's memory cgroup.
+    if let Some(memcg) = m.memcg.mm_memcg(src_id) {
+        m.memcg.attach(dst_id, memcg);
+    }
+    let mut dst = m.mms.take(dst_id);
+    let copied = m.with_mm(src_id, |m, src| dup_mmap(m, src, &mut dst));
+    if copied.is_err() {
+        // The kernel undoes a half-made child (dup_mmap's failure path,
+        // then mmput): so does the model, and then refuses to go on,
+        // where the kernel would have run its OOM killer.
+        exit_mmap(m, &mut dst);
+        m.anon_vmas.exit(dst_id);
+        m.memcg.detach(dst_id);
+        m.mms.free(dst_id);
+        return Err(failed(stmt, "fork failed: no memory for the child"));
+    }
+    m.mms.put(dst);
+    let task = Task {
+        mm: dst_id,
+        min_flt: 0,
+    };
+    m.tasks.insert(child.to_string(), task);
+    for pin in model.pins.iter_mut() {
+        if pin.holders.iter().any(|h| h == parent) {
+            pin.holders.push(child.to_string());
+        }
+    }
     Ok(())
 }

@@ -19,7 +19,10 @@ use crate::mmap::MmStruct;
 use crate::page_alloc::free_folio;
 use crate::pgtable::{pte_index, Pmd};
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
-use crate::Machine;
+use crate::syscall::{mm_id_of, resolve, resolve_range_no_hugetlb};
+use crate::vmstat::VmEvent;
+use crate::{Machine, Model};
+use hugelab_workload::{BackendError, Errno, Range, Stmt};
 
 /// One pinned range: the pages it pinned, and the processes holding its ring.
 #[derive(Clone, Debug)]
@@ -109,6 +112,91 @@ pub fn unpin_user_pages(m: &mut Machine, pages: &[Pfn]) {
         };
         if rmap::folio_put_refs(m, folio, refs) {
             free_folio(m, folio);
+        }
+    }
+}
+
+/// The largest io_uring fixed buffer (SZ_1G in io_uring/rsrc.c).
+const IO_URING_MAX_BUFFER: u64 = 1 << 30;
+
+/// The `pin` statement: an io_uring fixed buffer over the range
+/// (io_uring_register IORING_REGISTER_BUFFERS, `io_sqe_buffer_register`).
+pub fn sys_pin(
+    model: &mut Model,
+    stmt: &Stmt,
+    proc: &str,
+    range: &Range,
+) -> Result<(), BackendError> {
+    let m = &mut model.machine;
+    let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    // io_buffer_validate (io_uring/rsrc.c): "arbitrary limit, but we
+    // need something".
+    if end - start > IO_URING_MAX_BUFFER {
+        return Err(BackendError::errno(
+            stmt,
+            Errno::EFAULT,
+            "pin: io_uring refuses a fixed buffer over 1 GiB",
+        ));
+    }
+    let faults_before = m.stat.event(VmEvent::PgFault);
+    let pinned = m.with_mm(id, |m, mm| pin_user_pages(m, mm, start, end));
+    let pages = pinned.map_err(|e| match e {
+        PinError::Efault => BackendError::errno(
+            stmt,
+            Errno::EFAULT,
+            "pin: part of the range is unmapped or not writable",
+        ),
+        PinError::Oom => BackendError::errno(stmt, Errno::ENOMEM, "pin"),
+    })?;
+    let faults = m.stat.event(VmEvent::PgFault) - faults_before;
+    m.tasks.get_mut(proc).expect("the pinning task").min_flt += faults;
+    model.pins.push(Pin {
+        start,
+        len: end - start,
+        pages,
+        holders: vec![proc.to_string()],
+    });
+    Ok(())
+}
+
+/// The `unpin` statement: unregisters the buffer `pin` registered for
+/// exactly this range (IORING_UNREGISTER_BUFFERS).
+pub fn sys_unpin(
+    model: &mut Model,
+    stmt: &Stmt,
+    proc: &str,
+    range: &Range,
+) -> Result<(), BackendError> {
+    let m = &model.machine;
+    let mm = m.mms.get(mm_id_of(m, stmt, proc)?).expect("a task's mm");
+    let (start, end) = resolve(stmt, proc, mm, range)?;
+    let found = model.pins.iter().position(|p| {
+        p.start == start && p.len == end - start && p.holders.iter().any(|h| h == proc)
+    });
+    let Some(i) = found else {
+        // As the kernel backend's agent answers: no ring holds this range.
+        return Err(BackendError::errno(
+            stmt,
+            Errno::ENOENT,
+            format!("unpin: {proc} has no pin of exactly this range"),
+        ));
+    };
+    let pin = model.pins.remove(i);
+    unpin_user_pages(&mut model.machine, &pin.pages);
+    Ok(())
+}
+
+/// At exit the process's ring references go; a ring nobody holds any
+/// more releases its pins.
+pub fn release_pins(model: &mut Model, proc: &str) {
+    let mut i = 0;
+    while i < model.pins.len() {
+        model.pins[i].holders.retain(|h| h != proc);
+        if model.pins[i].holders.is_empty() {
+            let pin = model.pins.remove(i);
+            unpin_user_pages(&mut model.machine, &pin.pages);
+        } else {
+            i += 1;
         }
     }
 }

@@ -28,13 +28,15 @@ use crate::mm_types::{
     page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
 };
 use crate::mmap::{MmStruct, Vma};
+use crate::mms::MmList;
 use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
-use crate::rmap::{self, MmList};
+use crate::rmap;
+use crate::syscall::{mm_id_of, resolve_range_no_hugetlb};
 use crate::trace::Step;
 use crate::vmstat::{Counted, MthpStat, VmEvent};
 use crate::Machine;
-use hugelab_workload::{ThpDefrag, ThpEnabled, ThpSizeEnabled};
+use hugelab_workload::{BackendError, Range, Stmt, ThpDefrag, ThpEnabled, ThpSizeEnabled};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 
@@ -842,6 +844,33 @@ pub(crate) fn deferred_split_scan_folios(m: &mut Machine, mms: &mut MmList, foli
             m.deferred_split_queue.add_tail(folio);
         }
     }
+}
+
+/// The `split` statement: `pid,start,end` written to debugfs
+/// `split_huge_pages` (`split_huge_pages_write`); the splits' rmap walks
+/// reach every mm.
+pub fn sys_split(
+    m: &mut Machine,
+    stmt: &Stmt,
+    proc: &str,
+    range: &Range,
+) -> Result<(), BackendError> {
+    let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    m.with_mms(None, |m, mms| split_huge_pages_pid(m, mms, id, start, end));
+    Ok(())
+}
+
+/// The `thp_disable` statement: prctl(PR_SET_THP_DISABLE) sets or clears
+/// MMF_DISABLE_THP_COMPLETELY on the process's mm (kernel/sys.c).
+pub fn sys_prctl_thp_disable(
+    m: &mut Machine,
+    stmt: &Stmt,
+    proc: &str,
+    on: bool,
+) -> Result<(), BackendError> {
+    let id = mm_id_of(m, stmt, proc)?;
+    m.mms.get_mut(id).expect("a task's mm").thp_disabled = on;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -695,12 +695,12 @@ fn hv_of(vma: &Vma) -> HugetlbVma {
 }
 
 /// hugetlb_fault for one access at `addr` that needs a fault: the page is
-/// not mapped, or mapped read-only for a write. `others` are the other
-/// processes' mms (unmap_ref_private reaches into them). Counts PGFAULT.
+/// not mapped, or mapped read-only for a write; `mm` is taken out of the
+/// machine's table, whose other mms unmap_ref_private reaches. Counts
+/// PGFAULT.
 pub fn hugetlb_fault(
     m: &mut Machine,
     mm: &mut MmStruct,
-    others: &mut [&mut MmStruct],
     vma: &Vma,
     addr: u64,
     write: bool,
@@ -709,8 +709,8 @@ pub fn hugetlb_fault(
     let hv = hv_of(vma);
     let haddr = addr & !(huge_page_size(hv.hstate) - 1);
     match mm.hugetlb_ptes.get(&haddr).copied() {
-        None => hugetlb_no_page(m, mm, others, vma, haddr, write),
-        Some(_) => hugetlb_wp(m, mm, others, vma, haddr),
+        None => hugetlb_no_page(m, mm, vma, haddr, write),
+        Some(_) => hugetlb_wp(m, mm, vma, haddr),
     }
 }
 
@@ -718,7 +718,6 @@ pub fn hugetlb_fault(
 fn hugetlb_no_page(
     m: &mut Machine,
     mm: &mut MmStruct,
-    others: &mut [&mut MmStruct],
     vma: &Vma,
     haddr: u64,
     write: bool,
@@ -768,7 +767,7 @@ fn hugetlb_no_page(
     let writable = hv.shared && vma.flags & Vma::VM_WRITE != 0;
     mm.hugetlb_ptes.insert(haddr, HugePte { folio, writable });
     if write && !hv.shared {
-        return hugetlb_wp(m, mm, others, vma, haddr);
+        return hugetlb_wp(m, mm, vma, haddr);
     }
     Ok(())
 }
@@ -781,13 +780,7 @@ fn set_huge_ptep_writable(mm: &mut MmStruct, haddr: u64) {
 }
 
 /// hugetlb_wp: a write to a read-only huge PTE.
-fn hugetlb_wp(
-    m: &mut Machine,
-    mm: &mut MmStruct,
-    others: &mut [&mut MmStruct],
-    vma: &Vma,
-    haddr: u64,
-) -> Result<(), Fault> {
+fn hugetlb_wp(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, haddr: u64) -> Result<(), Fault> {
     let hv = hv_of(vma);
     let pte = mm.hugetlb_ptes[&haddr];
     if hv.shared {
@@ -820,7 +813,7 @@ fn hugetlb_wp(
                 return Ok(());
             }
             None if cow_from_owner => {
-                unmap_ref_private(m, others, &hv, hv.index(vma, haddr), old);
+                unmap_ref_private(m, &hv, hv.index(vma, haddr), old);
                 // retry_avoidcopy: the page is this mm's alone now, unless
                 // another of its own mappings holds it too.
                 if m.hugetlb.folios[&old].mapcount != 1 {
@@ -835,43 +828,46 @@ fn hugetlb_wp(
 /// unmap_ref_private: the owner could not copy `folio`; every other private
 /// mapping of the file without reservations (the children) loses it and is
 /// marked HPAGE_RESV_UNMAPPED.
-fn unmap_ref_private(
-    m: &mut Machine,
-    others: &mut [&mut MmStruct],
-    hv: &HugetlbVma,
-    idx: u64,
-    folio: Pfn,
-) {
-    let size = huge_page_size(hv.hstate);
-    for mm in others.iter_mut() {
-        let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
-        for v in vmas {
-            let Some(other) = v.hugetlb else { continue };
-            if other.inode != hv.inode || other.shared || other.owner {
-                continue;
-            }
-            let nr = (v.end - v.start) / size;
-            if idx < other.pgoff || idx >= other.pgoff + nr {
-                continue;
-            }
-            let addr = v.start + (idx - other.pgoff) * size;
-            if mm.hugetlb_ptes.get(&addr).map(|p| p.folio) != Some(folio) {
-                continue;
-            }
-            mm.vmas.insert(
-                v.start,
-                Vma {
-                    hugetlb: Some(HugetlbVma {
-                        unmapped: true,
-                        ..other
-                    }),
-                    ..v
-                },
-            );
-            mm.hugetlb_ptes.remove(&addr);
-            m.hugetlb.folios.get_mut(&folio).expect("folio").mapcount -= 1;
-            folio_put(m, folio);
+fn unmap_ref_private(m: &mut Machine, hv: &HugetlbVma, idx: u64, folio: Pfn) {
+    // The faulting mm is out of the table: the walk reaches the others.
+    m.with_mms(None, |m, mms| {
+        for mm in mms.iter_mut() {
+            unmap_ref_private_mm(m, mm, hv, idx, folio);
         }
+    });
+}
+
+/// unmap_ref_private's work in one mm: its private, unreserved mapping of
+/// `folio` at index `idx` of the file, if any, goes.
+fn unmap_ref_private_mm(m: &mut Machine, mm: &mut MmStruct, hv: &HugetlbVma, idx: u64, folio: Pfn) {
+    let size = huge_page_size(hv.hstate);
+    let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
+    for v in vmas {
+        let Some(other) = v.hugetlb else { continue };
+        if other.inode != hv.inode || other.shared || other.owner {
+            continue;
+        }
+        let nr = (v.end - v.start) / size;
+        if idx < other.pgoff || idx >= other.pgoff + nr {
+            continue;
+        }
+        let addr = v.start + (idx - other.pgoff) * size;
+        if mm.hugetlb_ptes.get(&addr).map(|p| p.folio) != Some(folio) {
+            continue;
+        }
+        mm.vmas.insert(
+            v.start,
+            Vma {
+                hugetlb: Some(HugetlbVma {
+                    unmapped: true,
+                    ..other
+                }),
+                ..v
+            },
+        );
+        mm.hugetlb_ptes.remove(&addr);
+        m.hugetlb.folios.get_mut(&folio).expect("folio").mapcount -= 1;
+        folio_put(m, folio);
     }
 }
 
@@ -974,7 +970,6 @@ pub fn copy_hugetlb_page_range(
 pub fn hugetlb_access(
     m: &mut Machine,
     mm: &mut MmStruct,
-    others: &mut [&mut MmStruct],
     vma: &Vma,
     range: std::ops::Range<u64>,
     step: u64,
@@ -994,7 +989,7 @@ pub fn hugetlb_access(
             Some(p) => write && !p.writable,
         };
         if needs_fault {
-            hugetlb_fault(m, mm, others, &vma_now, addr, write)?;
+            hugetlb_fault(m, mm, &vma_now, addr, write)?;
         }
         // The next access outside this huge page.
         let next = haddr + size;

@@ -36,6 +36,8 @@
 //!   list was collapsed (it stopped sharing pages with it) waits for the next
 //!   `khugepaged` statement, where the kernel backend's second pass may
 //!   already take it.
+//! - The mm list (`khugepaged_scan.mm_head`) is in the order of the task
+//!   list (by process name, see `mms`), not in the order of registration.
 //! - No swap (max_ptes_swap never applies), every mapped page counts as young (referenced), no NUMA node
 //!   choice, synchronous allocation with no alloc_sleep back-off.
 //!
@@ -84,14 +86,17 @@ pub fn hugepage_pmd_enabled(m: &Machine) -> bool {
     m.thp.size_enabled[HPAGE_PMD_ORDER as usize].resolve(m.thp.enabled) != ThpEnabled::Never
 }
 
-/// khugepaged_do_scan until every registered mm was scanned to its end.
-pub fn khugepaged_do_scan<'a>(m: &mut Machine, mms: impl Iterator<Item = &'a mut MmStruct>) {
+/// khugepaged_do_scan until every registered mm of the machine was scanned
+/// to its end, in the order of the task list (see the module doc).
+pub fn khugepaged_do_scan(m: &mut Machine) {
     if !hugepage_pmd_enabled(m) {
         m.trace_collapse(|| CollapseStep::Stopped);
         return;
     }
-    for mm in mms.filter(|mm| mm.khugepaged_registered) {
-        khugepaged_scan_mm_slot(m, mm);
+    for id in m.mm_ids_by_task() {
+        if m.mms.get(id).is_some_and(|mm| mm.khugepaged_registered) {
+            m.with_mm(id, khugepaged_scan_mm_slot);
+        }
     }
 }
 

@@ -12,18 +12,27 @@
 //! (buddy allocator with migratetypes, folio allocation and free, the
 //! allocation slow path), `compaction` (direct compaction, kcompactd,
 //! migration), `fragment` (the unmovable-page generator of the `fragment`
-//! statement), `internal` (folio_pte_batch, from
+//! statement), `mms` (the address spaces by id and the tasks using them:
+//! mm_alloc, threads, mmput), `internal` (folio_pte_batch, from
 //! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
 //! (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache` (readings kept
 //! until a statement changes them), `thp_utilization` (folio
 //! causes and written subpages for the utilization report), `debug_vm`
-//! (invariant checks).
+//! (invariant checks), `syscall` (what the statement handlers share) and
+//! `exec` (the statements' dispatch).
 //! Each module's doc comment names the kernel code it follows and what it
 //! leaves out.
 //!
 //! Machine-wide simplifications: x86_64 with 4 KiB pages and one NUMA node; no
 //! swap, page cache or concurrency yet; statements the model
 //! cannot execute are refused with an error naming them, never ignored.
+//!
+//! One machine owns every address space: `Machine::mms` holds each
+//! `mm_struct` by its `MmId` and `Machine::tasks` the tasks, each naming the
+//! mm it runs in (threads share one). An operation on an mm takes it out of
+//! the table and works on it beside `&mut Machine`; a walk that reaches
+//! other mms (rmap, compaction, memcg reclaim and OOM, HugeTLB) borrows the
+//! whole table through `Machine::with_mms` (see `mms`).
 //!
 //! The model is pure: no files, clocks, syscalls or unseeded randomness. The
 //! same workload gives the same counters, bit for bit.
@@ -46,6 +55,7 @@ pub mod memcontrol;
 pub mod memory;
 pub mod mm_types;
 pub mod mmap;
+pub mod mms;
 pub mod mprotect;
 pub mod page_alloc;
 pub mod pgtable;
@@ -53,6 +63,7 @@ pub mod reading_cache;
 pub mod rmap;
 pub mod sparse;
 pub mod swap;
+pub mod syscall;
 pub mod task_mmu;
 pub mod thp_utilization;
 pub mod trace;
@@ -61,7 +72,6 @@ pub mod vmstat;
 
 use crate::huge_memory::{DeferredSplitQueue, ThpSettings};
 use crate::mm_types::{pg, Fault, Pfn, PAGE_SIZE};
-use crate::mmap::MmStruct;
 use crate::page_alloc::Zone;
 use crate::vmstat::VmStat;
 use rustc_hash::FxHashMap as HashMap;
@@ -92,11 +102,13 @@ pub struct Machine {
     pub lru: swap::Lru,
     /// Fault decisions being recorded for `hugelab explain` (see trace).
     pub trace: Option<Box<trace::Trace>>,
-    /// The other processes' address spaces, lent by `exec` for a statement
-    /// whose allocations may need compaction, so that migration can rewrite
-    /// their page tables (the model's stand-in for an rmap walk of order-0
-    /// folios; see `compaction`). Empty otherwise.
-    pub lent_mms: Vec<MmStruct>,
+    /// Every address space, by id (see `mms`).
+    pub mms: mms::Mms,
+    /// The tasks by name (init_task's list); a task that exited is gone.
+    pub tasks: BTreeMap<String, Task>,
+    /// `current->mm`: the mm of the task whose statement runs (kernel
+    /// memory, page tables, is charged to its memcg).
+    pub current: Option<rmap::MmId>,
     /// pgdat->kcompactd_max_order: the order kcompactd was woken for, run
     /// when the statement ends (0: not woken).
     pub kcompactd_max_order: u32,
@@ -136,7 +148,9 @@ impl Machine {
             vmemmap: hugetlb_vmemmap::Vmemmap::default(),
             lru: swap::Lru::default(),
             trace: None,
-            lent_mms: Vec::new(),
+            mms: mms::Mms::default(),
+            tasks: BTreeMap::new(),
+            current: None,
             kcompactd_max_order: 0,
             unmovable_pages: 0,
             memcg: memcontrol::Memcgs::default(),
@@ -165,24 +179,14 @@ impl Machine {
     }
 }
 
-/// A process of the workload: its address space.
-pub struct Task {
-    pub mm: MmStruct,
-    /// Faults this task's accesses took (`task_struct.min_flt`, shown as
-    /// minflt in /proc/PID/stat).
-    pub min_flt: u64,
-}
+pub use mms::Task;
 
-/// The model backend: a `Machine` and the processes running on it.
+/// The model backend: a `Machine`, with the processes running on it.
 pub struct Model {
     pub machine: Machine,
     memory_bytes: u64,
-    /// Processes by name; a process that exited is gone.
-    pub tasks: BTreeMap<String, Task>,
     /// Whether any process has run (after which `machine` may not change).
     started: bool,
-    /// The last mm_id handed out (0 is MM_ID_DUMMY).
-    last_mm_id: rmap::MmId,
     /// Long-term pins in force (io_uring fixed buffers), oldest first.
     pub pins: Vec<gup::Pin>,
     /// Run `debug_vm::check` after every statement (`--check`).
@@ -202,9 +206,7 @@ impl Model {
         Model {
             machine: Machine::new(memory_bytes),
             memory_bytes,
-            tasks: BTreeMap::new(),
             started: false,
-            last_mm_id: rmap::MM_ID_DUMMY,
             pins: Vec::new(),
             check_invariants: false,
             reading_cache: reading_cache::ReadingCache::default(),
@@ -225,15 +227,6 @@ impl Model {
         self
     }
 
-    /// A fresh mm_id for a new address space.
-    ///
-    /// The kernel's `mm_alloc_id` (kernel/fork.c); the name is left for the
-    /// restructuring of the machine's address spaces to take.
-    pub fn alloc_mm_id(&mut self) -> rmap::MmId {
-        self.last_mm_id += 1;
-        self.last_mm_id
-    }
-
     pub fn memory_bytes(&self) -> u64 {
         self.memory_bytes
     }
@@ -241,9 +234,10 @@ impl Model {
     /// Host memory the model uses for its state, approximately (for benchmarks).
     pub fn footprint_bytes(&self) -> u64 {
         let tables: u64 = self
-            .tasks
-            .values()
-            .map(|t| t.mm.pmds.footprint_bytes())
+            .machine
+            .mms
+            .iter()
+            .map(|mm| mm.pmds.footprint_bytes())
             .sum();
         self.machine.zone.footprint_bytes() + tables
     }

@@ -42,11 +42,66 @@ use crate::khugepaged::khugepaged_enter_vma;
 use crate::memory::zap_page_range;
 use crate::mm_types::{page_folio, Pfn, PAGE_SIZE, PMD_SIZE};
 use crate::mmap::{update_vma_flags, MmStruct, Vma};
+use crate::mms::MmList;
 use crate::pgtable::{pte_index, Pmd};
-use crate::rmap::{folio_mapcount, folio_maybe_mapped_shared, MmId, MmList};
+use crate::rmap::{folio_mapcount, folio_maybe_mapped_shared, MmId};
 use crate::swap::{folio_clear_dirty, folio_deactivate, folio_mark_lazyfree, folio_test_dirty};
+use crate::syscall::resolve_range_no_hugetlb;
 use crate::vmscan::reclaim_pages;
 use crate::Machine;
+use hugelab_workload::{Advice, BackendError, Errno, Range, Stmt};
+
+/// The `madvise` statement (SYSCALL_DEFINE3(madvise), `madvise_do_behavior`).
+pub fn sys_madvise(
+    m: &mut Machine,
+    stmt: &Stmt,
+    proc: &str,
+    range: &Range,
+    advice: Advice,
+) -> Result<(), BackendError> {
+    let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    // The LRU advice's rmap walks (splits, reclaim) reach every mm.
+    let lru = |m: &mut Machine, advice| {
+        m.with_mms(None, |m, mms| madvise_lru(m, mms, id, start, end, advice))
+    };
+    let covered = match advice {
+        Advice::Free => lru(m, LruAdvice::Free),
+        Advice::Cold => lru(m, LruAdvice::Cold),
+        Advice::Pageout => lru(m, LruAdvice::Pageout),
+        Advice::Hugepage => m.with_mm(id, |m, mm| hugepage_madvise(m, mm, start, end, true)),
+        Advice::NoHugepage => m.with_mm(id, |m, mm| hugepage_madvise(m, mm, start, end, false)),
+        Advice::DontNeed => m.with_mm(id, |m, mm| madvise_dontneed(m, mm, start, end)),
+        Advice::Collapse => {
+            use crate::khugepaged::madvise_collapse;
+            let collapsed = m.with_mm(id, |m, mm| madvise_collapse(m, mm, start, end));
+            if let Err(e) = collapsed {
+                let errno = collapse_errno(e);
+                let msg = "madvise(MADV_COLLAPSE) failed";
+                return Err(BackendError::errno(stmt, errno, msg));
+            }
+            true
+        }
+    };
+    if !covered {
+        return Err(BackendError::errno(
+            stmt,
+            Errno::ENOMEM,
+            "madvise: part of the range is not mapped",
+        ));
+    }
+    Ok(())
+}
+
+/// The errno madvise(MADV_COLLAPSE) returns for a failed collapse.
+fn collapse_errno(e: crate::khugepaged::CollapseError) -> Errno {
+    use crate::khugepaged::CollapseError;
+    match e {
+        CollapseError::Inval => Errno::EINVAL,
+        CollapseError::NoMem => Errno::ENOMEM,
+        CollapseError::Again => Errno::EAGAIN,
+        CollapseError::Busy => Errno::EBUSY,
+    }
+}
 
 /// MADV_HUGEPAGE / MADV_NOHUGEPAGE over `[start, end)`; false if part is unmapped.
 pub fn hugepage_madvise(

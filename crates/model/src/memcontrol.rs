@@ -49,25 +49,24 @@
 //!   watermark, so memory.high and the global limits never reclaim;
 //! - `folio->memcg_data` is kept beside the memmap, by head pfn: a page
 //!   migration (compaction) must move it (`mem_cgroup_migrate`);
-//! - limit reclaim and the OOM killer see every process of the workload
-//!   during `read` and `write` (exec parks the others in `Memcgs::others`);
-//!   during `pin`, `fork`, MADV_COLLAPSE and `khugepaged` they see only the
-//!   mm at hand: the shrinker leaves a folio another mm may map on the
-//!   queue, and the OOM killer chooses among the processes it sees (during
-//!   `fork` none: the fork fails with ENOMEM where the kernel would kill
-//!   a process);
+//! - limit reclaim and the OOM killer reach every mm of the machine (the
+//!   mm at hand and the machine's table, `Machine::with_mms`), except
+//!   during `fork`: there the parent (taken out of the table for dup_mmap)
+//!   and the child being built are no candidates, and the shrinker leaves a
+//!   folio the child may map on the queue;
 //! - `oom_score_adj` is 0 for every process and v2's memory.oom.group is
 //!   not modelled (v1 has neither here).
 
 use crate::gfp::Gfp;
 use crate::mm_types::{Fault, Pfn};
 use crate::mmap::MmStruct;
-use crate::rmap::{MmId, MmList};
+use crate::mms::MmList;
+use crate::rmap::MmId;
 use crate::trace::Step;
 use crate::vmstat::VmEvent;
-use crate::{Machine, Task};
+use crate::Machine;
+use hugelab_workload::{BackendError, Size, Stmt};
 use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
 
 /// MAX_RECLAIM_RETRIES (mm/internal.h).
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
@@ -159,20 +158,14 @@ pub struct Memcgs {
     memcg_data: HashMap<Pfn, (MemcgId, u64)>,
     /// The memcg of each process (`mm->owner`'s), by mm id.
     mm_memcg: HashMap<MmId, MemcgId>,
-    /// The memcg of the process whose statement runs (`current`): kernel
-    /// memory (page tables) is charged to it.
-    pub current: Option<MemcgId>,
-    /// The other processes while one runs an access (exec parks them here):
-    /// what limit reclaim and the OOM killer see besides the faulting mm.
-    pub others: BTreeMap<String, Task>,
-    /// The OOM killer chose the faulting process (it dies with SIGKILL
-    /// when the fault returns).
-    pub current_killed: bool,
     /// The OOM kill of the charge being traced (`hugelab explain`).
     pub traced_kill: Option<Step>,
-    /// Processes the OOM killer killed other than the faulting one, torn
-    /// down already (exit_mmap); exec retires them.
-    pub killed: Vec<(String, Task)>,
+    /// The mms the OOM killer chose during the statement, in kill order
+    /// (mark_oom_victim): the mm at hand of the charge is only marked (its
+    /// task dies with SIGKILL when the fault returns); another is torn down
+    /// at once (exit_mmap, as the OOM reaper would), and exec retires its
+    /// tasks when the statement ends.
+    pub killed: Vec<MmId>,
 }
 
 impl Memcgs {
@@ -249,6 +242,24 @@ impl Memcgs {
     }
 }
 
+/// The `cgroup` statement: mkdir of a memory cgroup (`mem_cgroup_css_alloc`)
+/// and its memory.max written (`memory_max_write`).
+pub fn sys_cgroup(
+    m: &mut Machine,
+    stmt: &Stmt,
+    cgroup: &str,
+    memory_max: Option<Size>,
+) -> Result<(), BackendError> {
+    if m.memcg.by_name(cgroup).is_some() {
+        let msg = format!("cgroup '{cgroup}' already exists");
+        return Err(crate::syscall::failed(stmt, msg));
+    }
+    // page_counter_memparse: whole pages, rounded down.
+    let max = memory_max.map(|s| s.bytes() / crate::mm_types::PAGE_SIZE);
+    m.memcg.create(cgroup, max);
+    Ok(())
+}
+
 /// mem_cgroup_charge of a new anonymous folio of `order` for `mm`: nothing
 /// without a memcg; else try_charge_memcg with `gfp` (limit reclaim, and
 /// the OOM killer for cheap orders). Err(Fault::Oom) is -ENOMEM (a large
@@ -290,13 +301,13 @@ pub fn mem_cgroup_charge(
     result
 }
 
-/// A page-table page for the process whose statement runs
-/// (`__memcg_kmem_charge_page` for GFP_PGTABLE_USER): charged whatever the
+/// A page-table page for the process whose statement runs (`current`,
+/// `__memcg_kmem_charge_page` for GFP_PGTABLE_USER): charged whatever the
 /// limit (see the module doc).
 ///
 /// The kernel's __memcg_kmem_charge_page, without the underscores of its inline wrapper.
 pub fn memcg_kmem_charge_page(m: &mut Machine, pfn: Pfn) {
-    if let Some(memcg) = m.memcg.current {
+    if let Some(memcg) = m.current.and_then(|id| m.memcg.mm_memcg(id)) {
         m.memcg.groups[memcg].memory.charge(1);
         m.memcg.commit_charge(pfn, memcg, 1);
     }
@@ -378,7 +389,7 @@ fn try_charge_memcg(
             continue;
         }
         // task_is_dying: the OOM killer chose the faulting process.
-        if passed_oom && m.memcg.current_killed {
+        if passed_oom && task_is_dying(m, mm.as_deref()) {
             return Err(Fault::OomKilled);
         }
         if mem_cgroup_oom(m, mm.as_deref_mut(), memcg, order) {
@@ -401,30 +412,30 @@ pub fn try_to_free_mem_cgroup_pages(
     memcg: MemcgId,
     nr: u64,
 ) -> u64 {
-    let mut others = std::mem::take(&mut m.memcg.others);
-    let mut mms = MmList::new(others.values_mut().map(|t| &mut t.mm).chain(mm));
+    m.with_mms(mm, |m, mms| shrink_memcg(m, mms, memcg, nr))
+}
+
+/// try_to_free_mem_cgroup_pages's work, with every mm reachable.
+fn shrink_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId, nr: u64) -> u64 {
     // lazyfree discard: see vmscan (shrink_folio_list frees the memcg's
     // clean lazily-freed anonymous folios; their pages count in
     // nr_reclaimed). shrink_lruvec runs before shrink_slab.
     let nr_to_reclaim = nr.max(SWAP_CLUSTER_MAX);
-    let nr_reclaimed = crate::vmscan::shrink_lazyfree(m, &mut mms, nr_to_reclaim, |m, f| {
+    let nr_reclaimed = crate::vmscan::shrink_lazyfree(m, mms, nr_to_reclaim, |m, f| {
         m.memcg.folio_memcg(f) == Some(memcg)
     });
     // The shrinker's scan count (its queue length >> priority) reaches a
     // memcg's few queued folios only at the lowest priorities, which
     // do_try_to_free_pages gets to only while the LRU falls short.
     if nr_reclaimed < nr_to_reclaim {
-        deferred_split_scan_memcg(m, &mut mms, memcg);
+        deferred_split_scan_memcg(m, mms, memcg);
     }
-    drop(mms);
-    m.memcg.others = others;
     nr_reclaimed
 }
 
 /// deferred_split_scan on the memcg's queue: the folios of the queue
 /// charged to `memcg`, in queue order. A folio some mm of whose fork family
-/// is not at hand (a statement that did not park the other processes)
-/// stays queued.
+/// is not reachable (the child `fork` is building) stays queued.
 ///
 /// Named for deferred_split_scan with sc->memcg set; the kernel has one function for both queues.
 fn deferred_split_scan_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId) {
@@ -458,10 +469,15 @@ fn mem_cgroup_oom(m: &mut Machine, mm: Option<&mut MmStruct>, memcg: MemcgId, or
     // (an mTHP order, then the next): mem_cgroup_out_of_memory's
     // mutex_lock_killable fails on its pending SIGKILL and kills no one;
     // the retried charge then ends at task_is_dying.
-    if m.memcg.current_killed {
+    if task_is_dying(m, mm.as_deref()) {
         return true;
     }
     out_of_memory(m, mm, memcg)
+}
+
+/// task_is_dying for the task of the mm at hand: the OOM killer chose it.
+fn task_is_dying(m: &Machine, mm: Option<&MmStruct>) -> bool {
+    mm.is_some_and(|mm| m.memcg.killed.contains(&mm.mm_id))
 }
 
 /// oom_badness: the pages the process would give back (get_mm_rss and its
@@ -481,50 +497,42 @@ pub fn oom_badness(mm: &MmStruct) -> u64 {
 /// fault returns); another is torn down at once. False when the group has
 /// no process to kill.
 fn out_of_memory(m: &mut Machine, mm: Option<&mut MmStruct>, memcg: MemcgId) -> bool {
-    let current_id = mm.as_ref().map(|mm| mm.mm_id);
-    let mut candidates: Vec<(MmId, u64, Option<String>)> = Vec::new();
-    if let Some(mm) = mm.as_deref() {
-        if m.memcg.mm_memcg(mm.mm_id) == Some(memcg) && !m.memcg.current_killed {
-            candidates.push((mm.mm_id, oom_badness(mm), None));
-        }
-    }
-    for (name, task) in &m.memcg.others {
-        if m.memcg.mm_memcg(task.mm.mm_id) == Some(memcg) {
-            candidates.push((task.mm.mm_id, oom_badness(&task.mm), Some(name.clone())));
-        }
-    }
-    candidates.sort_by_key(|c| c.0);
-    let mut chosen: Option<&(MmId, u64, Option<String>)> = None;
-    for c in &candidates {
+    let at_hand = mm.as_deref();
+    let candidates = at_hand
+        .into_iter()
+        .filter(|mm| !task_is_dying(m, Some(mm)))
+        .chain(m.mms.iter())
+        .filter(|mm| m.memcg.mm_memcg(mm.mm_id) == Some(memcg))
+        .map(|mm| (mm.mm_id, oom_badness(mm)));
+    let mut chosen: Option<(MmId, u64)> = None;
+    let mut sorted: Vec<(MmId, u64)> = candidates.collect();
+    sorted.sort_by_key(|c| c.0);
+    for c in sorted {
         if chosen.is_none_or(|ch| c.1 >= ch.1) {
             chosen = Some(c);
         }
     }
-    let Some((victim, points, name)) = chosen.cloned() else {
+    let Some((victim, points)) = chosen else {
         return false;
     };
+    let current = at_hand.is_some_and(|mm| mm.mm_id == victim);
     if m.tracing() {
         // Recorded after the charge step that called the OOM killer.
+        let name = m.tasks_of(victim).next().map(str::to_string);
         m.memcg.traced_kill = Some(Step::OomKill {
             memcg: m.memcg.groups[memcg].name.clone(),
-            victim: name.clone(),
+            victim: name.filter(|_| !current),
             points,
         });
     }
     m.stat.count_vm_event(VmEvent::OomKill);
     m.memcg.groups[memcg].events.oom_kill += 1;
-    match name {
-        None => {
-            debug_assert_eq!(Some(victim), current_id);
-            m.memcg.current_killed = true;
-        }
-        Some(name) => {
-            let mut task = m.memcg.others.remove(&name).expect("a candidate");
-            crate::mmap::exit_mmap(m, &mut task.mm);
-            m.anon_vmas.exit(task.mm.mm_id);
-            m.memcg.detach(task.mm.mm_id);
-            m.memcg.killed.push((name, task));
-        }
+    m.memcg.killed.push(victim);
+    if !current {
+        // Torn down at once; exec retires its tasks.
+        m.with_mm(victim, crate::mmap::exit_mmap);
+        m.anon_vmas.exit(victim);
+        m.memcg.detach(victim);
     }
     true
 }

@@ -25,10 +25,11 @@
 
 use crate::hugetlb::{self, HugePte, HugetlbVma};
 use crate::memory::zap_page_range;
-use crate::mm_types::{Pfn, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{Pfn, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::pgtable::{Pmd, PmdMap};
+use crate::syscall::{failed, mm_id_of, resolve_range, unsupported, vm_prot};
 use crate::Machine;
-use hugelab_workload::placement;
+use hugelab_workload::{placement, BackendError, Errno, HugetlbSize, Prot, Range, Size, Stmt};
 use std::collections::BTreeMap;
 
 /// A virtual memory area (`struct vm_area_struct`), `[start, end)`.
@@ -375,4 +376,84 @@ pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
     }
     crate::huge_memory::mm_put_huge_zero_folio(m, mm);
     debug_assert!(mm.pmds.is_empty() && mm.anon_rss == 0 && mm.hugetlb_ptes.is_empty());
+}
+
+/// The `mmap` statement (SYSCALL_DEFINE6(mmap_pgoff), `ksys_mmap_pgoff`):
+/// an anonymous private mapping, or a HugeTLB one (`MAP_HUGETLB`, private or
+/// `MAP_SHARED`) whose pages the pool reserves at once.
+#[allow(clippy::too_many_arguments)]
+pub fn sys_mmap(
+    m: &mut Machine,
+    stmt: &Stmt,
+    proc: &str,
+    region: &str,
+    size: Size,
+    align: Option<Size>,
+    hugetlb: Option<HugetlbSize>,
+    shared: bool,
+    prot: Option<Prot>,
+) -> Result<(), BackendError> {
+    if shared && hugetlb.is_none() {
+        return Err(unsupported(stmt, "mmap shared without hugetlb="));
+    }
+    let id = mm_id_of(m, stmt, proc)?;
+    if m.mms
+        .get(id)
+        .expect("a task's mm")
+        .regions
+        .contains_key(region)
+    {
+        return Err(failed(
+            stmt,
+            format!("process '{proc}' already has a region '{region}'"),
+        ));
+    }
+    let prot = vm_prot(prot.unwrap_or(Prot::ReadWrite));
+    let Some(hsize) = hugetlb else {
+        let len = size.bytes().next_multiple_of(PAGE_SIZE);
+        let align = align.map(|a| a.bytes().max(PAGE_SIZE));
+        m.mms
+            .get_mut(id)
+            .expect("a task's mm")
+            .do_mmap(region, len, align, prot);
+        return Ok(());
+    };
+    let bytes = hsize.bytes().bytes();
+    let h = hugetlb::size_to_hstate(bytes).expect("2M or 1G");
+    let len = size.bytes().next_multiple_of(bytes);
+    if shared && !hugetlb::hstate_is_gigantic(h) && len >= PUD_SIZE {
+        return Err(unsupported(
+            stmt,
+            "a shared hugetlb=2M mapping of 1G or more (PMD sharing)",
+        ));
+    }
+    let align = align.map_or(bytes, |a| a.bytes().max(bytes));
+    let hv = hugetlb::hugetlb_mmap(m, h, len, shared).map_err(|_| {
+        BackendError::errno(
+            stmt,
+            Errno::ENOMEM,
+            "mmap: the HugeTLB pool cannot reserve the mapping's pages",
+        )
+    })?;
+    let mm = m.mms.get_mut(id).expect("a task's mm");
+    mm.do_mmap_hugetlb(region, len, align, prot, hv);
+    Ok(())
+}
+
+/// The `munmap` statement (SYSCALL_DEFINE2(munmap), `__vm_munmap`).
+pub fn sys_munmap(
+    m: &mut Machine,
+    stmt: &Stmt,
+    proc: &str,
+    range: &Range,
+) -> Result<(), BackendError> {
+    let (id, start, end) = resolve_range(m, stmt, proc, range)?;
+    if m.with_mm(id, |m, mm| do_munmap(m, mm, start, end)).is_err() {
+        return Err(BackendError::errno(
+            stmt,
+            Errno::EINVAL,
+            "munmap: the range cuts a HugeTLB mapping inside a huge page",
+        ));
+    }
+    Ok(())
 }

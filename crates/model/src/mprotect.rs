@@ -9,7 +9,28 @@
 use crate::mm_types::{pg, PMD_SIZE, PTRS_PER_PTE};
 use crate::mmap::{update_vma_flags, MmStruct, Vma};
 use crate::pgtable::Pmd;
+use crate::syscall::{resolve_range_no_hugetlb, vm_prot};
 use crate::Machine;
+use hugelab_workload::{BackendError, Errno, Prot, Range, Stmt};
+
+/// The `mprotect` statement (SYSCALL_DEFINE3(mprotect), `do_mprotect_pkey`).
+pub fn sys_mprotect(
+    m: &mut Machine,
+    stmt: &Stmt,
+    proc: &str,
+    range: &Range,
+    prot: Prot,
+) -> Result<(), BackendError> {
+    let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    if !m.with_mm(id, |m, mm| do_mprotect(m, mm, start, end, vm_prot(prot))) {
+        return Err(BackendError::errno(
+            stmt,
+            Errno::ENOMEM,
+            "mprotect: part of the range is not mapped",
+        ));
+    }
+    Ok(())
+}
 
 /// Changes the protection of `[start, end)`; false if part of it is unmapped (ENOMEM).
 ///

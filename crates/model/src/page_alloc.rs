@@ -61,6 +61,7 @@ use crate::huge_memory::folio_unqueue_deferred_split;
 use crate::mm_types::HPAGE_PMD_ORDER;
 use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
 use crate::mmap::MmStruct;
+use crate::mms::MmList;
 use crate::sparse::MemMap;
 use crate::trace::Step;
 use crate::vmstat::MthpStat;
@@ -710,8 +711,8 @@ pub fn alloc_folio(m: &mut Machine, order: u32) -> Option<Pfn> {
 
 /// vma_alloc_folio (`__alloc_pages` for a user folio): the buddy allocator's
 /// fast path, and the slow path `gfp` allows when it finds no free block.
-/// `mm` is the faulting (or collapsing) mm; with the mms `exec` lent
-/// (`Machine::lent_mms`) it is what compaction may migrate pages of.
+/// `mm` is the faulting (or collapsing) mm, taken out of the machine's
+/// table: with the table, what compaction may migrate pages of.
 ///
 /// A PMD-order allocation goes through alloc_pages_mpol (mm/mempolicy.c,
 /// CONFIG_NUMA with the default policy) as on the development kernels: first
@@ -723,7 +724,7 @@ pub fn vma_alloc_folio(
     gfp: Gfp,
     order: u32,
 ) -> Option<Pfn> {
-    with_mms(m, mm, |m, mms| {
+    m.with_mms(mm, |m, mms| {
         let first = if order == HPAGE_PMD_ORDER {
             Gfp {
                 noretry: true,
@@ -749,26 +750,11 @@ pub fn folio_alloc(
     gfp: Gfp,
     order: u32,
 ) -> Option<Pfn> {
-    with_mms(m, mm, |m, mms| alloc_pages(m, mms, gfp, order))
-}
-
-/// Runs `f` with the mms compaction may migrate pages of: `mm` and those
-/// `exec` lent (`Machine::lent_mms`).
-fn with_mms<T>(
-    m: &mut Machine,
-    mm: Option<&mut MmStruct>,
-    f: impl FnOnce(&mut Machine, &mut [&mut MmStruct]) -> T,
-) -> T {
-    let mut lent = std::mem::take(&mut m.lent_mms);
-    let mut mms: Vec<&mut MmStruct> = lent.iter_mut().chain(mm).collect();
-    let out = f(m, &mut mms);
-    drop(mms);
-    m.lent_mms = lent;
-    out
+    m.with_mms(mm, |m, mms| alloc_pages(m, mms, gfp, order))
 }
 
 /// __alloc_pages: get_page_from_freelist, then __alloc_pages_slowpath.
-fn alloc_pages(m: &mut Machine, mms: &mut [&mut MmStruct], gfp: Gfp, order: u32) -> Option<Pfn> {
+fn alloc_pages(m: &mut Machine, mms: &mut MmList, gfp: Gfp, order: u32) -> Option<Pfn> {
     let folio = alloc_folio(m, order);
     m.trace(|| Step::Alloc {
         order,
@@ -794,12 +780,7 @@ fn alloc_pages(m: &mut Machine, mms: &mut [&mut MmStruct], gfp: Gfp, order: u32)
 ///   reclaim makes progress (`should_reclaim_retry`, `should_compact_retry`
 ///   need it, and the model's never does) and then try the OOM killer
 ///   (`__alloc_pages_may_oom`), which the model does not have: it fails.
-fn alloc_pages_slowpath(
-    m: &mut Machine,
-    mms: &mut [&mut MmStruct],
-    gfp: Gfp,
-    order: u32,
-) -> Option<Pfn> {
+fn alloc_pages_slowpath(m: &mut Machine, mms: &mut MmList, gfp: Gfp, order: u32) -> Option<Pfn> {
     let costly = order > PAGE_ALLOC_COSTLY_ORDER;
     if gfp.kswapd_reclaim {
         wakeup_kcompactd(m, order);
@@ -828,7 +809,7 @@ fn alloc_pages_slowpath(
 /// unless compaction was skipped.
 fn alloc_pages_direct_compact(
     m: &mut Machine,
-    mms: &mut [&mut MmStruct],
+    mms: &mut MmList,
     order: u32,
     prio: CompactPriority,
 ) -> (Option<Pfn>, CompactStatus) {

@@ -97,7 +97,7 @@ impl ReadingCache {
             Touches::Family(proc) | Touches::FamilyIfFaulting(proc) => {
                 // No such process: the statement fails and changes nothing.
                 if let Some(task) = tasks.get(proc) {
-                    let root = self.root(anon_vmas, task.mm.mm_id);
+                    let root = self.root(anon_vmas, task.mm);
                     *self.family_epochs.entry(root).or_default() += 1;
                 }
             }
@@ -105,7 +105,7 @@ impl ReadingCache {
         // Forget exited mms and dead families now and then (amortised O(1)),
         // so that a workload of many short-lived processes keeps this small.
         if self.roots.len() > 2 * tasks.len() + 64 {
-            let live: rustc_hash::FxHashSet<MmId> = tasks.values().map(|t| t.mm.mm_id).collect();
+            let live: rustc_hash::FxHashSet<MmId> = tasks.values().map(|t| t.mm).collect();
             self.roots.retain(|mm, _| live.contains(mm));
             let families: rustc_hash::FxHashSet<MmId> = self.roots.values().copied().collect();
             self.family_epochs.retain(|root, _| families.contains(root));
@@ -133,9 +133,9 @@ impl ReadingCache {
             let Some(e) = self.procs.get(proc) else {
                 continue;
             };
-            let root = self.roots.get(&task.mm.mm_id).copied();
+            let root = self.roots.get(&task.mm).copied();
             let family = root.and_then(|r| self.family_epochs.get(&r)).copied();
-            let fresh = e.mm_id == task.mm.mm_id
+            let fresh = e.mm_id == task.mm
                 && e.global == self.global_epoch
                 && family.unwrap_or(0) == e.family;
             if fresh && compute(m, proc, task) != e.counters {
@@ -169,7 +169,7 @@ impl ReadingCache {
         task: &Task,
         compute: fn(&Machine, &str, &Task) -> Vec<(String, i64)>,
     ) -> &[(String, i64)] {
-        let mm_id = task.mm.mm_id;
+        let mm_id = task.mm;
         let root = self.root(&m.anon_vmas, mm_id);
         let family = self.family_epochs.get(&root).copied().unwrap_or(0);
         let global = self.global_epoch;

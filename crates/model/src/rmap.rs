@@ -174,38 +174,6 @@ impl AnonVmas {
     }
 }
 
-/// The mms of the workload by id, for rmap walks (`rmap_walk_anon` finds an
-/// mm from an anon_vma through this).
-pub struct MmList<'a> {
-    mms: Vec<&'a mut crate::mmap::MmStruct>,
-    by_id: HashMap<MmId, usize>,
-}
-
-impl<'a> MmList<'a> {
-    pub fn new(mms: impl IntoIterator<Item = &'a mut crate::mmap::MmStruct>) -> Self {
-        let mms: Vec<_> = mms.into_iter().collect();
-        let by_id = mms
-            .iter()
-            .enumerate()
-            .map(|(i, mm)| (mm.mm_id, i))
-            .collect();
-        MmList { mms, by_id }
-    }
-
-    pub fn get_mut(&mut self, id: MmId) -> Option<&mut crate::mmap::MmStruct> {
-        let i = *self.by_id.get(&id)?;
-        Some(&mut *self.mms[i])
-    }
-
-    pub fn len(&self) -> usize {
-        self.mms.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.mms.is_empty()
-    }
-}
-
 /// rmap_walk_anon: the live mms that may map `folio` (a large anon folio),
 /// in the order of its anon_vma tree, and the address of its first page.
 pub fn rmap_walk_anon(m: &Machine, folio: Pfn) -> (Vec<MmId>, u64) {

@@ -211,24 +211,25 @@ impl Model {
     pub fn folio_uses(&self, scope: Scope<'_>) -> Result<Vec<FolioUse>, ScopeError> {
         let m = &self.machine;
         let task = |proc: &str| {
-            self.tasks
-                .get(proc)
+            m.mm_of(proc)
                 .ok_or_else(|| ScopeError::NoProcess(proc.to_string()))
         };
         Ok(match scope {
             Scope::All => {
-                let each: Vec<FolioUse> = self
-                    .tasks
-                    .values()
-                    .flat_map(|t| folio_uses_of(m, walk(m, &t.mm, 0, u64::MAX)))
+                // Each address space once (threads share theirs).
+                let each: Vec<FolioUse> = m
+                    .mm_ids_by_task()
+                    .into_iter()
+                    .filter_map(|id| m.mms.get(id))
+                    .flat_map(|mm| folio_uses_of(m, walk(m, mm, 0, u64::MAX)))
                     .collect();
                 let mut all = unite_by_pfn(&each);
                 all.sort_by_key(|f| f.pfn);
                 all
             }
-            Scope::Process(proc) => folio_uses_of(m, walk(m, &task(proc)?.mm, 0, u64::MAX)),
+            Scope::Process(proc) => folio_uses_of(m, walk(m, task(proc)?, 0, u64::MAX)),
             Scope::Region { proc, region } => {
-                let mm = &task(proc)?.mm;
+                let mm = task(proc)?;
                 let r = mm.regions.get(region).ok_or_else(|| ScopeError::NoRegion {
                     proc: proc.to_string(),
                     region: region.to_string(),
@@ -414,8 +415,8 @@ mod tests {
         );
         // The copy is written by the child, and carries no cause.
         let copy = crate::gup::follow_page(
-            &m.tasks["b"].mm,
-            m.tasks["b"].mm.regions["buf"].start + (1 << 20),
+            m.machine.mm_of("b").unwrap(),
+            m.machine.mm_of("b").unwrap().regions["buf"].start + (1 << 20),
         )
         .unwrap();
         let page = m.machine.zone.memmap.page(copy);

@@ -53,17 +53,19 @@ use crate::huge_memory::{
     deferred_split_scan, shrink_huge_zero_folio_scan, split_folio, split_huge_pmd,
 };
 use crate::mm_types::{pg, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::mms::MmList;
 use crate::page_alloc::free_folio;
 use crate::pgtable::{pte_index, Pmd, Pte};
-use crate::rmap::{self, MmList};
+use crate::rmap;
 use crate::swap::{self, folio_set_active, folio_test_lazyfree};
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 use std::collections::VecDeque;
 
-/// drop_slab: the shrinkers that concern anonymous memory, in turn.
-pub fn drop_slab(m: &mut Machine, mms: &mut MmList) {
-    deferred_split_scan(m, mms);
+/// drop_slab: the shrinkers that concern anonymous memory, in turn (the
+/// deferred split shrinker's rmap walks reach every mm of the machine).
+pub fn drop_slab(m: &mut Machine) {
+    m.with_mms(None, deferred_split_scan);
     shrink_huge_zero_folio_scan(m);
 }
 
@@ -260,8 +262,8 @@ mod tests {
     }
 
     fn shrink(model: &mut Model, nr: u64, filter: impl FnMut(&Machine, Pfn) -> bool) -> u64 {
-        let mut mms = MmList::new(model.tasks.values_mut().map(|t| &mut t.mm));
-        shrink_lazyfree(&mut model.machine, &mut mms, nr, filter)
+        let m = &mut model.machine;
+        m.with_mms(None, |m, mms| shrink_lazyfree(m, mms, nr, filter))
     }
 
     #[test]
@@ -280,7 +282,7 @@ mod tests {
             .iter()
             .all(|(_, e)| e.flags == swap::ACTIVE | swap::DIRTY));
         assert_eq!(shrink(&mut model, u64::MAX, |_, _| true), 0);
-        assert_eq!(model.tasks["a"].mm.anon_rss, 512);
+        assert_eq!(model.machine.mm_of("a").unwrap().anon_rss, 512);
         // The statement that reclaims forgets every process's readings.
         model.reading_cache = Default::default();
         let broken = crate::debug_vm::check(&model);

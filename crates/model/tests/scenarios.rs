@@ -118,7 +118,7 @@ fn invariants_hold_after_every_statement() {
                 failures.push(format!("{}:{}: {broken}", file.display(), stmt.pos.line));
             }
         }
-        let names: Vec<String> = model.tasks.keys().cloned().collect();
+        let names: Vec<String> = model.machine.tasks.keys().cloned().collect();
         for name in names {
             let text = format!("spawn {name}\n{name} exit\n");
             let exit = hugelab_workload::parse("exit.hlw", &text).expect("exit parses");

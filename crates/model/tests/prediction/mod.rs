@@ -109,12 +109,12 @@ impl Outcome {
 /// Large folios each process maps.
 fn large_folios(model: &Model) -> BTreeMap<String, HashSet<Pfn>> {
     let m = &model.machine;
-    model
-        .tasks
+    m.tasks
         .iter()
         .map(|(name, t)| {
             let mut set = HashSet::new();
-            for (_, pmd) in t.mm.pmds.range(0..=u64::MAX) {
+            let mm = m.mms.get(t.mm).expect("a task's mm");
+            for (_, pmd) in mm.pmds.range(0..=u64::MAX) {
                 match pmd {
                     Pmd::Huge { pfn, .. } => {
                         set.insert(*pfn);
@@ -199,10 +199,10 @@ pub fn check_predictions(text: &str) -> Outcome {
                         let rss = rss_kb(&mut model, &proc);
                         before.push((proc, report.give_back.rss_kb, rss));
                     }
-                    out.skipped += u64::from(before.len() < model.tasks.len());
+                    out.skipped += u64::from(before.len() < model.machine.tasks.len());
                     let all = model.folio_uses(Scope::All).unwrap();
                     let all = utilization_report(&all, settings, DEFAULT_BUCKETS).give_back;
-                    let procs: Vec<String> = model.tasks.keys().cloned().collect();
+                    let procs: Vec<String> = model.machine.tasks.keys().cloned().collect();
                     let rss_all: i64 = procs.iter().map(|p| rss_kb(&mut model, p)).sum();
                     let free = mem_free_kb(&mut model) + huge_zero_freed_kb(&model);
                     let _ = model.execute(stmt);

@@ -21,8 +21,8 @@ use hugelab_workload::gone::Gone;
 use hugelab_workload::mapped::Mapped;
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{
-    placement, Advice, Backend, BackendError, BackendErrorKind, Errno, HugetlbSize, KhugepagedKnob,
-    Lookahead, MachineParam, Prot, Range, Reading, Signal, Stmt, StmtKind, Tunable,
+    placement, stmt, Advice, Backend, BackendError, BackendErrorKind, Errno, HugetlbSize,
+    KhugepagedKnob, Lookahead, MachineParam, Prot, Range, Reading, Signal, Stmt, StmtKind, Tunable,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -448,14 +448,14 @@ impl KernelBackend {
     /// One statement (see [`Backend::execute_retiring`]).
     fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         match &stmt.kind {
-            StmtKind::Set { tunable, value } => self.set(stmt, tunable, value.to_string())?,
-            StmtKind::Machine { params } => self.check_machine(stmt, params)?,
-            StmtKind::Cgroup { cgroup, memory_max } => {
+            StmtKind::Set(stmt::Set { tunable, value }) => self.set(stmt, tunable, value.to_string())?,
+            StmtKind::Machine(stmt::Machine { params }) => self.check_machine(stmt, params)?,
+            StmtKind::Cgroup(stmt::Cgroup { cgroup, memory_max }) => {
                 let cg = Memcg::create(cgroup, memory_max.map(|m| m.bytes()))
                     .map_err(|e| failed(stmt, e))?;
                 self.cgroups.insert(cgroup.clone(), cg);
             }
-            StmtKind::Spawn { proc, cgroup } => {
+            StmtKind::Spawn(stmt::Spawn { proc, cgroup }) => {
                 let agent = AgentProc::spawn(&self.exe).map_err(|e| failed(stmt, e))?;
                 // The agent re-executed itself: the page tables of its first
                 // image are freed later (lazy TLB mm, RCU callbacks), which
@@ -481,7 +481,7 @@ impl KernelBackend {
                     },
                 );
             }
-            StmtKind::Mmap {
+            StmtKind::Mmap(stmt::Mmap {
                 proc,
                 region,
                 size,
@@ -489,7 +489,7 @@ impl KernelBackend {
                 hugetlb,
                 shared,
                 prot,
-            } => {
+            }) => {
                 let len = size.bytes().next_multiple_of(PAGE_SIZE);
                 let align = match (align, hugetlb) {
                     (Some(a), _) => a.bytes().max(PAGE_SIZE),
@@ -534,13 +534,13 @@ impl KernelBackend {
                     ));
                 }
             }
-            StmtKind::Munmap { proc, range } => {
+            StmtKind::Munmap(stmt::Munmap { proc, range }) => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
                 let req = Request::Munmap { addr: start, len };
                 self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
                 self.retire_region_if_unmapped(stmt, proc, &range.region, start, len, gone)?;
             }
-            StmtKind::Mprotect { proc, range, prot } => {
+            StmtKind::Mprotect(stmt::Mprotect { proc, range, prot }) => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
                 let req = Request::Mprotect {
                     addr: start,
@@ -549,11 +549,11 @@ impl KernelBackend {
                 };
                 self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
-            StmtKind::Madvise {
+            StmtKind::Madvise(stmt::Madvise {
                 proc,
                 range,
                 advice,
-            } => {
+            }) => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
                 let req = Request::Madvise {
                     addr: start,
@@ -563,14 +563,14 @@ impl KernelBackend {
                 let collapse = *advice == Advice::Collapse;
                 self.window(stmt, collapse, |agents| agents.call(stmt, proc, req))?;
             }
-            StmtKind::Read { proc, range, step }
-            | StmtKind::Write {
+            StmtKind::Read(stmt::Read { proc, range, step })
+            | StmtKind::Write(stmt::Write {
                 proc, range, step, ..
-            } => {
+            }) => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 let access = match &stmt.kind {
-                    StmtKind::Write { zero: true, .. } => Access::WriteZero,
+                    StmtKind::Write(stmt::Write { zero: true, .. }) => Access::WriteZero,
                     StmtKind::Write { .. } => Access::Write,
                     _ => Access::Read,
                 };
@@ -582,7 +582,7 @@ impl KernelBackend {
                 };
                 self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
-            StmtKind::Fork { proc, child } => {
+            StmtKind::Fork(stmt::Fork { proc, child }) => {
                 let mut forked = None;
                 self.window(stmt, false, |agents| {
                     let p = agents.get_mut(stmt, proc)?;
@@ -601,11 +601,11 @@ impl KernelBackend {
                     self.agents.procs.insert(child.clone(), p);
                 }
             }
-            StmtKind::ThpDisable { proc, on } => {
+            StmtKind::ThpDisable(stmt::ThpDisable { proc, on }) => {
                 let req = Request::ThpDisable { on: *on };
                 self.window(stmt, false, |agents| agents.call(stmt, proc, req))?;
             }
-            StmtKind::Exit { proc } => {
+            StmtKind::Exit(stmt::Exit { proc }) => {
                 // The regions go inside the window, as exit_mmap would take
                 // them; the agent's own memory goes outside it.
                 let regions: Vec<(u64, u64)> = self
@@ -638,7 +638,7 @@ impl KernelBackend {
                     settle_dead_mms(); // its own page tables, as after spawn
                 }
             }
-            StmtKind::Split { proc, range } => {
+            StmtKind::Split(stmt::Split { proc, range }) => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
                 let pid = self.agents.get_mut(stmt, proc)?.agent.pid;
                 self.window(stmt, false, |_| {
@@ -646,7 +646,7 @@ impl KernelBackend {
                     Ok(Call::ok(0))
                 })?;
             }
-            StmtKind::Pin { proc, range } | StmtKind::Unpin { proc, range } => {
+            StmtKind::Pin(stmt::Pin { proc, range }) | StmtKind::Unpin(stmt::Unpin { proc, range }) => {
                 let (start, len) = self.agents.range(stmt, proc, range)?;
                 let req = match stmt.kind {
                     StmtKind::Pin { .. } => Request::Pin { addr: start, len },

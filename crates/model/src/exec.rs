@@ -12,8 +12,9 @@ use crate::vmstat::VmEvent;
 use crate::{counters, hugetlb, madvise, mprotect, Machine, Model, Task};
 use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::{
-    Advice, Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName, KhugepagedKnob,
-    MachineParam, Prot, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable, VmSysctl,
+    stmt, Advice, Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName,
+    KhugepagedKnob, MachineParam, Prot, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable,
+    VmSysctl,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -816,10 +817,10 @@ impl Model {
 
     fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         let unsupported = |what: &str| Err(BackendError::unsupported(stmt, BACKEND, what));
-        if let StmtKind::Madvise { proc, range, .. }
-        | StmtKind::Mprotect { proc, range, .. }
-        | StmtKind::Pin { proc, range }
-        | StmtKind::Split { proc, range } = &stmt.kind
+        if let StmtKind::Madvise(stmt::Madvise { proc, range, .. })
+        | StmtKind::Mprotect(stmt::Mprotect { proc, range, .. })
+        | StmtKind::Pin(stmt::Pin { proc, range })
+        | StmtKind::Split(stmt::Split { proc, range }) = &stmt.kind
         {
             let mm = &self.task(stmt, proc)?.mm;
             let (start, end) = resolve(stmt, proc, mm, range)?;
@@ -835,11 +836,11 @@ impl Model {
             .and_then(|t| self.machine.memcg.mm_memcg(t.mm.mm_id));
         self.machine.memcg.current_killed = false;
         match &stmt.kind {
-            StmtKind::Set { tunable, value } => {
+            StmtKind::Set(stmt::Set { tunable, value }) => {
                 set_tunable(&mut self.machine, stmt, tunable, *value)?
             }
-            StmtKind::Machine { params } => self.machine_params(stmt, params)?,
-            StmtKind::Cgroup { cgroup, memory_max } => {
+            StmtKind::Machine(stmt::Machine { params }) => self.machine_params(stmt, params)?,
+            StmtKind::Cgroup(stmt::Cgroup { cgroup, memory_max }) => {
                 if self.machine.memcg.by_name(cgroup).is_some() {
                     return Err(failed(stmt, format!("cgroup '{cgroup}' already exists")));
                 }
@@ -847,7 +848,7 @@ impl Model {
                 let max = memory_max.map(|s| s.bytes() / PAGE_SIZE);
                 self.machine.memcg.create(cgroup, max);
             }
-            StmtKind::Spawn { proc, cgroup } => {
+            StmtKind::Spawn(stmt::Spawn { proc, cgroup }) => {
                 if self.tasks.contains_key(proc) {
                     return Err(failed(stmt, format!("process '{proc}' already exists")));
                 }
@@ -868,7 +869,7 @@ impl Model {
                 self.machine.anon_vmas.alloc(mm.mm_id);
                 self.tasks.insert(proc.clone(), Task { mm, min_flt: 0 });
             }
-            StmtKind::Mmap {
+            StmtKind::Mmap(stmt::Mmap {
                 proc,
                 region,
                 size,
@@ -876,7 +877,7 @@ impl Model {
                 hugetlb,
                 shared,
                 prot,
-            } => {
+            }) => {
                 if *shared && hugetlb.is_none() {
                     return unsupported("mmap shared without hugetlb=");
                 }
@@ -919,7 +920,7 @@ impl Model {
                 task.mm
                     .do_mmap(region, len, align.map(|a| a.bytes().max(PAGE_SIZE)), prot);
             }
-            StmtKind::Munmap { proc, range } => {
+            StmtKind::Munmap(stmt::Munmap { proc, range }) => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 if do_munmap(machine, &mut task.mm, start, end).is_err() {
                     return Err(BackendError::errno(
@@ -930,7 +931,7 @@ impl Model {
                 }
                 self.retire_region_if_unmapped(proc, &range.region, gone);
             }
-            StmtKind::Mprotect { proc, range, prot } => {
+            StmtKind::Mprotect(stmt::Mprotect { proc, range, prot }) => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 if !mprotect::do_mprotect(machine, &mut task.mm, start, end, vm_prot(*prot)) {
                     return Err(BackendError::errno(
@@ -940,11 +941,11 @@ impl Model {
                     ));
                 }
             }
-            StmtKind::Madvise {
+            StmtKind::Madvise(stmt::Madvise {
                 proc,
                 range,
                 advice: advice @ (Advice::Free | Advice::Cold | Advice::Pageout),
-            } => {
+            }) => {
                 let (_, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 let id = task.mm.mm_id;
                 let advice = match advice {
@@ -961,11 +962,11 @@ impl Model {
                     ));
                 }
             }
-            StmtKind::Madvise {
+            StmtKind::Madvise(stmt::Madvise {
                 proc,
                 range,
                 advice,
-            } => {
+            }) => {
                 let (machine, task, start, end) = self.resolve_range(stmt, proc, range)?;
                 let covered = match advice {
                     Advice::Hugepage => {
@@ -1000,22 +1001,22 @@ impl Model {
                     ));
                 }
             }
-            StmtKind::Read { proc, range, step } => {
+            StmtKind::Read(stmt::Read { proc, range, step }) => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access_or_kill(stmt, proc, range, step, false, false, gone)?;
                 self.retire_oom_victims(stmt, gone)?;
             }
-            StmtKind::Write {
+            StmtKind::Write(stmt::Write {
                 proc,
                 range,
                 step,
                 zero,
-            } => {
+            }) => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access_or_kill(stmt, proc, range, step, true, *zero, gone)?;
                 self.retire_oom_victims(stmt, gone)?;
             }
-            StmtKind::Pin { proc, range } => {
+            StmtKind::Pin(stmt::Pin { proc, range }) => {
                 let pinned = self.pin(stmt, proc, range);
                 if self.machine.memcg.current_killed {
                     // GUP's fault found the memcg full and the OOM killer
@@ -1030,22 +1031,24 @@ impl Model {
                 }
                 pinned?
             }
-            StmtKind::Unpin { proc, range } => self.unpin(stmt, proc, range)?,
-            StmtKind::Fork { proc, child } => self.fork(stmt, proc, child)?,
-            StmtKind::ThpDisable { proc, on } => self.task(stmt, proc)?.mm.thp_disabled = *on,
-            StmtKind::Exit { proc } => self.exit_task(stmt, proc, gone)?,
-            StmtKind::Split { proc, range } => self.split(stmt, proc, range)?,
+            StmtKind::Unpin(stmt::Unpin { proc, range }) => self.unpin(stmt, proc, range)?,
+            StmtKind::Fork(stmt::Fork { proc, child }) => self.fork(stmt, proc, child)?,
+            StmtKind::ThpDisable(stmt::ThpDisable { proc, on }) => {
+                self.task(stmt, proc)?.mm.thp_disabled = *on
+            }
+            StmtKind::Exit(stmt::Exit { proc }) => self.exit_task(stmt, proc, gone)?,
+            StmtKind::Split(stmt::Split { proc, range }) => self.split(stmt, proc, range)?,
             StmtKind::Khugepaged => {
                 crate::khugepaged::khugepaged_do_scan(
                     &mut self.machine,
                     self.tasks.values_mut().map(|t| &mut t.mm),
                 );
             }
-            StmtKind::Fragment {
+            StmtKind::Fragment(stmt::Fragment {
                 permille,
                 pattern,
                 seed,
-            } => {
+            }) => {
                 crate::fragment::fragment(&mut self.machine, *permille, *pattern, *seed);
             }
             StmtKind::Reclaim => {

@@ -7,10 +7,11 @@
 //! `run`, `diff`, `compare` and the tests are all consumers of the same
 //! [`Observation`], so a backend never formats output.
 
-use crate::ast::{Errno, Pos, Signal, Stmt, StmtKind, Workload};
+use crate::ast::{Errno, Pos, Signal};
 use crate::gone::{Gone, Last};
 use crate::observation::{ExpectOutcome, FailedCall, Kill, Observation, Reading, Snapshot};
 use crate::parse::{open, stream_file, ParseError, MAX_LINE};
+use crate::stmt::{self, Stmt, StmtKind, Workload};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
@@ -367,7 +368,7 @@ pub fn run_stream<S: Borrow<Stmt>>(
         let stmt: &Stmt = stmt.borrow();
         end = stmt.pos;
         match &stmt.kind {
-            StmtKind::Snapshot { label } => {
+            StmtKind::Snapshot(stmt::Snapshot { label }) => {
                 let r = current(backend, &mut reading).map_err(wrap)?;
                 obs.snapshots.push(Snapshot {
                     label: label.clone(),
@@ -376,11 +377,11 @@ pub fn run_stream<S: Borrow<Stmt>>(
                     unknown: r.unknown.clone(),
                 });
             }
-            StmtKind::Expect {
+            StmtKind::Expect(stmt::Expect {
                 counters,
                 op,
                 value,
-            } => {
+            }) => {
                 let outcome = match counters.as_slice() {
                     [counter] => {
                         let one = match reading {
@@ -405,12 +406,12 @@ pub fn run_stream<S: Borrow<Stmt>>(
                 };
                 obs.expects.push(outcome);
             }
-            StmtKind::ExpectErrno { errno: expected } => {
+            StmtKind::ExpectErrno(stmt::ExpectErrno { errno: expected }) => {
                 obs.expects.push(ExpectOutcome::evaluate_errno(
                     stmt.pos, *expected, last.errno,
                 ));
             }
-            StmtKind::ExpectSignal { signal: expected } => {
+            StmtKind::ExpectSignal(stmt::ExpectSignal { signal: expected }) => {
                 obs.expects.push(ExpectOutcome::evaluate_signal(
                     stmt.pos,
                     *expected,
@@ -422,7 +423,7 @@ pub fn run_stream<S: Borrow<Stmt>>(
                         reading = None;
                         let exit = Stmt {
                             pos: stmt.pos,
-                            kind: StmtKind::Exit { proc: proc.clone() },
+                            kind: StmtKind::Exit(stmt::Exit { proc: proc.clone() }),
                         };
                         backend.execute_retiring(&exit, &mut gone).map_err(wrap)?;
                     }

@@ -16,7 +16,7 @@
 //! counters it models (a subset), `diff` takes its bounds from here and
 //! `compare` its rows.
 
-use crate::check::valid_name;
+use crate::text::valid_name;
 use serde::Serialize;
 
 /// Whether a counter counts events or measures a quantity.

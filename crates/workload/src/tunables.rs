@@ -14,7 +14,7 @@
 //! [`crate::ast`].
 
 use crate::ast::*;
-use crate::parse::{parse_decimal, quote};
+use crate::text::{parse_decimal, quote};
 use std::str::FromStr;
 
 /// The accepted tunable paths, by family, for the "unknown tunable" message.

@@ -8,7 +8,9 @@
 //! Also the one parser of sizes ([`parse_size`]), for workload files and the
 //! command line alike.
 
-use crate::parse::{parse_decimal, quote};
+use crate::ast::Size;
+use crate::text::{parse_decimal, quote};
+use std::str::FromStr;
 
 /// log2 of the base page size (x86_64 PAGE_SHIFT).
 pub const PAGE_SHIFT: u32 = 12;
@@ -116,5 +118,14 @@ mod tests {
             parse_size("16777216T"),
             Err(SizeError::TooLarge(_))
         ));
+    }
+}
+
+impl FromStr for Size {
+    type Err = SizeError;
+
+    /// See [`parse_size`].
+    fn from_str(s: &str) -> Result<Size, SizeError> {
+        parse_size(s).map(Size)
     }
 }

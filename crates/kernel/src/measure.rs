@@ -37,7 +37,8 @@
 //!   there (a kernel page table counted in NR_PAGETABLE), and which ranges
 //!   an earlier run split already only the machine's history says.
 
-use crate::backend::{failed, Agents, Call};
+use crate::agents::Agents;
+use crate::call::{failed, Call};
 use crate::error::KernelError;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps, sysfs};

@@ -3,7 +3,7 @@
 //! It walks the statements in order, tracking processes (spawned, forked,
 //! exited), their regions (name → size and what of it is still mapped; a fork
 //! child inherits its parent's), cgroups, snapshot labels and the machine's
-//! base page ([`crate::checker`]), so that a backend can take every name,
+//! base page (`crate::checker`), so that a backend can take every name,
 //! range and size it is given at face value.
 //!
 //! Names are those of things that exist now: a region fully unmapped (by one

@@ -8,18 +8,22 @@
 //! holds `SYSCALL_DEFINE6(mmap_pgoff)`). [`StmtKind`] has one variant per
 //! statement wrapping that struct (a statement without arguments, such as
 //! `khugepaged`, is a unit variant and needs no struct). Every place that
-//! acts on statements is a thin table from variant to the statement's own
-//! code, one line per statement, with no `_` arm, so that the compiler lists
-//! every table a new statement must join: the parser's keyword and verb
-//! tables ([`crate::parse`]), the checker's ([`crate::check`]), the printer's
-//! ([`crate::print`]), [`StmtKind::keyword`] and [`StmtKind::process`], and
-//! each backend's `execute_stmt` (the model's, the kernel backend's, whose
-//! handlers live in the module of their mechanism in turn). Adding a
-//! statement is one file here, one variant, and one line per table.
+//! gives statements their own behaviour is a thin table from variant to the
+//! statement's own code, one line per statement, and a `match` on
+//! [`StmtKind`] there has no `_` arm, so that the compiler lists every table
+//! a new statement must join: the parser's
+//! keyword and verb tables ([`crate::parse`]), the checker's
+//! ([`crate::check`]), the printer's ([`crate::print`]),
+//! [`StmtKind::keyword`] and [`StmtKind::process`], and each backend's
+//! `execute_stmt` (the kernel backend's handlers live in the module of their
+//! mechanism in turn: `crates/kernel/src/mmap.rs`, `madvise.rs`, ...).
+//! Adding a statement is one file here, one variant, and one line per table.
+//! (The runner, [`crate::backend::run_stream`], tells only the statements
+//! that check, snapshot and expect, from those that run on a backend.)
 //!
 //! Each file uses only what is below it: [`crate::ast`] (the values
-//! statements are made of), [`crate::line`] (reading a line's tokens) and
-//! [`crate::checker`] (what exists at that point of the workload).
+//! statements are made of), `crate::line` (reading a line's tokens) and
+//! `crate::checker` (what exists at that point of the workload).
 
 mod access;
 mod cgroup;

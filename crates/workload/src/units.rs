@@ -72,6 +72,15 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     n.checked_mul(1u64 << shift).ok_or_else(large)
 }
 
+impl FromStr for Size {
+    type Err = SizeError;
+
+    /// See [`parse_size`].
+    fn from_str(s: &str) -> Result<Size, SizeError> {
+        parse_size(s).map(Size)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,14 +127,5 @@ mod tests {
             parse_size("16777216T"),
             Err(SizeError::TooLarge(_))
         ));
-    }
-}
-
-impl FromStr for Size {
-    type Err = SizeError;
-
-    /// See [`parse_size`].
-    fn from_str(s: &str) -> Result<Size, SizeError> {
-        parse_size(s).map(Size)
     }
 }

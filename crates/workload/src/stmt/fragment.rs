@@ -105,7 +105,7 @@ impl fmt::Display for Fragment {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let permille = self.permille;
         write!(f, "fragment unmovable={}", permille / 10)?;
-        if permille % 10 != 0 {
+        if !permille.is_multiple_of(10) {
             write!(f, ".{}", permille % 10)?;
         }
         write!(f, "% pattern={}", self.pattern.name())?;

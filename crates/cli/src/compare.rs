@@ -15,8 +15,8 @@ use clap::Args;
 use hugelab_model::Model;
 use hugelab_workload::prelude::{same_variable, PreludeLine, SettingEffect, UnderSetting};
 use hugelab_workload::{
-    counters, parse, run_stream, stream_file, Counters, Lookahead, Observation, RunError, SetValue,
-    Statements, StmtKind, Tunable, Workload,
+    counters, parse, run_stream, stmt, stream_file, Counters, Lookahead, Observation, RunError,
+    SetValue, Statements, StmtKind, Tunable, Workload,
 };
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -149,7 +149,7 @@ pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
         .stmts
         .iter()
         .filter_map(|s| match &s.kind {
-            StmtKind::Set { tunable, value } => Some((tunable.clone(), *value)),
+            StmtKind::Set(stmt::Set { tunable, value }) => Some((tunable.clone(), *value)),
             _ => None,
         })
         .collect();

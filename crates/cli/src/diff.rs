@@ -19,8 +19,8 @@ use hugelab_kernel::sysfs;
 use hugelab_model::Model;
 use hugelab_workload::counters::{self, BoundKind};
 use hugelab_workload::{
-    run_file, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, RunError, Signal,
-    Snapshot, Stmt, StmtKind,
+    run_file, stmt, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, RunError,
+    Signal, Snapshot, Stmt, StmtKind,
 };
 use serde::Serialize;
 use std::process::ExitCode;
@@ -228,7 +228,7 @@ fn model_from_machine() -> Result<Model> {
             .map_err(|e| anyhow::anyhow!("{}: {e}", sysfs::tunable_file(&tunable).display()))?;
         let stmt = Stmt {
             pos: Pos::default(),
-            kind: StmtKind::Set { tunable, value },
+            kind: StmtKind::Set(stmt::Set { tunable, value }),
         };
         match model.execute(&stmt) {
             Ok(()) => {}

@@ -19,7 +19,7 @@ use hugelab_workload::utilization::{
     MAX_PTES_NONE_OFF,
 };
 use hugelab_workload::{
-    open, run_stream, stream_file, Backend, Lookahead, Observation, Stmt, StmtKind,
+    open, run_stream, stmt, stream_file, Backend, Lookahead, Observation, Stmt, StmtKind,
 };
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -96,7 +96,7 @@ pub fn run_until(
     let (mut found, mut labels) = (false, Vec::new());
     let until = stmts.take_while(|s| {
         if let Ok(Stmt {
-            kind: StmtKind::Snapshot { label },
+            kind: StmtKind::Snapshot(stmt::Snapshot { label }),
             ..
         }) = s
         {

@@ -13,7 +13,7 @@ mod common;
 use hugelab_kernel::scan::{self, ScanOptions};
 use hugelab_kernel::KernelBackend;
 use hugelab_workload::utilization::{utilization_report, FolioUse, HPAGE_PMD_ORDER};
-use hugelab_workload::{Backend, Stmt, StmtKind, Workload};
+use hugelab_workload::{stmt, Backend, Stmt, StmtKind, Workload};
 use std::path::PathBuf;
 
 /// Seven THPs of 2 MiB (x86-64) at max_ptes_none 409, each written as
@@ -109,7 +109,7 @@ fn counter(kb: &mut KernelBackend, name: &str) -> i64 {
 fn run_until(kb: &mut KernelBackend, stmts: &[Stmt], label: &str) -> usize {
     for (i, s) in stmts.iter().enumerate() {
         match &s.kind {
-            StmtKind::Snapshot { label: l } if l == label => return i + 1,
+            StmtKind::Snapshot(stmt::Snapshot { label: l }) if l == label => return i + 1,
             StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {}
             _ => kb
                 .execute(s)

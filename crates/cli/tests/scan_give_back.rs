@@ -17,7 +17,7 @@ mod common;
 
 use hugelab_kernel::KernelBackend;
 use hugelab_workload::counters::MEMCG_SLACK_KB;
-use hugelab_workload::{Backend, Stmt, StmtKind, Workload};
+use hugelab_workload::{stmt, Backend, Stmt, StmtKind, Workload};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -63,7 +63,7 @@ fn counter(kb: &mut KernelBackend, name: &str) -> Option<i64> {
 fn run_until(kb: &mut KernelBackend, stmts: &[Stmt], label: &str) -> usize {
     for (i, s) in stmts.iter().enumerate() {
         match &s.kind {
-            StmtKind::Snapshot { label: l } if l == label => return i + 1,
+            StmtKind::Snapshot(stmt::Snapshot { label: l }) if l == label => return i + 1,
             StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {}
             _ => kb
                 .execute(s)

@@ -5,9 +5,11 @@
 //! scanned completely), or returns at once when the PMD size is disabled and
 //! the thread is not running.
 
-use crate::backend::{failed, req_ok, Call};
+use crate::agents::Agents;
+use crate::call::{failed, req_ok, Call};
 use crate::error::KernelError;
 use crate::guard::SettingsGuard;
+use crate::measure::Measurement;
 use crate::process::AgentProc;
 use crate::protocol::{Access, Request};
 use crate::sysfs;
@@ -137,6 +139,22 @@ impl KhugepagedHold {
     pub(crate) fn stop(&mut self) {
         self.sentinel = None;
     }
+}
+
+/// The `khugepaged` statement: returns at once when the PMD size is
+/// disabled (the thread is not running: nothing collapses).
+pub(crate) fn khugepaged(
+    hold: &mut KhugepagedHold,
+    guard: &mut SettingsGuard,
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+) -> Result<(), BackendError> {
+    if !pmd_enabled() {
+        return Ok(());
+    }
+    hold.register().map_err(|e| failed(stmt, e))?;
+    m.window(stmt, true, agents, |_| hold.scan(stmt, guard))
 }
 
 /// hugepage_pmd_enabled() for anonymous memory, from the sysfs files.

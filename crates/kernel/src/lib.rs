@@ -9,26 +9,41 @@
 //!   side, and [`protocol`] the requests and replies between them.
 //! - readers: [`vmstat`] (/proc/vmstat, per-size stats, meminfo), [`smaps`],
 //!   [`pagemap`] (folio shapes from pagemap + kpageflags).
+//! - [`backend`]: the workload's statements, each handed to its handler in
+//!   the module of its mechanism (`mmap`, `madvise`, `task`, ...), inside a
+//!   measurement window (`measure`) over the workload's agents (`agents`).
 //! - [`hugetlb`]: HugeTLB pools grown and shrunk with HVO off and on, timed,
 //!   with the memmap and free-page counters around each write.
 //!
 //! Depends only on the workload crate, never on the model.
 
 pub mod agent;
+mod agents;
 pub mod backend;
+mod call;
 pub mod command;
 pub mod error;
 pub mod guard;
+mod gup;
+mod huge_memory;
 pub mod hugetlb;
 mod khugepaged;
+mod machine;
+mod madvise;
 mod measure;
 pub mod memcg;
+mod memory;
+mod mmap;
+mod mprotect;
 pub mod pagemap;
 pub mod process;
 pub mod protocol;
 pub mod scan;
 pub mod smaps;
 pub mod sysfs;
+mod task;
+mod tunable;
+mod vmscan;
 pub mod vmstat;
 
 pub use backend::KernelBackend;

@@ -37,7 +37,8 @@
 //!   there (a kernel page table counted in NR_PAGETABLE), and which ranges
 //!   an earlier run split already only the machine's history says.
 
-use crate::backend::{failed, Agents, Call};
+use crate::agents::Agents;
+use crate::call::{failed, Call};
 use crate::error::KernelError;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps, sysfs};
@@ -232,76 +233,13 @@ impl Measurement {
         }
         let faulted = sys_faults > agent_faults + runner_faults;
         let mut noisy = faulted;
-        // mTHPs below the PMD size come only from faults while their size is
-        // enabled: a size never enabled in this workload that changes is
-        // another process's folio (freed, say, when MADV_COLLAPSE drains
-        // the LRU caches). A `set` that enables a size enables it inside
-        // its own window: other processes' faults may take one there.
-        self.mthp_sizes_used.extend(mthp_sizes_enabled());
-        let foreign = after.iter().find(|(name, v)| {
-            mthp_size_kb(name).is_some_and(|kb| {
-                kb < 2048
-                    && !self.mthp_sizes_used.contains(&kb)
-                    && before.get(*name).is_some_and(|b| b != *v)
-            })
-        });
-        // Wide: it replaces a narrow noise recorded earlier, which would
-        // leave the per-size counters trusted.
-        let narrow_or_none = self.noise.as_ref().is_none_or(|n| !n.wide);
-        if let (Some((name, _)), true) = (foreign, narrow_or_none) {
-            self.noise = Some(Noise {
-                why: format!(
-                    "another process's folios changed {name} during line {}, a size this workload never enabled",
-                    stmt.pos.line
-                ),
-                wide: true,
-            });
-        }
-        if let (Some(b), Some(a)) = (&opened.own, &own_after) {
-            let same_agents = b.pids == a.pids;
-            // (system counter, what moves it, the agents' own change in
-            // pages, whether the comparison holds in this window)
-            let checks = [
-                // Without shared pages (no fork yet), the workload's
-                // processes' Anonymous memory moves exactly as NR_ANON_MAPPED
-                // does; when it does not, another process mapped or freed
-                // anonymous memory meanwhile.
-                (
-                    "vmstat.nr_anon_pages",
-                    "another process changed anonymous memory",
-                    (a.anon_kb - b.anon_kb) / PAGE_KB as i64,
-                    self.forked.is_none(),
-                ),
-                // Page tables are per mm, shared by no one: NR_PAGETABLE
-                // moves as the agents' VmPTE does (both after RCU has freed
-                // what the statement unmapped). When it does not, another
-                // process's page tables came or went: one that exited just
-                // before, its tables freed by an RCU callback inside this
-                // window, leaves no fault. (A fork's child, not an agent
-                // until its window closes, is judged by the fork rule in
-                // `distrust`.)
-                (
-                    "vmstat.nr_page_table_pages",
-                    "another process's page tables changed",
-                    (a.pte_kb - b.pte_kb) / PAGE_KB as i64,
-                    !matches!(stmt.kind, StmtKind::Fork { .. }),
-                ),
-            ];
-            for (counter, what, own, applies) in checks {
-                let system = after[counter] - before[counter];
-                if applies && same_agents && own != system && !noisy {
-                    noisy = true;
-                    let field = counter.trim_start_matches("vmstat.");
-                    self.noise.get_or_insert(Noise {
-                        why: format!(
-                            "{what} during line {} ({field} {system:+}, the workload's own {own:+})",
-                            stmt.pos.line
-                        ),
-                        wide: false,
-                    });
-                }
-            }
-        }
+        self.foreign_sizes(stmt, &before, &after);
+        self.own_changes(
+            stmt,
+            (&opened.own, &own_after),
+            (&before, &after),
+            &mut noisy,
+        );
         // While a THP size is `always`, whoever disturbed this window may
         // have got THPs too: every system-wide counter is in doubt.
         let wide = noisy && thp_always().unwrap_or(true);
@@ -342,6 +280,93 @@ impl Measurement {
             ));
         }
         Ok(())
+    }
+
+    /// mTHPs below the PMD size come only from faults while their size is
+    /// enabled: a size never enabled in this workload that changes in the
+    /// window is another process's folio (see `close`).
+    fn foreign_sizes(&mut self, stmt: &Stmt, before: &Counters, after: &Counters) {
+        // Freed, say, when MADV_COLLAPSE drains the LRU caches. A `set`
+        // that enables a size enables it inside its own window: other
+        // processes' faults may take one there.
+        self.mthp_sizes_used.extend(mthp_sizes_enabled());
+        let foreign = after.iter().find(|(name, v)| {
+            mthp_size_kb(name).is_some_and(|kb| {
+                kb < 2048
+                    && !self.mthp_sizes_used.contains(&kb)
+                    && before.get(*name).is_some_and(|b| b != *v)
+            })
+        });
+        // Wide: it replaces a narrow noise recorded earlier, which would
+        // leave the per-size counters trusted.
+        let narrow_or_none = self.noise.as_ref().is_none_or(|n| !n.wide);
+        if let (Some((name, _)), true) = (foreign, narrow_or_none) {
+            self.noise = Some(Noise {
+                why: format!(
+                    "another process's folios changed {name} during line {}, a size this workload never enabled",
+                    stmt.pos.line
+                ),
+                wide: true,
+            });
+        }
+    }
+
+    /// Whether the system-wide anonymous memory and page tables moved as
+    /// the workload's own processes' did (`own`: before and after the
+    /// window); when not, another process disturbed the window.
+    fn own_changes(
+        &mut self,
+        stmt: &Stmt,
+        own: (&Option<Own>, &Option<Own>),
+        (before, after): (&Counters, &Counters),
+        noisy: &mut bool,
+    ) {
+        let (Some(b), Some(a)) = own else {
+            return;
+        };
+        let same_agents = b.pids == a.pids;
+        // (system counter, what moves it, the agents' own change in
+        // pages, whether the comparison holds in this window)
+        let checks = [
+            // Without shared pages (no fork yet), the workload's
+            // processes' Anonymous memory moves exactly as NR_ANON_MAPPED
+            // does; when it does not, another process mapped or freed
+            // anonymous memory meanwhile.
+            (
+                "vmstat.nr_anon_pages",
+                "another process changed anonymous memory",
+                (a.anon_kb - b.anon_kb) / PAGE_KB as i64,
+                self.forked.is_none(),
+            ),
+            // Page tables are per mm, shared by no one: NR_PAGETABLE
+            // moves as the agents' VmPTE does (both after RCU has freed
+            // what the statement unmapped). When it does not, another
+            // process's page tables came or went: one that exited just
+            // before, its tables freed by an RCU callback inside this
+            // window, leaves no fault. (A fork's child, not an agent
+            // until its window closes, is judged by the fork rule in
+            // `distrust`.)
+            (
+                "vmstat.nr_page_table_pages",
+                "another process's page tables changed",
+                (a.pte_kb - b.pte_kb) / PAGE_KB as i64,
+                !matches!(stmt.kind, StmtKind::Fork { .. }),
+            ),
+        ];
+        for (counter, what, own, applies) in checks {
+            let system = after[counter] - before[counter];
+            if applies && same_agents && own != system && !*noisy {
+                *noisy = true;
+                let field = counter.trim_start_matches("vmstat.");
+                self.noise.get_or_insert(Noise {
+                    why: format!(
+                        "{what} during line {} ({field} {system:+}, the workload's own {own:+})",
+                        stmt.pos.line
+                    ),
+                    wide: false,
+                });
+            }
+        }
     }
 }
 

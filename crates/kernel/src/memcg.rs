@@ -23,9 +23,25 @@
 //! the run ends (after its processes), and `hugelab settings restore` removes
 //! those a killed run left behind.
 
+use crate::call::failed;
 use crate::error::{KernelError, Result};
+use hugelab_workload::stmt::Cgroup;
+use hugelab_workload::{BackendError, Stmt};
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+
+/// The `cgroup <cg> [memory.max=]` statement: the group created, by name.
+pub(crate) fn cgroup(
+    cgroups: &mut BTreeMap<String, Memcg>,
+    stmt: &Stmt,
+    s: &Cgroup,
+) -> std::result::Result<(), BackendError> {
+    let cg =
+        Memcg::create(&s.cgroup, s.memory_max.map(|m| m.bytes())).map_err(|e| failed(stmt, e))?;
+    cgroups.insert(s.cgroup.clone(), cg);
+    Ok(())
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Version {

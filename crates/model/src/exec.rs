@@ -19,7 +19,7 @@ use crate::vmstat::VmEvent;
 use crate::{counters, hugetlb, Machine, Model, Task};
 use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::{
-    Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName, KhugepagedKnob,
+    stmt, Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName, KhugepagedKnob,
     MachineParam, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable, VmSysctl,
 };
 use std::sync::{Arc, OnceLock};
@@ -621,17 +621,17 @@ impl Model {
         use crate::{fork, gup, huge_memory, madvise, memcontrol, mmap, mms, mprotect};
         let m = &mut self.machine;
         match &stmt.kind {
-            StmtKind::Set { tunable, value } => set_tunable(m, stmt, tunable, *value),
-            StmtKind::Machine { params } => self.machine_params(stmt, params),
-            StmtKind::Cgroup { cgroup, memory_max } => {
+            StmtKind::Set(stmt::Set { tunable, value }) => set_tunable(m, stmt, tunable, *value),
+            StmtKind::Machine(stmt::Machine { params }) => self.machine_params(stmt, params),
+            StmtKind::Cgroup(stmt::Cgroup { cgroup, memory_max }) => {
                 memcontrol::sys_cgroup(m, stmt, cgroup, *memory_max)
             }
-            StmtKind::Spawn { proc, cgroup } => {
+            StmtKind::Spawn(stmt::Spawn { proc, cgroup }) => {
                 mms::sys_spawn(m, stmt, proc, cgroup.as_deref())?;
                 self.started = true;
                 Ok(())
             }
-            StmtKind::Mmap {
+            StmtKind::Mmap(stmt::Mmap {
                 proc,
                 region,
                 size,
@@ -639,52 +639,54 @@ impl Model {
                 hugetlb,
                 shared,
                 prot,
-            } => mmap::sys_mmap(
+            }) => mmap::sys_mmap(
                 m, stmt, proc, region, *size, *align, *hugetlb, *shared, *prot,
             ),
-            StmtKind::Munmap { proc, range } => {
+            StmtKind::Munmap(stmt::Munmap { proc, range }) => {
                 mmap::sys_munmap(m, stmt, proc, range)?;
                 self.retire_region_if_unmapped(proc, &range.region, gone);
                 Ok(())
             }
-            StmtKind::Mprotect { proc, range, prot } => {
+            StmtKind::Mprotect(stmt::Mprotect { proc, range, prot }) => {
                 mprotect::sys_mprotect(m, stmt, proc, range, *prot)
             }
-            StmtKind::Madvise {
+            StmtKind::Madvise(stmt::Madvise {
                 proc,
                 range,
                 advice,
-            } => madvise::sys_madvise(m, stmt, proc, range, *advice),
-            StmtKind::Read { proc, range, step } => {
+            }) => madvise::sys_madvise(m, stmt, proc, range, *advice),
+            StmtKind::Read(stmt::Read { proc, range, step }) => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access_or_kill(stmt, proc, range, step, false, false, gone)
             }
-            StmtKind::Write {
+            StmtKind::Write(stmt::Write {
                 proc,
                 range,
                 step,
                 zero,
-            } => {
+            }) => {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access_or_kill(stmt, proc, range, step, true, *zero, gone)
             }
-            StmtKind::Pin { proc, range } => gup::sys_pin(self, stmt, proc, range),
-            StmtKind::Unpin { proc, range } => gup::sys_unpin(self, stmt, proc, range),
-            StmtKind::Fork { proc, child } => fork::sys_fork(self, stmt, proc, child),
-            StmtKind::ThpDisable { proc, on } => {
+            StmtKind::Pin(stmt::Pin { proc, range }) => gup::sys_pin(self, stmt, proc, range),
+            StmtKind::Unpin(stmt::Unpin { proc, range }) => gup::sys_unpin(self, stmt, proc, range),
+            StmtKind::Fork(stmt::Fork { proc, child }) => fork::sys_fork(self, stmt, proc, child),
+            StmtKind::ThpDisable(stmt::ThpDisable { proc, on }) => {
                 huge_memory::sys_prctl_thp_disable(m, stmt, proc, *on)
             }
-            StmtKind::Exit { proc } => self.exit_task(stmt, proc, gone),
-            StmtKind::Split { proc, range } => huge_memory::sys_split(m, stmt, proc, range),
+            StmtKind::Exit(stmt::Exit { proc }) => self.exit_task(stmt, proc, gone),
+            StmtKind::Split(stmt::Split { proc, range }) => {
+                huge_memory::sys_split(m, stmt, proc, range)
+            }
             StmtKind::Khugepaged => {
                 crate::khugepaged::khugepaged_do_scan(m);
                 Ok(())
             }
-            StmtKind::Fragment {
+            StmtKind::Fragment(stmt::Fragment {
                 permille,
                 pattern,
                 seed,
-            } => {
+            }) => {
                 crate::fragment::fragment(m, *permille, *pattern, *seed);
                 Ok(())
             }

@@ -21,7 +21,7 @@
 use crate::counters::PROCESS_FAMILIES;
 use crate::rmap::{AnonVmas, MmId};
 use crate::{Machine, Task};
-use hugelab_workload::StmtKind;
+use hugelab_workload::{stmt, StmtKind};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
 
@@ -66,17 +66,17 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
         }
         // A new process has nothing cached yet.
         StmtKind::Spawn { .. } | StmtKind::Cgroup { .. } => Touches::Nothing,
-        StmtKind::Mmap { proc, .. }
-        | StmtKind::Munmap { proc, .. }
-        | StmtKind::Mprotect { proc, .. }
-        | StmtKind::Madvise { proc, .. }
-        | StmtKind::Pin { proc, .. }
-        | StmtKind::Unpin { proc, .. }
-        | StmtKind::Fork { proc, .. }
-        | StmtKind::ThpDisable { proc, .. }
-        | StmtKind::Exit { proc }
-        | StmtKind::Split { proc, .. } => Touches::Family(proc),
-        StmtKind::Read { proc, .. } | StmtKind::Write { proc, .. } => {
+        StmtKind::Mmap(stmt::Mmap { proc, .. })
+        | StmtKind::Munmap(stmt::Munmap { proc, .. })
+        | StmtKind::Mprotect(stmt::Mprotect { proc, .. })
+        | StmtKind::Madvise(stmt::Madvise { proc, .. })
+        | StmtKind::Pin(stmt::Pin { proc, .. })
+        | StmtKind::Unpin(stmt::Unpin { proc, .. })
+        | StmtKind::Fork(stmt::Fork { proc, .. })
+        | StmtKind::ThpDisable(stmt::ThpDisable { proc, .. })
+        | StmtKind::Exit(stmt::Exit { proc })
+        | StmtKind::Split(stmt::Split { proc, .. }) => Touches::Family(proc),
+        StmtKind::Read(stmt::Read { proc, .. }) | StmtKind::Write(stmt::Write { proc, .. }) => {
             Touches::FamilyIfFaulting(proc)
         }
         _ => Touches::Everything,

@@ -1,19 +1,15 @@
 //! The typed syntax tree of a workload (`.hlw`), as docs/language.md describes it.
 //!
+//! This module holds the values statements are made of (names, sizes,
+//! ranges, protections, advice, tunables...); the statements themselves, and
+//! [`crate::Workload`], are in [`crate::stmt`], one struct per statement.
+//!
 //! Every statement keeps the line and column it came from, so a backend that
 //! refuses or fails a statement can point at it (`buf.hlw:7:12: ...`).
 
 pub use crate::errno::Errno;
 pub use crate::signal::Signal;
 use std::fmt;
-
-/// A whole workload: its statements in file order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Workload {
-    /// The name the workload was read from, as given by the user (used in errors).
-    pub file: String,
-    pub stmts: Vec<Stmt>,
-}
 
 /// Where a statement or token starts: 1-based line and column.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -26,15 +22,6 @@ impl fmt::Display for Pos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.line, self.col)
     }
-}
-
-/// One statement with its position. Equality ignores nothing: two ASTs are equal
-/// only if statements sit at the same places too (the round-trip test compares
-/// `kind`s, since printing canonicalises spacing).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Stmt {
-    pub pos: Pos,
-    pub kind: StmtKind,
 }
 
 /// A name of a process, region, cgroup or snapshot: `[A-Za-z_][A-Za-z0-9_-]*`.
@@ -225,177 +212,6 @@ pub enum SetValue {
     Num(u64),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StmtKind {
-    Set {
-        tunable: Tunable,
-        value: SetValue,
-    },
-    Machine {
-        params: Vec<MachineParam>,
-    },
-    Cgroup {
-        cgroup: Name,
-        memory_max: Option<Size>,
-    },
-    Spawn {
-        proc: Name,
-        cgroup: Option<Name>,
-    },
-    Mmap {
-        proc: Name,
-        region: Name,
-        size: Size,
-        align: Option<Size>,
-        hugetlb: Option<HugetlbSize>,
-        shared: bool,
-        prot: Option<Prot>,
-    },
-    Munmap {
-        proc: Name,
-        range: Range,
-    },
-    Mprotect {
-        proc: Name,
-        range: Range,
-        prot: Prot,
-    },
-    Madvise {
-        proc: Name,
-        range: Range,
-        advice: Advice,
-    },
-    Read {
-        proc: Name,
-        range: Range,
-        step: Option<Size>,
-    },
-    Write {
-        proc: Name,
-        range: Range,
-        step: Option<Size>,
-        zero: bool,
-    },
-    Pin {
-        proc: Name,
-        range: Range,
-    },
-    Unpin {
-        proc: Name,
-        range: Range,
-    },
-    Fork {
-        proc: Name,
-        child: Name,
-    },
-    ThpDisable {
-        proc: Name,
-        on: bool,
-    },
-    Exit {
-        proc: Name,
-    },
-    Split {
-        proc: Name,
-        range: Range,
-    },
-    Khugepaged,
-    Reclaim,
-    /// `fragment unmovable=<percent>% [pattern=spread|clustered] [seed=<n>]`:
-    /// unmovable kernel pages through physical memory (model only).
-    Fragment {
-        /// The share of the machine's frames, in tenths of a percent.
-        permille: u32,
-        pattern: FragmentPattern,
-        seed: u64,
-    },
-    Snapshot {
-        label: Name,
-    },
-    /// `expect <counter> [+ <counter>]... <op> <value>`: a counter, or the
-    /// sum of several, against a number.
-    Expect {
-        /// The counters summed, in the order written; at least one.
-        counters: Vec<String>,
-        op: CmpOp,
-        value: i64,
-    },
-    /// `expect errno == <ERRNO>|0`: the outcome of the statement before it.
-    ExpectErrno {
-        errno: Errno,
-    },
-    /// `expect signal == <SIGNAL>|0`: whether the process of the statement
-    /// before it was killed by that signal (0: it was not killed).
-    ExpectSignal {
-        signal: Signal,
-    },
-}
-
-impl StmtKind {
-    /// The statement's keyword as written in a workload (`mmap`, `expect`, ...).
-    pub fn keyword(&self) -> &'static str {
-        match self {
-            StmtKind::Set { .. } => "set",
-            StmtKind::Machine { .. } => "machine",
-            StmtKind::Cgroup { .. } => "cgroup",
-            StmtKind::Spawn { .. } => "spawn",
-            StmtKind::Mmap { .. } => "mmap",
-            StmtKind::Munmap { .. } => "munmap",
-            StmtKind::Mprotect { .. } => "mprotect",
-            StmtKind::Madvise { .. } => "madvise",
-            StmtKind::Read { .. } => "read",
-            StmtKind::Write { .. } => "write",
-            StmtKind::Pin { .. } => "pin",
-            StmtKind::Unpin { .. } => "unpin",
-            StmtKind::Fork { .. } => "fork",
-            StmtKind::ThpDisable { .. } => "thp_disable",
-            StmtKind::Exit { .. } => "exit",
-            StmtKind::Split { .. } => "split",
-            StmtKind::Khugepaged => "khugepaged",
-            StmtKind::Reclaim => "reclaim",
-            StmtKind::Fragment { .. } => "fragment",
-            StmtKind::Snapshot { .. } => "snapshot",
-            StmtKind::Expect { .. }
-            | StmtKind::ExpectErrno { .. }
-            | StmtKind::ExpectSignal { .. } => "expect",
-        }
-    }
-
-    /// The process that runs the statement: the `<proc>` of `<proc> <verb>`
-    /// (for `fork`, the parent), of `split` and of `spawn`. A signal that
-    /// kills it during the statement is what `expect signal` checks.
-    pub fn process(&self) -> Option<&str> {
-        match self {
-            StmtKind::Spawn { proc, .. }
-            | StmtKind::Mmap { proc, .. }
-            | StmtKind::Munmap { proc, .. }
-            | StmtKind::Mprotect { proc, .. }
-            | StmtKind::Madvise { proc, .. }
-            | StmtKind::Read { proc, .. }
-            | StmtKind::Write { proc, .. }
-            | StmtKind::Pin { proc, .. }
-            | StmtKind::Unpin { proc, .. }
-            | StmtKind::Fork { proc, .. }
-            | StmtKind::ThpDisable { proc, .. }
-            | StmtKind::Exit { proc }
-            | StmtKind::Split { proc, .. } => Some(proc),
-            _ => None,
-        }
-    }
-
-    /// Whether this is a `snapshot` or `expect`: a statement that checks
-    /// rather than runs something.
-    pub fn checks(&self) -> bool {
-        matches!(
-            self,
-            StmtKind::Snapshot { .. }
-                | StmtKind::Expect { .. }
-                | StmtKind::ExpectErrno { .. }
-                | StmtKind::ExpectSignal { .. }
-        )
-    }
-}
-
 /// Where `fragment` places its unmovable pages (see the model's `fragment`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FragmentPattern {
@@ -410,6 +226,41 @@ impl FragmentPattern {
         match self {
             FragmentPattern::Spread => "spread",
             FragmentPattern::Clustered => "clustered",
+        }
+    }
+}
+impl Advice {
+    /// Every advice, in the order error messages list them.
+    pub const ALL: [Advice; 7] = [
+        Advice::Hugepage,
+        Advice::NoHugepage,
+        Advice::DontNeed,
+        Advice::Free,
+        Advice::Collapse,
+        Advice::Pageout,
+        Advice::Cold,
+    ];
+
+    /// The kernel's MADV_ name without the prefix, as written in a workload.
+    pub fn name(self) -> &'static str {
+        match self {
+            Advice::Hugepage => "HUGEPAGE",
+            Advice::NoHugepage => "NOHUGEPAGE",
+            Advice::DontNeed => "DONTNEED",
+            Advice::Free => "FREE",
+            Advice::Collapse => "COLLAPSE",
+            Advice::Pageout => "PAGEOUT",
+            Advice::Cold => "COLD",
+        }
+    }
+}
+
+impl HugetlbSize {
+    /// The huge page size in bytes.
+    pub fn bytes(self) -> Size {
+        match self {
+            HugetlbSize::Size2M => Size(2 << 20),
+            HugetlbSize::Size1G => Size(1 << 30),
         }
     }
 }

@@ -7,10 +7,11 @@
 //! `run`, `diff`, `compare` and the tests are all consumers of the same
 //! [`Observation`], so a backend never formats output.
 
-use crate::ast::{Errno, Pos, Signal, Stmt, StmtKind, Workload};
+use crate::ast::{Errno, Pos, Signal};
 use crate::gone::{Gone, Last};
 use crate::observation::{ExpectOutcome, FailedCall, Kill, Observation, Reading, Snapshot};
 use crate::parse::{open, stream_file, ParseError, MAX_LINE};
+use crate::stmt::{self, Stmt, StmtKind, Workload};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::fmt;
@@ -340,162 +341,201 @@ pub fn run_stream<S: Borrow<Stmt>>(
     ahead: &Lookahead,
     stmts: impl IntoIterator<Item = Result<S, ParseError>>,
 ) -> Result<Observation, RunError> {
-    let mut obs = Observation {
-        backend: backend.name().to_string(),
-        workload: file.to_string(),
-        snapshots: Vec::new(),
-        expects: Vec::new(),
-        failed_calls: Vec::new(),
-        kills: Vec::new(),
-    };
     let wrap = |error| RunError::Backend {
         file: file.to_string(),
         error,
     };
     backend.prepare(ahead).map_err(wrap)?;
+    let mut run = Run {
+        obs: Observation {
+            backend: backend.name().to_string(),
+            workload: file.to_string(),
+            snapshots: Vec::new(),
+            expects: Vec::new(),
+            failed_calls: Vec::new(),
+            kills: Vec::new(),
+        },
+        backend,
+        reading: None,
+        gone: Gone::default(),
+        last: Outcome::default(),
+        undeclared: HashMap::new(),
+    };
     let mut end = Pos::default();
-    let mut reading: Option<Reading> = None;
-    // What gone regions and processes left: counters no reading has any more.
-    let mut gone = Gone::default();
-    // The outcome of the last statement that ran something.
-    let mut last = Outcome::default();
-    // Processes killed that no `expect signal` has declared: the checker
-    // still takes them as alive. Name → (line, signal).
-    let mut undeclared: HashMap<String, (u32, Signal)> = HashMap::new();
     for stmt in stmts {
         let stmt = stmt?;
         let stmt: &Stmt = stmt.borrow();
         end = stmt.pos;
+        run.stmt(stmt).map_err(wrap)?;
+    }
+    let r = current(run.backend, &mut run.reading).map_err(|mut e| {
+        e.pos = end;
+        wrap(e)
+    })?;
+    run.obs.snapshots.push(Snapshot {
+        label: "end".to_string(),
+        line: None,
+        counters: r.counters.clone(),
+        unknown: r.unknown.clone(),
+    });
+    Ok(run.obs)
+}
+
+/// A run between two statements: the observation so far and what the
+/// statements after need of those before.
+struct Run<'b> {
+    backend: &'b mut dyn Backend,
+    obs: Observation,
+    /// The reading as of now, if one was taken since the last statement
+    /// that ran something.
+    reading: Option<Reading>,
+    /// What gone regions and processes left: counters no reading has any more.
+    gone: Gone,
+    /// The outcome of the last statement that ran something.
+    last: Outcome,
+    /// Processes killed that no `expect signal` has declared: the checker
+    /// still takes them as alive. Name → (line, signal).
+    undeclared: HashMap<String, (u32, Signal)>,
+}
+
+impl Run<'_> {
+    /// One statement: a snapshot or an expectation is taken here, every
+    /// other statement runs on the backend.
+    fn stmt(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
         match &stmt.kind {
-            StmtKind::Snapshot { label } => {
-                let r = current(backend, &mut reading).map_err(wrap)?;
-                obs.snapshots.push(Snapshot {
+            StmtKind::Snapshot(stmt::Snapshot { label }) => {
+                let r = current(self.backend, &mut self.reading)?;
+                self.obs.snapshots.push(Snapshot {
                     label: label.clone(),
                     line: Some(stmt.pos.line),
                     counters: r.counters.clone(),
                     unknown: r.unknown.clone(),
                 });
             }
-            StmtKind::Expect {
-                counters,
-                op,
-                value,
-            } => {
-                let outcome = match counters.as_slice() {
-                    [counter] => {
-                        let one = match reading {
-                            Some(_) => None,
-                            None => backend.read_counter(counter).transpose().map_err(wrap)?,
-                        };
-                        let r = match &one {
-                            Some(one) => one,
-                            None => current(backend, &mut reading).map_err(wrap)?,
-                        };
-                        let (actual, unknown) = term(r, &gone, counter);
-                        ExpectOutcome::evaluate_value(
-                            stmt.pos, counter, *op, *value, actual, unknown,
-                        )
-                    }
-                    terms => {
-                        let r = current(backend, &mut reading).map_err(wrap)?;
-                        let (actual, unknown) = sum(r, &gone, terms);
-                        let text = terms.join(" + ");
-                        ExpectOutcome::evaluate_value(stmt.pos, &text, *op, *value, actual, unknown)
-                    }
-                };
-                obs.expects.push(outcome);
-            }
-            StmtKind::ExpectErrno { errno: expected } => {
-                obs.expects.push(ExpectOutcome::evaluate_errno(
-                    stmt.pos, *expected, last.errno,
-                ));
-            }
-            StmtKind::ExpectSignal { signal: expected } => {
-                obs.expects.push(ExpectOutcome::evaluate_signal(
+            StmtKind::Expect(e) => self.expect(stmt.pos, e)?,
+            StmtKind::ExpectErrno(stmt::ExpectErrno { errno: expected }) => {
+                self.obs.expects.push(ExpectOutcome::evaluate_errno(
                     stmt.pos,
                     *expected,
-                    last.signal,
+                    self.last.errno,
                 ));
-                if let (true, Some(proc)) = (*expected != Signal::NONE, &last.proc) {
-                    // The checker takes the process as gone from here on.
-                    if undeclared.remove(proc).is_none() && last.signal == Signal::NONE {
-                        reading = None;
-                        let exit = Stmt {
-                            pos: stmt.pos,
-                            kind: StmtKind::Exit { proc: proc.clone() },
-                        };
-                        backend.execute_retiring(&exit, &mut gone).map_err(wrap)?;
-                    }
-                }
             }
-            _ => {
-                if let Some((proc, (line, signal))) = stmt
-                    .kind
-                    .process()
-                    .and_then(|p| undeclared.get_key_value(p))
-                {
-                    return Err(wrap(BackendError::failed(
-                        stmt.pos,
-                        format!(
-                            "process '{proc}' was killed by {signal} at line {line}; a workload that expects it says `expect signal == {signal}` right after that line, and then no longer names '{proc}' (or gives the name to a new process)"
-                        ),
-                    )));
-                }
-                reading = None;
-                last = Outcome {
-                    proc: stmt.kind.process().map(str::to_string),
-                    ..Outcome::default()
+            StmtKind::ExpectSignal(e) => self.expect_signal(stmt.pos, e)?,
+            _ => self.execute(stmt)?,
+        }
+        Ok(())
+    }
+
+    /// `expect <counter> [+ <counter>]... <op> <value>`
+    fn expect(&mut self, pos: Pos, e: &stmt::Expect) -> Result<(), BackendError> {
+        let stmt::Expect {
+            counters,
+            op,
+            value,
+        } = e;
+        let outcome = match counters.as_slice() {
+            [counter] => {
+                let one = match self.reading {
+                    Some(_) => None,
+                    None => self.backend.read_counter(counter).transpose()?,
                 };
-                match backend.execute_retiring(stmt, &mut gone) {
-                    Ok(()) => {}
-                    Err(BackendError {
-                        kind: BackendErrorKind::Errno(e),
-                        message,
-                        ..
-                    }) => {
-                        obs.failed_calls.push(FailedCall {
-                            line: stmt.pos.line,
-                            col: stmt.pos.col,
-                            statement: stmt.kind.to_string(),
-                            errno: e,
-                            message,
-                        });
-                        last.errno = e;
-                    }
-                    Err(BackendError {
-                        kind: BackendErrorKind::Killed { proc, signal },
-                        message,
-                        ..
-                    }) => {
-                        obs.kills.push(Kill {
-                            line: stmt.pos.line,
-                            col: stmt.pos.col,
-                            statement: stmt.kind.to_string(),
-                            process: proc.clone(),
-                            signal,
-                            message,
-                        });
-                        if last.proc.as_deref() == Some(proc.as_str()) {
-                            last.signal = signal;
-                        }
-                        undeclared.insert(proc, (stmt.pos.line, signal));
-                    }
-                    Err(e) => return Err(wrap(e)),
-                }
+                let r = match &one {
+                    Some(one) => one,
+                    None => current(self.backend, &mut self.reading)?,
+                };
+                let (actual, unknown) = term(r, &self.gone, counter);
+                ExpectOutcome::evaluate_value(pos, counter, *op, *value, actual, unknown)
+            }
+            terms => {
+                let r = current(self.backend, &mut self.reading)?;
+                let (actual, unknown) = sum(r, &self.gone, terms);
+                let text = terms.join(" + ");
+                ExpectOutcome::evaluate_value(pos, &text, *op, *value, actual, unknown)
+            }
+        };
+        self.obs.expects.push(outcome);
+        Ok(())
+    }
+
+    /// `expect signal == <SIGNAL>|0`
+    fn expect_signal(&mut self, pos: Pos, e: &stmt::ExpectSignal) -> Result<(), BackendError> {
+        let expected = e.signal;
+        self.obs.expects.push(ExpectOutcome::evaluate_signal(
+            pos,
+            expected,
+            self.last.signal,
+        ));
+        if let (true, Some(proc)) = (expected != Signal::NONE, &self.last.proc) {
+            // The checker takes the process as gone from here on.
+            if self.undeclared.remove(proc).is_none() && self.last.signal == Signal::NONE {
+                self.reading = None;
+                let exit = Stmt {
+                    pos,
+                    kind: StmtKind::Exit(stmt::Exit { proc: proc.clone() }),
+                };
+                self.backend.execute_retiring(&exit, &mut self.gone)?;
             }
         }
+        Ok(())
     }
-    let r = current(backend, &mut reading).map_err(|mut e| {
-        e.pos = end;
-        wrap(e)
-    })?;
-    obs.snapshots.push(Snapshot {
-        label: "end".to_string(),
-        line: None,
-        counters: r.counters.clone(),
-        unknown: r.unknown.clone(),
-    });
-    Ok(obs)
+
+    /// A statement that runs something: its failed call or kill is recorded.
+    fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        if let Some((proc, (line, signal))) = stmt
+            .kind
+            .process()
+            .and_then(|p| self.undeclared.get_key_value(p))
+        {
+            return Err(BackendError::failed(
+                stmt.pos,
+                format!(
+                    "process '{proc}' was killed by {signal} at line {line}; a workload that expects it says `expect signal == {signal}` right after that line, and then no longer names '{proc}' (or gives the name to a new process)"
+                ),
+            ));
+        }
+        self.reading = None;
+        self.last = Outcome {
+            proc: stmt.kind.process().map(str::to_string),
+            ..Outcome::default()
+        };
+        match self.backend.execute_retiring(stmt, &mut self.gone) {
+            Ok(()) => {}
+            Err(BackendError {
+                kind: BackendErrorKind::Errno(e),
+                message,
+                ..
+            }) => {
+                self.obs.failed_calls.push(FailedCall {
+                    line: stmt.pos.line,
+                    col: stmt.pos.col,
+                    statement: stmt.kind.to_string(),
+                    errno: e,
+                    message,
+                });
+                self.last.errno = e;
+            }
+            Err(BackendError {
+                kind: BackendErrorKind::Killed { proc, signal },
+                message,
+                ..
+            }) => {
+                self.obs.kills.push(Kill {
+                    line: stmt.pos.line,
+                    col: stmt.pos.col,
+                    statement: stmt.kind.to_string(),
+                    process: proc.clone(),
+                    signal,
+                    message,
+                });
+                if self.last.proc.as_deref() == Some(proc.as_str()) {
+                    self.last.signal = signal;
+                }
+                self.undeclared.insert(proc, (stmt.pos.line, signal));
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
 }
 
 /// What the last statement that ran something did: its errno, and the

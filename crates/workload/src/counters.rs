@@ -16,8 +16,8 @@
 //! counters it models (a subset), `diff` takes its bounds from here and
 //! `compare` its rows.
 
-use crate::check::valid_name;
 use crate::smaps::SmapsField;
+use crate::text::valid_name;
 use serde::Serialize;
 
 /// Whether a counter counts events or measures a quantity.

@@ -30,8 +30,9 @@
 //! The workload is read as a stream: the prelude needs no lookahead, since
 //! each statement is judged when it comes.
 
-use crate::ast::{SetValue, Stmt, StmtKind, ThpEnabled, ThpSizeEnabled, Tunable, VmSysctl};
+use crate::ast::{SetValue, ThpEnabled, ThpSizeEnabled, Tunable, VmSysctl};
 use crate::parse::ParseError;
+use crate::stmt::{self, Stmt, StmtKind};
 use serde::Serialize;
 use std::borrow::Borrow;
 
@@ -150,7 +151,7 @@ where
             let s: &Stmt = stmt.borrow();
             let line = s.pos.line;
             let in_prelude = self.started.is_none();
-            let StmtKind::Set { tunable, value } = &s.kind else {
+            let StmtKind::Set(stmt::Set { tunable, value }) = &s.kind else {
                 if in_prelude
                     && !matches!(s.kind, StmtKind::Machine { .. } | StmtKind::Cgroup { .. })
                 {

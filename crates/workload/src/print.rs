@@ -6,6 +6,7 @@
 //! and sizes with the largest binary suffix that divides them exactly.
 
 use crate::ast::*;
+use crate::stmt::{Stmt, StmtKind, Workload};
 use std::fmt;
 
 impl fmt::Display for Workload {
@@ -147,117 +148,33 @@ impl fmt::Display for SetValue {
 }
 
 impl fmt::Display for StmtKind {
-    /// The statement as a workload line, without its position or newline.
+    /// The statement as a workload line, without its position or newline:
+    /// a thin table to each statement's own `Display` (in [`crate::stmt`]).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            StmtKind::Set { tunable, value } => write!(f, "set {tunable} {value}"),
-            StmtKind::Machine { params } => {
-                f.write_str("machine")?;
-                for p in params {
-                    write!(f, " {p}")?;
-                }
-                Ok(())
-            }
-            StmtKind::Cgroup { cgroup, memory_max } => {
-                write!(f, "cgroup {cgroup}")?;
-                if let Some(m) = memory_max {
-                    write!(f, " memory.max={m}")?;
-                }
-                Ok(())
-            }
-            StmtKind::Spawn { proc, cgroup } => {
-                write!(f, "spawn {proc}")?;
-                if let Some(cg) = cgroup {
-                    write!(f, " cgroup={cg}")?;
-                }
-                Ok(())
-            }
-            StmtKind::Mmap {
-                proc,
-                region,
-                size,
-                align,
-                hugetlb,
-                shared,
-                prot,
-            } => {
-                write!(f, "{proc} mmap {region} {size}")?;
-                if let Some(a) = align {
-                    write!(f, " align={a}")?;
-                }
-                if let Some(h) = hugetlb {
-                    write!(f, " hugetlb={h}")?;
-                }
-                if *shared {
-                    f.write_str(" shared")?;
-                }
-                if let Some(p) = prot {
-                    write!(f, " prot={p}")?;
-                }
-                Ok(())
-            }
-            StmtKind::Munmap { proc, range } => write!(f, "{proc} munmap {range}"),
-            StmtKind::Mprotect { proc, range, prot } => write!(f, "{proc} mprotect {range} {prot}"),
-            StmtKind::Madvise {
-                proc,
-                range,
-                advice,
-            } => write!(f, "{proc} madvise {range} {advice}"),
-            StmtKind::Read { proc, range, step } => {
-                write!(f, "{proc} read {range}")?;
-                if let Some(s) = step {
-                    write!(f, " step={s}")?;
-                }
-                Ok(())
-            }
-            StmtKind::Write {
-                proc,
-                range,
-                step,
-                zero,
-            } => {
-                write!(f, "{proc} write {range}")?;
-                if let Some(s) = step {
-                    write!(f, " step={s}")?;
-                }
-                if *zero {
-                    f.write_str(" zero")?;
-                }
-                Ok(())
-            }
-            StmtKind::Pin { proc, range } => write!(f, "{proc} pin {range}"),
-            StmtKind::Unpin { proc, range } => write!(f, "{proc} unpin {range}"),
-            StmtKind::Fork { proc, child } => write!(f, "{proc} fork {child}"),
-            StmtKind::ThpDisable { proc, on } => {
-                write!(f, "{proc} thp_disable {}", if *on { "on" } else { "off" })
-            }
-            StmtKind::Exit { proc } => write!(f, "{proc} exit"),
-            StmtKind::Split { proc, range } => write!(f, "split {proc} {range}"),
+            StmtKind::Set(s) => s.fmt(f),
+            StmtKind::Machine(s) => s.fmt(f),
+            StmtKind::Cgroup(s) => s.fmt(f),
+            StmtKind::Spawn(s) => s.fmt(f),
+            StmtKind::Mmap(s) => s.fmt(f),
+            StmtKind::Munmap(s) => s.fmt(f),
+            StmtKind::Mprotect(s) => s.fmt(f),
+            StmtKind::Madvise(s) => s.fmt(f),
+            StmtKind::Read(s) => s.fmt(f),
+            StmtKind::Write(s) => s.fmt(f),
+            StmtKind::Pin(s) => s.fmt(f),
+            StmtKind::Unpin(s) => s.fmt(f),
+            StmtKind::Fork(s) => s.fmt(f),
+            StmtKind::ThpDisable(s) => s.fmt(f),
+            StmtKind::Exit(s) => s.fmt(f),
+            StmtKind::Split(s) => s.fmt(f),
             StmtKind::Khugepaged => f.write_str("khugepaged"),
             StmtKind::Reclaim => f.write_str("reclaim"),
-            StmtKind::Fragment {
-                permille,
-                pattern,
-                seed,
-            } => {
-                write!(f, "fragment unmovable={}", permille / 10)?;
-                if permille % 10 != 0 {
-                    write!(f, ".{}", permille % 10)?;
-                }
-                write!(f, "% pattern={}", pattern.name())?;
-                if *seed != 0 {
-                    write!(f, " seed={seed}")?;
-                }
-                Ok(())
-            }
-            StmtKind::Snapshot { label } => write!(f, "snapshot {label}"),
-            StmtKind::Expect {
-                counters,
-                op,
-                value,
-            } => write!(f, "expect {} {op} {value}", counters.join(" + ")),
-            StmtKind::ExpectErrno { errno } => write!(f, "expect errno == {errno}"),
-            StmtKind::ExpectSignal { signal } => write!(f, "expect signal == {signal}"),
+            StmtKind::Fragment(s) => s.fmt(f),
+            StmtKind::Snapshot(s) => s.fmt(f),
+            StmtKind::Expect(s) => s.fmt(f),
+            StmtKind::ExpectErrno(s) => s.fmt(f),
+            StmtKind::ExpectSignal(s) => s.fmt(f),
         }
     }
 }

@@ -3,7 +3,7 @@
 //! workload of millions of statements never has to be unpacked on disk or
 //! held in memory.
 
-use crate::parse::ParseError;
+use crate::text::ParseError;
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;

@@ -15,7 +15,7 @@
 
 use crate::ast::*;
 use crate::errno::Errno;
-use crate::parse::{parse_decimal, quote};
+use crate::text::{parse_decimal, quote};
 use std::str::FromStr;
 
 /// The accepted tunable paths, by family, for the "unknown tunable" message.

@@ -8,8 +8,10 @@
 //! Also the one parser of sizes ([`parse_size`]), for workload files and the
 //! command line alike.
 
-use crate::parse::{parse_decimal, quote};
+use crate::ast::Size;
+use crate::text::{parse_decimal, quote};
 use serde::{Deserialize, Serialize};
+use std::str::FromStr;
 
 /// log2 of the base page size (x86_64 PAGE_SHIFT).
 pub const PAGE_SHIFT: u32 = 12;
@@ -86,6 +88,15 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     };
     let n = parse_decimal(digits).ok_or_else(bad)?.ok_or_else(large)?;
     n.checked_mul(1u64 << shift).ok_or_else(large)
+}
+
+impl FromStr for Size {
+    type Err = SizeError;
+
+    /// See [`parse_size`].
+    fn from_str(s: &str) -> Result<Size, SizeError> {
+        parse_size(s).map(Size)
+    }
 }
 
 #[cfg(test)]

@@ -34,14 +34,15 @@ impl Backend for Fake {
     fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         self.executed.push(stmt.kind.to_string());
         match &stmt.kind {
-            StmtKind::Spawn { proc, .. } | StmtKind::Fork { child: proc, .. } => {
+            StmtKind::Spawn(stmt::Spawn { proc, .. })
+            | StmtKind::Fork(stmt::Fork { child: proc, .. }) => {
                 assert!(self.procs.insert(proc.clone()), "{proc} exists already");
             }
-            StmtKind::Exit { proc } => {
+            StmtKind::Exit(stmt::Exit { proc }) => {
                 assert!(self.procs.remove(proc), "{proc} is not alive");
                 gone.add(left(proc, 1));
             }
-            StmtKind::Write { proc, range, .. } if range.region == "hole" => {
+            StmtKind::Write(stmt::Write { proc, range, .. }) if range.region == "hole" => {
                 assert!(self.procs.remove(proc), "{proc} is not alive");
                 gone.add(left(proc, 3));
                 return Err(BackendError::killed(

@@ -141,10 +141,10 @@ fn set_statements() {
         let k = one(&format!("set {text}"));
         assert_eq!(
             k,
-            StmtKind::Set {
+            StmtKind::Set(stmt::Set {
                 tunable: tunable.clone(),
                 value: *value
-            },
+            }),
             "{text}"
         );
         assert_eq!(k.to_string(), format!("set {text}"));
@@ -155,54 +155,54 @@ fn set_statements() {
 fn machine_cgroup_spawn() {
     assert_eq!(
         one("machine arch=arm64 base_page=16K memory=16G"),
-        StmtKind::Machine {
+        StmtKind::Machine(stmt::Machine {
             params: vec![
                 MachineParam::Arch(Arch::Arm64),
                 MachineParam::BasePage(Size(16384)),
                 MachineParam::Memory(Size(16 << 30)),
             ]
-        }
+        })
     );
     assert_eq!(
         one("cgroup cg memory.max=512M"),
-        StmtKind::Cgroup {
+        StmtKind::Cgroup(stmt::Cgroup {
             cgroup: "cg".into(),
             memory_max: Some(Size(512 << 20))
-        }
+        })
     );
     assert_eq!(
         one("cgroup cg"),
-        StmtKind::Cgroup {
+        StmtKind::Cgroup(stmt::Cgroup {
             cgroup: "cg".into(),
             memory_max: None
-        }
+        })
     );
     assert_eq!(
         one("cgroup cg memory.max=max"),
-        StmtKind::Cgroup {
+        StmtKind::Cgroup(stmt::Cgroup {
             cgroup: "cg".into(),
             memory_max: None
-        }
+        })
     );
     assert_eq!(
         one("spawn a"),
-        StmtKind::Spawn {
+        StmtKind::Spawn(stmt::Spawn {
             proc: "a".into(),
             cgroup: None
-        }
+        })
     );
     assert_eq!(
         one("cgroup cg\nspawn a-1_B cgroup=cg"),
-        StmtKind::Spawn {
+        StmtKind::Spawn(stmt::Spawn {
             proc: "a-1_B".into(),
             cgroup: Some("cg".into())
-        }
+        })
     );
 }
 
 #[test]
 fn mmap_options_in_any_order() {
-    let want = StmtKind::Mmap {
+    let want = StmtKind::Mmap(stmt::Mmap {
         proc: "a".into(),
         region: "buf".into(),
         size: Size(4 << 30),
@@ -210,7 +210,7 @@ fn mmap_options_in_any_order() {
         hugetlb: Some(HugetlbSize::Size1G),
         shared: true,
         prot: Some(Prot::Read),
-    };
+    });
     assert_eq!(
         one("spawn a\na mmap buf 4G align=1G hugetlb=1G shared prot=r"),
         want
@@ -221,7 +221,7 @@ fn mmap_options_in_any_order() {
     );
     assert_eq!(
         one("spawn a\na\tmmap   buf 0x1000"),
-        StmtKind::Mmap {
+        StmtKind::Mmap(stmt::Mmap {
             proc: "a".into(),
             region: "buf".into(),
             size: Size(4096),
@@ -229,7 +229,7 @@ fn mmap_options_in_any_order() {
             hugetlb: None,
             shared: false,
             prot: None,
-        }
+        })
     );
     // A process may be called like a verb.
     assert!(matches!(
@@ -243,89 +243,89 @@ fn range_statements() {
     let a = || "a".to_string();
     assert_eq!(
         one(&format!("{PRE}a munmap buf")),
-        StmtKind::Munmap {
+        StmtKind::Munmap(stmt::Munmap {
             proc: a(),
             range: range("buf", None, None)
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a mprotect buf+1M:64K none")),
-        StmtKind::Mprotect {
+        StmtKind::Mprotect(stmt::Mprotect {
             proc: a(),
             range: range("buf", Some(1 << 20), Some(64 << 10)),
             prot: Prot::None
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a madvise buf:2M HUGEPAGE")),
-        StmtKind::Madvise {
+        StmtKind::Madvise(stmt::Madvise {
             proc: a(),
             range: range("buf", None, Some(2 << 20)),
             advice: Advice::Hugepage
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a madvise buf+2M collapse")),
-        StmtKind::Madvise {
+        StmtKind::Madvise(stmt::Madvise {
             proc: a(),
             range: range("buf", Some(2 << 20), None),
             advice: Advice::Collapse
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a read buf step=64K")),
-        StmtKind::Read {
+        StmtKind::Read(stmt::Read {
             proc: a(),
             range: range("buf", None, None),
             step: Some(Size(65536))
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a read buf+1:3")),
-        StmtKind::Read {
+        StmtKind::Read(stmt::Read {
             proc: a(),
             range: range("buf", Some(1), Some(3)),
             step: None
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a write buf zero step=2M")),
-        StmtKind::Write {
+        StmtKind::Write(stmt::Write {
             proc: a(),
             range: range("buf", None, None),
             step: Some(Size(2 << 20)),
             zero: true
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a write buf")),
-        StmtKind::Write {
+        StmtKind::Write(stmt::Write {
             proc: a(),
             range: range("buf", None, None),
             step: None,
             zero: false
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a pin buf:1M")),
-        StmtKind::Pin {
+        StmtKind::Pin(stmt::Pin {
             proc: a(),
             range: range("buf", None, Some(1 << 20))
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}a unpin buf")),
-        StmtKind::Unpin {
+        StmtKind::Unpin(stmt::Unpin {
             proc: a(),
             range: range("buf", None, None)
-        }
+        })
     );
     assert_eq!(
         one(&format!("{PRE}split a buf+2M:2M")),
-        StmtKind::Split {
+        StmtKind::Split(stmt::Split {
             proc: a(),
             range: range("buf", Some(2 << 20), Some(2 << 20))
-        }
+        })
     );
 }
 
@@ -338,46 +338,46 @@ fn process_lifecycle_and_globals() {
     assert_eq!(
         &k[2..],
         &[
-            StmtKind::ThpDisable {
+            StmtKind::ThpDisable(stmt::ThpDisable {
                 proc: "a".into(),
                 on: true
-            },
-            StmtKind::ThpDisable {
+            }),
+            StmtKind::ThpDisable(stmt::ThpDisable {
                 proc: "a".into(),
                 on: false
-            },
-            StmtKind::Fork {
+            }),
+            StmtKind::Fork(stmt::Fork {
                 proc: "a".into(),
                 child: "b".into()
-            },
-            StmtKind::Write {
+            }),
+            StmtKind::Write(stmt::Write {
                 proc: "b".into(),
                 range: range("buf", None, None),
                 step: None,
                 zero: false
-            },
-            StmtKind::Exit { proc: "b".into() },
+            }),
+            StmtKind::Exit(stmt::Exit { proc: "b".into() }),
             StmtKind::Khugepaged,
             StmtKind::Reclaim,
-            StmtKind::Snapshot {
+            StmtKind::Snapshot(stmt::Snapshot {
                 label: "after".into()
-            },
-            StmtKind::Expect {
+            }),
+            StmtKind::Expect(stmt::Expect {
                 counters: vec!["vmstat.thp_fault_alloc".into()],
                 op: CmpOp::Ge,
                 value: 2
-            },
-            StmtKind::Expect {
+            }),
+            StmtKind::Expect(stmt::Expect {
                 counters: vec!["mthp.64kB.anon_fault_alloc".into()],
                 op: CmpOp::Eq,
                 value: 16
-            },
-            StmtKind::Expect {
+            }),
+            StmtKind::Expect(stmt::Expect {
                 counters: vec!["smaps.a.buf.Rss".into()],
                 op: CmpOp::Le,
                 value: 4096
-            },
-            StmtKind::Exit { proc: "a".into() },
+            }),
+            StmtKind::Exit(stmt::Exit { proc: "a".into() }),
         ]
     );
 }
@@ -597,7 +597,7 @@ fn khugepaged_bounds_are_the_kernels() {
             "expected an integer from 0 to 511: the kernel refuses it with EINVAL",
         );
         let n = match one(&knob(&format!("{k} 511"))) {
-            StmtKind::Set { value, .. } => value,
+            StmtKind::Set(stmt::Set { value, .. }) => value,
             other => panic!("{other:?}"),
         };
         assert_eq!(n, SetValue::Num(511));
@@ -640,18 +640,18 @@ fn check_on_built_asts() {
         stmts: vec![
             stmt(
                 1,
-                StmtKind::Spawn {
+                StmtKind::Spawn(stmt::Spawn {
                     proc: "a".into(),
                     cgroup: None,
-                },
+                }),
             ),
             stmt(
                 2,
-                StmtKind::Read {
+                StmtKind::Read(stmt::Read {
                     proc: "a".into(),
                     range: range("x", None, None),
                     step: None,
-                },
+                }),
             ),
         ],
     };
@@ -667,10 +667,10 @@ fn check_on_built_asts() {
         file: "gen".into(),
         stmts: vec![stmt(
             1,
-            StmtKind::Set {
+            StmtKind::Set(stmt::Set {
                 tunable: Tunable::ThpEnabled,
                 value: SetValue::Num(3),
-            },
+            }),
         )],
     };
     assert!(check::check(&w).is_err());
@@ -679,10 +679,10 @@ fn check_on_built_asts() {
         file: "gen".into(),
         stmts: vec![stmt(
             1,
-            StmtKind::Set {
+            StmtKind::Set(stmt::Set {
                 tunable: Tunable::Khugepaged(KhugepagedKnob::MaxPtesNone),
                 value: SetValue::Num(512),
-            },
+            }),
         )],
     };
     let e = check::check(&w).unwrap_err();
@@ -695,9 +695,9 @@ fn check_on_built_asts() {
         file: "gen".into(),
         stmts: vec![stmt(
             1,
-            StmtKind::Machine {
+            StmtKind::Machine(stmt::Machine {
                 params: vec![MachineParam::BasePage(Size(0))],
-            },
+            }),
         )],
     };
     assert!(check::check(&w).is_err());
@@ -1302,10 +1302,10 @@ fn expect_signal() {
     assert_eq!(
         k[k.len() - 3..],
         [
-            StmtKind::ExpectSignal {
+            StmtKind::ExpectSignal(stmt::ExpectSignal {
                 signal: Signal::SIGBUS
-            },
-            StmtKind::Write {
+            }),
+            StmtKind::Write(stmt::Write {
                 proc: "a".into(),
                 range: Range {
                     region: "buf".into(),
@@ -1314,10 +1314,10 @@ fn expect_signal() {
                 },
                 step: None,
                 zero: false
-            },
-            StmtKind::ExpectSignal {
+            }),
+            StmtKind::ExpectSignal(stmt::ExpectSignal {
                 signal: Signal::NONE
-            }
+            })
         ]
     );
     // The process it declares killed is gone: its name is free, and it
@@ -1369,22 +1369,22 @@ fn expect_sums() {
     let k = kinds("expect vmstat.nr_memmap_pages + vmstat.nr_memmap_boot_pages == -112\n");
     assert_eq!(
         k,
-        [StmtKind::Expect {
+        [StmtKind::Expect(stmt::Expect {
             counters: vec![
                 "vmstat.nr_memmap_pages".into(),
                 "vmstat.nr_memmap_boot_pages".into()
             ],
             op: CmpOp::Eq,
             value: -112
-        }]
+        })]
     );
     assert_eq!(
         kinds("expect vmstat.pgfault >= -0x10\n"),
-        [StmtKind::Expect {
+        [StmtKind::Expect(stmt::Expect {
             counters: vec!["vmstat.pgfault".into()],
             op: CmpOp::Ge,
             value: -16
-        }]
+        })]
     );
     // Each part is checked against the registry, at its own column.
     fails(
@@ -1428,10 +1428,10 @@ fn expect_errno() {
     assert_eq!(
         k[k.len() - 2..],
         [
-            StmtKind::ExpectErrno {
+            StmtKind::ExpectErrno(stmt::ExpectErrno {
                 errno: Errno::EAGAIN
-            },
-            StmtKind::ExpectErrno { errno: Errno::OK }
+            }),
+            StmtKind::ExpectErrno(stmt::ExpectErrno { errno: Errno::OK })
         ]
     );
     fails(
@@ -1458,19 +1458,19 @@ fn expect_errno() {
 fn fragment_statement() {
     assert_eq!(
         one("fragment unmovable=10%"),
-        StmtKind::Fragment {
+        StmtKind::Fragment(stmt::Fragment {
             permille: 100,
             pattern: FragmentPattern::Spread,
             seed: 0
-        }
+        })
     );
     assert_eq!(
         one("fragment seed=42 pattern=clustered unmovable=2.5%"),
-        StmtKind::Fragment {
+        StmtKind::Fragment(stmt::Fragment {
             permille: 25,
             pattern: FragmentPattern::Clustered,
             seed: 42
-        }
+        })
     );
     let text = "fragment unmovable=2.5% pattern=clustered seed=42\nfragment unmovable=10% pattern=spread\n";
     assert_eq!(parse("t.hlw", text).unwrap().to_string(), text);

@@ -144,7 +144,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
         if mem % 3 != 0 {
             params.push(MachineParam::Memory(Size((1 + mem % 64) << 30)));
         }
-        kinds.push(StmtKind::Machine { params });
+        kinds.push(StmtKind::Machine(stmt::Machine { params }));
     }
     let mut procs: Vec<Proc> = Vec::new();
     let mut cgroups: Vec<String> = Vec::new();
@@ -172,15 +172,15 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     .parse()
                     .unwrap();
                 let value = set_value(&t, r.b);
-                StmtKind::Set { tunable: t, value }
+                StmtKind::Set(stmt::Set { tunable: t, value })
             }
             1 => {
                 let cg = format!("cg{counter}");
                 cgroups.push(cg.clone());
-                StmtKind::Cgroup {
+                StmtKind::Cgroup(stmt::Cgroup {
                     cgroup: cg,
                     memory_max: (r.a % 2 == 0).then_some(Size((r.b % 4096) << 20)),
-                }
+                })
             }
             2 | 3 => {
                 let name = new_proc_name(&procs, r.a);
@@ -194,7 +194,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                 } else {
                     None
                 };
-                StmtKind::Spawn { proc: name, cgroup }
+                StmtKind::Spawn(stmt::Spawn { proc: name, cgroup })
             }
             4..=6 => {
                 let Some(&i) = pick(&live, r.a) else { continue };
@@ -218,7 +218,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                 procs[i]
                     .regions
                     .push((region.clone(), size, mapped::Mapped::whole(size)));
-                StmtKind::Mmap {
+                StmtKind::Mmap(stmt::Mmap {
                     proc: procs[i].name.clone(),
                     region,
                     size: Size(size),
@@ -226,7 +226,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     hugetlb,
                     shared: (r.b / 32) % 2 == 0,
                     prot,
-                }
+                })
             }
             op @ 7..=13 => {
                 let Some(&i) = pick(&with_regions, r.a) else {
@@ -249,29 +249,29 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                 }
                 let step = (r.c % 3 == 0).then(|| Size(1 + (r.a >> 8) % (4 << 20)));
                 match op {
-                    7 => StmtKind::Munmap { proc, range },
+                    7 => StmtKind::Munmap(stmt::Munmap { proc, range }),
                     8 => {
                         let prot = [Prot::ReadWrite, Prot::Read, Prot::None][(r.c % 3) as usize];
-                        StmtKind::Mprotect { proc, range, prot }
+                        StmtKind::Mprotect(stmt::Mprotect { proc, range, prot })
                     }
                     9 => {
                         let advice = Advice::ALL[(r.c % 7) as usize];
-                        StmtKind::Madvise {
+                        StmtKind::Madvise(stmt::Madvise {
                             proc,
                             range,
                             advice,
-                        }
+                        })
                     }
-                    10 => StmtKind::Read { proc, range, step },
-                    11 => StmtKind::Write {
+                    10 => StmtKind::Read(stmt::Read { proc, range, step }),
+                    11 => StmtKind::Write(stmt::Write {
                         proc,
                         range,
                         step,
                         zero: r.b % 2 == 0,
-                    },
-                    12 if r.c % 2 == 0 => StmtKind::Pin { proc, range },
-                    12 => StmtKind::Unpin { proc, range },
-                    _ => StmtKind::Split { proc, range },
+                    }),
+                    12 if r.c % 2 == 0 => StmtKind::Pin(stmt::Pin { proc, range }),
+                    12 => StmtKind::Unpin(stmt::Unpin { proc, range }),
+                    _ => StmtKind::Split(stmt::Split { proc, range }),
                 }
             }
             14 => {
@@ -279,14 +279,14 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                 match r.b % 4 {
                     0 => {
                         procs[i].alive = false;
-                        StmtKind::Exit {
+                        StmtKind::Exit(stmt::Exit {
                             proc: procs[i].name.clone(),
-                        }
+                        })
                     }
-                    1 => StmtKind::ThpDisable {
+                    1 => StmtKind::ThpDisable(stmt::ThpDisable {
                         proc: procs[i].name.clone(),
                         on: r.c % 2 == 0,
-                    },
+                    }),
                     _ => {
                         let child = new_proc_name(&procs, r.c);
                         let regions = procs[i].regions.clone();
@@ -296,17 +296,17 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                             alive: true,
                             regions,
                         });
-                        StmtKind::Fork {
+                        StmtKind::Fork(stmt::Fork {
                             proc: parent,
                             child,
-                        }
+                        })
                     }
                 }
             }
             15 => match r.a % 3 {
                 0 => StmtKind::Khugepaged,
                 1 => StmtKind::Reclaim,
-                _ => StmtKind::Fragment {
+                _ => StmtKind::Fragment(stmt::Fragment {
                     permille: (r.b % 1001) as u32,
                     pattern: if r.c % 2 == 0 {
                         FragmentPattern::Spread
@@ -314,23 +314,23 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                         FragmentPattern::Clustered
                     },
                     seed: r.c % 3 * (r.c >> 8),
-                },
+                }),
             },
-            16 => StmtKind::Snapshot {
+            16 => StmtKind::Snapshot(stmt::Snapshot {
                 label: format!("s{counter}"),
-            },
+            }),
             // Only `0`: a signal would make the process gone for the
             // checker, and later statements here may still name it.
             _ if r.b % 7 == 1 && kinds.last().is_some_and(|k| k.process().is_some()) => {
-                StmtKind::ExpectSignal {
+                StmtKind::ExpectSignal(stmt::ExpectSignal {
                     signal: Signal::NONE,
-                }
+                })
             }
             _ if r.b % 5 == 0 && kinds.last().is_some_and(|k| !is_check(k)) => {
                 let names = ["0", "EAGAIN", "EINVAL", "ENOMEM", "EFAULT"];
-                StmtKind::ExpectErrno {
+                StmtKind::ExpectErrno(stmt::ExpectErrno {
                     errno: Errno::from_name(names[(r.a % names.len() as u64) as usize]).unwrap(),
-                }
+                })
             }
             _ => {
                 let mut counters = vec![
@@ -354,7 +354,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     sum.push(counters[(r.c % counters.len() as u64) as usize].clone());
                 }
                 let magnitude = (r.c >> (r.a % 64)) as i64;
-                StmtKind::Expect {
+                StmtKind::Expect(stmt::Expect {
                     counters: sum,
                     op: [CmpOp::Eq, CmpOp::Le, CmpOp::Ge][(r.b % 3) as usize],
                     value: if r.a % 3 == 0 {
@@ -362,7 +362,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     } else {
                         magnitude
                     },
-                }
+                })
             }
         };
         kinds.push(kind);

@@ -1,0 +1,34 @@
+//! `mprotect` on the kernel (the system call of mm/mprotect.c).
+
+use crate::agents::Agents;
+use crate::measure::Measurement;
+use crate::protocol::Request;
+use hugelab_workload::stmt::Mprotect;
+use hugelab_workload::{BackendError, Prot, Stmt};
+
+/// `<proc> mprotect <range> <prot>`
+pub(crate) fn mprotect(
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &Mprotect,
+) -> Result<(), BackendError> {
+    let (start, len) = agents.range(stmt, &s.proc, &s.range)?;
+    let req = Request::Mprotect {
+        addr: start,
+        len,
+        prot: prot_bits(s.prot),
+    };
+    m.window(stmt, false, agents, |agents| {
+        agents.call(stmt, &s.proc, req)
+    })
+}
+
+/// The PROT_ bits of a protection.
+pub(crate) fn prot_bits(p: Prot) -> i32 {
+    match p {
+        Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+        Prot::Read => libc::PROT_READ,
+        Prot::None => libc::PROT_NONE,
+    }
+}

@@ -1,0 +1,153 @@
+//! The workload's processes on the kernel: `spawn` starts an agent (in a
+//! memory cgroup if asked), `fork` forks one (kernel/fork.c), `exit` ends one
+//! (kernel/exit.c), `thp_disable` is its prctl(PR_SET_THP_DISABLE)
+//! (kernel/sys.c); a process the kernel killed is retired as after `exit`.
+
+use crate::agents::{Agents, Proc};
+use crate::call::{failed, Call};
+use crate::measure::{read_process, settle_dead_mms, zeroed_process, Measurement};
+use crate::memcg::Memcg;
+use crate::process::AgentProc;
+use crate::protocol::Request;
+use hugelab_workload::gone::Gone;
+use hugelab_workload::stmt::{Exit, Fork, Spawn, ThpDisable};
+use hugelab_workload::{BackendError, Errno, Stmt};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// `spawn <proc> [cgroup=]`: `exe` is the `hugelab` binary the agent runs.
+pub(crate) fn spawn(
+    exe: &Path,
+    cgroups: &mut BTreeMap<String, Memcg>,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &Spawn,
+) -> Result<(), BackendError> {
+    let agent = AgentProc::spawn(exe).map_err(|e| failed(stmt, e))?;
+    // The agent re-executed itself: the page tables of its first
+    // image are freed later (lazy TLB mm, RCU callbacks), which
+    // must not land in the next window.
+    settle_dead_mms();
+    let mut memcg_dir = None;
+    if let Some(cg) = &s.cgroup {
+        let memcg = cgroups
+            .get_mut(cg)
+            .ok_or_else(|| failed(stmt, format!("no cgroup '{cg}'")))?;
+        memcg.attach(agent.pid).map_err(|e| failed(stmt, e))?;
+        memcg_dir = Some(memcg.dir().to_path_buf());
+    }
+    agents.procs.insert(
+        s.proc.clone(),
+        Proc {
+            agent,
+            regions: BTreeMap::new(),
+            cursor: 0,
+            minflt: 0,
+            memcg_dir,
+        },
+    );
+    Ok(())
+}
+
+/// `<proc> fork <child>`
+pub(crate) fn fork(
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &Fork,
+) -> Result<(), BackendError> {
+    let mut forked = None;
+    m.window(stmt, false, agents, |agents| {
+        let p = agents.get_mut(stmt, &s.proc)?;
+        let (agent, reply) = p.agent.fork().map_err(|e| failed(stmt, e))?;
+        let faults = reply.all_faults + agent.hello_faults;
+        forked = Some(Proc {
+            agent,
+            regions: p.regions.clone(),
+            cursor: p.cursor,
+            minflt: 0,
+            memcg_dir: p.memcg_dir.clone(),
+        });
+        Ok(Call::ok(faults))
+    })?;
+    if let Some(p) = forked {
+        agents.procs.insert(s.child.clone(), p);
+    }
+    Ok(())
+}
+
+/// `<proc> thp_disable on|off`
+pub(crate) fn thp_disable(
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &ThpDisable,
+) -> Result<(), BackendError> {
+    let req = Request::ThpDisable { on: s.on };
+    m.window(stmt, false, agents, |agents| {
+        agents.call(stmt, &s.proc, req)
+    })
+}
+
+/// `<proc> exit`: its counters with nothing mapped go to `gone`.
+pub(crate) fn exit(
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &Exit,
+    gone: &mut Gone,
+) -> Result<(), BackendError> {
+    let proc = &s.proc;
+    // The regions go inside the window, as exit_mmap would take
+    // them; the agent's own memory goes outside it.
+    let regions: Vec<(u64, u64)> = agents
+        .get_mut(stmt, proc)?
+        .spans()
+        .map(|(_, span)| span)
+        .collect();
+    m.window(stmt, false, agents, |agents| {
+        let mut all = Call::ok(0);
+        for (start, len) in regions {
+            let call = agents.call(stmt, proc, Request::Munmap { addr: start, len })?;
+            all.faults += call.faults;
+            if call.errno != Errno::OK {
+                return Err(failed(
+                    stmt,
+                    format!("munmap at exit failed: {}", call.errno),
+                ));
+            }
+        }
+        Ok(all)
+    })?;
+    if let Some(p) = agents.procs.remove(proc) {
+        // What it leaves: its counters with nothing mapped.
+        let (mut c, mut unknown) = (Default::default(), BTreeMap::new());
+        read_process(proc, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
+            .map_err(|e| failed(stmt, e))?;
+        gone.add(m.judge(c, unknown));
+        p.agent.exit().map_err(|e| failed(stmt, e))?;
+        settle_dead_mms(); // its own page tables, as after spawn
+    }
+    Ok(())
+}
+
+/// After `proc` was killed during `stmt`: it is gone as after `exit`,
+/// its counters with nothing mapped going to `gone` (its memory was
+/// freed when it died).
+pub(crate) fn retire_killed(
+    m: &Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    proc: &str,
+    gone: &mut Gone,
+) -> Result<(), BackendError> {
+    let Some(p) = agents.procs.remove(proc) else {
+        return Err(failed(stmt, format!("no process '{proc}' to retire")));
+    };
+    let mut c = Default::default();
+    zeroed_process(proc, p.minflt, p.spans(), &mut c);
+    gone.add(m.judge(c, BTreeMap::new()));
+    drop(p);
+    settle_dead_mms(); // its mm's last page tables, as after exit
+    Ok(())
+}

@@ -43,7 +43,7 @@ use crate::error::KernelError;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps, sysfs};
 use hugelab_workload::counters::{self, Reported, Scope};
-use hugelab_workload::units::PAGE_KB;
+use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB, PMD_SIZE};
 use hugelab_workload::{
     BackendError, Counters, Errno, Reading, Stmt, StmtKind, ThpEnabled, Tunable, VmSysctl,
 };
@@ -292,7 +292,7 @@ impl Measurement {
         self.mthp_sizes_used.extend(mthp_sizes_enabled());
         let foreign = after.iter().find(|(name, v)| {
             mthp_size_kb(name).is_some_and(|kb| {
-                kb < 2048
+                kb < PMD_SIZE >> 10
                     && !self.mthp_sizes_used.contains(&kb)
                     && before.get(*name).is_some_and(|b| b != *v)
             })
@@ -655,11 +655,12 @@ pub(crate) fn insert_region(
         if order == 1 {
             continue; // anonymous memory has no order-1 folios
         }
-        let key = format!("folios.{name}.{region}.{}kB", 4 << order);
-        let pmd = if order == 9 { f.pmd_mapped } else { 0 };
+        let key = format!("folios.{name}.{region}.{}kB", PAGE_KB << order);
+        let pmd_order = order == HPAGE_PMD_ORDER as usize;
+        let pmd = if pmd_order { f.pmd_mapped } else { 0 };
         c.insert(key.clone(), *n as i64);
         c.insert(format!("{key}.pte"), (*n - pmd) as i64);
-        if order == 9 {
+        if pmd_order {
             c.insert(format!("{key}.pmd"), pmd as i64);
         }
     }

@@ -18,6 +18,7 @@ use crate::syscall::{failed, mm_id_of_ranged, resolve, BACKEND};
 use crate::vmstat::VmEvent;
 use crate::{counters, hugetlb, Machine, Model, Task};
 use hugelab_workload::gone::{Gone, Shape};
+use hugelab_workload::units::PAGE_KB;
 use hugelab_workload::{
     stmt, Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName, KhugepagedKnob,
     MachineParam, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable, VmSysctl,
@@ -43,9 +44,8 @@ fn set_tunable(
         (Tunable::ThpAnonBesideFull, SetValue::Num(0)) => thp.anon_beside_full = false,
         (Tunable::ThpAnonBesideFull, SetValue::Num(_)) => return Err(unsupported()),
         (Tunable::ThpSizeEnabled { size_kb }, SetValue::SizeEnabled(v)) => {
-            let order = (size_kb * 1024 / PAGE_SIZE).trailing_zeros();
-            let anon =
-                size_kb * 1024 == PAGE_SIZE << order && (2..=HPAGE_PMD_ORDER).contains(&order);
+            let order = (size_kb / PAGE_KB).trailing_zeros();
+            let anon = *size_kb == PAGE_KB << order && (2..=HPAGE_PMD_ORDER).contains(&order);
             if !anon {
                 return Err(failed(
                     stmt,

@@ -148,11 +148,6 @@ impl Zone {
         self.nr_free_pages
     }
 
-    /// Frames never handed out yet (above the frontier).
-    pub fn never_used_frames(&self) -> u64 {
-        self.spanned - self.frontier
-    }
-
     /// nr_free of each order's free list (what /proc/buddyinfo prints), counting
     /// never-touched memory as free MAX_PAGE_ORDER blocks.
     pub fn buddyinfo(&self) -> [u64; NR_PAGE_ORDERS] {

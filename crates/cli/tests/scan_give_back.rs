@@ -164,19 +164,10 @@ fn scan_predicts_the_memory_the_split_gives_back_to_the_cgroup() {
 }
 
 /// Two THPs with 4 written pages each (508 zero-filled), shared by fork.
-const FORKED: &str = "\
-set transparent_hugepage/enabled madvise
+const FORKED: &str = concat!(
+    pmd_thp_at_409!(),
+    "\
 set transparent_hugepage/use_zero_page 1
-set transparent_hugepage/shrink_underused 1
-set transparent_hugepage/hugepages-16kB/enabled never
-set transparent_hugepage/hugepages-32kB/enabled never
-set transparent_hugepage/hugepages-64kB/enabled never
-set transparent_hugepage/hugepages-128kB/enabled never
-set transparent_hugepage/hugepages-256kB/enabled never
-set transparent_hugepage/hugepages-512kB/enabled never
-set transparent_hugepage/hugepages-1024kB/enabled never
-set transparent_hugepage/hugepages-2048kB/enabled inherit
-set transparent_hugepage/khugepaged/max_ptes_none 409
 cgroup g
 spawn a cgroup=g
 a mmap buf 4M align=2M
@@ -186,7 +177,8 @@ a fork b
 snapshot shared
 reclaim
 snapshot after
-";
+"
+);
 
 #[test]
 fn a_rollup_counts_a_thp_shared_after_fork_once_and_a_pid_given_twice_once() {

@@ -126,3 +126,24 @@ impl Drop for TempWorkload {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// The settings the live-scan tests start from, as workload text: THP by
+/// MADV_HUGEPAGE, PMD-sized only (every smaller size `never`), the
+/// under-used check on at max_ptes_none 409. A literal, for `concat!`.
+#[macro_export]
+macro_rules! pmd_thp_at_409 {
+    () => {
+        "set transparent_hugepage/enabled madvise
+set transparent_hugepage/shrink_underused 1
+set transparent_hugepage/hugepages-16kB/enabled never
+set transparent_hugepage/hugepages-32kB/enabled never
+set transparent_hugepage/hugepages-64kB/enabled never
+set transparent_hugepage/hugepages-128kB/enabled never
+set transparent_hugepage/hugepages-256kB/enabled never
+set transparent_hugepage/hugepages-512kB/enabled never
+set transparent_hugepage/hugepages-1024kB/enabled never
+set transparent_hugepage/hugepages-2048kB/enabled inherit
+set transparent_hugepage/khugepaged/max_ptes_none 409
+"
+    };
+}

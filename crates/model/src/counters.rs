@@ -10,6 +10,7 @@
 //! HugeTLB pools are `hugetlb_report_meminfo` and hugepages/hugepages-<size>/
 //! (`mm/hugetlb.c`, `mm/hugetlb_sysfs.c`).
 
+use crate::mm_types::HstateIdx;
 use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER};
 use crate::reading_cache::ReadingCache;
 use crate::task_mmu::{walk_range, FolioCounts, MemSizeStats};
@@ -86,7 +87,7 @@ const HUGETLB_FILES: [&str; 5] = [
 
 /// One file of the pool of hstate `h` (`mm/hugetlb_sysfs.c`): nr_hugepages
 /// counts surplus pages too.
-fn hugetlb_file(m: &Machine, h: hugetlb::HstateIdx, file: &str) -> Option<i64> {
+fn hugetlb_file(m: &Machine, h: HstateIdx, file: &str) -> Option<i64> {
     let hs = &m.hugetlb.hstates[h];
     Some(match file {
         "nr_hugepages" => hs.nr_huge_pages as i64,

@@ -11,8 +11,11 @@
 //! the readings a process or a region leaves behind when it goes.
 
 use crate::memory::{access_range, Access};
+use crate::mm_types::HstateIdx;
+use crate::mm_types::MmStruct;
+use crate::mm_types::Vma;
 use crate::mm_types::{Fault, HPAGE_PMD_ORDER, PAGE_SIZE};
-use crate::mmap::{exit_mmap, MmStruct, Vma};
+use crate::mmap::exit_mmap;
 use crate::pgtable::MAX_PFN;
 use crate::syscall::{failed, mm_id_of_ranged, resolve, BACKEND};
 use crate::vmstat::VmEvent;
@@ -98,7 +101,7 @@ fn set_tunable(
 }
 
 /// The hstate of `hugepages/hugepages-<size_kb>kB/`.
-fn hstate_of(stmt: &Stmt, size_kb: u64) -> Result<hugetlb::HstateIdx, BackendError> {
+fn hstate_of(stmt: &Stmt, size_kb: u64) -> Result<HstateIdx, BackendError> {
     hugetlb::size_to_hstate(size_kb << 10).ok_or_else(|| {
         failed(
             stmt,

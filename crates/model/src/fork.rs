@@ -27,8 +27,11 @@
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
 use crate::internal::folio_pte_batch;
+use crate::mm_types::MmId;
+use crate::mm_types::MmStruct;
+use crate::mm_types::Vma;
 use crate::mm_types::{page_folio, pg, Fault, Pfn, PMD_SIZE, PUD_SIZE};
-use crate::mmap::{exit_mmap, MmStruct, Vma};
+use crate::mmap::exit_mmap;
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
@@ -215,7 +218,7 @@ fn share_ptes(st: &mut PteTable, dt: &mut PteTable, i: usize, nr: usize) {
 fn copy_present_page(
     m: &mut Machine,
     dt: &mut PteTable,
-    dst_id: rmap::MmId,
+    dst_id: MmId,
     index: u64,
     i: usize,
     page: Pfn,

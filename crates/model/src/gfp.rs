@@ -9,7 +9,7 @@
 //! GFP_HIGHUSER_MOVABLE-movable and memcg-charged).
 
 use crate::huge_memory::ThpSettings;
-use crate::mmap::Vma;
+use crate::mm_types::Vma;
 use hugelab_workload::ThpDefrag;
 use serde::Serialize;
 

@@ -14,8 +14,8 @@
 //! the range is unpinned or the last process holding the ring exits.
 
 use crate::memory::{access_range, Access};
+use crate::mm_types::MmStruct;
 use crate::mm_types::{page_folio, Fault, Pfn, PAGE_SIZE, PMD_SIZE};
-use crate::mmap::MmStruct;
 use crate::page_alloc::free_folio;
 use crate::pgtable::{pte_index, Pmd};
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};

@@ -24,10 +24,11 @@
 //! shrinkers run only from `vmscan::drop_slab` and walk their whole queue in
 //! one call.
 
+use crate::mm_types::MmStruct;
+use crate::mm_types::Vma;
 use crate::mm_types::{
     page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
 };
-use crate::mmap::{MmStruct, Vma};
 use crate::mms::MmList;
 use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
@@ -747,7 +748,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
 pub fn split_huge_pages_pid(
     m: &mut Machine,
     mms: &mut MmList,
-    target: crate::rmap::MmId,
+    target: crate::mm_types::MmId,
     start: u64,
     end: u64,
 ) -> (u64, u64) {

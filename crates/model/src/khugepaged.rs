@@ -48,10 +48,11 @@
 
 use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
 use crate::memory::zap_pte_range;
+use crate::mm_types::MmStruct;
+use crate::mm_types::Vma;
 use crate::mm_types::{
     page_folio, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
 };
-use crate::mmap::{MmStruct, Vma};
 use crate::pgtable::Pmd;
 use crate::rmap;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};

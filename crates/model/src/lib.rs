@@ -108,7 +108,7 @@ pub struct Machine {
     pub tasks: BTreeMap<String, Task>,
     /// `current->mm`: the mm of the task whose statement runs (kernel
     /// memory, page tables, is charged to its memcg).
-    pub current: Option<rmap::MmId>,
+    pub current: Option<mm_types::MmId>,
     /// pgdat->kcompactd_max_order: the order kcompactd was woken for, run
     /// when the statement ends (0: not woken).
     pub kcompactd_max_order: u32,

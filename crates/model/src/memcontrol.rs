@@ -58,10 +58,10 @@
 //!   not modelled (v1 has neither here).
 
 use crate::gfp::Gfp;
+use crate::mm_types::MmId;
+use crate::mm_types::MmStruct;
 use crate::mm_types::{Fault, Pfn};
-use crate::mmap::MmStruct;
 use crate::mms::MmList;
-use crate::rmap::MmId;
 use crate::trace::Step;
 use crate::vmstat::VmEvent;
 use crate::Machine;

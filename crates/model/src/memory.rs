@@ -59,8 +59,10 @@ use crate::huge_memory::{
 };
 use crate::internal::folio_pte_batch;
 use crate::memcontrol::mem_cgroup_charge;
+use crate::mm_types::MmId;
+use crate::mm_types::MmStruct;
+use crate::mm_types::Vma;
 use crate::mm_types::{page_folio, pg, Fault, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
-use crate::mmap::{MmStruct, Vma};
 use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
@@ -217,7 +219,7 @@ fn do_anonymous_page(
 #[inline]
 fn do_anonymous_page_small(
     m: &mut Machine,
-    mm_id: rmap::MmId,
+    mm_id: MmId,
     addr: u64,
     write: bool,
     writable: bool,
@@ -303,11 +305,7 @@ fn alloc_anon_folio(
 
 /// folio_prealloc: an order-0 folio charged with GFP_KERNEL (limit reclaim,
 /// then the OOM killer), or VM_FAULT_OOM.
-fn folio_prealloc(
-    m: &mut Machine,
-    mm: &mut MmStruct,
-    mm_id: rmap::MmId,
-) -> Result<(Pfn, u32), Fault> {
+fn folio_prealloc(m: &mut Machine, mm: &mut MmStruct, mm_id: MmId) -> Result<(Pfn, u32), Fault> {
     let gfp = Gfp::HIGHUSER_MOVABLE;
     let Some(folio) = vma_alloc_folio(m, Some(&mut *mm), gfp, 0) else {
         m.trace(|| Step::Oom);

@@ -58,9 +58,9 @@ use crate::compaction::{
 };
 use crate::gfp::Gfp;
 use crate::huge_memory::folio_unqueue_deferred_split;
+use crate::mm_types::MmStruct;
 use crate::mm_types::HPAGE_PMD_ORDER;
 use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
-use crate::mmap::MmStruct;
 use crate::mms::MmList;
 use crate::sparse::MemMap;
 use crate::trace::Step;

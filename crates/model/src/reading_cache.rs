@@ -19,7 +19,8 @@
 //! both epochs are what they were when they were computed.
 
 use crate::counters::PROCESS_FAMILIES;
-use crate::rmap::{AnonVmas, MmId};
+use crate::mm_types::MmId;
+use crate::rmap::AnonVmas;
 use crate::{Machine, Task};
 use hugelab_workload::{stmt, StmtKind};
 use rustc_hash::FxHashMap as HashMap;

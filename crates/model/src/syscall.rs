@@ -9,8 +9,9 @@
 //! `madvise::sys_madvise`, `mprotect::sys_mprotect`, `fork::sys_fork`,
 //! `gup::sys_pin`, ...); `exec` dispatches to them.
 
-use crate::mmap::{MmStruct, Vma};
-use crate::rmap::MmId;
+use crate::mm_types::MmId;
+use crate::mm_types::MmStruct;
+use crate::mm_types::Vma;
 use crate::Machine;
 use hugelab_workload::{BackendError, Prot, Range, Stmt};
 

@@ -33,8 +33,8 @@
 //! live scan's views go through too.
 
 use crate::huge_memory::ThpSettings;
+use crate::mm_types::MmStruct;
 use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
-use crate::mmap::MmStruct;
 use crate::pgtable::Pmd;
 use crate::{Machine, Model};
 use std::collections::BTreeMap;

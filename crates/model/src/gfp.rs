@@ -8,7 +8,7 @@
 //! the zone, movability and accounting bits are implied (every user page is
 //! GFP_HIGHUSER_MOVABLE-movable and memcg-charged).
 
-use crate::huge_memory::ThpSettings;
+use crate::huge_mm::ThpSettings;
 use crate::mm_types::Vma;
 use hugelab_workload::ThpDefrag;
 use serde::Serialize;

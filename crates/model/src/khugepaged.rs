@@ -46,7 +46,9 @@
 //! ([`crate::trace::CollapseStep`]); the counts are kept in locals either
 //! way, so tracing off costs one branch per range.
 
-use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
+use crate::huge_memory::deferred_split_folio;
+use crate::huge_mm::thp_vma_allowable_orders;
+use crate::huge_mm::thp_vma_suitable_order;
 use crate::memory::zap_pte_range;
 use crate::mm_types::MmStruct;
 use crate::mm_types::Vma;
@@ -368,7 +370,7 @@ fn madvise_collapse_vmas(
 ) -> Result<(), (CollapseError, Option<Scan>)> {
     for vma in mm.vmas_in(start, end) {
         // TVA_FORCED_COLLAPSE: only the vetoes.
-        let allowed = !crate::huge_memory::vma_thp_disabled(mm, &vma);
+        let allowed = !crate::huge_mm::vma_thp_disabled(mm, &vma);
         if vma_passed_over(m, Collapser::MadviseCollapse, mm, &vma, allowed) {
             return Err((CollapseError::Inval, None));
         }

@@ -46,6 +46,7 @@ pub mod fragment;
 pub mod gfp;
 pub mod gup;
 pub mod huge_memory;
+pub mod huge_mm;
 pub mod hugetlb;
 pub mod hugetlb_vmemmap;
 pub mod internal;
@@ -70,7 +71,8 @@ pub mod trace;
 pub mod vmscan;
 pub mod vmstat;
 
-use crate::huge_memory::{DeferredSplitQueue, ThpSettings};
+use crate::huge_memory::DeferredSplitQueue;
+use crate::huge_mm::ThpSettings;
 use crate::mm_types::{pg, Fault, Pfn, PAGE_SIZE};
 use crate::page_alloc::Zone;
 use crate::vmstat::VmStat;

@@ -54,9 +54,12 @@
 
 use crate::gfp::{vma_thp_gfp_mask, Gfp};
 use crate::huge_memory::{
-    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
-    split_huge_pmd, thp_vma_allowable_orders, thp_vma_denials, thp_vma_suitable_orders, PmdFault,
+    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, split_huge_pmd, PmdFault,
 };
+use crate::huge_mm::highest_order;
+use crate::huge_mm::thp_vma_allowable_orders;
+use crate::huge_mm::thp_vma_denials;
+use crate::huge_mm::thp_vma_suitable_orders;
 use crate::internal::folio_pte_batch;
 use crate::memcontrol::mem_cgroup_charge;
 use crate::mm_types::MmId;

@@ -32,7 +32,7 @@
 //! united by `hugelab_workload::utilization::unite_by_pfn`, the one merge a
 //! live scan's views go through too.
 
-use crate::huge_memory::ThpSettings;
+use crate::huge_mm::ThpSettings;
 use crate::mm_types::MmStruct;
 use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
 use crate::pgtable::Pmd;

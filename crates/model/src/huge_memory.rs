@@ -24,7 +24,8 @@
 //! shrinkers run only from `vmscan::drop_slab` and walk their whole queue in
 //! one call.
 
-use crate::huge_mm::thp_vma_suitable_order;
+use crate::gfp::Gfp;
+use crate::huge_mm::{thp_vma_suitable_order, ThpSettings};
 use crate::mm_types::MmStruct;
 use crate::mm_types::Vma;
 use crate::mm_types::{
@@ -38,6 +39,7 @@ use crate::syscall::{mm_id_of, resolve_range_no_hugetlb};
 use crate::trace::Step;
 use crate::vmstat::{Counted, MthpStat, VmEvent};
 use crate::Machine;
+use hugelab_workload::ThpDefrag;
 use hugelab_workload::{BackendError, Range, Stmt};
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
@@ -104,7 +106,7 @@ pub fn do_huge_pmd_anonymous_page(
 /// mm's memcg, or None after counting the fallback (and, when the charge
 /// failed, the charge fallback too).
 fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Option<Pfn> {
-    let gfp = crate::gfp::vma_thp_gfp_mask(&m.thp, vma);
+    let gfp = vma_thp_gfp_mask(&m.thp, vma);
     let order = HPAGE_PMD_ORDER;
     let Some(folio) = crate::page_alloc::vma_alloc_folio(m, Some(&mut *mm), gfp, order) else {
         m.stat.count_vm_event(VmEvent::ThpFaultFallback);
@@ -717,6 +719,37 @@ pub fn sys_prctl_thp_disable(
     let id = mm_id_of(m, stmt, proc)?;
     m.mms.get_mut(id).expect("a task's mm").thp_disabled = on;
     Ok(())
+}
+
+/// vma_thp_gfp_mask: the flags of every THP fault allocation (PMD and mTHP
+/// orders alike), from `defrag` and whether the VMA is madvised.
+pub fn vma_thp_gfp_mask(thp: &ThpSettings, vma: &Vma) -> Gfp {
+    let madvised = vma.flags & Vma::VM_HUGEPAGE != 0;
+    let light = Gfp::TRANSHUGE_LIGHT;
+    match thp.defrag {
+        // Always do synchronous compaction; non-madvised VMAs do not retry.
+        ThpDefrag::Always => Gfp {
+            noretry: !madvised,
+            ..Gfp::TRANSHUGE
+        },
+        // Kick kcompactd and fail quickly.
+        ThpDefrag::Defer => Gfp {
+            kswapd_reclaim: true,
+            ..light
+        },
+        // Synchronous compaction if madvised, otherwise kick kcompactd.
+        ThpDefrag::DeferMadvise => Gfp {
+            direct_reclaim: madvised,
+            kswapd_reclaim: !madvised,
+            ..light
+        },
+        // Only do synchronous compaction if madvised.
+        ThpDefrag::Madvise => Gfp {
+            direct_reclaim: madvised,
+            ..light
+        },
+        ThpDefrag::Never => light,
+    }
 }
 
 #[cfg(test)]

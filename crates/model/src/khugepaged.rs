@@ -46,9 +46,10 @@
 //! ([`crate::trace::CollapseStep`]); the counts are kept in locals either
 //! way, so tracing off costs one branch per range.
 
+use crate::gfp::Gfp;
 use crate::huge_memory::deferred_split_folio;
-use crate::huge_mm::thp_vma_allowable_orders;
 use crate::huge_mm::thp_vma_suitable_order;
+use crate::huge_mm::{thp_vma_allowable_orders, ThpSettings};
 use crate::memory::zap_pte_range;
 use crate::mm_types::MmStruct;
 use crate::mm_types::Vma;
@@ -58,11 +59,10 @@ use crate::mm_types::{
 use crate::pgtable::Pmd;
 use crate::rmap;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
-use crate::trace::{CollapseStep, Collapser, ScanCounts, VmaVerdict};
+use crate::trace::{CollapseStep, Collapser, Scan, ScanCounts, VmaVerdict};
 use crate::vmstat::VmEvent;
 use crate::Machine;
 use hugelab_workload::ThpEnabled;
-use serde::Serialize;
 
 /// khugepaged_enter_vma: register `mm` if `vma` could hold a PMD THP.
 pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
@@ -171,7 +171,7 @@ fn trace_range(
     collapse: Option<Scan>,
 ) {
     if m.tracing() {
-        let gfp = crate::gfp::khugepaged_gfp(&m.thp, by == Collapser::Khugepaged);
+        let gfp = khugepaged_gfp(&m.thp, by == Collapser::Khugepaged);
         m.trace_collapse(|| CollapseStep::Range {
             by,
             mm_id: mm.mm_id,
@@ -180,48 +180,6 @@ fn trace_range(
             counts,
             collapse: collapse.map(|r| (gfp, r)),
         });
-    }
-}
-
-/// The outcome of a scan or a collapse (`enum scan_result`, the cases the
-/// model meets).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Scan {
-    Succeed,
-    /// No PMD table above the range (mm_find_pmd found no PUD entry:
-    /// SCAN_PMD_NULL).
-    PmdNull,
-    /// A PMD table, but no PTE table in this entry (pmd_none: SCAN_PMD_NONE).
-    PmdNone,
-    /// Already a PMD mapping (SCAN_PMD_MAPPED).
-    PmdMapped,
-    ExceedNonePte,
-    ExceedSharedPte,
-    /// A folio with references beyond its mappings, e.g. a GUP pin
-    /// (SCAN_PAGE_COUNT).
-    PageCount,
-    /// No memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
-    AllocHugePageFail,
-    /// The THP could not be charged to the mm's memcg
-    /// (SCAN_CGROUP_CHARGE_FAIL).
-    CgroupChargeFail,
-}
-
-impl Scan {
-    /// The kernel's name: `SCAN_EXCEED_NONE_PTE`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scan::Succeed => "SCAN_SUCCEED",
-            Scan::PmdNull => "SCAN_PMD_NULL",
-            Scan::PmdNone => "SCAN_PMD_NONE",
-            Scan::PmdMapped => "SCAN_PMD_MAPPED",
-            Scan::ExceedNonePte => "SCAN_EXCEED_NONE_PTE",
-            Scan::ExceedSharedPte => "SCAN_EXCEED_SHARED_PTE",
-            Scan::PageCount => "SCAN_PAGE_COUNT",
-            Scan::AllocHugePageFail => "SCAN_ALLOC_HUGE_PAGE_FAIL",
-            Scan::CgroupChargeFail => "SCAN_CGROUP_CHARGE_FAIL",
-        }
     }
 }
 
@@ -430,7 +388,7 @@ fn collapse_huge_page(
     haddr: u64,
     khugepaged: bool,
 ) -> Scan {
-    let gfp = crate::gfp::khugepaged_gfp(&m.thp, khugepaged);
+    let gfp = khugepaged_gfp(&m.thp, khugepaged);
     let Some(folio) = crate::page_alloc::folio_alloc(m, Some(mm), gfp, HPAGE_PMD_ORDER) else {
         m.stat.count_vm_event(VmEvent::ThpCollapseAllocFailed);
         return Scan::AllocHugePageFail;
@@ -481,6 +439,18 @@ fn collapse_huge_page(
         m.stat.khugepaged_pages_collapsed += 1;
     }
     Scan::Succeed
+}
+
+/// alloc_hugepage_khugepaged_gfpmask: `khugepaged/defrag` picks direct
+/// reclaim or none; MADV_COLLAPSE always passes GFP_TRANSHUGE.
+///
+/// Not alloc_hugepage_khugepaged_gfpmask: it also gives MADV_COLLAPSE's GFP_TRANSHUGE, as alloc_charge_folio chooses.
+pub fn khugepaged_gfp(thp: &ThpSettings, khugepaged: bool) -> Gfp {
+    if !khugepaged || thp.khugepaged.defrag != 0 {
+        Gfp::TRANSHUGE
+    } else {
+        Gfp::TRANSHUGE_LIGHT
+    }
 }
 
 #[cfg(test)]

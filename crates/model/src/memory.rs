@@ -52,7 +52,8 @@
 //! touches the bits only in a table that has a clean one (a test made once
 //! per table, outside the loop).
 
-use crate::gfp::{vma_thp_gfp_mask, Gfp};
+use crate::gfp::Gfp;
+use crate::huge_memory::vma_thp_gfp_mask;
 use crate::huge_memory::{
     do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, split_huge_pmd, PmdFault,
 };

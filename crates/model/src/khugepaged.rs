@@ -46,8 +46,8 @@
 //! ([`crate::trace::CollapseStep`]); the counts are kept in locals either
 //! way, so tracing off costs one branch per range.
 
+use crate::deferred_split::deferred_split_folio;
 use crate::gfp::Gfp;
-use crate::huge_memory::deferred_split_folio;
 use crate::huge_mm::thp_vma_suitable_order;
 use crate::huge_mm::{thp_vma_allowable_orders, ThpSettings};
 use crate::memory::zap_pte_range;

@@ -40,6 +40,7 @@
 pub mod compaction;
 pub mod counters;
 pub mod debug_vm;
+pub mod deferred_split;
 mod exec;
 pub mod fork;
 pub mod fragment;
@@ -71,7 +72,7 @@ pub mod trace;
 pub mod vmscan;
 pub mod vmstat;
 
-use crate::huge_memory::DeferredSplitQueue;
+use crate::deferred_split::DeferredSplitQueue;
 use crate::huge_mm::ThpSettings;
 use crate::mm_types::{pg, Fault, Pfn, PAGE_SIZE};
 use crate::page_alloc::Zone;

@@ -56,8 +56,8 @@ use crate::compaction::PAGEBLOCK_ORDER;
 use crate::compaction::{
     try_to_compact_pages, wakeup_kcompactd, CompactPriority, CompactStatus, PAGE_ALLOC_COSTLY_ORDER,
 };
+use crate::deferred_split::folio_unqueue_deferred_split;
 use crate::gfp::Gfp;
-use crate::huge_memory::folio_unqueue_deferred_split;
 use crate::mm_types::MmStruct;
 use crate::mm_types::HPAGE_PMD_ORDER;
 use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};

@@ -30,7 +30,7 @@
 //! is the state the kernel's slots return to (slot order aside, which only
 //! decides which free slot a third MM takes).
 
-use crate::huge_memory::deferred_split_folio;
+use crate::deferred_split::deferred_split_folio;
 use crate::mm_types::{pg, MmId, Pfn, HPAGE_PMD_NR, MM_ID_DUMMY, PAGE_SHIFT};
 use crate::vmstat::MthpStat;
 use crate::Machine;

@@ -12,7 +12,7 @@
 
 use crate::mm_types::HstateIdx;
 use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER};
-use crate::reading_cache::ReadingCache;
+use crate::reading_cache::{ReadingCache, PROCESS_FAMILIES};
 use crate::task_mmu::{walk_range, FolioCounts, MemSizeStats};
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::{hugetlb, Machine, Model, Task};
@@ -209,9 +209,6 @@ pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
     }
     Counters::from_iter(all)
 }
-
-/// The name prefixes of the per-process counters, in sorted order.
-pub(crate) const PROCESS_FAMILIES: [&str; 3] = ["folios.", "smaps.", "stat."];
 
 /// The counters of one process: minflt, and per region and in total what
 /// smaps and pagemap show.

@@ -549,7 +549,7 @@ pub fn split_huge_pages_pid(
         if mm.find_vma(addr).is_none() {
             break;
         }
-        let page = crate::gup::follow_page(mm, addr);
+        let page = crate::pagewalk::follow_page(mm, addr);
         addr += PAGE_SIZE;
         let Some(page) = page else { continue };
         let folio = page_folio(m, page);

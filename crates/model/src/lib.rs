@@ -60,6 +60,7 @@ pub mod mmap;
 pub mod mms;
 pub mod mprotect;
 pub mod page_alloc;
+pub mod pagewalk;
 pub mod pgtable;
 pub mod reading_cache;
 pub mod rmap;

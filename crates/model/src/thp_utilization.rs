@@ -414,7 +414,7 @@ mod tests {
             }]
         );
         // The copy is written by the child, and carries no cause.
-        let copy = crate::gup::follow_page(
+        let copy = crate::pagewalk::follow_page(
             m.machine.mm_of("b").unwrap(),
             m.machine.mm_of("b").unwrap().regions["buf"].start + (1 << 20),
         )

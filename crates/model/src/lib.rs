@@ -47,6 +47,7 @@ pub mod fragment;
 pub mod gfp;
 pub mod gup;
 pub mod huge_memory;
+pub mod huge_memory_fault;
 pub mod huge_mm;
 pub mod hugetlb;
 pub mod hugetlb_vmemmap;

@@ -54,9 +54,10 @@
 
 use crate::gfp::Gfp;
 use crate::huge_memory::vma_thp_gfp_mask;
-use crate::huge_memory::{
-    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, split_huge_pmd, PmdFault,
-};
+use crate::huge_memory::{split_huge_pmd, PmdFault};
+use crate::huge_memory_fault::do_huge_pmd_anonymous_page;
+use crate::huge_memory_fault::do_huge_pmd_wp_page;
+use crate::huge_memory_fault::do_huge_zero_wp_pmd;
 use crate::huge_mm::highest_order;
 use crate::huge_mm::thp_vma_allowable_orders;
 use crate::huge_mm::thp_vma_denials;

@@ -227,7 +227,7 @@ fn copy_present_page(
     let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
     // folio_prealloc for the child (its memcg is the parent's).
     let gfp = crate::gfp::Gfp::HIGHUSER_MOVABLE;
-    if crate::memcontrol::mem_cgroup_charge(m, None, dst_id, new, 0, gfp).is_err() {
+    if crate::memcontrol_charge::mem_cgroup_charge(m, None, dst_id, new, 0, gfp).is_err() {
         crate::page_alloc::free_folio(m, new);
         return Err(Fault::Oom);
     }

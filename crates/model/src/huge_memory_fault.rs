@@ -89,7 +89,7 @@ fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Op
         return None;
     };
     let mm_id = mm.mm_id;
-    if crate::memcontrol::mem_cgroup_charge(m, Some(mm), mm_id, folio, order, gfp).is_err() {
+    if crate::memcontrol_charge::mem_cgroup_charge(m, Some(mm), mm_id, folio, order, gfp).is_err() {
         free_folio(m, folio);
         m.stat.count_vm_event(VmEvent::ThpFaultFallback);
         m.stat.count_vm_event(VmEvent::ThpFaultFallbackCharge);

@@ -397,7 +397,9 @@ fn collapse_huge_page(
     // alloc_charge_folio: thp_collapse_alloc is counted before the charge.
     let mm_id = mm.mm_id;
     let order = HPAGE_PMD_ORDER;
-    if crate::memcontrol::mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp).is_err() {
+    if crate::memcontrol_charge::mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp)
+        .is_err()
+    {
         crate::page_alloc::free_folio(m, folio);
         return Scan::CgroupChargeFail;
     }

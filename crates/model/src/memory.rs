@@ -63,7 +63,7 @@ use crate::huge_mm::thp_vma_allowable_orders;
 use crate::huge_mm::thp_vma_denials;
 use crate::huge_mm::thp_vma_suitable_orders;
 use crate::internal::folio_pte_batch;
-use crate::memcontrol::mem_cgroup_charge;
+use crate::memcontrol_charge::mem_cgroup_charge;
 use crate::mm_types::MmId;
 use crate::mm_types::MmStruct;
 use crate::mm_types::Vma;
@@ -237,7 +237,7 @@ fn do_anonymous_page_small(
     if m.memcg.is_active() {
         // No limit here (see access_range): the charge cannot fail.
         let gfp = crate::gfp::Gfp::HIGHUSER_MOVABLE;
-        let charged = crate::memcontrol::mem_cgroup_charge(m, None, mm_id, folio, 0, gfp);
+        let charged = crate::memcontrol_charge::mem_cgroup_charge(m, None, mm_id, folio, 0, gfp);
         debug_assert!(charged.is_ok());
     }
     rmap::folio_add_new_anon_rmap(m, folio, 0, false, mm_id, addr);

@@ -33,6 +33,7 @@ use crate::mm_types::{
     page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
 };
 use crate::mms::MmList;
+use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap;
 use crate::syscall::{mm_id_of, resolve_range_no_hugetlb};
@@ -457,6 +458,24 @@ pub fn vma_thp_gfp_mask(thp: &ThpSettings, vma: &Vma) -> Gfp {
             ..light
         },
         ThpDefrag::Never => light,
+    }
+}
+
+/// zap_huge_pmd: removes a PMD mapping and frees its deposited page table.
+pub(crate) fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
+    match mm.pmds.remove(&index) {
+        Some(Pmd::Huge { pfn, deposit, .. }) => {
+            m.pte_free(deposit);
+            mm.anon_rss -= crate::mm_types::HPAGE_PMD_NR;
+            if rmap::folio_remove_rmap_pmd(m, pfn, mm.mm_id) {
+                free_folio(m, pfn);
+            }
+        }
+        Some(Pmd::HugeZero { deposit }) => m.pte_free(deposit),
+        other => unreachable!(
+            "zap_huge_pmd on {}",
+            if other.is_some() { "a table" } else { "none" }
+        ),
     }
 }
 

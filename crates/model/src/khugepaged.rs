@@ -50,7 +50,7 @@ use crate::deferred_split::deferred_split_folio;
 use crate::gfp::Gfp;
 use crate::huge_mm::thp_vma_suitable_order;
 use crate::huge_mm::{thp_vma_allowable_orders, ThpSettings};
-use crate::memory::zap_pte_range;
+use crate::memory_zap::zap_pte_range;
 use crate::mm_types::MmStruct;
 use crate::mm_types::Vma;
 use crate::mm_types::{

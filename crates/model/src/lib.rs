@@ -57,6 +57,7 @@ pub mod madvise;
 pub mod memcontrol;
 pub mod memcontrol_charge;
 pub mod memory;
+pub mod memory_zap;
 pub mod mm_types;
 pub mod mmap;
 pub mod mms;

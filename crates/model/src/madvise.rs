@@ -39,7 +39,7 @@
 use crate::huge_memory::split_folio;
 use crate::internal::folio_pte_batch;
 use crate::khugepaged::khugepaged_enter_vma;
-use crate::memory::zap_page_range;
+use crate::memory_zap::zap_page_range;
 use crate::mm_types::MmId;
 use crate::mm_types::MmStruct;
 use crate::mm_types::Vma;

@@ -1,4 +1,4 @@
-//! Page faults on anonymous memory, and tearing mappings down.
+//! Page faults on anonymous memory.
 //!
 //! Follows Linux 6.18 `mm/memory.c`:
 //! - `handle_mm_fault` counts PGFAULT; `__handle_mm_fault` allocates the PUD
@@ -14,10 +14,8 @@
 //!   page, or a page fork shared: reused when exclusive,
 //!   `wp_can_reuse_anon_folio`, else copied by `wp_page_copy` into a new
 //!   order-0 folio);
-//! - `zap_page_range` (`zap_page_range_single` / `unmap_page_range`, which
-//!   splits a PMD it only partly covers) with `zap_huge_pmd` and
-//!   `zap_pte_range` (a folio's PTEs in batches, `folio_pte_batch`), for
-//!   munmap, MADV_DONTNEED, exit and khugepaged's collapse.
+//! The unmap side of the same file (`zap_page_range`, `zap_pte_range`) is
+//! `memory_zap`, below the faults (see there why).
 //!
 //! `access_range` is the process's loads and stores: what the CPU does
 //! without a fault where a PTE or PMD allows the access, and otherwise what
@@ -54,7 +52,7 @@
 
 use crate::gfp::Gfp;
 use crate::huge_memory::vma_thp_gfp_mask;
-use crate::huge_memory::{split_huge_pmd, PmdFault};
+use crate::huge_memory::PmdFault;
 use crate::huge_memory_fault::do_huge_pmd_anonymous_page;
 use crate::huge_memory_fault::do_huge_pmd_wp_page;
 use crate::huge_memory_fault::do_huge_zero_wp_pmd;
@@ -62,7 +60,6 @@ use crate::huge_mm::highest_order;
 use crate::huge_mm::thp_vma_allowable_orders;
 use crate::huge_mm::thp_vma_denials;
 use crate::huge_mm::thp_vma_suitable_orders;
-use crate::internal::folio_pte_batch;
 use crate::memcontrol_charge::mem_cgroup_charge;
 use crate::mm_types::MmId;
 use crate::mm_types::MmStruct;
@@ -554,115 +551,4 @@ pub fn access_range(
         // Retry the same address: it is mapped now, and the fast path stores the byte.
     }
     Ok(())
-}
-
-/// Whether a whole PMD-sized slot lies in `[start, end)`.
-fn covers_slot(start: u64, end: u64, index: u64) -> bool {
-    start <= index * PMD_SIZE && (index + 1) * PMD_SIZE <= end
-}
-
-/// zap_page_range_single / unmap_page_range over `[start, end)`: removes every
-/// mapping, splitting PMDs that are only partly covered, and frees folios whose
-/// last reference goes. Page tables stay (free_pgtables decides about them).
-///
-/// Named for zap_page_range (since 6.3 zap_page_range_single, and unmap_vmas at exit), over any range.
-pub fn zap_page_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
-    let first = start / PMD_SIZE;
-    let last = (end - 1) / PMD_SIZE;
-    let indexes: Vec<u64> = mm.pmds.range(first..=last).map(|(i, _)| i).collect();
-    for index in indexes {
-        let whole = covers_slot(start, end, index);
-        match mm.pmds.get(&index) {
-            Some(Pmd::Huge { .. }) | Some(Pmd::HugeZero { .. }) if !whole => {
-                split_huge_pmd(m, mm, index * PMD_SIZE);
-            }
-            _ => {}
-        }
-        match mm.pmds.get(&index) {
-            Some(Pmd::Huge { .. }) | Some(Pmd::HugeZero { .. }) => zap_huge_pmd(m, mm, index),
-            Some(Pmd::Table(_)) => {
-                let lo = start.max(index * PMD_SIZE);
-                let hi = end.min((index + 1) * PMD_SIZE);
-                zap_pte_range(m, mm, index, lo, hi);
-            }
-            None => {}
-        }
-    }
-}
-
-/// zap_huge_pmd: removes a PMD mapping and frees its deposited page table.
-fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
-    match mm.pmds.remove(&index) {
-        Some(Pmd::Huge { pfn, deposit, .. }) => {
-            m.pte_free(deposit);
-            mm.anon_rss -= crate::mm_types::HPAGE_PMD_NR;
-            if rmap::folio_remove_rmap_pmd(m, pfn, mm.mm_id) {
-                free_folio(m, pfn);
-            }
-        }
-        Some(Pmd::HugeZero { deposit }) => m.pte_free(deposit),
-        other => unreachable!(
-            "zap_huge_pmd on {}",
-            if other.is_some() { "a table" } else { "none" }
-        ),
-    }
-}
-
-/// zap_pte_range: clears the PTEs of `[lo, hi)` in one table, removing the
-/// rmap of each folio in one batch (folio_remove_rmap_ptes), so that a folio
-/// unmapped whole is never seen as partially mapped.
-pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: u64, hi: u64) {
-    let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
-        unreachable!("zap_pte_range without a table");
-    };
-    let mut i = pte_index(lo);
-    let end = pte_index(hi - 1) + 1;
-    let (mut unmapped, mut small_unmapped) = (0u64, 0i64);
-    // Small folios freed here at consecutive pfns, freed as one run (the
-    // kernel batches its frees too, in mmu_gather).
-    let mut run = (Pfn(0), 0u64);
-    while i < end {
-        let pte = std::mem::replace(&mut t.ptes[i], Pte::NONE);
-        let Some(pfn) = pte.pfn() else {
-            i += 1;
-            continue;
-        };
-        // A small folio (the exit hot path): its one page is the folio.
-        let page = m.zone.memmap.page_mut(pfn);
-        if page.is_small_folio() {
-            debug_assert!(page.mapcount > 0 && page.private > 0);
-            page.mapcount -= 1;
-            page.private -= 1;
-            small_unmapped += i64::from(page.mapcount == 0);
-            unmapped += 1;
-            if page.private == 0 {
-                crate::memcontrol::mem_cgroup_uncharge(m, pfn);
-                // free_folio of a small folio is the buddy free alone
-                // (and forgetting its LRU state, if it has one).
-                m.lru.forget(pfn);
-                if run.1 > 0 && run.0 .0 + run.1 == pfn.0 {
-                    run.1 += 1;
-                } else {
-                    m.zone.free_pages_run(run.0, run.1);
-                    run = (pfn, 1);
-                }
-            }
-            i += 1;
-            continue;
-        }
-        m.zone.free_pages_run(run.0, run.1);
-        run.1 = 0;
-        t.ptes[i] = pte;
-        let folio = page_folio(m, pfn);
-        let nr = folio_pte_batch(m, folio, &t.ptes[i..], end - i);
-        t.ptes[i..i + nr].fill(Pte::NONE);
-        unmapped += nr as u64;
-        if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64, mm.mm_id) {
-            free_folio(m, folio);
-        }
-        i += nr;
-    }
-    m.zone.free_pages_run(run.0, run.1);
-    mm.anon_rss -= unmapped;
-    m.stat.nr_anon_mapped -= small_unmapped;
 }

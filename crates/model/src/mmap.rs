@@ -24,7 +24,7 @@
 //! own mappings and never change.
 
 use crate::hugetlb;
-use crate::memory::zap_page_range;
+use crate::memory_zap::zap_page_range;
 use crate::mm_types::{HugetlbVma, MmStruct, Region, Vma, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::pgtable::Pmd;
 use crate::syscall::{failed, mm_id_of, resolve_range, unsupported, vm_prot};

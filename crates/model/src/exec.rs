@@ -634,17 +634,7 @@ impl Model {
                 self.started = true;
                 Ok(())
             }
-            StmtKind::Mmap(stmt::Mmap {
-                proc,
-                region,
-                size,
-                align,
-                hugetlb,
-                shared,
-                prot,
-            }) => mmap::sys_mmap(
-                m, stmt, proc, region, *size, *align, *hugetlb, *shared, *prot,
-            ),
+            StmtKind::Mmap(s) => mmap::sys_mmap(m, stmt, s),
             StmtKind::Munmap(stmt::Munmap { proc, range }) => {
                 mmap::sys_munmap(m, stmt, proc, range)?;
                 self.retire_region_if_unmapped(proc, &range.region, gone);

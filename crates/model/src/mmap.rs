@@ -29,7 +29,7 @@ use crate::mm_types::{HugetlbVma, MmStruct, Region, Vma, PAGE_SIZE, PMD_SIZE, PU
 use crate::pgtable::Pmd;
 use crate::syscall::{failed, mm_id_of, resolve_range, unsupported, vm_prot};
 use crate::Machine;
-use hugelab_workload::{placement, BackendError, Errno, HugetlbSize, Prot, Range, Size, Stmt};
+use hugelab_workload::{placement, stmt, BackendError, Errno, Prot, Range, Stmt};
 
 impl MmStruct {
     /// do_mmap of an anonymous private region; returns its start address.
@@ -281,18 +281,16 @@ pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
 /// The `mmap` statement (SYSCALL_DEFINE6(mmap_pgoff), `ksys_mmap_pgoff`):
 /// an anonymous private mapping, or a HugeTLB one (`MAP_HUGETLB`, private or
 /// `MAP_SHARED`) whose pages the pool reserves at once.
-#[allow(clippy::too_many_arguments)]
-pub fn sys_mmap(
-    m: &mut Machine,
-    stmt: &Stmt,
-    proc: &str,
-    region: &str,
-    size: Size,
-    align: Option<Size>,
-    hugetlb: Option<HugetlbSize>,
-    shared: bool,
-    prot: Option<Prot>,
-) -> Result<(), BackendError> {
+pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), BackendError> {
+    let &stmt::Mmap {
+        ref proc,
+        ref region,
+        size,
+        align,
+        hugetlb,
+        shared,
+        prot,
+    } = s;
     if shared && hugetlb.is_none() {
         return Err(unsupported(stmt, "mmap shared without hugetlb="));
     }

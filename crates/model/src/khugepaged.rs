@@ -62,7 +62,7 @@ use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::trace::{CollapseStep, Collapser, Scan, ScanCounts, VmaVerdict};
 use crate::vmstat::VmEvent;
 use crate::Machine;
-use hugelab_workload::ThpEnabled;
+use hugelab_workload::{Errno, ThpEnabled};
 
 /// khugepaged_enter_vma: register `mm` if `vma` could hold a PMD THP.
 pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
@@ -239,46 +239,22 @@ fn hpage_collapse_scan_pmd(
     (Scan::Succeed, Some(c))
 }
 
-/// Why MADV_COLLAPSE failed, as madvise(2) reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CollapseError {
-    /// EINVAL: the VMA may not hold a THP, or a range cannot be collapsed
-    /// (trying again would not help).
-    Inval,
-    /// ENOMEM: no memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
-    NoMem,
-    /// EAGAIN: a page is busy, e.g. pinned (SCAN_PAGE_COUNT); trying again
-    /// may succeed.
-    Again,
-    /// EBUSY: too many none PTEs, which MADV_COLLAPSE meets only in a
-    /// userfaultfd-armed VMA (SCAN_EXCEED_NONE_PTE), or a memcg charge failed.
-    Busy,
-}
-
-impl CollapseError {
-    /// The errno's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            CollapseError::Inval => "EINVAL",
-            CollapseError::NoMem => "ENOMEM",
-            CollapseError::Again => "EAGAIN",
-            CollapseError::Busy => "EBUSY",
-        }
-    }
-}
-
 /// madvise_collapse_errno: the errno MADV_COLLAPSE returns for the last
 /// failing result.
-fn madvise_collapse_errno(r: Scan) -> CollapseError {
+fn madvise_collapse_errno(r: Scan) -> Errno {
     match r {
-        Scan::AllocHugePageFail => CollapseError::NoMem,
-        Scan::ExceedNonePte | Scan::CgroupChargeFail => CollapseError::Busy,
+        // No memory for the THP.
+        Scan::AllocHugePageFail => Errno::ENOMEM,
+        // Too many none PTEs, which MADV_COLLAPSE meets only in a
+        // userfaultfd-armed VMA, or a memcg charge failed.
+        Scan::ExceedNonePte | Scan::CgroupChargeFail => Errno::EBUSY,
         // "Resource temporary unavailable - trying again might succeed"
-        // (also SCAN_PAGE_LOCK, SCAN_PAGE_LRU, SCAN_DEL_PAGE_LRU,
-        // SCAN_PAGE_FILLED, which the model does not meet).
-        Scan::PageCount => CollapseError::Again,
+        // (a pinned page; also SCAN_PAGE_LOCK, SCAN_PAGE_LRU,
+        // SCAN_DEL_PAGE_LRU, SCAN_PAGE_FILLED, which the model does not meet).
+        Scan::PageCount => Errno::EAGAIN,
+        // The range cannot be collapsed; trying again would not help.
         Scan::Succeed | Scan::PmdNull | Scan::PmdNone | Scan::PmdMapped | Scan::ExceedSharedPte => {
-            CollapseError::Inval
+            Errno::EINVAL
         }
     }
 }
@@ -301,12 +277,12 @@ pub fn madvise_collapse(
     mm: &mut MmStruct,
     start: u64,
     end: u64,
-) -> Result<(), CollapseError> {
+) -> Result<(), Errno> {
     let result = madvise_collapse_vmas(m, mm, start, end);
     if m.tracing() {
         let (last_fail, errno) = match result {
             Ok(()) => (None, None),
-            Err((e, r)) => (r, Some(e.name())),
+            Err((e, r)) => (r, Some(e)),
         };
         m.trace_collapse(|| CollapseStep::Return {
             mm_id: mm.mm_id,
@@ -325,12 +301,12 @@ fn madvise_collapse_vmas(
     mm: &mut MmStruct,
     start: u64,
     end: u64,
-) -> Result<(), (CollapseError, Option<Scan>)> {
+) -> Result<(), (Errno, Option<Scan>)> {
     for vma in mm.vmas_in(start, end) {
         // TVA_FORCED_COLLAPSE: only the vetoes.
         let allowed = !crate::huge_mm::vma_thp_disabled(mm, &vma);
         if vma_passed_over(m, Collapser::MadviseCollapse, mm, &vma, allowed) {
-            return Err((CollapseError::Inval, None));
+            return Err((Errno::EINVAL, None));
         }
         let hstart = vma.start.max(start).next_multiple_of(PMD_SIZE);
         let hend = vma.end.min(end) & !(PMD_SIZE - 1);

@@ -77,8 +77,7 @@ pub fn sys_madvise(
         Advice::Collapse => {
             use crate::khugepaged::madvise_collapse;
             let collapsed = m.with_mm(id, |m, mm| madvise_collapse(m, mm, start, end));
-            if let Err(e) = collapsed {
-                let errno = collapse_errno(e);
+            if let Err(errno) = collapsed {
                 let msg = "madvise(MADV_COLLAPSE) failed";
                 return Err(BackendError::errno(stmt, errno, msg));
             }
@@ -93,17 +92,6 @@ pub fn sys_madvise(
         ));
     }
     Ok(())
-}
-
-/// The errno madvise(MADV_COLLAPSE) returns for a failed collapse.
-fn collapse_errno(e: crate::khugepaged::CollapseError) -> Errno {
-    use crate::khugepaged::CollapseError;
-    match e {
-        CollapseError::Inval => Errno::EINVAL,
-        CollapseError::NoMem => Errno::ENOMEM,
-        CollapseError::Again => Errno::EAGAIN,
-        CollapseError::Busy => Errno::EBUSY,
-    }
 }
 
 /// MADV_HUGEPAGE / MADV_NOHUGEPAGE over `[start, end)`; false if part is unmapped.

@@ -21,6 +21,7 @@
 use crate::gfp::Gfp;
 use crate::vmstat::Counted;
 use crate::Machine;
+use hugelab_workload::Errno;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -196,7 +197,7 @@ pub enum CollapseStep {
     Return {
         mm_id: u32,
         last_fail: Option<Scan>,
-        errno: Option<&'static str>,
+        errno: Option<Errno>,
     },
 }
 

@@ -65,8 +65,7 @@
 //!   (`Machine::kcompactd_max_order`, see `exec`), once, at the highest
 //!   order it was woken for; no proactive compaction.
 
-use crate::mm_types::MmId;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, PAGE_SIZE, PMD_SIZE};
+use crate::mm_types::{pg, MmId, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, PAGE_SIZE, PMD_SIZE};
 use crate::mms::MmList;
 use crate::pgtable::{pte_index, Pmd, Pte};
 use crate::trace::{CompactResult, Step};

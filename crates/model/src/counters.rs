@@ -10,8 +10,7 @@
 //! HugeTLB pools are `hugetlb_report_meminfo` and hugepages/hugepages-<size>/
 //! (`mm/hugetlb.c`, `mm/hugetlb_sysfs.c`).
 
-use crate::mm_types::HstateIdx;
-use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER};
+use crate::mm_types::{HstateIdx, HPAGE_PMD_NR, HPAGE_PMD_ORDER};
 use crate::reading_cache::{ReadingCache, PROCESS_FAMILIES};
 use crate::task_mmu::{walk_range, FolioCounts, MemSizeStats};
 use crate::vmstat::{MthpStat, VmEvent};

@@ -36,9 +36,9 @@
 //! With no process left, every frame but the huge zero folio is free.
 //! Slow (a full walk): for tests and `--check`, not for benchmarks.
 
-use crate::mm_types::MmId;
-use crate::mm_types::MM_ID_DUMMY;
-use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
+use crate::mm_types::{
+    page_folio, pg, MmId, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, MM_ID_DUMMY, PAGE_SIZE, PMD_SIZE,
+};
 use crate::pgtable::Pmd;
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
 use crate::vmstat::MthpStat;

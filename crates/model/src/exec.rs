@@ -11,10 +11,7 @@
 //! the readings a process or a region leaves behind when it goes.
 
 use crate::memory::{access_range, Access};
-use crate::mm_types::HstateIdx;
-use crate::mm_types::MmStruct;
-use crate::mm_types::Vma;
-use crate::mm_types::{Fault, HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::mm_types::{Fault, HstateIdx, MmStruct, Vma, HPAGE_PMD_ORDER, PAGE_SIZE};
 use crate::mmap::exit_mmap;
 use crate::pgtable::MAX_PFN;
 use crate::syscall::{failed, mm_id_of_ranged, resolve, BACKEND};

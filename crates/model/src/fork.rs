@@ -27,10 +27,7 @@
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
 use crate::internal::folio_pte_batch;
-use crate::mm_types::MmId;
-use crate::mm_types::MmStruct;
-use crate::mm_types::Vma;
-use crate::mm_types::{page_folio, pg, Fault, Pfn, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{page_folio, pg, Fault, MmId, MmStruct, Pfn, Vma, PMD_SIZE, PUD_SIZE};
 use crate::mmap::exit_mmap;
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};

@@ -14,8 +14,7 @@
 //! the range is unpinned or the last process holding the ring exits.
 
 use crate::memory::{access_range, Access};
-use crate::mm_types::MmStruct;
-use crate::mm_types::{page_folio, Fault, Pfn, PAGE_SIZE};
+use crate::mm_types::{page_folio, Fault, MmStruct, Pfn, PAGE_SIZE};
 use crate::page_alloc::free_folio;
 use crate::pagewalk::follow_page;
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};

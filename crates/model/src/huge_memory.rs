@@ -27,10 +27,8 @@
 use crate::deferred_split::folio_unqueue_deferred_split;
 use crate::gfp::Gfp;
 use crate::huge_mm::ThpSettings;
-use crate::mm_types::MmStruct;
-use crate::mm_types::Vma;
 use crate::mm_types::{
-    page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
+    page_folio, pg, Fault, MmStruct, Pfn, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
 };
 use crate::mms::MmList;
 use crate::page_alloc::free_folio;

@@ -47,9 +47,9 @@
 //! pins or debugfs split on HugeTLB memory (refused); the workqueue that
 //! frees an optimized surplus page (`free_hpage_work`) runs at once.
 
-use crate::mm_types::MmStruct;
-use crate::mm_types::Vma;
-use crate::mm_types::{Fault, HstateIdx, HugePte, HugetlbVma, Pfn, PAGE_SIZE, PUD_SIZE};
+use crate::mm_types::{
+    Fault, HstateIdx, HugePte, HugetlbVma, MmStruct, Pfn, Vma, PAGE_SIZE, PUD_SIZE,
+};
 use crate::vmstat::VmEvent;
 use crate::Machine;
 use rustc_hash::FxHashMap as HashMap;

@@ -48,13 +48,10 @@
 
 use crate::deferred_split::deferred_split_folio;
 use crate::gfp::Gfp;
-use crate::huge_mm::thp_vma_suitable_order;
-use crate::huge_mm::{thp_vma_allowable_orders, ThpSettings};
+use crate::huge_mm::{thp_vma_allowable_orders, thp_vma_suitable_order, ThpSettings};
 use crate::memory_zap::zap_pte_range;
-use crate::mm_types::MmStruct;
-use crate::mm_types::Vma;
 use crate::mm_types::{
-    page_folio, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
+    page_folio, MmStruct, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
 };
 use crate::pgtable::Pmd;
 use crate::rmap;

@@ -58,8 +58,7 @@
 //! - `oom_score_adj` is 0 for every process and v2's memory.oom.group is
 //!   not modelled (v1 has neither here).
 
-use crate::mm_types::MmId;
-use crate::mm_types::Pfn;
+use crate::mm_types::{MmId, Pfn};
 use crate::trace::Step;
 use crate::Machine;
 use hugelab_workload::{BackendError, Size, Stmt};

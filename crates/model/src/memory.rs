@@ -51,20 +51,17 @@
 //! per table, outside the loop).
 
 use crate::gfp::Gfp;
-use crate::huge_memory::vma_thp_gfp_mask;
-use crate::huge_memory::PmdFault;
-use crate::huge_memory_fault::do_huge_pmd_anonymous_page;
-use crate::huge_memory_fault::do_huge_pmd_wp_page;
-use crate::huge_memory_fault::do_huge_zero_wp_pmd;
-use crate::huge_mm::highest_order;
-use crate::huge_mm::thp_vma_allowable_orders;
-use crate::huge_mm::thp_vma_denials;
-use crate::huge_mm::thp_vma_suitable_orders;
+use crate::huge_memory::{vma_thp_gfp_mask, PmdFault};
+use crate::huge_memory_fault::{
+    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd,
+};
+use crate::huge_mm::{
+    highest_order, thp_vma_allowable_orders, thp_vma_denials, thp_vma_suitable_orders,
+};
 use crate::memcontrol_charge::mem_cgroup_charge;
-use crate::mm_types::MmId;
-use crate::mm_types::MmStruct;
-use crate::mm_types::Vma;
-use crate::mm_types::{page_folio, pg, Fault, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{
+    page_folio, pg, Fault, MmId, MmStruct, Pfn, Vma, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
+};
 use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;

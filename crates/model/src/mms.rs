@@ -22,9 +22,7 @@
 //! lazy-TLB references keep it); the task list is ordered by name, not by
 //! creation (the workload's processes have names, not pids).
 
-use crate::mm_types::MmId;
-use crate::mm_types::MmStruct;
-use crate::mm_types::MM_ID_DUMMY;
+use crate::mm_types::{MmId, MmStruct, MM_ID_DUMMY};
 use crate::syscall::failed;
 use crate::Machine;
 use hugelab_workload::{BackendError, Stmt};

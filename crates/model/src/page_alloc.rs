@@ -52,20 +52,17 @@
 //!   pageblock's free blocks go to the tail of their new list
 //!   (`move_to_free_list`), which costs the length of that list.
 
-use crate::compaction::PAGEBLOCK_ORDER;
 use crate::compaction::{
-    try_to_compact_pages, wakeup_kcompactd, CompactPriority, CompactStatus, PAGE_ALLOC_COSTLY_ORDER,
+    try_to_compact_pages, wakeup_kcompactd, CompactPriority, CompactStatus, PAGEBLOCK_ORDER,
+    PAGE_ALLOC_COSTLY_ORDER,
 };
 use crate::deferred_split::folio_unqueue_deferred_split;
 use crate::gfp::Gfp;
-use crate::mm_types::MmStruct;
-use crate::mm_types::HPAGE_PMD_ORDER;
-use crate::mm_types::{pg, Pfn, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
+use crate::mm_types::{pg, MmStruct, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, NR_PAGE_ORDERS};
 use crate::mms::MmList;
 use crate::sparse::MemMap;
 use crate::trace::Step;
-use crate::vmstat::MthpStat;
-use crate::vmstat::VmEvent;
+use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
 
 /// The migratetypes the model distinguishes (enum migratetype).

@@ -9,9 +9,7 @@
 //! `madvise::sys_madvise`, `mprotect::sys_mprotect`, `fork::sys_fork`,
 //! `gup::sys_pin`, ...); `exec` dispatches to them.
 
-use crate::mm_types::MmId;
-use crate::mm_types::MmStruct;
-use crate::mm_types::Vma;
+use crate::mm_types::{MmId, MmStruct, Vma};
 use crate::Machine;
 use hugelab_workload::{BackendError, Prot, Range, Stmt};
 

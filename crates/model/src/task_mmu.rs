@@ -15,9 +15,8 @@
 //! many folios of each size map into the range, and whether by PMD or by PTEs.
 
 use crate::internal::folio_pte_batch;
-use crate::mm_types::MmStruct;
 use crate::mm_types::{
-    page_folio, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
+    page_folio, MmStruct, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
 };
 use crate::pgtable::Pmd;
 use crate::rmap::{folio_entire_mapcount, folio_nr_pages_mapped, folio_ref_count};

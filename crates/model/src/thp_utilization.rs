@@ -33,8 +33,9 @@
 //! live scan's views go through too.
 
 use crate::huge_mm::ThpSettings;
-use crate::mm_types::MmStruct;
-use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
+use crate::mm_types::{
+    page_folio, pg, MmStruct, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
+};
 use crate::pgtable::Pmd;
 use crate::{Machine, Model};
 use std::collections::BTreeMap;

@@ -1,17 +1,19 @@
-//! Transparent huge pages for anonymous memory: which orders a VMA may use,
-//! the PMD fault and write-fault paths, the huge zero folio and its
-//! shrinker, fork of a PMD mapping, split_huge_pmd, split_folio (also as
-//! debugfs `split_huge_pages` asks for it), and the deferred split queue with
-//! its shrinker and the under-used THP check.
+//! Transparent huge pages for anonymous memory, the splitting half: the
+//! huge zero folio and its shrinker, fork and zap of a PMD mapping,
+//! split_huge_pmd, split_folio (also as debugfs `split_huge_pages` asks for
+//! it), the deferred split shrinker and the under-used THP check, and the
+//! gfp flags of a THP fault.
 //!
-//! Follows Linux 6.18 `mm/huge_memory.c` and `include/linux/huge_mm.h`
-//! (`thp_vma_allowable_orders`, `__thp_vma_allowable_orders`,
-//! `thp_vma_suitable_order(s)`, `do_huge_pmd_anonymous_page`,
-//! `do_huge_zero_wp_pmd`, `do_huge_pmd_wp_page`, `copy_huge_pmd`,
-//! `mm_get_huge_zero_folio`, `mm_put_huge_zero_folio`,
-//! `shrink_huge_zero_folio_scan`, `__split_huge_pmd_locked`,
-//! `split_huge_page_to_list_to_order`, `split_huge_pages_pid`,
-//! `deferred_split_folio`, `deferred_split_scan`, `thp_underused`).
+//! Follows Linux 6.18 `mm/huge_memory.c` (`vma_thp_gfp_mask`,
+//! `copy_huge_pmd`, `zap_huge_pmd`, `mm_get_huge_zero_folio`,
+//! `mm_put_huge_zero_folio`, `shrink_huge_zero_folio_scan`,
+//! `__split_huge_pmd_locked`, `split_huge_page_to_list_to_order`,
+//! `split_huge_pages_pid`, `deferred_split_scan`, `thp_underused`). The rest
+//! of that file is elsewhere, by layer: the order helpers in `huge_mm` (with
+//! include/linux/huge_mm.h), the deferred split queue in `deferred_split`
+//! (rmap and the free path call it, below any split), the PMD faults in
+//! `huge_memory_fault` (they charge memcgs, whose reclaim splits: above
+//! this file).
 //!
 //! Simplifications: no userfaultfd, no NUMA (one deferred split queue; a
 //! memcg's queue is its part of it, see memcontrol);

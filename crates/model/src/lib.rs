@@ -1,25 +1,36 @@
 //! An executable model of Linux 6.18 anonymous memory management with
 //! multi-size THP, deterministic and much faster than real time.
 //!
-//! The modules are a map of the kernel's `mm/`: `memory` (faults, zap,
-//! copy-on-write), `fork` (dup_mmap, copy_page_range), `gup` (long-term pins),
-//! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
-//! deferred split queue and its shrinker), `hugetlb` (HugeTLB pools,
-//! reservations, faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
+//! The modules are a map of the kernel's `mm/`: `memory` (faults,
+//! copy-on-write) and `memory_zap` (zap: munmap, exit, MADV_DONTNEED),
+//! `fork` (dup_mmap, copy_page_range), `gup` (long-term pins), `huge_memory`
+//! (the huge zero folio, split_huge_pmd, split_folio, the deferred split
+//! shrinker) with `huge_memory_fault` (the PMD fault paths) and
+//! `deferred_split` (the queue), `hugetlb` (HugeTLB pools, reservations,
+//! faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
 //! `mprotect`, `madvise` (also MADV_FREE, COLD, PAGEOUT), `memcontrol`
-//! (memory cgroups: charges, limit reclaim, the memcg OOM killer), `swap` (the LRU
-//! flags of anon folios), `vmscan` (drop_slab, reclaim_pages), `page_alloc`
+//! (memory cgroups: page counters, uncharge, migration) with
+//! `memcontrol_charge` (the charge, its limit reclaim and OOM) and
+//! `oom_kill` (the memcg OOM killer), `swap` (the LRU flags of anon folios),
+//! `vmscan` (drop_slab, reclaim_pages, memcg limit reclaim), `page_alloc`
 //! (buddy allocator with migratetypes, folio allocation and free, the
 //! allocation slow path), `compaction` (direct compaction, kcompactd,
-//! migration), `fragment` (the unmovable-page generator of the `fragment`
-//! statement), `mms` (the address spaces by id and the tasks using them:
-//! mm_alloc, threads, mmput), `internal` (folio_pte_batch, from
-//! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
-//! (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache` (readings kept
-//! until a statement changes them), `thp_utilization` (folio
+//! migration), `pagewalk` (the page mapped at an address), `fragment` (the
+//! unmovable-page generator of the `fragment` statement), `mms` (the
+//! address spaces by id and the tasks using them: mm_alloc, threads,
+//! mmput), `internal` (folio_pte_batch, from mm/internal.h), `pgtable`,
+//! `sparse` (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache`
+//! (readings kept until a statement changes them), `thp_utilization` (folio
 //! causes and written subpages for the utilization report), `debug_vm`
 //! (invariant checks), `syscall` (what the statement handlers share) and
 //! `exec` (the statements' dispatch).
+//!
+//! Headers, as include/linux/ has them: `mm_types` (struct page, page_folio,
+//! mm_struct, vm_area_struct), `huge_mm` (the THP settings and order
+//! helpers), `gfp` (allocation flags) and `trace` (the recorded decisions).
+//! No two files depend on each other: where two mechanisms call each other
+//! in the kernel (a fault charges, the charge reclaims, reclaim splits), the
+//! caller's half is a file of its own above the callee's.
 //! Each module's doc comment names the kernel code it follows and what it
 //! leaves out.
 //!

@@ -7,13 +7,14 @@
 //!   `do_huge_pmd_anonymous_page` when the VMA allows the PMD order (else, or
 //!   on fallback, a PTE table is allocated), a huge zero PMD or a
 //!   write-protected THP to `do_huge_zero_wp_pmd` / `do_huge_pmd_wp_page`
-//!   (both in `huge_memory`), and what is left to `handle_pte_fault`;
+//!   (both in `huge_memory_fault`), and what is left to `handle_pte_fault`;
 //! - `do_anonymous_page` with `alloc_anon_folio` for multi-size THP (a read
 //!   maps the shared zero page);
 //! - `do_wp_page` for write faults on read-only anon PTEs (the shared zero
 //!   page, or a page fork shared: reused when exclusive,
 //!   `wp_can_reuse_anon_folio`, else copied by `wp_page_copy` into a new
-//!   order-0 folio);
+//!   order-0 folio).
+//!
 //! The unmap side of the same file (`zap_page_range`, `zap_pte_range`) is
 //! `memory_zap`, below the faults (see there why).
 //!

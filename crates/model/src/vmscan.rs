@@ -45,7 +45,8 @@
 //!   clears a folio's swap cache (`folio_free_swap`) before marking it.
 //!
 //! `shrink_lazyfree` is the entry for other reclaim in the model (memcg
-//! limit reclaim): it runs `shrink_folio_list` on lazily-freed folios that
+//! limit reclaim, `try_to_free_mem_cgroup_pages`, which memcontrol_charge
+//! calls; see memcontrol for what it leaves out): it runs `shrink_folio_list` on lazily-freed folios that
 //! a filter accepts, until enough pages are reclaimed; they are the only anon
 //! folios reclaim can free without swap.
 

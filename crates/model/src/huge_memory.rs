@@ -108,7 +108,7 @@ pub(crate) fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Opti
         // GFP_TRANSHUGE & ~__GFP_MOVABLE.
         None => match m
             .zone
-            .alloc_pages_mt(HPAGE_PMD_ORDER, crate::page_alloc::MigrateType::Unmovable)
+            .alloc_pages_mt(HPAGE_PMD_ORDER, crate::mmzone::MigrateType::Unmovable)
         {
             Some(folio) => {
                 m.stat.count_vm_event(VmEvent::ThpZeroPageAlloc);

@@ -72,6 +72,7 @@ pub mod memory_zap;
 pub mod mm_types;
 pub mod mmap;
 pub mod mms;
+pub mod mmzone;
 pub mod mprotect;
 pub mod oom_kill;
 pub mod page_alloc;
@@ -91,7 +92,7 @@ pub mod vmstat;
 use crate::deferred_split::DeferredSplitQueue;
 use crate::huge_mm::ThpSettings;
 use crate::mm_types::{pg, Fault, Pfn, PAGE_SIZE};
-use crate::page_alloc::Zone;
+use crate::mmzone::Zone;
 use crate::vmstat::VmStat;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
@@ -181,7 +182,7 @@ impl Machine {
     pub fn pte_alloc_one(&mut self) -> Result<Pfn, Fault> {
         let pfn = self
             .zone
-            .alloc_pages_mt(0, page_alloc::MigrateType::Unmovable)
+            .alloc_pages_mt(0, mmzone::MigrateType::Unmovable)
             .ok_or(Fault::Oom)?;
         self.zone.memmap.page_mut(pfn).init(pg::PGTABLE, 0);
         self.stat.nr_pagetable += 1;

@@ -68,8 +68,6 @@ use rustc_hash::FxHashMap as HashMap;
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
 /// SWAP_CLUSTER_MAX: the least limit reclaim tries to free.
 pub const SWAP_CLUSTER_MAX: u64 = 32;
-/// PAGE_ALLOC_COSTLY_ORDER: above it a charge never calls the OOM killer.
-pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
 
 /// A memory cgroup, by its index in [`Memcgs::groups`].
 pub type MemcgId = usize;

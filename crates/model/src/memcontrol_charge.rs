@@ -9,8 +9,9 @@
 //! split). The simplifications are memcontrol's.
 
 use crate::gfp::Gfp;
-use crate::memcontrol::{MemcgId, MAX_RECLAIM_RETRIES, PAGE_ALLOC_COSTLY_ORDER};
+use crate::memcontrol::{MemcgId, MAX_RECLAIM_RETRIES};
 use crate::mm_types::{Fault, MmId, MmStruct, Pfn};
+use crate::mmzone::PAGE_ALLOC_COSTLY_ORDER;
 use crate::oom_kill::{out_of_memory, task_is_dying};
 use crate::trace::Step;
 use crate::vmscan::try_to_free_mem_cgroup_pages;

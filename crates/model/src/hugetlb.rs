@@ -1056,8 +1056,3 @@ pub fn check<'a>(
         }
     }
 }
-
-/// Whether `[start, end)` of `mm` touches a HugeTLB VMA.
-pub fn range_has_hugetlb(mm: &MmStruct, start: u64, end: u64) -> bool {
-    mm.vmas_in(start, end).iter().any(|v| v.hugetlb.is_some())
-}

@@ -320,3 +320,9 @@ pub struct HugePte {
     pub folio: Pfn,
     pub writable: bool,
 }
+
+/// Whether `[start, end)` of `mm` touches a HugeTLB VMA
+/// (`is_vm_hugetlb_page`, include/linux/hugetlb_inline.h, over a range).
+pub fn range_has_hugetlb(mm: &MmStruct, start: u64, end: u64) -> bool {
+    mm.vmas_in(start, end).iter().any(|v| v.hugetlb.is_some())
+}

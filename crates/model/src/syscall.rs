@@ -95,7 +95,7 @@ pub fn resolve_range_no_hugetlb(
     let id = mm_id_of(m, stmt, proc)?;
     let mm = m.mms.get(id).expect("a task's mm exists");
     let (start, end) = resolve(stmt, proc, mm, range)?;
-    if crate::hugetlb::range_has_hugetlb(mm, start, end) {
+    if crate::mm_types::range_has_hugetlb(mm, start, end) {
         let what = format!("{} of a HugeTLB region", stmt.kind.keyword());
         return Err(unsupported(stmt, what));
     }

@@ -12,9 +12,9 @@
 //! (memory cgroups: page counters, uncharge, migration) with
 //! `memcontrol_charge` (the charge, its limit reclaim and OOM) and
 //! `oom_kill` (the memcg OOM killer), `swap` (the LRU flags of anon folios),
-//! `vmscan` (drop_slab, reclaim_pages, memcg limit reclaim), `page_alloc`
-//! (buddy allocator with migratetypes, folio allocation and free, the
-//! allocation slow path), `compaction` (direct compaction, kcompactd,
+//! `vmscan` (drop_slab, reclaim_pages, memcg limit reclaim), `mmzone` (the
+//! zone's buddy free lists with migratetypes), `page_alloc` (folio
+//! allocation and free, the allocation slow path), `compaction` (direct compaction, kcompactd,
 //! migration), `pagewalk` (the page mapped at an address), `fragment` (the
 //! unmovable-page generator of the `fragment` statement), `mms` (the
 //! address spaces by id and the tasks using them: mm_alloc, threads,

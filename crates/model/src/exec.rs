@@ -231,7 +231,7 @@ impl Model {
     /// After a statement during which the memcg OOM killer ran: the
     /// statement's own process, if chosen, dies (SIGKILL when its fault
     /// returns, exit as above); the other processes it killed, torn down
-    /// already (memcontrol::out_of_memory), leave their pins and readings
+    /// already (oom_kill::out_of_memory), leave their pins and readings
     /// as at exit. A kill is the statement's outcome unless it failed
     /// otherwise first (the last kill, of several).
     fn retire_oom_victims(

@@ -30,7 +30,7 @@
 //! `copy_pte_range` likewise handle a small folio's PTE inline.
 //!
 //! Every new folio is charged to the process's memcg after its allocation
-//! (`mem_cgroup_charge`, see memcontrol): alloc_anon_folio falls back to the
+//! (`mem_cgroup_charge`, see memcontrol_charge): alloc_anon_folio falls back to the
 //! next order when a large folio's charge fails, and an order-0 charge
 //! (`folio_prealloc`, GFP_KERNEL) that fails ends the fault in
 //! VM_FAULT_OOM. The inline order-0 path is taken only where a charge

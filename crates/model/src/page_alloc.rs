@@ -17,7 +17,7 @@
 //!   watermark boosting or lowmem reserves: an allocation fails only when no
 //!   free block of a sufficient order exists;
 //! - no global direct reclaim, kswapd or global OOM killer (memcg limit
-//!   reclaim and the memcg OOM killer are modelled, in `memcontrol`): the
+//!   reclaim and the memcg OOM killer are modelled, `memcontrol_charge`): the
 //!   slow path does not discard lazily-freed folios or run the deferred
 //!   split shrinker, which the kernel's direct reclaim would (the only
 //!   anon memory reclaimable without swap); its retry loops (`should_reclaim_retry`,

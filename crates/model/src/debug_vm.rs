@@ -37,10 +37,11 @@
 //! Slow (a full walk): for tests and `--check`, not for benchmarks.
 
 use crate::mm_types::{
-    page_folio, pg, MmId, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, MM_ID_DUMMY, PAGE_SIZE, PMD_SIZE,
+    pg, MmId, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, MM_ID_DUMMY, PAGE_SIZE, PMD_SIZE,
 };
 use crate::pgtable::Pmd;
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
+use crate::sparse::page_folio;
 use crate::vmstat::MthpStat;
 use crate::{Machine, Model};
 use std::collections::{BTreeMap, BTreeSet};

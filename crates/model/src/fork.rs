@@ -27,11 +27,12 @@
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
 use crate::internal::folio_pte_batch;
-use crate::mm_types::{page_folio, pg, Fault, MmId, MmStruct, Pfn, Vma, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{pg, Fault, MmId, MmStruct, Pfn, Vma, PMD_SIZE, PUD_SIZE};
 use crate::mmap::exit_mmap;
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::syscall::{failed, mm_id_of_ranged};
 use crate::{hugetlb, Machine, Model, Task};
 use hugelab_workload::{BackendError, Stmt};

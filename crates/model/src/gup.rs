@@ -14,10 +14,11 @@
 //! the range is unpinned or the last process holding the ring exits.
 
 use crate::memory::{access_range, Access};
-use crate::mm_types::{page_folio, Fault, MmStruct, Pfn, PAGE_SIZE};
+use crate::mm_types::{Fault, MmStruct, Pfn, PAGE_SIZE};
 use crate::page_alloc::free_folio;
 use crate::pagewalk::follow_page;
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
+use crate::sparse::page_folio;
 use crate::syscall::{mm_id_of, resolve, resolve_range_no_hugetlb};
 use crate::vmstat::VmEvent;
 use crate::{Machine, Model};

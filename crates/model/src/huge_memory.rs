@@ -30,12 +30,13 @@ use crate::deferred_split::folio_unqueue_deferred_split;
 use crate::gfp::Gfp;
 use crate::huge_mm::ThpSettings;
 use crate::mm_types::{
-    page_folio, pg, Fault, MmStruct, Pfn, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
+    pg, Fault, MmStruct, Pfn, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
 };
 use crate::mms::MmList;
 use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::syscall::{mm_id_of, resolve_range_no_hugetlb};
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;

@@ -51,10 +51,11 @@ use crate::gfp::Gfp;
 use crate::huge_mm::{thp_vma_allowable_orders, thp_vma_suitable_order, ThpSettings};
 use crate::memory_zap::zap_pte_range;
 use crate::mm_types::{
-    page_folio, MmStruct, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
+    MmStruct, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
 };
 use crate::pgtable::Pmd;
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::trace::{CollapseStep, Collapser, Scan, ScanCounts, VmaVerdict};
 use crate::vmstat::VmEvent;

@@ -25,10 +25,10 @@
 //! (invariant checks), `syscall` (what the statement handlers share) and
 //! `exec` (the statements' dispatch).
 //!
-//! Headers, as include/linux/ has them: `mm_types` (struct page, page_folio,
+//! Headers, as include/linux/ has them: `mm_types` (struct page,
 //! mm_struct, vm_area_struct), `huge_mm` (the THP settings and order
 //! helpers), `gfp` (allocation flags) and `trace` (the recorded decisions).
-//! No two files depend on each other: where two mechanisms call each other
+//! There is no cycle between files: where two mechanisms call each other
 //! in the kernel (a fault charges, the charge reclaims, reclaim splits), the
 //! caller's half is a file of its own above the callee's.
 //! Each module's doc comment names the kernel code it follows and what it

@@ -61,11 +61,12 @@ use crate::huge_mm::{
 };
 use crate::memcontrol_charge::mem_cgroup_charge;
 use crate::mm_types::{
-    page_folio, pg, Fault, MmId, MmStruct, Pfn, Vma, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
+    pg, Fault, MmId, MmStruct, Pfn, Vma, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
 };
 use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::trace::Step;
 use crate::vmstat::{Counted, MthpStat, VmEvent};

@@ -12,10 +12,11 @@
 
 use crate::huge_memory::{split_huge_pmd, zap_huge_pmd};
 use crate::internal::folio_pte_batch;
-use crate::mm_types::{page_folio, MmStruct, Pfn, PMD_SIZE};
+use crate::mm_types::{MmStruct, Pfn, PMD_SIZE};
 use crate::page_alloc::free_folio;
 use crate::pgtable::{pte_index, Pmd, Pte};
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::Machine;
 
 /// Whether a whole PMD-sized slot lies in `[start, end)`.

@@ -1,5 +1,6 @@
-//! `struct page` and folios: the per-frame metadata the model keeps, with
-//! `page_folio` and the fault result type (`vm_fault_t`); and the address
+//! `struct page` and folios: the per-frame metadata the model keeps (its
+//! `page_folio` lookup is in `sparse`, with the memmap it reads), and the
+//! fault result type (`vm_fault_t`); and the address
 //! space types every mechanism shares: `mm_struct` (`MmStruct`, its
 //! `mm_id`), `vm_area_struct` (`Vma`, with its hugetlb fields) and the
 //! model's named regions. Their operations live in the files of the kernel
@@ -30,7 +31,6 @@
 //! it), and its mapcount is its page's.
 
 use crate::pgtable::PmdMap;
-use crate::Machine;
 use std::collections::BTreeMap;
 
 /// A page frame number, shared with the kernel backend's pagemap readers.
@@ -170,22 +170,6 @@ pub enum Fault {
     /// The memcg OOM killer chose the faulting process (SIGKILL): its
     /// charge failed with VM_FAULT_OOM and it dies (memcontrol).
     OomKilled,
-}
-
-/// page_folio: the head of the folio that `page` belongs to. The kernel
-/// follows the tail's compound_head pointer; a model tail keeps its folio's
-/// order in its order bits instead (`alloc_folio`), and folios are
-/// naturally aligned.
-#[inline]
-pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
-    let p = m.zone.memmap.page(page);
-    if p.test(pg::HEAD) {
-        return page;
-    }
-    debug_assert!(p.test(pg::TAIL), "{page} belongs to no folio");
-    let head = Pfn(page.0 & !((1u64 << p.order()) - 1));
-    debug_assert!(m.zone.memmap.page(head).test(pg::HEAD));
-    head
 }
 
 /// An MM's id (`mm_struct.mm_id`); MM_ID_DUMMY (0) is a free slot.

@@ -33,10 +33,9 @@
 //! live scan's views go through too.
 
 use crate::huge_mm::ThpSettings;
-use crate::mm_types::{
-    page_folio, pg, MmStruct, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
-};
+use crate::mm_types::{pg, MmStruct, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
 use crate::pgtable::Pmd;
+use crate::sparse::page_folio;
 use crate::{Machine, Model};
 use std::collections::BTreeMap;
 

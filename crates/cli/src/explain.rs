@@ -243,7 +243,7 @@ fn totals(faults: &[FaultTrace], collapses: &[CollapseStep]) -> Totals {
         };
         t.ranges += 1;
         match collapse.map(|(_, r)| r).unwrap_or(*scan) {
-            hugelab_model::khugepaged::Scan::Succeed => t.collapsed += 1,
+            hugelab_model::trace::Scan::Succeed => t.collapsed += 1,
             r => *t.not_collapsed.entry(r.name().to_string()).or_default() += 1,
         }
     }

@@ -65,18 +65,14 @@
 //!   (`Machine::kcompactd_max_order`, see `exec`), once, at the highest
 //!   order it was woken for; no proactive compaction.
 
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_ORDER, MAX_PAGE_ORDER, PAGE_SIZE, PMD_SIZE};
+use crate::mm_types::{pg, MmId, Pfn, MAX_PAGE_ORDER, PAGE_SIZE, PMD_SIZE};
 use crate::mms::MmList;
+use crate::mmzone::{ZoneCompact, PAGEBLOCK_ORDER, PAGE_ALLOC_COSTLY_ORDER};
 use crate::pgtable::{pte_index, Pmd, Pte};
-use crate::rmap::MmId;
 use crate::trace::{CompactResult, Step};
 use crate::vmstat::VmEvent;
 use crate::Machine;
 
-/// PAGE_ALLOC_COSTLY_ORDER: orders above it are "costly" to the allocator.
-pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
-/// pageblock_order on x86_64 with THP: HPAGE_PMD_ORDER.
-pub const PAGEBLOCK_ORDER: u32 = HPAGE_PMD_ORDER;
 const PAGEBLOCK_NR: u64 = 1 << PAGEBLOCK_ORDER;
 /// COMPACT_CLUSTER_MAX (SWAP_CLUSTER_MAX): folios isolated per batch, and
 /// the async free scanner's largest stride.
@@ -122,14 +118,6 @@ impl CompactStatus {
             }
         }
     }
-}
-
-/// The compaction fields of `struct zone`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ZoneCompact {
-    pub considered: u32,
-    pub defer_shift: u32,
-    pub order_failed: u32,
 }
 
 impl ZoneCompact {

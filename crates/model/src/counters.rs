@@ -10,8 +10,8 @@
 //! HugeTLB pools are `hugetlb_report_meminfo` and hugepages/hugepages-<size>/
 //! (`mm/hugetlb.c`, `mm/hugetlb_sysfs.c`).
 
-use crate::mm_types::{HPAGE_PMD_NR, HPAGE_PMD_ORDER};
-use crate::reading_cache::ReadingCache;
+use crate::mm_types::{HstateIdx, HPAGE_PMD_NR, HPAGE_PMD_ORDER};
+use crate::reading_cache::{ReadingCache, PROCESS_FAMILIES};
 use crate::task_mmu::{walk_range, FolioCounts, MemSizeStats};
 use crate::vmstat::{MthpStat, VmEvent};
 use crate::{hugetlb, Machine, Model, Task};
@@ -86,7 +86,7 @@ const HUGETLB_FILES: [&str; 5] = [
 
 /// One file of the pool of hstate `h` (`mm/hugetlb_sysfs.c`): nr_hugepages
 /// counts surplus pages too.
-fn hugetlb_file(m: &Machine, h: hugetlb::HstateIdx, file: &str) -> Option<i64> {
+fn hugetlb_file(m: &Machine, h: HstateIdx, file: &str) -> Option<i64> {
     let hs = &m.hugetlb.hstates[h];
     Some(match file {
         "nr_hugepages" => hs.nr_huge_pages as i64,
@@ -208,9 +208,6 @@ pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
     }
     Counters::from_iter(all)
 }
-
-/// The name prefixes of the per-process counters, in sorted order.
-pub(crate) const PROCESS_FAMILIES: [&str; 3] = ["folios.", "smaps.", "stat."];
 
 /// The counters of one process: minflt, and per region and in total what
 /// smaps and pagemap show.

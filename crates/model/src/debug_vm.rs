@@ -36,9 +36,12 @@
 //! With no process left, every frame but the huge zero folio is free.
 //! Slow (a full walk): for tests and `--check`, not for benchmarks.
 
-use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
+use crate::mm_types::{
+    pg, MmId, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, MM_ID_DUMMY, PAGE_SIZE, PMD_SIZE,
+};
 use crate::pgtable::Pmd;
-use crate::rmap::{self, MmId, GUP_PIN_COUNTING_BIAS, MM_ID_DUMMY};
+use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
+use crate::sparse::page_folio;
 use crate::vmstat::MthpStat;
 use crate::{Machine, Model};
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,7 +63,7 @@ pub fn check(model: &Model) -> Vec<String> {
             .reading_cache
             .stale(m, &m.tasks, crate::counters::process_counters),
     );
-    let names: Vec<(String, &crate::mmap::MmStruct)> =
+    let names: Vec<(String, &crate::mm_types::MmStruct)> =
         m.mms.iter().map(|mm| (mm_name(m, mm.mm_id), mm)).collect();
     crate::hugetlb::check(m, names.iter().map(|(n, mm)| (n.as_str(), *mm)), &mut bad);
     let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);

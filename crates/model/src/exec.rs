@@ -11,8 +11,8 @@
 //! the readings a process or a region leaves behind when it goes.
 
 use crate::memory::{access_range, Access};
-use crate::mm_types::{Fault, HPAGE_PMD_ORDER, PAGE_SIZE};
-use crate::mmap::{exit_mmap, MmStruct, Vma};
+use crate::mm_types::{Fault, HstateIdx, MmStruct, Vma, HPAGE_PMD_ORDER, PAGE_SIZE};
+use crate::mmap::exit_mmap;
 use crate::pgtable::MAX_PFN;
 use crate::syscall::{failed, mm_id_of_ranged, resolve, BACKEND};
 use crate::vmstat::VmEvent;
@@ -98,7 +98,7 @@ fn set_tunable(
 }
 
 /// The hstate of `hugepages/hugepages-<size_kb>kB/`.
-fn hstate_of(stmt: &Stmt, size_kb: u64) -> Result<hugetlb::HstateIdx, BackendError> {
+fn hstate_of(stmt: &Stmt, size_kb: u64) -> Result<HstateIdx, BackendError> {
     hugetlb::size_to_hstate(size_kb << 10).ok_or_else(|| {
         failed(
             stmt,
@@ -231,7 +231,7 @@ impl Model {
     /// After a statement during which the memcg OOM killer ran: the
     /// statement's own process, if chosen, dies (SIGKILL when its fault
     /// returns, exit as above); the other processes it killed, torn down
-    /// already (memcontrol::out_of_memory), leave their pins and readings
+    /// already (oom_kill::out_of_memory), leave their pins and readings
     /// as at exit. A kill is the statement's outcome unless it failed
     /// otherwise first (the last kill, of several).
     fn retire_oom_victims(
@@ -631,17 +631,7 @@ impl Model {
                 self.started = true;
                 Ok(())
             }
-            StmtKind::Mmap(stmt::Mmap {
-                proc,
-                region,
-                size,
-                align,
-                hugetlb,
-                shared,
-                prot,
-            }) => mmap::sys_mmap(
-                m, stmt, proc, region, *size, *align, *hugetlb, *shared, *prot,
-            ),
+            StmtKind::Mmap(s) => mmap::sys_mmap(m, stmt, s),
             StmtKind::Munmap(stmt::Munmap { proc, range }) => {
                 mmap::sys_munmap(m, stmt, proc, range)?;
                 self.retire_region_if_unmapped(proc, &range.region, gone);

@@ -27,11 +27,12 @@
 
 use crate::huge_memory::{copy_huge_pmd, PmdFault};
 use crate::internal::folio_pte_batch;
-use crate::mm_types::{page_folio, pg, Fault, Pfn, PMD_SIZE, PUD_SIZE};
-use crate::mmap::{exit_mmap, MmStruct, Vma};
+use crate::mm_types::{pg, Fault, MmId, MmStruct, Pfn, Vma, PMD_SIZE, PUD_SIZE};
+use crate::mmap::exit_mmap;
 use crate::page_alloc::alloc_folio;
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::syscall::{failed, mm_id_of_ranged};
 use crate::{hugetlb, Machine, Model, Task};
 use hugelab_workload::{BackendError, Stmt};
@@ -215,7 +216,7 @@ fn share_ptes(st: &mut PteTable, dt: &mut PteTable, i: usize, nr: usize) {
 fn copy_present_page(
     m: &mut Machine,
     dt: &mut PteTable,
-    dst_id: rmap::MmId,
+    dst_id: MmId,
     index: u64,
     i: usize,
     page: Pfn,
@@ -224,7 +225,7 @@ fn copy_present_page(
     let new = alloc_folio(m, 0).ok_or(Fault::Oom)?;
     // folio_prealloc for the child (its memcg is the parent's).
     let gfp = crate::gfp::Gfp::HIGHUSER_MOVABLE;
-    if crate::memcontrol::mem_cgroup_charge(m, None, dst_id, new, 0, gfp).is_err() {
+    if crate::memcontrol_charge::mem_cgroup_charge(m, None, dst_id, new, 0, gfp).is_err() {
         crate::page_alloc::free_folio(m, new);
         return Err(Fault::Oom);
     }

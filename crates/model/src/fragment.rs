@@ -26,8 +26,8 @@
 //! the same block (wrapping), `clustered` the rest of the block and then
 //! further blocks; the number actually placed is returned.
 
-use crate::compaction::PAGEBLOCK_ORDER;
 use crate::mm_types::{pg, Pfn};
+use crate::mmzone::PAGEBLOCK_ORDER;
 use crate::Machine;
 pub use hugelab_workload::FragmentPattern;
 

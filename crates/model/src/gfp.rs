@@ -1,16 +1,14 @@
 //! Allocation flags: the part of `include/linux/gfp_types.h` (Linux 6.18)
 //! that decides what an anonymous-memory allocation may do when no free
-//! block of its order exists, and `vma_thp_gfp_mask` (mm/huge_memory.c),
-//! which picks them for a THP from `defrag` and MADV_HUGEPAGE.
+//! block of its order exists. A header: the flags are picked where the
+//! kernel picks them (`huge_memory::vma_thp_gfp_mask`,
+//! `khugepaged::khugepaged_gfp`).
 //!
 //! Simplifications: only the three bits that change a decision in the model
 //! are kept (`__GFP_DIRECT_RECLAIM`, `__GFP_KSWAPD_RECLAIM`, `__GFP_NORETRY`);
 //! the zone, movability and accounting bits are implied (every user page is
 //! GFP_HIGHUSER_MOVABLE-movable and memcg-charged).
 
-use crate::huge_memory::ThpSettings;
-use crate::mmap::Vma;
-use hugelab_workload::ThpDefrag;
 use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -70,48 +68,5 @@ impl Gfp {
             }
         }
         s
-    }
-}
-
-/// vma_thp_gfp_mask: the flags of every THP fault allocation (PMD and mTHP
-/// orders alike), from `defrag` and whether the VMA is madvised.
-pub fn vma_thp_gfp_mask(thp: &ThpSettings, vma: &Vma) -> Gfp {
-    let madvised = vma.flags & Vma::VM_HUGEPAGE != 0;
-    let light = Gfp::TRANSHUGE_LIGHT;
-    match thp.defrag {
-        // Always do synchronous compaction; non-madvised VMAs do not retry.
-        ThpDefrag::Always => Gfp {
-            noretry: !madvised,
-            ..Gfp::TRANSHUGE
-        },
-        // Kick kcompactd and fail quickly.
-        ThpDefrag::Defer => Gfp {
-            kswapd_reclaim: true,
-            ..light
-        },
-        // Synchronous compaction if madvised, otherwise kick kcompactd.
-        ThpDefrag::DeferMadvise => Gfp {
-            direct_reclaim: madvised,
-            kswapd_reclaim: !madvised,
-            ..light
-        },
-        // Only do synchronous compaction if madvised.
-        ThpDefrag::Madvise => Gfp {
-            direct_reclaim: madvised,
-            ..light
-        },
-        ThpDefrag::Never => light,
-    }
-}
-
-/// alloc_hugepage_khugepaged_gfpmask: `khugepaged/defrag` picks direct
-/// reclaim or none; MADV_COLLAPSE always passes GFP_TRANSHUGE.
-///
-/// Not alloc_hugepage_khugepaged_gfpmask: it also gives MADV_COLLAPSE's GFP_TRANSHUGE, as alloc_charge_folio chooses.
-pub fn khugepaged_gfp(thp: &ThpSettings, khugepaged: bool) -> Gfp {
-    if !khugepaged || thp.khugepaged.defrag != 0 {
-        Gfp::TRANSHUGE
-    } else {
-        Gfp::TRANSHUGE_LIGHT
     }
 }

@@ -14,11 +14,11 @@
 //! the range is unpinned or the last process holding the ring exits.
 
 use crate::memory::{access_range, Access};
-use crate::mm_types::{page_folio, Fault, Pfn, PAGE_SIZE, PMD_SIZE};
-use crate::mmap::MmStruct;
+use crate::mm_types::{Fault, MmStruct, Pfn, PAGE_SIZE};
 use crate::page_alloc::free_folio;
-use crate::pgtable::{pte_index, Pmd};
+use crate::pagewalk::follow_page;
 use crate::rmap::{self, GUP_PIN_COUNTING_BIAS};
+use crate::sparse::page_folio;
 use crate::syscall::{mm_id_of, resolve, resolve_range_no_hugetlb};
 use crate::vmstat::VmEvent;
 use crate::{Machine, Model};
@@ -39,17 +39,6 @@ pub enum PinError {
     /// Part of the range is unmapped or not writable.
     Efault,
     Oom,
-}
-
-/// The page mapped at `addr`, if any (follow_page_mask; not the zero pages).
-///
-/// Named for follow_page, which 6.12 replaced by folio_walk_start; the model's callers want just the page.
-pub(crate) fn follow_page(mm: &MmStruct, addr: u64) -> Option<Pfn> {
-    match mm.pmds.get(&(addr / PMD_SIZE))? {
-        Pmd::Huge { pfn, .. } => Some(Pfn(pfn.0 + pte_index(addr) as u64)),
-        Pmd::HugeZero { .. } => None,
-        Pmd::Table(t) => t.ptes[pte_index(addr)].pfn(),
-    }
 }
 
 /// pin_user_pages(FOLL_WRITE | FOLL_LONGTERM) over `[start, end)`.

@@ -1,17 +1,19 @@
-//! Transparent huge pages for anonymous memory: which orders a VMA may use,
-//! the PMD fault and write-fault paths, the huge zero folio and its
-//! shrinker, fork of a PMD mapping, split_huge_pmd, split_folio (also as
-//! debugfs `split_huge_pages` asks for it), and the deferred split queue with
-//! its shrinker and the under-used THP check.
+//! Transparent huge pages for anonymous memory, the splitting half: the
+//! huge zero folio and its shrinker, fork and zap of a PMD mapping,
+//! split_huge_pmd, split_folio (also as debugfs `split_huge_pages` asks for
+//! it), the deferred split shrinker and the under-used THP check, and the
+//! gfp flags of a THP fault.
 //!
-//! Follows Linux 6.18 `mm/huge_memory.c` and `include/linux/huge_mm.h`
-//! (`thp_vma_allowable_orders`, `__thp_vma_allowable_orders`,
-//! `thp_vma_suitable_order(s)`, `do_huge_pmd_anonymous_page`,
-//! `do_huge_zero_wp_pmd`, `do_huge_pmd_wp_page`, `copy_huge_pmd`,
-//! `mm_get_huge_zero_folio`, `mm_put_huge_zero_folio`,
-//! `shrink_huge_zero_folio_scan`, `__split_huge_pmd_locked`,
-//! `split_huge_page_to_list_to_order`, `split_huge_pages_pid`,
-//! `deferred_split_folio`, `deferred_split_scan`, `thp_underused`).
+//! Follows Linux 6.18 `mm/huge_memory.c` (`vma_thp_gfp_mask`,
+//! `copy_huge_pmd`, `zap_huge_pmd`, `mm_get_huge_zero_folio`,
+//! `mm_put_huge_zero_folio`, `shrink_huge_zero_folio_scan`,
+//! `__split_huge_pmd_locked`, `split_huge_page_to_list_to_order`,
+//! `split_huge_pages_pid`, `deferred_split_scan`, `thp_underused`). The rest
+//! of that file is elsewhere, by layer: the order helpers in `huge_mm` (with
+//! include/linux/huge_mm.h), the deferred split queue in `deferred_split`
+//! (rmap and the free path call it, below any split), the PMD faults in
+//! `huge_memory_fault` (they charge memcgs, whose reclaim splits: above
+//! this file).
 //!
 //! Simplifications: no userfaultfd, no NUMA (one deferred split queue; a
 //! memcg's queue is its part of it, see memcontrol);
@@ -24,376 +26,28 @@
 //! shrinkers run only from `vmscan::drop_slab` and walk their whole queue in
 //! one call.
 
+use crate::deferred_split::folio_unqueue_deferred_split;
+use crate::gfp::Gfp;
+use crate::huge_mm::ThpSettings;
 use crate::mm_types::{
-    page_folio, pg, Fault, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
+    pg, Fault, MmStruct, Pfn, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE,
 };
-use crate::mmap::{MmStruct, Vma};
 use crate::mms::MmList;
 use crate::page_alloc::free_folio;
 use crate::pgtable::{Pmd, Pte, PteTable};
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::syscall::{mm_id_of, resolve_range_no_hugetlb};
-use crate::trace::Step;
-use crate::vmstat::{Counted, MthpStat, VmEvent};
+use crate::vmstat::{MthpStat, VmEvent};
 use crate::Machine;
-use hugelab_workload::{BackendError, Range, Stmt, ThpDefrag, ThpEnabled, ThpSizeEnabled};
-use rustc_hash::FxHashMap as HashMap;
-use std::collections::BTreeMap;
-
-/// THP_ORDERS_ALL_ANON: orders 2..=PMD_ORDER (order 1 cannot hold _deferred_list).
-pub const THP_ORDERS_ALL_ANON: u32 = ((1 << (HPAGE_PMD_ORDER + 1)) - 1) & !0b11;
-
-/// The sysfs controls under /sys/kernel/mm/transparent_hugepage/.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ThpSettings {
-    pub enabled: ThpEnabled,
-    pub defrag: ThpDefrag,
-    pub use_zero_page: bool,
-    pub shrink_underused: bool,
-    pub anon_beside_full: bool,
-    /// `hugepages-<size>kB/enabled`, indexed by order (0 and 1 unused).
-    pub size_enabled: [ThpSizeEnabled; HPAGE_PMD_ORDER as usize + 1],
-    pub khugepaged: KhugepagedSettings,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KhugepagedSettings {
-    pub defrag: u64,
-    pub max_ptes_none: u64,
-    pub max_ptes_swap: u64,
-    pub max_ptes_shared: u64,
-    pub pages_to_scan: u64,
-    pub scan_sleep_millisecs: u64,
-    pub alloc_sleep_millisecs: u64,
-}
-
-impl Default for ThpSettings {
-    /// The defaults of the development machines (CONFIG_TRANSPARENT_HUGEPAGE_MADVISE=y):
-    /// enabled=madvise, defrag=madvise, the PMD size inherit, every other size never.
-    fn default() -> Self {
-        let mut size_enabled = [ThpSizeEnabled::Never; HPAGE_PMD_ORDER as usize + 1];
-        size_enabled[HPAGE_PMD_ORDER as usize] = ThpSizeEnabled::Inherit;
-        ThpSettings {
-            enabled: ThpEnabled::Madvise,
-            defrag: ThpDefrag::Madvise,
-            use_zero_page: true,
-            shrink_underused: true,
-            anon_beside_full: false,
-            size_enabled,
-            khugepaged: KhugepagedSettings {
-                defrag: 1,
-                max_ptes_none: HPAGE_PMD_NR - 1,
-                max_ptes_swap: HPAGE_PMD_NR / 8,
-                max_ptes_shared: HPAGE_PMD_NR / 2,
-                pages_to_scan: HPAGE_PMD_NR * 8,
-                scan_sleep_millisecs: 10_000,
-                alloc_sleep_millisecs: 60_000,
-            },
-        }
-    }
-}
-
-impl ThpSettings {
-    /// The huge_anon_orders_{always,madvise,inherit} bitmap of `mode`.
-    #[inline]
-    fn orders_with(&self, mode: ThpSizeEnabled) -> u32 {
-        let mut mask = 0;
-        for o in 2..=HPAGE_PMD_ORDER {
-            mask |= u32::from(self.size_enabled[o as usize] == mode) << o;
-        }
-        mask
-    }
-}
-
-/// Page-fault flavour of `thp_vma_allowable_orders` (TVA_PAGEFAULT): the sysfs
-/// mask, then the VMA and process vetoes. The fit-in-VMA check is left to the
-/// caller, as the fault path does it per address.
-pub fn thp_vma_allowable_orders(thp: &ThpSettings, mm: &MmStruct, vma: &Vma, orders: u32) -> u32 {
-    if vma.hugetlb.is_some() {
-        return 0;
-    }
-    let hugepage = vma.flags & Vma::VM_HUGEPAGE != 0;
-    let mut mask = thp.orders_with(ThpSizeEnabled::Always);
-    if hugepage {
-        mask |= thp.orders_with(ThpSizeEnabled::Madvise);
-    }
-    if thp.enabled == ThpEnabled::Always || (hugepage && thp.enabled == ThpEnabled::Madvise) {
-        mask |= thp.orders_with(ThpSizeEnabled::Inherit);
-    }
-    let orders = orders & mask & THP_ORDERS_ALL_ANON;
-    if orders == 0 || vma_thp_disabled(mm, vma) {
-        return 0;
-    }
-    orders
-}
-
-/// Why thp_vma_allowable_orders leaves each order of `orders` out, for
-/// `hugelab explain` (the kernel keeps no reason; this follows its checks).
-///
-/// No kernel function: the kernel keeps no reason; hugelab's explain wants one per order.
-pub fn thp_vma_denials(
-    thp: &ThpSettings,
-    mm: &MmStruct,
-    vma: &Vma,
-    orders: u32,
-) -> Vec<(u32, crate::trace::Denial)> {
-    use crate::trace::Denial;
-    let allowed = thp_vma_allowable_orders(thp, mm, vma, orders);
-    let hugepage = vma.flags & Vma::VM_HUGEPAGE != 0;
-    let mut out = Vec::new();
-    for o in (0..=HPAGE_PMD_ORDER).rev() {
-        if orders & (1 << o) == 0 || allowed & (1 << o) != 0 || THP_ORDERS_ALL_ANON & (1 << o) == 0
-        {
-            continue;
-        }
-        // The sysfs mask first, then the VMA and process vetoes, as
-        // thp_vma_allowable_orders and __thp_vma_allowable_orders check.
-        let d = match thp.size_enabled[o as usize] {
-            ThpSizeEnabled::Never => Denial::SizeNever,
-            ThpSizeEnabled::Inherit if thp.enabled == ThpEnabled::Never => Denial::InheritNever,
-            ThpSizeEnabled::Madvise if !hugepage => Denial::NotMadvised,
-            ThpSizeEnabled::Inherit if thp.enabled == ThpEnabled::Madvise && !hugepage => {
-                Denial::NotMadvised
-            }
-            _ if vma.flags & Vma::VM_NOHUGEPAGE != 0 => Denial::VmNoHugepage,
-            _ if mm.thp_disabled => Denial::ProcessDisabled,
-            // Allowed by the mask, vetoed by nothing else: cannot happen.
-            _ => continue,
-        };
-        out.push((o, d));
-    }
-    out
-}
-
-/// vma_thp_disabled: MADV_NOHUGEPAGE, then PR_SET_THP_DISABLE, win over MADV_HUGEPAGE.
-pub fn vma_thp_disabled(mm: &MmStruct, vma: &Vma) -> bool {
-    vma.flags & Vma::VM_NOHUGEPAGE != 0 || mm.thp_disabled
-}
-
-/// thp_vma_suitable_order: the naturally aligned block of `order` around `addr`
-/// lies inside the VMA.
-#[inline]
-pub fn thp_vma_suitable_order(vma: &Vma, addr: u64, order: u32) -> bool {
-    let size = crate::mm_types::PAGE_SIZE << order;
-    let haddr = addr & !(size - 1);
-    haddr >= vma.start && haddr + size <= vma.end
-}
-
-/// thp_vma_suitable_orders: drops the orders too large for the VMA at `addr`.
-pub fn thp_vma_suitable_orders(vma: &Vma, addr: u64, mut orders: u32) -> u32 {
-    while orders != 0 {
-        let order = highest_order(orders);
-        if thp_vma_suitable_order(vma, addr, order) {
-            break;
-        }
-        orders &= !(1 << order);
-    }
-    orders
-}
-
-#[inline]
-pub fn highest_order(orders: u32) -> u32 {
-    31 - orders.leading_zeros()
-}
+use hugelab_workload::ThpDefrag;
+use hugelab_workload::{BackendError, Range, Stmt};
 
 /// What a PMD-level fault handler tells `__handle_mm_fault`.
 pub enum PmdFault {
     Done,
     /// VM_FAULT_FALLBACK: continue at the PTE level.
     Fallback,
-}
-
-/// do_huge_pmd_anonymous_page: a fault on an empty PMD of a VMA allowed the PMD order.
-pub fn do_huge_pmd_anonymous_page(
-    m: &mut Machine,
-    mm: &mut MmStruct,
-    vma: &Vma,
-    addr: u64,
-    write: bool,
-) -> Result<PmdFault, Fault> {
-    let haddr = addr & !(PMD_SIZE - 1);
-    let suitable = thp_vma_suitable_order(vma, haddr, HPAGE_PMD_ORDER);
-    m.trace(|| Step::Suitable {
-        orders: u32::from(suitable) << HPAGE_PMD_ORDER,
-        unsuitable: u32::from(!suitable) << HPAGE_PMD_ORDER,
-    });
-    if !suitable {
-        return Ok(PmdFault::Fallback);
-    }
-    mm.anon_vma_prepare(addr);
-    crate::khugepaged::khugepaged_enter_vma(m, mm, vma);
-    if !write && m.thp.use_zero_page {
-        m.trace(|| Step::ZeroPage { huge: true });
-        let deposit = m.pte_alloc_one()?;
-        if mm_get_huge_zero_folio(m, mm).is_none() {
-            m.pte_free(deposit);
-            m.stat.count_vm_event(VmEvent::ThpFaultFallback);
-            m.trace(|| Step::Fallback {
-                order: HPAGE_PMD_ORDER,
-                counters: vec![
-                    Counted::Vm(VmEvent::ThpZeroPageAllocFailed),
-                    Counted::Vm(VmEvent::ThpFaultFallback),
-                ],
-            });
-            return Ok(PmdFault::Fallback);
-        }
-        mm.pmds.insert(haddr / PMD_SIZE, Pmd::HugeZero { deposit });
-        return Ok(PmdFault::Done);
-    }
-    let Some(folio) = vma_alloc_anon_folio_pmd(m, mm, vma) else {
-        return Ok(PmdFault::Fallback);
-    };
-    let deposit = match m.pte_alloc_one() {
-        Ok(d) => d,
-        Err(e) => {
-            free_folio(m, folio);
-            return Err(e);
-        }
-    };
-    map_anon_folio_pmd(m, mm, vma, folio, haddr, deposit);
-    Ok(PmdFault::Done)
-}
-
-/// vma_alloc_anon_folio_pmd: an order-9 folio, zeroed and charged to the
-/// mm's memcg, or None after counting the fallback (and, when the charge
-/// failed, the charge fallback too).
-fn vma_alloc_anon_folio_pmd(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) -> Option<Pfn> {
-    let gfp = crate::gfp::vma_thp_gfp_mask(&m.thp, vma);
-    let order = HPAGE_PMD_ORDER;
-    let Some(folio) = crate::page_alloc::vma_alloc_folio(m, Some(&mut *mm), gfp, order) else {
-        m.stat.count_vm_event(VmEvent::ThpFaultFallback);
-        m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
-        m.trace(|| Step::Fallback {
-            order,
-            counters: vec![
-                Counted::Vm(VmEvent::ThpFaultFallback),
-                Counted::Mthp(MthpStat::AnonFaultFallback),
-            ],
-        });
-        return None;
-    };
-    let mm_id = mm.mm_id;
-    if crate::memcontrol::mem_cgroup_charge(m, Some(mm), mm_id, folio, order, gfp).is_err() {
-        free_folio(m, folio);
-        m.stat.count_vm_event(VmEvent::ThpFaultFallback);
-        m.stat.count_vm_event(VmEvent::ThpFaultFallbackCharge);
-        m.stat.count_mthp_stat(order, MthpStat::AnonFaultFallback);
-        m.stat
-            .count_mthp_stat(order, MthpStat::AnonFaultFallbackCharge);
-        m.trace(|| Step::Fallback {
-            order,
-            counters: vec![
-                Counted::Vm(VmEvent::ThpFaultFallback),
-                Counted::Vm(VmEvent::ThpFaultFallbackCharge),
-                Counted::Mthp(MthpStat::AnonFaultFallback),
-                Counted::Mthp(MthpStat::AnonFaultFallbackCharge),
-            ],
-        });
-        return None;
-    }
-    Some(folio)
-}
-
-/// map_anon_folio_pmd: installs a new exclusive THP, counts the fault and
-/// queues the THP for the under-used shrinker.
-fn map_anon_folio_pmd(
-    m: &mut Machine,
-    mm: &mut MmStruct,
-    vma: &Vma,
-    folio: Pfn,
-    haddr: u64,
-    deposit: Pfn,
-) {
-    let writable = vma.flags & Vma::VM_WRITE != 0;
-    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true, mm.mm_id, haddr);
-    crate::thp_utilization::set_folio_cause(m, folio, crate::thp_utilization::FolioCause::Fault);
-    mm.anon_rss += HPAGE_PMD_NR;
-    mm.pmds.insert(
-        haddr / PMD_SIZE,
-        Pmd::Huge {
-            pfn: folio,
-            writable,
-            dirty: true,
-            deposit,
-        },
-    );
-    m.stat.count_vm_event(VmEvent::ThpFaultAlloc);
-    m.trace(|| Step::Mapped {
-        order: HPAGE_PMD_ORDER,
-    });
-    m.stat
-        .count_mthp_stat(HPAGE_PMD_ORDER, MthpStat::AnonFaultAlloc);
-    // A fresh PMD THP is a candidate for the underused shrinker, from either
-    // fault path: the 6.18 stable updates since December 2025 carry upstream
-    // 2a1351cd ("mm/huge_memory: add pmd folio to ds_queue in
-    // do_huge_zero_wp_pmd()"), which moved the queueing here from
-    // __do_huge_pmd_anonymous_page (the kernel backend's 6.18.44 has it).
-    deferred_split_folio(m, folio, false);
-}
-
-/// do_huge_zero_wp_pmd: a write to the huge zero page. Allocates a THP for the
-/// whole range (6.13+); when that fails, splits the zero PMD so the write is
-/// retried at the PTE level.
-pub fn do_huge_zero_wp_pmd(
-    m: &mut Machine,
-    mm: &mut MmStruct,
-    vma: &Vma,
-    addr: u64,
-) -> Result<PmdFault, Fault> {
-    let haddr = addr & !(PMD_SIZE - 1);
-    let Some(Pmd::HugeZero { deposit }) = mm.pmds.get(&(haddr / PMD_SIZE)) else {
-        unreachable!("do_huge_zero_wp_pmd on a PMD that is not the huge zero page");
-    };
-    let deposit = *deposit;
-    m.trace(|| Step::Wp {
-        huge: true,
-        zero: true,
-        reused: false,
-    });
-    match vma_alloc_anon_folio_pmd(m, mm, vma) {
-        Some(folio) => {
-            // Queued for the under-used shrinker by map_anon_folio_pmd (the
-            // first 6.18 releases, before upstream 2a1351cd, did not).
-            map_anon_folio_pmd(m, mm, vma, folio, haddr, deposit);
-            Ok(PmdFault::Done)
-        }
-        None => {
-            split_huge_pmd(m, mm, haddr);
-            Ok(PmdFault::Fallback)
-        }
-    }
-}
-
-/// do_huge_pmd_wp_page: a write to a write-protected PMD-mapped THP (after
-/// fork). Reused in place when exclusive (PageAnonExclusive on the head, or
-/// only the PMD's own reference left); otherwise the PMD is split and the
-/// write retried at the PTE level, where do_wp_page copies the one page.
-pub fn do_huge_pmd_wp_page(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> PmdFault {
-    let index = addr / PMD_SIZE;
-    let Some(Pmd::Huge { pfn, .. }) = mm.pmds.get(&index) else {
-        unreachable!("do_huge_pmd_wp_page on a PMD that is not a THP");
-    };
-    let folio = *pfn;
-    let exclusive = m.zone.memmap.page(folio).test(pg::ANON_EXCLUSIVE);
-    if exclusive || rmap::folio_ref_count(m, folio) == 1 {
-        m.zone.memmap.page_mut(folio).set(pg::ANON_EXCLUSIVE);
-        if let Some(Pmd::Huge { writable, .. }) = mm.pmds.get_mut(&index) {
-            *writable = true;
-        }
-        m.trace(|| Step::Wp {
-            huge: true,
-            zero: false,
-            reused: true,
-        });
-        return PmdFault::Done;
-    }
-    m.trace(|| Step::Wp {
-        huge: true,
-        zero: false,
-        reused: false,
-    });
-    split_huge_pmd(m, mm, index * PMD_SIZE);
-    PmdFault::Fallback
 }
 
 /// copy_huge_pmd: fork shares a PMD mapping with the child, write-protected
@@ -446,7 +100,7 @@ pub fn copy_huge_pmd(
 
 /// mm_get_huge_zero_folio: the shared huge zero folio, allocated on first use;
 /// each mm that maps it holds one reference (MMF_HUGE_ZERO_FOLIO).
-fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Option<Pfn> {
+pub(crate) fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Option<Pfn> {
     if mm.huge_zero_ref {
         return m.huge_zero_folio;
     }
@@ -455,7 +109,7 @@ fn mm_get_huge_zero_folio(m: &mut Machine, mm: &mut MmStruct) -> Option<Pfn> {
         // GFP_TRANSHUGE & ~__GFP_MOVABLE.
         None => match m
             .zone
-            .alloc_pages_mt(HPAGE_PMD_ORDER, crate::page_alloc::MigrateType::Unmovable)
+            .alloc_pages_mt(HPAGE_PMD_ORDER, crate::mmzone::MigrateType::Unmovable)
         {
             Some(folio) => {
                 m.stat.count_vm_event(VmEvent::ThpZeroPageAlloc);
@@ -535,63 +189,6 @@ pub fn split_huge_pmd(m: &mut Machine, mm: &mut MmStruct, haddr: u64) {
         }
     };
     mm.pmds.insert(index, Pmd::Table(table));
-}
-
-/// The deferred split queue (one per node; the model has one node and no memcg).
-/// Ordered by when a folio was queued, like the kernel's list.
-#[derive(Default)]
-pub struct DeferredSplitQueue {
-    list: BTreeMap<u64, Pfn>,
-    position: HashMap<Pfn, u64>,
-    next: u64,
-}
-
-impl DeferredSplitQueue {
-    pub fn len(&self) -> usize {
-        self.list.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
-    /// The queued folios, oldest first.
-    pub fn iter(&self) -> impl Iterator<Item = Pfn> + '_ {
-        self.list.values().copied()
-    }
-
-    /// Takes these folios off the queue (a memcg's part of it).
-    pub(crate) fn remove_all(&mut self, folios: &[Pfn]) {
-        for &folio in folios {
-            self.remove(folio);
-        }
-    }
-
-    pub(crate) fn add_tail(&mut self, folio: Pfn) {
-        self.list.insert(self.next, folio);
-        self.position.insert(folio, self.next);
-        self.next += 1;
-    }
-
-    fn remove(&mut self, folio: Pfn) {
-        if let Some(seq) = self.position.remove(&folio) {
-            self.list.remove(&seq);
-        }
-    }
-
-    /// A queued folio moved (compaction migrated it): it keeps its place.
-    pub(crate) fn replace(&mut self, old: Pfn, new: Pfn) {
-        if let Some(seq) = self.position.remove(&old) {
-            self.list.insert(seq, new);
-            self.position.insert(new, seq);
-        }
-    }
-
-    /// Takes every queued folio off the queue, oldest first.
-    pub fn drain(&mut self) -> Vec<Pfn> {
-        self.position.clear();
-        std::mem::take(&mut self.list).into_values().collect()
-    }
 }
 
 /// thp_underused: more zero-filled subpages than max_ptes_none allows
@@ -747,7 +344,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
 pub fn split_huge_pages_pid(
     m: &mut Machine,
     mms: &mut MmList,
-    target: crate::rmap::MmId,
+    target: crate::mm_types::MmId,
     start: u64,
     end: u64,
 ) -> (u64, u64) {
@@ -759,7 +356,7 @@ pub fn split_huge_pages_pid(
         if mm.find_vma(addr).is_none() {
             break;
         }
-        let page = crate::gup::follow_page(mm, addr);
+        let page = crate::pagewalk::follow_page(mm, addr);
         addr += PAGE_SIZE;
         let Some(page) = page else { continue };
         let folio = page_folio(m, page);
@@ -773,45 +370,6 @@ pub fn split_huge_pages_pid(
         split += u64::from(split_folio(m, mms, folio));
     }
     (total, split)
-}
-
-/// deferred_split_folio: queue a large anon folio, either because it became
-/// partially mapped or (PMD THPs at fault) as a candidate for the underused shrinker.
-pub fn deferred_split_folio(m: &mut Machine, folio: Pfn, partially_mapped: bool) {
-    let order = m.zone.memmap.page(folio).order();
-    if order <= 1 || (!partially_mapped && !m.thp.shrink_underused) {
-        return;
-    }
-    let head = m.zone.memmap.page_mut(folio);
-    if partially_mapped && !head.test(pg::PARTIALLY_MAPPED) {
-        head.set(pg::PARTIALLY_MAPPED);
-        if order == HPAGE_PMD_ORDER {
-            m.stat.count_vm_event(VmEvent::ThpDeferredSplitPage);
-        }
-        m.stat.count_mthp_stat(order, MthpStat::SplitDeferred);
-        m.stat
-            .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, 1);
-    }
-    let head = m.zone.memmap.page_mut(folio);
-    if !head.test(pg::DEFERRED) {
-        head.set(pg::DEFERRED);
-        m.deferred_split_queue.add_tail(folio);
-    }
-}
-
-/// folio_unqueue_deferred_split, when a folio is freed.
-pub fn folio_unqueue_deferred_split(m: &mut Machine, folio: Pfn, order: u32) {
-    let head = m.zone.memmap.page_mut(folio);
-    if !head.test(pg::DEFERRED) {
-        return;
-    }
-    head.clear(pg::DEFERRED);
-    if head.test(pg::PARTIALLY_MAPPED) {
-        head.clear(pg::PARTIALLY_MAPPED);
-        m.stat
-            .mod_mthp_stat(order, MthpStat::NrAnonPartiallyMapped, -1);
-    }
-    m.deferred_split_queue.remove(folio);
 }
 
 /// deferred_split_scan: every queued folio leaves the queue. A partially
@@ -871,6 +429,55 @@ pub fn sys_prctl_thp_disable(
     let id = mm_id_of(m, stmt, proc)?;
     m.mms.get_mut(id).expect("a task's mm").thp_disabled = on;
     Ok(())
+}
+
+/// vma_thp_gfp_mask: the flags of every THP fault allocation (PMD and mTHP
+/// orders alike), from `defrag` and whether the VMA is madvised.
+pub fn vma_thp_gfp_mask(thp: &ThpSettings, vma: &Vma) -> Gfp {
+    let madvised = vma.flags & Vma::VM_HUGEPAGE != 0;
+    let light = Gfp::TRANSHUGE_LIGHT;
+    match thp.defrag {
+        // Always do synchronous compaction; non-madvised VMAs do not retry.
+        ThpDefrag::Always => Gfp {
+            noretry: !madvised,
+            ..Gfp::TRANSHUGE
+        },
+        // Kick kcompactd and fail quickly.
+        ThpDefrag::Defer => Gfp {
+            kswapd_reclaim: true,
+            ..light
+        },
+        // Synchronous compaction if madvised, otherwise kick kcompactd.
+        ThpDefrag::DeferMadvise => Gfp {
+            direct_reclaim: madvised,
+            kswapd_reclaim: !madvised,
+            ..light
+        },
+        // Only do synchronous compaction if madvised.
+        ThpDefrag::Madvise => Gfp {
+            direct_reclaim: madvised,
+            ..light
+        },
+        ThpDefrag::Never => light,
+    }
+}
+
+/// zap_huge_pmd: removes a PMD mapping and frees its deposited page table.
+pub(crate) fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
+    match mm.pmds.remove(&index) {
+        Some(Pmd::Huge { pfn, deposit, .. }) => {
+            m.pte_free(deposit);
+            mm.anon_rss -= crate::mm_types::HPAGE_PMD_NR;
+            if rmap::folio_remove_rmap_pmd(m, pfn, mm.mm_id) {
+                free_folio(m, pfn);
+            }
+        }
+        Some(Pmd::HugeZero { deposit }) => m.pte_free(deposit),
+        other => unreachable!(
+            "zap_huge_pmd on {}",
+            if other.is_some() { "a table" } else { "none" }
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -47,8 +47,9 @@
 //! pins or debugfs split on HugeTLB memory (refused); the workqueue that
 //! frees an optimized surplus page (`free_hpage_work`) runs at once.
 
-use crate::mm_types::{Fault, Pfn, PAGE_SIZE, PUD_SIZE};
-use crate::mmap::{MmStruct, Vma};
+use crate::mm_types::{
+    Fault, HstateIdx, HugePte, HugetlbVma, MmStruct, Pfn, Vma, PAGE_SIZE, PUD_SIZE,
+};
 use crate::vmstat::VmEvent;
 use crate::Machine;
 use rustc_hash::FxHashMap as HashMap;
@@ -57,9 +58,6 @@ use std::collections::BTreeMap;
 /// The hstates, default (2 MiB) first: their orders.
 pub const HSTATE_ORDERS: [u32; 2] = [9, 18];
 pub const NR_HSTATES: usize = HSTATE_ORDERS.len();
-
-/// An index into `HSTATE_ORDERS`.
-pub type HstateIdx = usize;
 
 /// The hstate of HugeTLB pages of `bytes`, if there is one.
 pub fn size_to_hstate(bytes: u64) -> Option<HstateIdx> {
@@ -148,23 +146,6 @@ struct ResvMap {
     refs: u32,
 }
 
-/// A HugeTLB VMA's hugetlb fields: its file, offset and private data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HugetlbVma {
-    pub hstate: HstateIdx,
-    pub inode: u32,
-    /// vm_pgoff, in huge pages.
-    pub pgoff: u64,
-    /// VM_MAYSHARE.
-    pub shared: bool,
-    /// A private mapping's reserve map (the owner's only).
-    resv: Option<u32>,
-    /// HPAGE_RESV_OWNER.
-    owner: bool,
-    /// HPAGE_RESV_UNMAPPED: `unmap_ref_private` took a page from it.
-    unmapped: bool,
-}
-
 impl HugetlbVma {
     /// vma_hugecache_offset: the file index of the huge page at `addr`.
     fn index(&self, vma: &Vma, addr: u64) -> u64 {
@@ -178,13 +159,6 @@ impl HugetlbVma {
             ..self
         }
     }
-}
-
-/// A present huge PTE (PMD or PUD entry) of a HugeTLB mapping.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HugePte {
-    pub folio: Pfn,
-    pub writable: bool,
 }
 
 /// The machine's HugeTLB state.
@@ -1081,9 +1055,4 @@ pub fn check<'a>(
             ));
         }
     }
-}
-
-/// Whether `[start, end)` of `mm` touches a HugeTLB VMA.
-pub fn range_has_hugetlb(mm: &MmStruct, start: u64, end: u64) -> bool {
-    mm.vmas_in(start, end).iter().any(|v| v.hugetlb.is_some())
 }

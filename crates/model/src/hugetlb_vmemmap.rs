@@ -41,7 +41,7 @@
 //! pages (`hugetlb_vmemmap_optimize_bootmem_folios`), demotion.
 
 use crate::mm_types::Pfn;
-use crate::page_alloc::Zone;
+use crate::mmzone::Zone;
 use rustc_hash::FxHashMap as HashMap;
 
 /// Which HVO rule: how many vmemmap pages a HugeTLB page keeps.

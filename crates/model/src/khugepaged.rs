@@ -46,20 +46,21 @@
 //! ([`crate::trace::CollapseStep`]); the counts are kept in locals either
 //! way, so tracing off costs one branch per range.
 
-use crate::huge_memory::{deferred_split_folio, thp_vma_allowable_orders, thp_vma_suitable_order};
-use crate::memory::zap_pte_range;
+use crate::deferred_split::deferred_split_folio;
+use crate::gfp::Gfp;
+use crate::huge_mm::{thp_vma_allowable_orders, thp_vma_suitable_order, ThpSettings};
+use crate::memory_zap::zap_pte_range;
 use crate::mm_types::{
-    page_folio, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
+    MmStruct, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
 };
-use crate::mmap::{MmStruct, Vma};
 use crate::pgtable::Pmd;
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
-use crate::trace::{CollapseStep, Collapser, ScanCounts, VmaVerdict};
+use crate::trace::{CollapseStep, Collapser, Scan, ScanCounts, VmaVerdict};
 use crate::vmstat::VmEvent;
 use crate::Machine;
-use hugelab_workload::ThpEnabled;
-use serde::Serialize;
+use hugelab_workload::{Errno, ThpEnabled};
 
 /// khugepaged_enter_vma: register `mm` if `vma` could hold a PMD THP.
 pub fn khugepaged_enter_vma(m: &mut Machine, mm: &mut MmStruct, vma: &Vma) {
@@ -168,7 +169,7 @@ fn trace_range(
     collapse: Option<Scan>,
 ) {
     if m.tracing() {
-        let gfp = crate::gfp::khugepaged_gfp(&m.thp, by == Collapser::Khugepaged);
+        let gfp = khugepaged_gfp(&m.thp, by == Collapser::Khugepaged);
         m.trace_collapse(|| CollapseStep::Range {
             by,
             mm_id: mm.mm_id,
@@ -177,48 +178,6 @@ fn trace_range(
             counts,
             collapse: collapse.map(|r| (gfp, r)),
         });
-    }
-}
-
-/// The outcome of a scan or a collapse (`enum scan_result`, the cases the
-/// model meets).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Scan {
-    Succeed,
-    /// No PMD table above the range (mm_find_pmd found no PUD entry:
-    /// SCAN_PMD_NULL).
-    PmdNull,
-    /// A PMD table, but no PTE table in this entry (pmd_none: SCAN_PMD_NONE).
-    PmdNone,
-    /// Already a PMD mapping (SCAN_PMD_MAPPED).
-    PmdMapped,
-    ExceedNonePte,
-    ExceedSharedPte,
-    /// A folio with references beyond its mappings, e.g. a GUP pin
-    /// (SCAN_PAGE_COUNT).
-    PageCount,
-    /// No memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
-    AllocHugePageFail,
-    /// The THP could not be charged to the mm's memcg
-    /// (SCAN_CGROUP_CHARGE_FAIL).
-    CgroupChargeFail,
-}
-
-impl Scan {
-    /// The kernel's name: `SCAN_EXCEED_NONE_PTE`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Scan::Succeed => "SCAN_SUCCEED",
-            Scan::PmdNull => "SCAN_PMD_NULL",
-            Scan::PmdNone => "SCAN_PMD_NONE",
-            Scan::PmdMapped => "SCAN_PMD_MAPPED",
-            Scan::ExceedNonePte => "SCAN_EXCEED_NONE_PTE",
-            Scan::ExceedSharedPte => "SCAN_EXCEED_SHARED_PTE",
-            Scan::PageCount => "SCAN_PAGE_COUNT",
-            Scan::AllocHugePageFail => "SCAN_ALLOC_HUGE_PAGE_FAIL",
-            Scan::CgroupChargeFail => "SCAN_CGROUP_CHARGE_FAIL",
-        }
     }
 }
 
@@ -278,46 +237,22 @@ fn hpage_collapse_scan_pmd(
     (Scan::Succeed, Some(c))
 }
 
-/// Why MADV_COLLAPSE failed, as madvise(2) reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CollapseError {
-    /// EINVAL: the VMA may not hold a THP, or a range cannot be collapsed
-    /// (trying again would not help).
-    Inval,
-    /// ENOMEM: no memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
-    NoMem,
-    /// EAGAIN: a page is busy, e.g. pinned (SCAN_PAGE_COUNT); trying again
-    /// may succeed.
-    Again,
-    /// EBUSY: too many none PTEs, which MADV_COLLAPSE meets only in a
-    /// userfaultfd-armed VMA (SCAN_EXCEED_NONE_PTE), or a memcg charge failed.
-    Busy,
-}
-
-impl CollapseError {
-    /// The errno's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            CollapseError::Inval => "EINVAL",
-            CollapseError::NoMem => "ENOMEM",
-            CollapseError::Again => "EAGAIN",
-            CollapseError::Busy => "EBUSY",
-        }
-    }
-}
-
 /// madvise_collapse_errno: the errno MADV_COLLAPSE returns for the last
 /// failing result.
-fn madvise_collapse_errno(r: Scan) -> CollapseError {
+fn madvise_collapse_errno(r: Scan) -> Errno {
     match r {
-        Scan::AllocHugePageFail => CollapseError::NoMem,
-        Scan::ExceedNonePte | Scan::CgroupChargeFail => CollapseError::Busy,
+        // No memory for the THP.
+        Scan::AllocHugePageFail => Errno::ENOMEM,
+        // Too many none PTEs, which MADV_COLLAPSE meets only in a
+        // userfaultfd-armed VMA, or a memcg charge failed.
+        Scan::ExceedNonePte | Scan::CgroupChargeFail => Errno::EBUSY,
         // "Resource temporary unavailable - trying again might succeed"
-        // (also SCAN_PAGE_LOCK, SCAN_PAGE_LRU, SCAN_DEL_PAGE_LRU,
-        // SCAN_PAGE_FILLED, which the model does not meet).
-        Scan::PageCount => CollapseError::Again,
+        // (a pinned page; also SCAN_PAGE_LOCK, SCAN_PAGE_LRU,
+        // SCAN_DEL_PAGE_LRU, SCAN_PAGE_FILLED, which the model does not meet).
+        Scan::PageCount => Errno::EAGAIN,
+        // The range cannot be collapsed; trying again would not help.
         Scan::Succeed | Scan::PmdNull | Scan::PmdNone | Scan::PmdMapped | Scan::ExceedSharedPte => {
-            CollapseError::Inval
+            Errno::EINVAL
         }
     }
 }
@@ -340,12 +275,12 @@ pub fn madvise_collapse(
     mm: &mut MmStruct,
     start: u64,
     end: u64,
-) -> Result<(), CollapseError> {
+) -> Result<(), Errno> {
     let result = madvise_collapse_vmas(m, mm, start, end);
     if m.tracing() {
         let (last_fail, errno) = match result {
             Ok(()) => (None, None),
-            Err((e, r)) => (r, Some(e.name())),
+            Err((e, r)) => (r, Some(e)),
         };
         m.trace_collapse(|| CollapseStep::Return {
             mm_id: mm.mm_id,
@@ -364,12 +299,12 @@ fn madvise_collapse_vmas(
     mm: &mut MmStruct,
     start: u64,
     end: u64,
-) -> Result<(), (CollapseError, Option<Scan>)> {
+) -> Result<(), (Errno, Option<Scan>)> {
     for vma in mm.vmas_in(start, end) {
         // TVA_FORCED_COLLAPSE: only the vetoes.
-        let allowed = !crate::huge_memory::vma_thp_disabled(mm, &vma);
+        let allowed = !crate::huge_mm::vma_thp_disabled(mm, &vma);
         if vma_passed_over(m, Collapser::MadviseCollapse, mm, &vma, allowed) {
-            return Err((CollapseError::Inval, None));
+            return Err((Errno::EINVAL, None));
         }
         let hstart = vma.start.max(start).next_multiple_of(PMD_SIZE);
         let hend = vma.end.min(end) & !(PMD_SIZE - 1);
@@ -427,7 +362,7 @@ fn collapse_huge_page(
     haddr: u64,
     khugepaged: bool,
 ) -> Scan {
-    let gfp = crate::gfp::khugepaged_gfp(&m.thp, khugepaged);
+    let gfp = khugepaged_gfp(&m.thp, khugepaged);
     let Some(folio) = crate::page_alloc::folio_alloc(m, Some(mm), gfp, HPAGE_PMD_ORDER) else {
         m.stat.count_vm_event(VmEvent::ThpCollapseAllocFailed);
         return Scan::AllocHugePageFail;
@@ -436,7 +371,9 @@ fn collapse_huge_page(
     // alloc_charge_folio: thp_collapse_alloc is counted before the charge.
     let mm_id = mm.mm_id;
     let order = HPAGE_PMD_ORDER;
-    if crate::memcontrol::mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp).is_err() {
+    if crate::memcontrol_charge::mem_cgroup_charge(m, Some(&mut *mm), mm_id, folio, order, gfp)
+        .is_err()
+    {
         crate::page_alloc::free_folio(m, folio);
         return Scan::CgroupChargeFail;
     }
@@ -478,6 +415,18 @@ fn collapse_huge_page(
         m.stat.khugepaged_pages_collapsed += 1;
     }
     Scan::Succeed
+}
+
+/// alloc_hugepage_khugepaged_gfpmask: `khugepaged/defrag` picks direct
+/// reclaim or none; MADV_COLLAPSE always passes GFP_TRANSHUGE.
+///
+/// Not alloc_hugepage_khugepaged_gfpmask: it also gives MADV_COLLAPSE's GFP_TRANSHUGE, as alloc_charge_folio chooses.
+pub fn khugepaged_gfp(thp: &ThpSettings, khugepaged: bool) -> Gfp {
+    if !khugepaged || thp.khugepaged.defrag != 0 {
+        Gfp::TRANSHUGE
+    } else {
+        Gfp::TRANSHUGE_LIGHT
+    }
 }
 
 #[cfg(test)]

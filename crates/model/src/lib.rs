@@ -1,25 +1,36 @@
 //! An executable model of Linux 6.18 anonymous memory management with
 //! multi-size THP, deterministic and much faster than real time.
 //!
-//! The modules are a map of the kernel's `mm/`: `memory` (faults, zap,
-//! copy-on-write), `fork` (dup_mmap, copy_page_range), `gup` (long-term pins),
-//! `huge_memory` (THP orders, PMD faults, split_huge_pmd, split_folio, the
-//! deferred split queue and its shrinker), `hugetlb` (HugeTLB pools,
-//! reservations, faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
+//! The modules are a map of the kernel's `mm/`: `memory` (faults,
+//! copy-on-write) and `memory_zap` (zap: munmap, exit, MADV_DONTNEED),
+//! `fork` (dup_mmap, copy_page_range), `gup` (long-term pins), `huge_memory`
+//! (the huge zero folio, split_huge_pmd, split_folio, the deferred split
+//! shrinker) with `huge_memory_fault` (the PMD fault paths) and
+//! `deferred_split` (the queue), `hugetlb` (HugeTLB pools, reservations,
+//! faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
 //! `mprotect`, `madvise` (also MADV_FREE, COLD, PAGEOUT), `memcontrol`
-//! (memory cgroups: charges, limit reclaim, the memcg OOM killer), `swap` (the LRU
-//! flags of anon folios), `vmscan` (drop_slab, reclaim_pages), `page_alloc`
-//! (buddy allocator with migratetypes, folio allocation and free, the
-//! allocation slow path), `compaction` (direct compaction, kcompactd,
-//! migration), `fragment` (the unmovable-page generator of the `fragment`
-//! statement), `mms` (the address spaces by id and the tasks using them:
-//! mm_alloc, threads, mmput), `internal` (folio_pte_batch, from
-//! mm/internal.h), `mm_types` (struct page, page_folio), `pgtable`, `sparse`
-//! (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache` (readings kept
-//! until a statement changes them), `thp_utilization` (folio
+//! (memory cgroups: page counters, uncharge, migration) with
+//! `memcontrol_charge` (the charge, its limit reclaim and OOM) and
+//! `oom_kill` (the memcg OOM killer), `swap` (the LRU flags of anon folios),
+//! `vmscan` (drop_slab, reclaim_pages, memcg limit reclaim), `mmzone` (the
+//! zone's buddy free lists with migratetypes), `page_alloc` (folio
+//! allocation and free, the allocation slow path), `compaction` (direct compaction, kcompactd,
+//! migration), `pagewalk` (the page mapped at an address), `fragment` (the
+//! unmovable-page generator of the `fragment` statement), `mms` (the
+//! address spaces by id and the tasks using them: mm_alloc, threads,
+//! mmput), `internal` (folio_pte_batch, from mm/internal.h), `pgtable`,
+//! `sparse` (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache`
+//! (readings kept until a statement changes them), `thp_utilization` (folio
 //! causes and written subpages for the utilization report), `debug_vm`
 //! (invariant checks), `syscall` (what the statement handlers share) and
 //! `exec` (the statements' dispatch).
+//!
+//! Headers, as include/linux/ has them: `mm_types` (struct page,
+//! mm_struct, vm_area_struct), `huge_mm` (the THP settings and order
+//! helpers), `gfp` (allocation flags) and `trace` (the recorded decisions).
+//! There is no cycle between files: where two mechanisms call each other
+//! in the kernel (a fault charges, the charge reclaims, reclaim splits), the
+//! caller's half is a file of its own above the callee's.
 //! Each module's doc comment names the kernel code it follows and what it
 //! leaves out.
 //!
@@ -40,24 +51,32 @@
 pub mod compaction;
 pub mod counters;
 pub mod debug_vm;
+pub mod deferred_split;
 mod exec;
 pub mod fork;
 pub mod fragment;
 pub mod gfp;
 pub mod gup;
 pub mod huge_memory;
+pub mod huge_memory_fault;
+pub mod huge_mm;
 pub mod hugetlb;
 pub mod hugetlb_vmemmap;
 pub mod internal;
 pub mod khugepaged;
 pub mod madvise;
 pub mod memcontrol;
+pub mod memcontrol_charge;
 pub mod memory;
+pub mod memory_zap;
 pub mod mm_types;
 pub mod mmap;
 pub mod mms;
+pub mod mmzone;
 pub mod mprotect;
+pub mod oom_kill;
 pub mod page_alloc;
+pub mod pagewalk;
 pub mod pgtable;
 pub mod reading_cache;
 pub mod rmap;
@@ -70,9 +89,10 @@ pub mod trace;
 pub mod vmscan;
 pub mod vmstat;
 
-use crate::huge_memory::{DeferredSplitQueue, ThpSettings};
+use crate::deferred_split::DeferredSplitQueue;
+use crate::huge_mm::ThpSettings;
 use crate::mm_types::{pg, Fault, Pfn, PAGE_SIZE};
-use crate::page_alloc::Zone;
+use crate::mmzone::Zone;
 use crate::vmstat::VmStat;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::BTreeMap;
@@ -108,7 +128,7 @@ pub struct Machine {
     pub tasks: BTreeMap<String, Task>,
     /// `current->mm`: the mm of the task whose statement runs (kernel
     /// memory, page tables, is charged to its memcg).
-    pub current: Option<rmap::MmId>,
+    pub current: Option<mm_types::MmId>,
     /// pgdat->kcompactd_max_order: the order kcompactd was woken for, run
     /// when the statement ends (0: not woken).
     pub kcompactd_max_order: u32,
@@ -162,7 +182,7 @@ impl Machine {
     pub fn pte_alloc_one(&mut self) -> Result<Pfn, Fault> {
         let pfn = self
             .zone
-            .alloc_pages_mt(0, page_alloc::MigrateType::Unmovable)
+            .alloc_pages_mt(0, mmzone::MigrateType::Unmovable)
             .ok_or(Fault::Oom)?;
         self.zone.memmap.page_mut(pfn).init(pg::PGTABLE, 0);
         self.stat.nr_pagetable += 1;

@@ -39,12 +39,13 @@
 use crate::huge_memory::split_folio;
 use crate::internal::folio_pte_batch;
 use crate::khugepaged::khugepaged_enter_vma;
-use crate::memory::zap_page_range;
-use crate::mm_types::{page_folio, Pfn, PAGE_SIZE, PMD_SIZE};
-use crate::mmap::{update_vma_flags, MmStruct, Vma};
+use crate::memory_zap::zap_page_range;
+use crate::mm_types::{MmId, MmStruct, Pfn, Vma, PAGE_SIZE, PMD_SIZE};
+use crate::mmap::update_vma_flags;
 use crate::mms::MmList;
 use crate::pgtable::{pte_index, Pmd};
-use crate::rmap::{folio_mapcount, folio_maybe_mapped_shared, MmId};
+use crate::rmap::{folio_mapcount, folio_maybe_mapped_shared};
+use crate::sparse::page_folio;
 use crate::swap::{folio_clear_dirty, folio_deactivate, folio_mark_lazyfree, folio_test_dirty};
 use crate::syscall::resolve_range_no_hugetlb;
 use crate::vmscan::reclaim_pages;
@@ -74,8 +75,7 @@ pub fn sys_madvise(
         Advice::Collapse => {
             use crate::khugepaged::madvise_collapse;
             let collapsed = m.with_mm(id, |m, mm| madvise_collapse(m, mm, start, end));
-            if let Err(e) = collapsed {
-                let errno = collapse_errno(e);
+            if let Err(errno) = collapsed {
                 let msg = "madvise(MADV_COLLAPSE) failed";
                 return Err(BackendError::errno(stmt, errno, msg));
             }
@@ -90,17 +90,6 @@ pub fn sys_madvise(
         ));
     }
     Ok(())
-}
-
-/// The errno madvise(MADV_COLLAPSE) returns for a failed collapse.
-fn collapse_errno(e: crate::khugepaged::CollapseError) -> Errno {
-    use crate::khugepaged::CollapseError;
-    match e {
-        CollapseError::Inval => Errno::EINVAL,
-        CollapseError::NoMem => Errno::ENOMEM,
-        CollapseError::Again => Errno::EAGAIN,
-        CollapseError::Busy => Errno::EBUSY,
-    }
 }
 
 /// MADV_HUGEPAGE / MADV_NOHUGEPAGE over `[start, end)`; false if part is unmapped.

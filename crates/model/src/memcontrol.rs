@@ -6,19 +6,20 @@
 //! fault falls back to the next order) or calls the memcg OOM killer
 //! (order-0 and other cheap charges).
 //!
-//! Follows Linux 6.18 `mm/memcontrol.c` (`mem_cgroup_charge`,
-//! `try_charge_memcg` with its retry loop, `mem_cgroup_margin`,
-//! `mem_cgroup_oom`, `mem_cgroup_out_of_memory`, `memcg_memory_event`,
-//! `split_page_memcg`, `mem_cgroup_uncharge`), `mm/page_counter.c`
-//! (`page_counter_try_charge`, `page_counter_charge`, `page_counter_uncharge`,
-//! the watermark that is memory.peak), `mm/oom_kill.c` (`select_bad_process`,
-//! `oom_badness`, `oom_kill_process`, `__oom_kill_process`: the OOM_KILL
-//! vmstat event and the memcg's MEMCG_OOM_KILL), and `mm/vmscan.c`
+//! Follows Linux 6.18 `mm/memcontrol.c` (`mem_cgroup_margin`,
+//! `memcg_memory_event`, `commit_charge`, `memcg_kmem_charge_page`,
+//! `split_page_memcg`, `mem_cgroup_uncharge`, `mem_cgroup_migrate`) and
+//! `mm/page_counter.c` (`page_counter_try_charge`, `page_counter_charge`,
+//! `page_counter_uncharge`, the watermark that is memory.peak). This is the
+//! counting half, which the free, split and migration paths call; the
+//! charge of a new folio, whose limit reclaim and OOM kill call down into
+//! them, is `memcontrol_charge` (`mem_cgroup_charge`, `try_charge_memcg`,
+//! `mem_cgroup_oom`), the limit reclaim `vmscan`
 //! (`try_to_free_mem_cgroup_pages`: without swap no anonymous page on the
 //! LRU can be reclaimed, but lazily-freed folios can, and shrink_slab runs
 //! the memcg-aware shrinkers, of which the deferred split shrinker is the
 //! one that frees anonymous memory: `deferred_split_scan` on the memcg's own
-//! queue, `get_deferred_split_queue`).
+//! queue, `get_deferred_split_queue`), the killer `oom_kill`.
 //!
 //! Simplifications:
 //! - one level of groups below the root (the language has no nesting); the
@@ -57,13 +58,8 @@
 //! - `oom_score_adj` is 0 for every process and v2's memory.oom.group is
 //!   not modelled (v1 has neither here).
 
-use crate::gfp::Gfp;
-use crate::mm_types::{Fault, Pfn};
-use crate::mmap::MmStruct;
-use crate::mms::MmList;
-use crate::rmap::MmId;
+use crate::mm_types::{MmId, Pfn};
 use crate::trace::Step;
-use crate::vmstat::VmEvent;
 use crate::Machine;
 use hugelab_workload::{BackendError, Size, Stmt};
 use rustc_hash::FxHashMap as HashMap;
@@ -72,8 +68,6 @@ use rustc_hash::FxHashMap as HashMap;
 pub const MAX_RECLAIM_RETRIES: u32 = 16;
 /// SWAP_CLUSTER_MAX: the least limit reclaim tries to free.
 pub const SWAP_CLUSTER_MAX: u64 = 32;
-/// PAGE_ALLOC_COSTLY_ORDER: above it a charge never calls the OOM killer.
-pub const PAGE_ALLOC_COSTLY_ORDER: u32 = 3;
 
 /// A memory cgroup, by its index in [`Memcgs::groups`].
 pub type MemcgId = usize;
@@ -236,7 +230,7 @@ impl Memcgs {
         self.memcg_data.iter().map(|(&p, &(g, n))| (p, g, n))
     }
 
-    fn commit_charge(&mut self, pfn: Pfn, memcg: MemcgId, nr: u64) {
+    pub(crate) fn commit_charge(&mut self, pfn: Pfn, memcg: MemcgId, nr: u64) {
         let old = self.memcg_data.insert(pfn, (memcg, nr));
         debug_assert!(old.is_none(), "{pfn} charged twice");
     }
@@ -258,47 +252,6 @@ pub fn sys_cgroup(
     let max = memory_max.map(|s| s.bytes() / crate::mm_types::PAGE_SIZE);
     m.memcg.create(cgroup, max);
     Ok(())
-}
-
-/// mem_cgroup_charge of a new anonymous folio of `order` for `mm`: nothing
-/// without a memcg; else try_charge_memcg with `gfp` (limit reclaim, and
-/// the OOM killer for cheap orders). Err(Fault::Oom) is -ENOMEM (a large
-/// folio falls back; an order-0 fault fails with VM_FAULT_OOM), and
-/// Err(Fault::OomKilled) says the OOM killer chose the faulting process.
-/// The caller frees the folio on failure.
-pub fn mem_cgroup_charge(
-    m: &mut Machine,
-    mm: Option<&mut MmStruct>,
-    mm_id: MmId,
-    folio: Pfn,
-    order: u32,
-    gfp: Gfp,
-) -> Result<(), Fault> {
-    let Some(memcg) = m.memcg.mm_memcg(mm_id) else {
-        return Ok(());
-    };
-    let nr = 1u64 << order;
-    let usage_before = m.memcg.groups[memcg].memory.usage;
-    let result = try_charge_memcg(m, mm, memcg, nr, order, gfp);
-    if result.is_ok() {
-        m.memcg.commit_charge(folio, memcg, nr);
-    }
-    if m.tracing() {
-        let name = m.memcg.groups[memcg].name.clone();
-        let charged = if result.is_ok() { nr } else { 0 };
-        let reclaimed = (usage_before + charged).saturating_sub(m.memcg.groups[memcg].memory.usage);
-        let ok = result.is_ok();
-        m.trace(move || Step::Charge {
-            order,
-            memcg: name,
-            ok,
-            reclaimed,
-        });
-        if let Some(kill) = m.memcg.traced_kill.take() {
-            m.trace(move || kill);
-        }
-    }
-    result
 }
 
 /// A page-table page for the process whose statement runs (`current`,
@@ -343,198 +296,6 @@ pub fn mem_cgroup_migrate(m: &mut Machine, old: Pfn, new: Pfn) {
     if let Some(data) = m.memcg.memcg_data.remove(&old) {
         m.memcg.memcg_data.insert(new, data);
     }
-}
-
-/// try_charge_memcg: the page counter, then as long as the gfp lets it
-/// block: limit reclaim, a retry after draining the (empty) stock,
-/// MAX_RECLAIM_RETRIES more, and for an order up to
-/// PAGE_ALLOC_COSTLY_ORDER the OOM killer, whose kill lets it retry.
-fn try_charge_memcg(
-    m: &mut Machine,
-    mut mm: Option<&mut MmStruct>,
-    memcg: MemcgId,
-    nr: u64,
-    order: u32,
-    gfp: Gfp,
-) -> Result<(), Fault> {
-    let mut nr_retries = MAX_RECLAIM_RETRIES;
-    let mut drained = false;
-    let mut passed_oom = false;
-    loop {
-        if m.memcg.groups[memcg].memory.try_charge(nr) {
-            return Ok(());
-        }
-        if !gfp.allows_blocking() {
-            // nomem without MEMCG_MAX: only a forced charge raises it there.
-            return Err(Fault::Oom);
-        }
-        m.memcg.groups[memcg].events.max += 1;
-        let nr_reclaimed = try_to_free_mem_cgroup_pages(m, mm.as_deref_mut(), memcg, nr);
-        if m.memcg.margin(memcg) >= nr {
-            continue;
-        }
-        if !drained {
-            // drain_all_stock: the model keeps no per-cpu stock.
-            drained = true;
-            continue;
-        }
-        if gfp.noretry {
-            return Err(Fault::Oom);
-        }
-        if nr_reclaimed > 0 && order <= PAGE_ALLOC_COSTLY_ORDER {
-            continue;
-        }
-        if nr_retries > 0 {
-            nr_retries -= 1;
-            continue;
-        }
-        // task_is_dying: the OOM killer chose the faulting process.
-        if passed_oom && task_is_dying(m, mm.as_deref()) {
-            return Err(Fault::OomKilled);
-        }
-        if mem_cgroup_oom(m, mm.as_deref_mut(), memcg, order) {
-            passed_oom = true;
-            nr_retries = MAX_RECLAIM_RETRIES;
-            continue;
-        }
-        return Err(Fault::Oom);
-    }
-}
-
-/// try_to_free_mem_cgroup_pages without swap: the memcg's lazily-freed
-/// folios are discarded (up to nr_to_reclaim = max(nr, SWAP_CLUSTER_MAX)
-/// pages) and, if that falls short, the deferred split shrinker runs on the
-/// memcg's queue. Returns the pages reclaimed from the LRU (nr_reclaimed;
-/// what the shrinker frees is not counted there for memcg reclaim).
-pub fn try_to_free_mem_cgroup_pages(
-    m: &mut Machine,
-    mm: Option<&mut MmStruct>,
-    memcg: MemcgId,
-    nr: u64,
-) -> u64 {
-    m.with_mms(mm, |m, mms| shrink_memcg(m, mms, memcg, nr))
-}
-
-/// try_to_free_mem_cgroup_pages's work, with every mm reachable.
-fn shrink_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId, nr: u64) -> u64 {
-    // lazyfree discard: see vmscan (shrink_folio_list frees the memcg's
-    // clean lazily-freed anonymous folios; their pages count in
-    // nr_reclaimed). shrink_lruvec runs before shrink_slab.
-    let nr_to_reclaim = nr.max(SWAP_CLUSTER_MAX);
-    let nr_reclaimed = crate::vmscan::shrink_lazyfree(m, mms, nr_to_reclaim, |m, f| {
-        m.memcg.folio_memcg(f) == Some(memcg)
-    });
-    // The shrinker's scan count (its queue length >> priority) reaches a
-    // memcg's few queued folios only at the lowest priorities, which
-    // do_try_to_free_pages gets to only while the LRU falls short.
-    if nr_reclaimed < nr_to_reclaim {
-        deferred_split_scan_memcg(m, mms, memcg);
-    }
-    nr_reclaimed
-}
-
-/// deferred_split_scan on the memcg's queue: the folios of the queue
-/// charged to `memcg`, in queue order. A folio some mm of whose fork family
-/// is not reachable (the child `fork` is building) stays queued.
-///
-/// Named for deferred_split_scan with sc->memcg set; the kernel has one function for both queues.
-fn deferred_split_scan_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId) {
-    let mine: Vec<Pfn> = m
-        .deferred_split_queue
-        .iter()
-        .filter(|&f| m.memcg.folio_memcg(f) == Some(memcg))
-        .filter(|&f| {
-            let (walk, _) = crate::rmap::rmap_walk_anon(m, f);
-            walk.iter().all(|id| mms.get_mut(*id).is_some())
-        })
-        .collect();
-    if mine.is_empty() {
-        return;
-    }
-    m.deferred_split_queue.remove_all(&mine);
-    crate::huge_memory::deferred_split_scan_folios(m, mms, mine);
-}
-
-/// mem_cgroup_oom: only for cheap orders; counts MEMCG_OOM and runs
-/// mem_cgroup_out_of_memory. True when the charge should be retried.
-fn mem_cgroup_oom(m: &mut Machine, mm: Option<&mut MmStruct>, memcg: MemcgId, order: u32) -> bool {
-    if order > PAGE_ALLOC_COSTLY_ORDER {
-        return false;
-    }
-    m.memcg.groups[memcg].events.oom += 1;
-    if m.memcg.margin(memcg) >= 1 << order {
-        return true;
-    }
-    // The faulting process was killed by an earlier charge of this fault
-    // (an mTHP order, then the next): mem_cgroup_out_of_memory's
-    // mutex_lock_killable fails on its pending SIGKILL and kills no one;
-    // the retried charge then ends at task_is_dying.
-    if task_is_dying(m, mm.as_deref()) {
-        return true;
-    }
-    out_of_memory(m, mm, memcg)
-}
-
-/// task_is_dying for the task of the mm at hand: the OOM killer chose it.
-fn task_is_dying(m: &Machine, mm: Option<&MmStruct>) -> bool {
-    mm.is_some_and(|mm| m.memcg.killed.contains(&mm.mm_id))
-}
-
-/// oom_badness: the pages the process would give back (get_mm_rss and its
-/// page tables; no swap entries, oom_score_adj 0).
-pub fn oom_badness(mm: &MmStruct) -> u64 {
-    // A PTE table, or the one a PMD mapping keeps deposited.
-    let tables = mm.pmds.range(0..=u64::MAX).count() as u64
-        + mm.pmd_tables.len() as u64
-        + mm.pud_tables.len() as u64;
-    mm.anon_rss + tables
-}
-
-/// out_of_memory for a memcg: select_bad_process over the group's
-/// processes (oldest first; a later one with as many points wins, as
-/// css_task_iter meets them), then oom_kill_process: SIGKILL, OOM_KILL and
-/// MEMCG_OOM_KILL. The faulting process is only marked (it dies when its
-/// fault returns); another is torn down at once. False when the group has
-/// no process to kill.
-fn out_of_memory(m: &mut Machine, mm: Option<&mut MmStruct>, memcg: MemcgId) -> bool {
-    let at_hand = mm.as_deref();
-    let candidates = at_hand
-        .into_iter()
-        .filter(|mm| !task_is_dying(m, Some(mm)))
-        .chain(m.mms.iter())
-        .filter(|mm| m.memcg.mm_memcg(mm.mm_id) == Some(memcg))
-        .map(|mm| (mm.mm_id, oom_badness(mm)));
-    let mut chosen: Option<(MmId, u64)> = None;
-    let mut sorted: Vec<(MmId, u64)> = candidates.collect();
-    sorted.sort_by_key(|c| c.0);
-    for c in sorted {
-        if chosen.is_none_or(|ch| c.1 >= ch.1) {
-            chosen = Some(c);
-        }
-    }
-    let Some((victim, points)) = chosen else {
-        return false;
-    };
-    let current = at_hand.is_some_and(|mm| mm.mm_id == victim);
-    if m.tracing() {
-        // Recorded after the charge step that called the OOM killer.
-        let name = m.tasks_of(victim).next().map(str::to_string);
-        m.memcg.traced_kill = Some(Step::OomKill {
-            memcg: m.memcg.groups[memcg].name.clone(),
-            victim: name.filter(|_| !current),
-            points,
-        });
-    }
-    m.stat.count_vm_event(VmEvent::OomKill);
-    m.memcg.groups[memcg].events.oom_kill += 1;
-    m.memcg.killed.push(victim);
-    if !current {
-        // Torn down at once; exec retires its tasks.
-        m.with_mm(victim, crate::mmap::exit_mmap);
-        m.anon_vmas.exit(victim);
-        m.memcg.detach(victim);
-    }
-    true
 }
 
 /// The pages charged to each group, recounted from the charges, for the

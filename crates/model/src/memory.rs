@@ -1,4 +1,4 @@
-//! Page faults on anonymous memory, and tearing mappings down.
+//! Page faults on anonymous memory.
 //!
 //! Follows Linux 6.18 `mm/memory.c`:
 //! - `handle_mm_fault` counts PGFAULT; `__handle_mm_fault` allocates the PUD
@@ -7,17 +7,16 @@
 //!   `do_huge_pmd_anonymous_page` when the VMA allows the PMD order (else, or
 //!   on fallback, a PTE table is allocated), a huge zero PMD or a
 //!   write-protected THP to `do_huge_zero_wp_pmd` / `do_huge_pmd_wp_page`
-//!   (both in `huge_memory`), and what is left to `handle_pte_fault`;
+//!   (both in `huge_memory_fault`), and what is left to `handle_pte_fault`;
 //! - `do_anonymous_page` with `alloc_anon_folio` for multi-size THP (a read
 //!   maps the shared zero page);
 //! - `do_wp_page` for write faults on read-only anon PTEs (the shared zero
 //!   page, or a page fork shared: reused when exclusive,
 //!   `wp_can_reuse_anon_folio`, else copied by `wp_page_copy` into a new
-//!   order-0 folio);
-//! - `zap_page_range` (`zap_page_range_single` / `unmap_page_range`, which
-//!   splits a PMD it only partly covers) with `zap_huge_pmd` and
-//!   `zap_pte_range` (a folio's PTEs in batches, `folio_pte_batch`), for
-//!   munmap, MADV_DONTNEED, exit and khugepaged's collapse.
+//!   order-0 folio).
+//!
+//! The unmap side of the same file (`zap_page_range`, `zap_pte_range`) is
+//! `memory_zap`, below the faults (see there why).
 //!
 //! `access_range` is the process's loads and stores: what the CPU does
 //! without a fault where a PTE or PMD allows the access, and otherwise what
@@ -31,7 +30,7 @@
 //! `copy_pte_range` likewise handle a small folio's PTE inline.
 //!
 //! Every new folio is charged to the process's memcg after its allocation
-//! (`mem_cgroup_charge`, see memcontrol): alloc_anon_folio falls back to the
+//! (`mem_cgroup_charge`, see memcontrol_charge): alloc_anon_folio falls back to the
 //! next order when a large folio's charge fails, and an order-0 charge
 //! (`folio_prealloc`, GFP_KERNEL) that fails ends the fault in
 //! VM_FAULT_OOM. The inline order-0 path is taken only where a charge
@@ -52,18 +51,22 @@
 //! touches the bits only in a table that has a clean one (a test made once
 //! per table, outside the loop).
 
-use crate::gfp::{vma_thp_gfp_mask, Gfp};
-use crate::huge_memory::{
-    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd, highest_order,
-    split_huge_pmd, thp_vma_allowable_orders, thp_vma_denials, thp_vma_suitable_orders, PmdFault,
+use crate::gfp::Gfp;
+use crate::huge_memory::{vma_thp_gfp_mask, PmdFault};
+use crate::huge_memory_fault::{
+    do_huge_pmd_anonymous_page, do_huge_pmd_wp_page, do_huge_zero_wp_pmd,
 };
-use crate::internal::folio_pte_batch;
-use crate::memcontrol::mem_cgroup_charge;
-use crate::mm_types::{page_folio, pg, Fault, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
-use crate::mmap::{MmStruct, Vma};
+use crate::huge_mm::{
+    highest_order, thp_vma_allowable_orders, thp_vma_denials, thp_vma_suitable_orders,
+};
+use crate::memcontrol_charge::mem_cgroup_charge;
+use crate::mm_types::{
+    pg, Fault, MmId, MmStruct, Pfn, Vma, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
+};
 use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
 use crate::rmap;
+use crate::sparse::page_folio;
 use crate::thp_utilization::{copy_content, set_folio_cause, FolioCause};
 use crate::trace::Step;
 use crate::vmstat::{Counted, MthpStat, VmEvent};
@@ -217,7 +220,7 @@ fn do_anonymous_page(
 #[inline]
 fn do_anonymous_page_small(
     m: &mut Machine,
-    mm_id: rmap::MmId,
+    mm_id: MmId,
     addr: u64,
     write: bool,
     writable: bool,
@@ -230,7 +233,7 @@ fn do_anonymous_page_small(
     if m.memcg.is_active() {
         // No limit here (see access_range): the charge cannot fail.
         let gfp = crate::gfp::Gfp::HIGHUSER_MOVABLE;
-        let charged = crate::memcontrol::mem_cgroup_charge(m, None, mm_id, folio, 0, gfp);
+        let charged = crate::memcontrol_charge::mem_cgroup_charge(m, None, mm_id, folio, 0, gfp);
         debug_assert!(charged.is_ok());
     }
     rmap::folio_add_new_anon_rmap(m, folio, 0, false, mm_id, addr);
@@ -303,11 +306,7 @@ fn alloc_anon_folio(
 
 /// folio_prealloc: an order-0 folio charged with GFP_KERNEL (limit reclaim,
 /// then the OOM killer), or VM_FAULT_OOM.
-fn folio_prealloc(
-    m: &mut Machine,
-    mm: &mut MmStruct,
-    mm_id: rmap::MmId,
-) -> Result<(Pfn, u32), Fault> {
+fn folio_prealloc(m: &mut Machine, mm: &mut MmStruct, mm_id: MmId) -> Result<(Pfn, u32), Fault> {
     let gfp = Gfp::HIGHUSER_MOVABLE;
     let Some(folio) = vma_alloc_folio(m, Some(&mut *mm), gfp, 0) else {
         m.trace(|| Step::Oom);
@@ -551,115 +550,4 @@ pub fn access_range(
         // Retry the same address: it is mapped now, and the fast path stores the byte.
     }
     Ok(())
-}
-
-/// Whether a whole PMD-sized slot lies in `[start, end)`.
-fn covers_slot(start: u64, end: u64, index: u64) -> bool {
-    start <= index * PMD_SIZE && (index + 1) * PMD_SIZE <= end
-}
-
-/// zap_page_range_single / unmap_page_range over `[start, end)`: removes every
-/// mapping, splitting PMDs that are only partly covered, and frees folios whose
-/// last reference goes. Page tables stay (free_pgtables decides about them).
-///
-/// Named for zap_page_range (since 6.3 zap_page_range_single, and unmap_vmas at exit), over any range.
-pub fn zap_page_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
-    let first = start / PMD_SIZE;
-    let last = (end - 1) / PMD_SIZE;
-    let indexes: Vec<u64> = mm.pmds.range(first..=last).map(|(i, _)| i).collect();
-    for index in indexes {
-        let whole = covers_slot(start, end, index);
-        match mm.pmds.get(&index) {
-            Some(Pmd::Huge { .. }) | Some(Pmd::HugeZero { .. }) if !whole => {
-                split_huge_pmd(m, mm, index * PMD_SIZE);
-            }
-            _ => {}
-        }
-        match mm.pmds.get(&index) {
-            Some(Pmd::Huge { .. }) | Some(Pmd::HugeZero { .. }) => zap_huge_pmd(m, mm, index),
-            Some(Pmd::Table(_)) => {
-                let lo = start.max(index * PMD_SIZE);
-                let hi = end.min((index + 1) * PMD_SIZE);
-                zap_pte_range(m, mm, index, lo, hi);
-            }
-            None => {}
-        }
-    }
-}
-
-/// zap_huge_pmd: removes a PMD mapping and frees its deposited page table.
-fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
-    match mm.pmds.remove(&index) {
-        Some(Pmd::Huge { pfn, deposit, .. }) => {
-            m.pte_free(deposit);
-            mm.anon_rss -= crate::mm_types::HPAGE_PMD_NR;
-            if rmap::folio_remove_rmap_pmd(m, pfn, mm.mm_id) {
-                free_folio(m, pfn);
-            }
-        }
-        Some(Pmd::HugeZero { deposit }) => m.pte_free(deposit),
-        other => unreachable!(
-            "zap_huge_pmd on {}",
-            if other.is_some() { "a table" } else { "none" }
-        ),
-    }
-}
-
-/// zap_pte_range: clears the PTEs of `[lo, hi)` in one table, removing the
-/// rmap of each folio in one batch (folio_remove_rmap_ptes), so that a folio
-/// unmapped whole is never seen as partially mapped.
-pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: u64, hi: u64) {
-    let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
-        unreachable!("zap_pte_range without a table");
-    };
-    let mut i = pte_index(lo);
-    let end = pte_index(hi - 1) + 1;
-    let (mut unmapped, mut small_unmapped) = (0u64, 0i64);
-    // Small folios freed here at consecutive pfns, freed as one run (the
-    // kernel batches its frees too, in mmu_gather).
-    let mut run = (Pfn(0), 0u64);
-    while i < end {
-        let pte = std::mem::replace(&mut t.ptes[i], Pte::NONE);
-        let Some(pfn) = pte.pfn() else {
-            i += 1;
-            continue;
-        };
-        // A small folio (the exit hot path): its one page is the folio.
-        let page = m.zone.memmap.page_mut(pfn);
-        if page.is_small_folio() {
-            debug_assert!(page.mapcount > 0 && page.private > 0);
-            page.mapcount -= 1;
-            page.private -= 1;
-            small_unmapped += i64::from(page.mapcount == 0);
-            unmapped += 1;
-            if page.private == 0 {
-                crate::memcontrol::mem_cgroup_uncharge(m, pfn);
-                // free_folio of a small folio is the buddy free alone
-                // (and forgetting its LRU state, if it has one).
-                m.lru.forget(pfn);
-                if run.1 > 0 && run.0 .0 + run.1 == pfn.0 {
-                    run.1 += 1;
-                } else {
-                    m.zone.free_pages_run(run.0, run.1);
-                    run = (pfn, 1);
-                }
-            }
-            i += 1;
-            continue;
-        }
-        m.zone.free_pages_run(run.0, run.1);
-        run.1 = 0;
-        t.ptes[i] = pte;
-        let folio = page_folio(m, pfn);
-        let nr = folio_pte_batch(m, folio, &t.ptes[i..], end - i);
-        t.ptes[i..i + nr].fill(Pte::NONE);
-        unmapped += nr as u64;
-        if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64, mm.mm_id) {
-            free_folio(m, folio);
-        }
-        i += nr;
-    }
-    m.zone.free_pages_run(run.0, run.1);
-    mm.anon_rss -= unmapped;
-    m.stat.nr_anon_mapped -= small_unmapped;
 }

@@ -1,5 +1,10 @@
-//! `struct page` and folios: the per-frame metadata the model keeps, with
-//! `page_folio` and the fault result type (`vm_fault_t`).
+//! `struct page` and folios: the per-frame metadata the model keeps (its
+//! `page_folio` lookup is in `sparse`, with the memmap it reads), and the
+//! fault result type (`vm_fault_t`); and the address
+//! space types every mechanism shares: `mm_struct` (`MmStruct`, its
+//! `mm_id`), `vm_area_struct` (`Vma`, with its hugetlb fields) and the
+//! model's named regions. Their operations live in the files of the kernel
+//! code that performs them (`mmap`, `hugetlb`, ...).
 //!
 //! Follows Linux 6.18 `include/linux/mm_types.h` and `include/linux/page-flags.h`.
 //! Simplifications: a page is 8 bytes, not 64 — flags (with the order in the top
@@ -25,7 +30,8 @@
 //! none: the model never walks the rmap of an order-0 folio (nothing splits
 //! it), and its mapcount is its page's.
 
-use crate::Machine;
+use crate::pgtable::PmdMap;
+use std::collections::BTreeMap;
 
 /// A page frame number, shared with the kernel backend's pagemap readers.
 pub use hugelab_workload::units::Pfn;
@@ -36,8 +42,8 @@ pub use hugelab_workload::units::{
 };
 /// The range one PMD table maps (one PUD entry): 1 GiB.
 pub const PUD_SIZE: u64 = PMD_SIZE << 9;
-/// PTEs per page table.
-pub const PTRS_PER_PTE: usize = 1 << HPAGE_PMD_ORDER;
+/// PTEs per page table (see pgtable).
+pub use crate::pgtable::PTRS_PER_PTE;
 /// MAX_PAGE_ORDER: the largest buddy block is 4 MiB.
 pub const MAX_PAGE_ORDER: u32 = 10;
 pub const NR_PAGE_ORDERS: usize = MAX_PAGE_ORDER as usize + 1;
@@ -166,18 +172,141 @@ pub enum Fault {
     OomKilled,
 }
 
-/// page_folio: the head of the folio that `page` belongs to. The kernel
-/// follows the tail's compound_head pointer; a model tail keeps its folio's
-/// order in its order bits instead (`alloc_folio`), and folios are
-/// naturally aligned.
-#[inline]
-pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
-    let p = m.zone.memmap.page(page);
-    if p.test(pg::HEAD) {
-        return page;
+/// An MM's id (`mm_struct.mm_id`); MM_ID_DUMMY (0) is a free slot.
+pub type MmId = u32;
+pub const MM_ID_DUMMY: MmId = 0;
+
+/// A virtual memory area (`struct vm_area_struct`), `[start, end)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vma {
+    pub start: u64,
+    pub end: u64,
+    pub flags: u32,
+    /// The VMA has an anon_vma (anon_vma_prepare ran: a write fault, a PMD
+    /// fault, or fork from a VMA that had one). fork copies the page tables
+    /// of such VMAs only.
+    pub anon_vma: bool,
+    /// A HugeTLB mapping (VM_HUGETLB): its file, offset and reservation
+    /// state (see `hugetlb`).
+    pub hugetlb: Option<HugetlbVma>,
+}
+
+impl Vma {
+    pub const VM_READ: u32 = 1 << 0;
+    pub const VM_WRITE: u32 = 1 << 1;
+    pub const VM_HUGEPAGE: u32 = 1 << 2;
+    pub const VM_NOHUGEPAGE: u32 = 1 << 3;
+    pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
+
+    /// Whether the VMA's protection allows a read, or a write (else the
+    /// access faults with SIGSEGV).
+    pub fn allows(&self, write: bool) -> bool {
+        let need = if write { Self::VM_WRITE } else { Self::VM_READ };
+        self.flags & need != 0
     }
-    debug_assert!(p.test(pg::TAIL), "{page} belongs to no folio");
-    let head = Pfn(page.0 & !((1u64 << p.order()) - 1));
-    debug_assert!(m.zone.memmap.page(head).test(pg::HEAD));
-    head
+}
+
+/// A named region of a process: where `mmap` put it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    pub start: u64,
+    pub len: u64,
+}
+
+/// `struct mm_struct`: VMAs, page tables and the per-mm THP state.
+#[derive(Default)]
+pub struct MmStruct {
+    /// VMAs by start address.
+    pub vmas: BTreeMap<u64, Vma>,
+    /// PMD entries by PMD index (address / 2 MiB); absent means pmd_none.
+    pub pmds: PmdMap,
+    pub regions: BTreeMap<String, Region>,
+    /// MMF_DISABLE_THP_COMPLETELY (prctl PR_SET_THP_DISABLE).
+    pub thp_disabled: bool,
+    /// MMF_HUGE_ZERO_FOLIO: this mm holds a reference on the huge zero folio.
+    pub huge_zero_ref: bool,
+    /// On khugepaged's mm list (MMF_VM_HUGEPAGE).
+    pub khugepaged_registered: bool,
+    /// MM_ANONPAGES, in pages.
+    pub anon_rss: u64,
+    /// `mm_struct.mm_id`, which the MM-ID slots of large folios record.
+    pub mm_id: MmId,
+    /// MMF_HAS_PINNED: this mm has ever pinned pages (fork then copies
+    /// pinned exclusive pages instead of sharing them).
+    pub has_pinned: bool,
+    /// The PMD tables (one per 1 GiB) and PUD tables (one per 512 GiB) the
+    /// regions' faults allocated (__pmd_alloc, __pud_alloc), by index. They
+    /// count in NR_PAGETABLE like PTE tables and live until free_pgtables
+    /// finds no VMA left in their range.
+    pub pmd_tables: BTreeMap<u64, Pfn>,
+    pub pud_tables: BTreeMap<u64, Pfn>,
+    /// The huge PTEs of HugeTLB VMAs (PMD entries for 2 MiB pages, PUD
+    /// entries for 1 GiB pages), by address.
+    pub hugetlb_ptes: BTreeMap<u64, HugePte>,
+    pub(crate) mmap_cursor: u64,
+}
+
+impl MmStruct {
+    /// A new, empty address space with this id.
+    pub fn new(mm_id: MmId) -> Self {
+        MmStruct {
+            mm_id,
+            ..MmStruct::default()
+        }
+    }
+
+    /// anon_vma_prepare for the VMA at `addr`.
+    pub fn anon_vma_prepare(&mut self, addr: u64) {
+        if let Some((_, vma)) = self.vmas.range_mut(..=addr).next_back() {
+            if vma.end > addr {
+                vma.anon_vma = true;
+            }
+        }
+    }
+
+    /// find_vma that contains `addr`.
+    pub fn find_vma(&self, addr: u64) -> Option<Vma> {
+        let (_, vma) = self.vmas.range(..=addr).next_back()?;
+        (vma.end > addr).then_some(*vma)
+    }
+
+    /// The VMAs overlapping `[start, end)`, in address order.
+    pub fn vmas_in(&self, start: u64, end: u64) -> Vec<Vma> {
+        let first = self.find_vma(start).map_or(start, |v| v.start);
+        self.vmas.range(first..end).map(|(_, v)| *v).collect()
+    }
+}
+
+/// An index into `hugetlb::HSTATE_ORDERS` (a `struct hstate`).
+pub type HstateIdx = usize;
+
+/// A HugeTLB VMA's hugetlb fields: its file, offset and private data
+/// (`vm_file`, `vm_pgoff`, `vm_private_data`; see `hugetlb`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HugetlbVma {
+    pub hstate: HstateIdx,
+    pub inode: u32,
+    /// vm_pgoff, in huge pages.
+    pub pgoff: u64,
+    /// VM_MAYSHARE.
+    pub shared: bool,
+    /// A private mapping's reserve map (the owner's only).
+    pub(crate) resv: Option<u32>,
+    /// HPAGE_RESV_OWNER.
+    pub(crate) owner: bool,
+    /// HPAGE_RESV_UNMAPPED: `unmap_ref_private` took a page from it.
+    pub(crate) unmapped: bool,
+}
+
+/// A present huge PTE (PMD or PUD entry) of a HugeTLB mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HugePte {
+    pub folio: Pfn,
+    pub writable: bool,
+}
+
+/// Whether `[start, end)` of `mm` touches a HugeTLB VMA
+/// (`is_vm_hugetlb_page`, include/linux/hugetlb_inline.h, over a range).
+pub fn range_has_hugetlb(mm: &MmStruct, start: u64, end: u64) -> bool {
+    mm.vmas_in(start, end).iter().any(|v| v.hugetlb.is_some())
 }

@@ -23,115 +23,15 @@
 //! neighbouring VMAs. The P4D and PGD levels are shared with the process's
 //! own mappings and never change.
 
-use crate::hugetlb::{self, HugePte, HugetlbVma};
-use crate::memory::zap_page_range;
-use crate::mm_types::{Pfn, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
-use crate::pgtable::{Pmd, PmdMap};
+use crate::hugetlb;
+use crate::memory_zap::zap_page_range;
+use crate::mm_types::{HugetlbVma, MmStruct, Region, Vma, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::pgtable::Pmd;
 use crate::syscall::{failed, mm_id_of, resolve_range, unsupported, vm_prot};
 use crate::Machine;
-use hugelab_workload::{placement, BackendError, Errno, HugetlbSize, Prot, Range, Size, Stmt};
-use std::collections::BTreeMap;
-
-/// A virtual memory area (`struct vm_area_struct`), `[start, end)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Vma {
-    pub start: u64,
-    pub end: u64,
-    pub flags: u32,
-    /// The VMA has an anon_vma (anon_vma_prepare ran: a write fault, a PMD
-    /// fault, or fork from a VMA that had one). fork copies the page tables
-    /// of such VMAs only.
-    pub anon_vma: bool,
-    /// A HugeTLB mapping (VM_HUGETLB): its file, offset and reservation
-    /// state (see `hugetlb`).
-    pub hugetlb: Option<HugetlbVma>,
-}
-
-impl Vma {
-    pub const VM_READ: u32 = 1 << 0;
-    pub const VM_WRITE: u32 = 1 << 1;
-    pub const VM_HUGEPAGE: u32 = 1 << 2;
-    pub const VM_NOHUGEPAGE: u32 = 1 << 3;
-    pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
-
-    /// Whether the VMA's protection allows a read, or a write (else the
-    /// access faults with SIGSEGV).
-    pub fn allows(&self, write: bool) -> bool {
-        let need = if write { Self::VM_WRITE } else { Self::VM_READ };
-        self.flags & need != 0
-    }
-}
-
-/// A named region of a process: where `mmap` put it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Region {
-    pub start: u64,
-    pub len: u64,
-}
-
-/// `struct mm_struct`: VMAs, page tables and the per-mm THP state.
-#[derive(Default)]
-pub struct MmStruct {
-    /// VMAs by start address.
-    pub vmas: BTreeMap<u64, Vma>,
-    /// PMD entries by PMD index (address / 2 MiB); absent means pmd_none.
-    pub pmds: PmdMap,
-    pub regions: BTreeMap<String, Region>,
-    /// MMF_DISABLE_THP_COMPLETELY (prctl PR_SET_THP_DISABLE).
-    pub thp_disabled: bool,
-    /// MMF_HUGE_ZERO_FOLIO: this mm holds a reference on the huge zero folio.
-    pub huge_zero_ref: bool,
-    /// On khugepaged's mm list (MMF_VM_HUGEPAGE).
-    pub khugepaged_registered: bool,
-    /// MM_ANONPAGES, in pages.
-    pub anon_rss: u64,
-    /// `mm_struct.mm_id`, which the MM-ID slots of large folios record.
-    pub mm_id: crate::rmap::MmId,
-    /// MMF_HAS_PINNED: this mm has ever pinned pages (fork then copies
-    /// pinned exclusive pages instead of sharing them).
-    pub has_pinned: bool,
-    /// The PMD tables (one per 1 GiB) and PUD tables (one per 512 GiB) the
-    /// regions' faults allocated (__pmd_alloc, __pud_alloc), by index. They
-    /// count in NR_PAGETABLE like PTE tables and live until free_pgtables
-    /// finds no VMA left in their range.
-    pub pmd_tables: BTreeMap<u64, Pfn>,
-    pub pud_tables: BTreeMap<u64, Pfn>,
-    /// The huge PTEs of HugeTLB VMAs (PMD entries for 2 MiB pages, PUD
-    /// entries for 1 GiB pages), by address.
-    pub hugetlb_ptes: BTreeMap<u64, HugePte>,
-    pub(crate) mmap_cursor: u64,
-}
+use hugelab_workload::{placement, stmt, BackendError, Errno, Prot, Range, Stmt};
 
 impl MmStruct {
-    /// A new, empty address space with this id.
-    pub fn new(mm_id: crate::rmap::MmId) -> Self {
-        MmStruct {
-            mm_id,
-            ..MmStruct::default()
-        }
-    }
-
-    /// anon_vma_prepare for the VMA at `addr`.
-    pub fn anon_vma_prepare(&mut self, addr: u64) {
-        if let Some((_, vma)) = self.vmas.range_mut(..=addr).next_back() {
-            if vma.end > addr {
-                vma.anon_vma = true;
-            }
-        }
-    }
-
-    /// find_vma that contains `addr`.
-    pub fn find_vma(&self, addr: u64) -> Option<Vma> {
-        let (_, vma) = self.vmas.range(..=addr).next_back()?;
-        (vma.end > addr).then_some(*vma)
-    }
-
-    /// The VMAs overlapping `[start, end)`, in address order.
-    pub fn vmas_in(&self, start: u64, end: u64) -> Vec<Vma> {
-        let first = self.find_vma(start).map_or(start, |v| v.start);
-        self.vmas.range(first..end).map(|(_, v)| *v).collect()
-    }
-
     /// do_mmap of an anonymous private region; returns its start address.
     pub fn do_mmap(&mut self, name: &str, len: u64, align: Option<u64>, prot: u32) -> u64 {
         let align = align.unwrap_or(placement::default_align(len));
@@ -381,18 +281,16 @@ pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
 /// The `mmap` statement (SYSCALL_DEFINE6(mmap_pgoff), `ksys_mmap_pgoff`):
 /// an anonymous private mapping, or a HugeTLB one (`MAP_HUGETLB`, private or
 /// `MAP_SHARED`) whose pages the pool reserves at once.
-#[allow(clippy::too_many_arguments)]
-pub fn sys_mmap(
-    m: &mut Machine,
-    stmt: &Stmt,
-    proc: &str,
-    region: &str,
-    size: Size,
-    align: Option<Size>,
-    hugetlb: Option<HugetlbSize>,
-    shared: bool,
-    prot: Option<Prot>,
-) -> Result<(), BackendError> {
+pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), BackendError> {
+    let &stmt::Mmap {
+        ref proc,
+        ref region,
+        size,
+        align,
+        hugetlb,
+        shared,
+        prot,
+    } = s;
     if shared && hugetlb.is_none() {
         return Err(unsupported(stmt, "mmap shared without hugetlb="));
     }

@@ -22,8 +22,7 @@
 //! lazy-TLB references keep it); the task list is ordered by name, not by
 //! creation (the workload's processes have names, not pids).
 
-use crate::mmap::MmStruct;
-use crate::rmap::{MmId, MM_ID_DUMMY};
+use crate::mm_types::{MmId, MmStruct, MM_ID_DUMMY};
 use crate::syscall::failed;
 use crate::Machine;
 use hugelab_workload::{BackendError, Stmt};

@@ -6,8 +6,8 @@
 //! PTE and PMD; granting it makes exclusive anonymous pages writable at once
 //! (MM_CP_TRY_CHANGE_WRITABLE with `can_change_pte_writable`), so no write fault follows.
 
-use crate::mm_types::{pg, PMD_SIZE, PTRS_PER_PTE};
-use crate::mmap::{update_vma_flags, MmStruct, Vma};
+use crate::mm_types::{pg, MmStruct, Vma, PMD_SIZE, PTRS_PER_PTE};
+use crate::mmap::update_vma_flags;
 use crate::pgtable::Pmd;
 use crate::syscall::{resolve_range_no_hugetlb, vm_prot};
 use crate::Machine;

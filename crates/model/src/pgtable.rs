@@ -15,7 +15,10 @@
 //! or migration entries. So a clean PTE maps a folio that MADV_FREE cleaned,
 //! which has LRU state (`swap`) as long as it lives.
 
-use crate::mm_types::{Pfn, PAGE_SHIFT, PTRS_PER_PTE};
+use hugelab_workload::units::{Pfn, HPAGE_PMD_ORDER, PAGE_SHIFT};
+
+/// PTRS_PER_PTE: PTEs per page table.
+pub const PTRS_PER_PTE: usize = 1 << HPAGE_PMD_ORDER;
 
 /// pte_index: the index of `addr`'s PTE in its page table.
 #[inline]

@@ -18,8 +18,8 @@
 //! changes nothing. A process's cached counters are used while
 //! both epochs are what they were when they were computed.
 
-use crate::counters::PROCESS_FAMILIES;
-use crate::rmap::{AnonVmas, MmId};
+use crate::mm_types::MmId;
+use crate::rmap::AnonVmas;
 use crate::{Machine, Task};
 use hugelab_workload::{stmt, StmtKind};
 use rustc_hash::FxHashMap as HashMap;
@@ -32,7 +32,7 @@ struct Entry {
     family: u64,
     /// Sorted by name.
     counters: Vec<(String, i64)>,
-    /// Where each of `counters::PROCESS_FAMILIES` starts in `counters`.
+    /// Where each of `PROCESS_FAMILIES` starts in `counters`.
     family_starts: [usize; PROCESS_FAMILIES.len() + 1],
 }
 
@@ -161,7 +161,7 @@ impl ReadingCache {
     }
 
     /// The counters of `proc` of family `family` (an index into
-    /// `counters::PROCESS_FAMILIES`) as cached, fresh or not.
+    /// `PROCESS_FAMILIES`) as cached, fresh or not.
     pub fn cached(&self, proc: &str, family: usize) -> Option<&[(String, i64)]> {
         let e = self.procs.get(proc)?;
         Some(&e.counters[e.family_starts[family]..e.family_starts[family + 1]])
@@ -203,3 +203,6 @@ impl ReadingCache {
         &self.procs[proc].counters
     }
 }
+
+/// The name prefixes of the per-process counters, in sorted order.
+pub(crate) const PROCESS_FAMILIES: [&str; 3] = ["folios.", "smaps.", "stat."];

@@ -30,15 +30,11 @@
 //! is the state the kernel's slots return to (slot order aside, which only
 //! decides which free slot a third MM takes).
 
-use crate::huge_memory::deferred_split_folio;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, PAGE_SHIFT};
+use crate::deferred_split::deferred_split_folio;
+use crate::mm_types::{pg, MmId, Pfn, HPAGE_PMD_NR, MM_ID_DUMMY, PAGE_SHIFT};
 use crate::vmstat::MthpStat;
 use crate::Machine;
 use rustc_hash::FxHashMap as HashMap;
-
-/// An MM's id (`mm_struct.mm_id`); MM_ID_DUMMY (0) is a free slot.
-pub type MmId = u32;
-pub const MM_ID_DUMMY: MmId = 0;
 
 /// GUP_PIN_COUNTING_BIAS: what one pin adds to a small folio's refcount.
 pub const GUP_PIN_COUNTING_BIAS: u32 = 1024;

@@ -10,7 +10,8 @@
 //! heads are 4-aligned), created when the section first holds a large folio:
 //! a workload of small folios never pays for them.
 
-use crate::mm_types::{FolioExt, Page, Pfn};
+use crate::mm_types::{pg, FolioExt, Page, Pfn};
+use crate::Machine;
 
 pub const PFN_SECTION_SHIFT: u32 = 27 - crate::mm_types::PAGE_SHIFT;
 pub const PAGES_PER_SECTION: u64 = 1 << PFN_SECTION_SHIFT;
@@ -109,4 +110,21 @@ impl MemMap {
             + ext * PAGES_PER_SECTION / FRAMES_PER_EXT * std::mem::size_of::<FolioExt>() as u64
             + (self.sections.len() * 2 * std::mem::size_of::<Option<Box<[Page]>>>()) as u64
     }
+}
+
+/// page_folio (include/linux/page-flags.h): the head of the folio that
+/// `page` belongs to, found in the memmap, which is why it lives here. The
+/// kernel follows the tail's compound_head pointer; a model tail keeps its folio's
+/// order in its order bits instead (`alloc_folio`), and folios are
+/// naturally aligned.
+#[inline]
+pub fn page_folio(m: &Machine, page: Pfn) -> Pfn {
+    let p = m.zone.memmap.page(page);
+    if p.test(pg::HEAD) {
+        return page;
+    }
+    debug_assert!(p.test(pg::TAIL), "{page} belongs to no folio");
+    let head = Pfn(page.0 & !((1u64 << p.order()) - 1));
+    debug_assert!(m.zone.memmap.page(head).test(pg::HEAD));
+    head
 }

@@ -31,8 +31,7 @@
 //!   anon_vma or index for small folios; a large folio's mappings are found
 //!   by `rmap::rmap_walk_anon`.
 
-use crate::mm_types::{pg, Pfn, PAGE_SIZE};
-use crate::rmap::MmId;
+use crate::mm_types::{pg, MmId, Pfn, PAGE_SIZE};
 use crate::vmstat::VmEvent;
 use crate::Machine;
 use rustc_hash::FxHashMap as HashMap;

@@ -9,8 +9,7 @@
 //! `madvise::sys_madvise`, `mprotect::sys_mprotect`, `fork::sys_fork`,
 //! `gup::sys_pin`, ...); `exec` dispatches to them.
 
-use crate::mmap::{MmStruct, Vma};
-use crate::rmap::MmId;
+use crate::mm_types::{MmId, MmStruct, Vma};
 use crate::Machine;
 use hugelab_workload::{BackendError, Prot, Range, Stmt};
 
@@ -96,7 +95,7 @@ pub fn resolve_range_no_hugetlb(
     let id = mm_id_of(m, stmt, proc)?;
     let mm = m.mms.get(id).expect("a task's mm exists");
     let (start, end) = resolve(stmt, proc, mm, range)?;
-    if crate::hugetlb::range_has_hugetlb(mm, start, end) {
+    if crate::mm_types::range_has_hugetlb(mm, start, end) {
         let what = format!("{} of a HugeTLB region", stmt.kind.keyword());
         return Err(unsupported(stmt, what));
     }

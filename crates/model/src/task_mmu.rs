@@ -16,11 +16,11 @@
 
 use crate::internal::folio_pte_batch;
 use crate::mm_types::{
-    page_folio, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
+    MmStruct, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
 };
-use crate::mmap::MmStruct;
 use crate::pgtable::Pmd;
 use crate::rmap::{folio_entire_mapcount, folio_nr_pages_mapped, folio_ref_count};
+use crate::sparse::page_folio;
 use crate::Machine;
 use hugelab_workload::smaps::SmapsField;
 use rustc_hash::FxHashSet as HashSet;

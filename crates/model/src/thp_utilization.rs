@@ -32,10 +32,10 @@
 //! united by `hugelab_workload::utilization::unite_by_pfn`, the one merge a
 //! live scan's views go through too.
 
-use crate::huge_memory::ThpSettings;
-use crate::mm_types::{page_folio, pg, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
-use crate::mmap::MmStruct;
+use crate::huge_mm::ThpSettings;
+use crate::mm_types::{pg, MmStruct, Pfn, HPAGE_PMD_NR, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE};
 use crate::pgtable::Pmd;
+use crate::sparse::page_folio;
 use crate::{Machine, Model};
 use std::collections::BTreeMap;
 
@@ -414,7 +414,7 @@ mod tests {
             }]
         );
         // The copy is written by the child, and carries no cause.
-        let copy = crate::gup::follow_page(
+        let copy = crate::pagewalk::follow_page(
             m.machine.mm_of("b").unwrap(),
             m.machine.mm_of("b").unwrap().regions["buf"].start + (1 << 20),
         )

@@ -19,9 +19,9 @@
 //! `mm_collapse_huge_page` tracepoints say about as much.
 
 use crate::gfp::Gfp;
-use crate::khugepaged::Scan;
 use crate::vmstat::Counted;
 use crate::Machine;
+use hugelab_workload::Errno;
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -197,7 +197,7 @@ pub enum CollapseStep {
     Return {
         mm_id: u32,
         last_fail: Option<Scan>,
-        errno: Option<&'static str>,
+        errno: Option<Errno>,
     },
 }
 
@@ -619,4 +619,47 @@ pub fn group(faults: &[FaultTrace]) -> Vec<FaultGroup> {
         }
     }
     groups
+}
+
+/// The outcome of a scan or a collapse (`enum scan_result` of
+/// mm/khugepaged.c, the cases the model meets), here beside the trace that
+/// records it, as `include/trace/events/huge_memory.h` lists its names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Scan {
+    Succeed,
+    /// No PMD table above the range (mm_find_pmd found no PUD entry:
+    /// SCAN_PMD_NULL).
+    PmdNull,
+    /// A PMD table, but no PTE table in this entry (pmd_none: SCAN_PMD_NONE).
+    PmdNone,
+    /// Already a PMD mapping (SCAN_PMD_MAPPED).
+    PmdMapped,
+    ExceedNonePte,
+    ExceedSharedPte,
+    /// A folio with references beyond its mappings, e.g. a GUP pin
+    /// (SCAN_PAGE_COUNT).
+    PageCount,
+    /// No memory for the THP (SCAN_ALLOC_HUGE_PAGE_FAIL).
+    AllocHugePageFail,
+    /// The THP could not be charged to the mm's memcg
+    /// (SCAN_CGROUP_CHARGE_FAIL).
+    CgroupChargeFail,
+}
+
+impl Scan {
+    /// The kernel's name: `SCAN_EXCEED_NONE_PTE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scan::Succeed => "SCAN_SUCCEED",
+            Scan::PmdNull => "SCAN_PMD_NULL",
+            Scan::PmdNone => "SCAN_PMD_NONE",
+            Scan::PmdMapped => "SCAN_PMD_MAPPED",
+            Scan::ExceedNonePte => "SCAN_EXCEED_NONE_PTE",
+            Scan::ExceedSharedPte => "SCAN_EXCEED_SHARED_PTE",
+            Scan::PageCount => "SCAN_PAGE_COUNT",
+            Scan::AllocHugePageFail => "SCAN_ALLOC_HUGE_PAGE_FAIL",
+            Scan::CgroupChargeFail => "SCAN_CGROUP_CHARGE_FAIL",
+        }
+    }
 }

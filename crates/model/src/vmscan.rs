@@ -45,14 +45,16 @@
 //!   clears a folio's swap cache (`folio_free_swap`) before marking it.
 //!
 //! `shrink_lazyfree` is the entry for other reclaim in the model (memcg
-//! limit reclaim): it runs `shrink_folio_list` on lazily-freed folios that
+//! limit reclaim, `try_to_free_mem_cgroup_pages`, which memcontrol_charge
+//! calls; see memcontrol for what it leaves out): it runs `shrink_folio_list` on lazily-freed folios that
 //! a filter accepts, until enough pages are reclaimed; they are the only anon
 //! folios reclaim can free without swap.
 
 use crate::huge_memory::{
     deferred_split_scan, shrink_huge_zero_folio_scan, split_folio, split_huge_pmd,
 };
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::memcontrol::{MemcgId, SWAP_CLUSTER_MAX};
+use crate::mm_types::{pg, MmStruct, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::mms::MmList;
 use crate::page_alloc::free_folio;
 use crate::pgtable::{pte_index, Pmd, Pte};
@@ -240,6 +242,60 @@ pub fn shrink_lazyfree(
         list.push(folio);
     }
     shrink_folio_list(m, mms, list)
+}
+
+/// try_to_free_mem_cgroup_pages without swap: the memcg's lazily-freed
+/// folios are discarded (up to nr_to_reclaim = max(nr, SWAP_CLUSTER_MAX)
+/// pages) and, if that falls short, the deferred split shrinker runs on the
+/// memcg's queue. Returns the pages reclaimed from the LRU (nr_reclaimed;
+/// what the shrinker frees is not counted there for memcg reclaim).
+pub fn try_to_free_mem_cgroup_pages(
+    m: &mut Machine,
+    mm: Option<&mut MmStruct>,
+    memcg: MemcgId,
+    nr: u64,
+) -> u64 {
+    m.with_mms(mm, |m, mms| shrink_memcg(m, mms, memcg, nr))
+}
+
+/// try_to_free_mem_cgroup_pages's work, with every mm reachable.
+fn shrink_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId, nr: u64) -> u64 {
+    // lazyfree discard: see vmscan (shrink_folio_list frees the memcg's
+    // clean lazily-freed anonymous folios; their pages count in
+    // nr_reclaimed). shrink_lruvec runs before shrink_slab.
+    let nr_to_reclaim = nr.max(SWAP_CLUSTER_MAX);
+    let nr_reclaimed = crate::vmscan::shrink_lazyfree(m, mms, nr_to_reclaim, |m, f| {
+        m.memcg.folio_memcg(f) == Some(memcg)
+    });
+    // The shrinker's scan count (its queue length >> priority) reaches a
+    // memcg's few queued folios only at the lowest priorities, which
+    // do_try_to_free_pages gets to only while the LRU falls short.
+    if nr_reclaimed < nr_to_reclaim {
+        deferred_split_scan_memcg(m, mms, memcg);
+    }
+    nr_reclaimed
+}
+
+/// deferred_split_scan on the memcg's queue: the folios of the queue
+/// charged to `memcg`, in queue order. A folio some mm of whose fork family
+/// is not reachable (the child `fork` is building) stays queued.
+///
+/// Named for deferred_split_scan with sc->memcg set; the kernel has one function for both queues.
+fn deferred_split_scan_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId) {
+    let mine: Vec<Pfn> = m
+        .deferred_split_queue
+        .iter()
+        .filter(|&f| m.memcg.folio_memcg(f) == Some(memcg))
+        .filter(|&f| {
+            let (walk, _) = crate::rmap::rmap_walk_anon(m, f);
+            walk.iter().all(|id| mms.get_mut(*id).is_some())
+        })
+        .collect();
+    if mine.is_empty() {
+        return;
+    }
+    m.deferred_split_queue.remove_all(&mine);
+    crate::huge_memory::deferred_split_scan_folios(m, mms, mine);
 }
 
 #[cfg(test)]

@@ -223,7 +223,7 @@ fn android_churn_makes_most_64k_faults_fall_back_unless_compaction_runs() {
         "no compaction at defrag=madvise"
     );
 
-    let thp = hugelab_model::huge_memory::ThpSettings {
+    let thp = hugelab_model::huge_mm::ThpSettings {
         defrag: hugelab_workload::ThpDefrag::Always,
         ..Default::default()
     };

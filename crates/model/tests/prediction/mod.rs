@@ -21,8 +21,9 @@
 //! a pin, even with no process: a guard against vacuous runs must count
 //! the processes' own checks ([`Outcome::process_checks`]).
 
-use hugelab_model::mm_types::{page_folio, Pfn};
+use hugelab_model::mm_types::Pfn;
 use hugelab_model::pgtable::Pmd;
+use hugelab_model::sparse::page_folio;
 use hugelab_model::thp_utilization::Scope;
 use hugelab_model::Model;
 use hugelab_workload::utilization::{utilization_report, DEFAULT_BUCKETS};

@@ -31,10 +31,13 @@
 //! decides which free slot a third MM takes).
 
 use crate::huge_memory::deferred_split_folio;
-use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, PAGE_SHIFT};
+use crate::mm_types::{pg, Pfn, HPAGE_PMD_NR, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE};
+use crate::mms::MmList;
+use crate::pgtable::{pte_index, Pmd};
 use crate::vmstat::MthpStat;
 use crate::Machine;
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 /// An MM's id (`mm_struct.mm_id`); MM_ID_DUMMY (0) is a free slot.
 pub type MmId = u32;
@@ -67,12 +70,23 @@ pub struct AnonVma {
     pub mm_alive: bool,
     /// Large folios whose `folio->mapping` it is.
     pub folios: u64,
+    /// When its mm's VMAs were linked into the anon_vma interval trees of
+    /// their family: 0 for the mm that made the family's anon_vma (linked
+    /// at anon_vma_prepare, before any child), else the fork's sequence
+    /// number (`anon_vma_fork`); see `AnonVmas::avc_seq`.
+    pub avc_forked: u64,
+    /// VMAs of its mm (by start address) whose avcs were removed and
+    /// inserted again since, by a VMA split or merge, with that sequence
+    /// number.
+    pub avc_moved: BTreeMap<u64, u64>,
 }
 
 /// Every anon_vma of the machine, by id.
 #[derive(Default)]
 pub struct AnonVmas {
     map: HashMap<MmId, AnonVma>,
+    /// The sequence number of the next avc insertion.
+    next_avc: u64,
 }
 
 impl AnonVmas {
@@ -87,13 +101,16 @@ impl AnonVmas {
         );
     }
 
-    /// anon_vma_fork: the child's anon_vma, under the parent's.
+    /// anon_vma_fork: the child's anon_vma, under the parent's; the
+    /// child's VMAs are linked after every avc already in the trees.
     pub fn fork(&mut self, parent: MmId, child: MmId) {
+        self.next_avc += 1;
         self.map.insert(
             child,
             AnonVma {
                 parent: Some(parent),
                 mm_alive: true,
+                avc_forked: self.next_avc,
                 ..AnonVma::default()
             },
         );
@@ -106,6 +123,7 @@ impl AnonVmas {
     pub fn exit(&mut self, id: MmId) {
         if let Some(av) = self.map.get_mut(&id) {
             av.mm_alive = false;
+            av.avc_moved.clear();
         }
         self.put(id);
     }
@@ -165,6 +183,35 @@ impl AnonVmas {
         }
     }
 
+    /// anon_vma_interval_tree_post_update_vma (a VMA split or merged keeps
+    /// its avcs but takes them out of the trees and inserts them again) and
+    /// anon_vma_clone of a split's new VMA: the VMA of `mm` at `start` now
+    /// comes after every avc of the same start already in the trees.
+    pub fn avc_reinsert(&mut self, mm: MmId, start: u64) {
+        self.next_avc += 1;
+        if let Some(av) = self.map.get_mut(&mm) {
+            av.avc_moved.insert(start, self.next_avc);
+        }
+    }
+
+    /// unlink_anon_vmas of one VMA (munmap): a later VMA at its start is
+    /// linked afresh.
+    pub fn avc_unlink(&mut self, mm: MmId, start: u64) {
+        if let Some(av) = self.map.get_mut(&mm) {
+            av.avc_moved.remove(&start);
+        }
+    }
+
+    /// When the avcs of `mm`'s VMA at `start` were inserted: the tie-break
+    /// of the interval tree between VMAs of one start (an equal key is
+    /// inserted to the right, so the in-order walk meets equal keys in
+    /// insertion order).
+    pub fn avc_seq(&self, mm: MmId, start: u64) -> u64 {
+        self.map.get(&mm).map_or(0, |av| {
+            av.avc_moved.get(&start).copied().unwrap_or(av.avc_forked)
+        })
+    }
+
     /// The root of the tree holding `id` (the fork family's first mm).
     pub fn root(&self, mut id: MmId) -> MmId {
         while let Some(p) = self.map.get(&id).and_then(|av| av.parent) {
@@ -182,6 +229,102 @@ pub fn rmap_walk_anon(m: &Machine, folio: Pfn) -> (Vec<MmId>, u64) {
     m.anon_vmas.tree(ext.anon_vma, &mut ids);
     ids.retain(|id| m.anon_vmas.get(*id).is_some_and(|av| av.mm_alive));
     (ids, ext.index << PAGE_SHIFT)
+}
+
+/// One VMA an rmap walk of a folio visits: its mm and its range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvcVisit {
+    pub mm: MmId,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// anon_vma_interval_tree_foreach over the anon_vma of `folio` (a large
+/// anon folio), as rmap_walk_anon runs it: the VMAs with an anon_vma of the
+/// live mms of its tree that overlap the folio, in the tree's in-order
+/// (mm/interval_tree.c, include/linux/interval_tree_generic.h): by the
+/// VMA's start pgoff (its start address here: anonymous VMAs, no mremap),
+/// then by when its avc was inserted (see `AnonVmas::avc_seq`).
+pub fn anon_vma_interval_tree_foreach(
+    m: &Machine,
+    mms: &mut MmList,
+    folio: Pfn,
+) -> Vec<AvcVisit> {
+    let (ids, addr) = rmap_walk_anon(m, folio);
+    let end = addr + (PAGE_SIZE << m.zone.memmap.page(folio).order());
+    let mut visits = Vec::new();
+    for mm in ids {
+        let Some(mmp) = mms.get_mut(mm) else { continue };
+        for vma in mmp.vmas_in(addr, end).iter().filter(|v| v.anon_vma) {
+            let (start, end) = (vma.start, vma.end);
+            visits.push(AvcVisit { mm, start, end });
+        }
+    }
+    visits.sort_by_key(|v| (v.start, m.anon_vmas.avc_seq(v.mm, v.start)));
+    visits
+}
+
+/// try_to_migrate as unmap_folio runs it before a split
+/// (TTU_SPLIT_HUGE_PMD), for what its removals do to the deferred split
+/// queue. In the walk's order each mapping goes the way try_to_migrate_one
+/// takes it: a PMD in one step (split_huge_pmd_locked with freeze:
+/// folio_remove_rmap_pmd, and no PTE rmap added, as the PTEs become
+/// migration entries), PTEs one page at a time (folio_remove_rmap_pte).
+/// Each removal follows `__folio_remove_rmap` (CONFIG_PAGE_MAPCOUNT=y, the
+/// kernel backend's config): a removal that unmaps pages while others stay
+/// mapped and no PMD maps the folio any more makes it partially mapped,
+/// and a folio not flagged so yet goes to deferred_split_folio(folio,
+/// true), which counts thp_deferred_split_page and the size's
+/// split_deferred. The split takes it off the queue again.
+///
+/// The model's split keeps the page tables and rewrites them afterwards
+/// into what remap_page leaves (see `split_folio`), so the removals are
+/// made on a copy of the folio's mapcounts, which the split discards.
+pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
+    let nr = 1usize << m.zone.memmap.page(folio).order();
+    let addr = m.zone.memmap.folio_ext(folio).index << PAGE_SHIFT;
+    let (index, first) = (addr / PMD_SIZE, pte_index(addr));
+    let mut entire = folio_entire_mapcount(m, folio);
+    let mut mapped = folio_nr_pages_mapped(m, folio) as usize;
+    let pages = m.zone.memmap.pages(folio, nr as u64);
+    let mut mapcount: Vec<u16> = pages.iter().map(|p| p.mapcount).collect();
+    for v in anon_vma_interval_tree_foreach(m, mms, folio) {
+        let Some(mm) = mms.get_mut(v.mm) else { continue };
+        match mm.pmds.get(&index) {
+            Some(Pmd::Huge { pfn, .. }) if *pfn == folio => {
+                entire -= 1;
+                let unmapped = if entire == 0 { nr - mapped } else { 0 };
+                if unmapped > 0 && unmapped < nr {
+                    remove_rmap_partially_mapped(m, folio);
+                }
+            }
+            Some(Pmd::Table(t)) => {
+                let lo = ((v.start.max(addr) - addr) / PAGE_SIZE) as usize;
+                let hi = ((v.end.min(addr + (nr as u64) * PAGE_SIZE) - addr) / PAGE_SIZE) as usize;
+                for i in lo..hi {
+                    if t.ptes[first + i].pfn() != Some(Pfn(folio.0 + i as u64)) {
+                        continue;
+                    }
+                    mapcount[i] -= 1;
+                    if mapcount[i] == 0 {
+                        mapped -= 1;
+                        if entire == 0 && mapped > 0 {
+                            remove_rmap_partially_mapped(m, folio);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The end of `__folio_remove_rmap` for a removal that left the folio
+/// partially mapped: queued unless flagged already.
+fn remove_rmap_partially_mapped(m: &mut Machine, folio: Pfn) {
+    if !m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED) {
+        deferred_split_folio(m, folio, true);
+    }
 }
 
 /// Folio-level fields overlaid on the first tail pages (see mm_types).

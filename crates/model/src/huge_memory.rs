@@ -613,7 +613,9 @@ pub fn thp_underused(m: &Machine, folio: Pfn) -> bool {
 }
 
 /// split_folio (split_huge_page_to_list_to_order to order 0) of an anonymous
-/// folio: its PMD mappings are split first (thp_split_pmd), then every page
+/// folio: unmap_folio's walk (`rmap::try_to_migrate`) may queue it as
+/// partially mapped on the way (split_deferred; the split takes it off the
+/// queue again); its PMD mappings are split (thp_split_pmd), then every page
 /// becomes a folio of its own, keeping its PTE mappings; pages no longer
 /// mapped are freed. Zero-filled pages are mapped to the shared zero page
 /// instead and freed: `__folio_split` passes RMP_USE_SHARED_ZEROPAGE to

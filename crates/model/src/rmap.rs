@@ -17,11 +17,23 @@
 //! its zero-filled pages costs the mms of one fork family, not a walk of
 //! every page table of every process.
 //!
+//! The order of that walk is the kernel's: `anon_vma_interval_tree_foreach`
+//! meets the VMAs by start pgoff, then in the order their anon_vma_chains
+//! were inserted (an equal key goes right), so a parent's VMA comes before
+//! its forked child's until a split or merge re-inserts it (mm/vma.c
+//! `vma_prepare`/`vma_complete`); `try_to_migrate` unmaps a folio to be
+//! split in that order and replays `__folio_remove_rmap` on the way.
+//!
 //! Simplifications: one anon_vma per mm instead of one per VMA with
 //! anon_vma_chain links (`AnonVma`, named by its mm's id): with no mremap,
 //! a folio of an mm's anon_vma is mapped only at its own address, in that mm
 //! or in mms forked from it, which is what the kernel's interval tree of
-//! VMAs under the anon_vma yields too. Only large folios record their
+//! VMAs under the anon_vma yields too. The tree itself is not kept: the
+//! walk collects the VMAs of those mms at the folio's address and sorts
+//! them by start and by an insertion sequence number (`AnonVmas::avc_seq`):
+//! the fork's for every VMA of a child, a newer one for a VMA split or
+//! merged since; a VMA of the family's first mm that never changed ranks
+//! first (its anon_vma_prepare came before any fork that linked a child). Only large folios record their
 //! anon_vma and index: nothing walks the rmap of an order-0 folio in the
 //! model (no reclaim, migration or KSM). The MM-ID slots of
 //! a large folio live in a side table (`Machine::folio_mm_ids`) and only while
@@ -245,11 +257,7 @@ pub struct AvcVisit {
 /// (mm/interval_tree.c, include/linux/interval_tree_generic.h): by the
 /// VMA's start pgoff (its start address here: anonymous VMAs, no mremap),
 /// then by when its avc was inserted (see `AnonVmas::avc_seq`).
-pub fn anon_vma_interval_tree_foreach(
-    m: &Machine,
-    mms: &mut MmList,
-    folio: Pfn,
-) -> Vec<AvcVisit> {
+pub fn anon_vma_interval_tree_foreach(m: &Machine, mms: &mut MmList, folio: Pfn) -> Vec<AvcVisit> {
     let (ids, addr) = rmap_walk_anon(m, folio);
     let end = addr + (PAGE_SIZE << m.zone.memmap.page(folio).order());
     let mut visits = Vec::new();
@@ -289,7 +297,9 @@ pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
     let pages = m.zone.memmap.pages(folio, nr as u64);
     let mut mapcount: Vec<u16> = pages.iter().map(|p| p.mapcount).collect();
     for v in anon_vma_interval_tree_foreach(m, mms, folio) {
-        let Some(mm) = mms.get_mut(v.mm) else { continue };
+        let Some(mm) = mms.get_mut(v.mm) else {
+            continue;
+        };
         match mm.pmds.get(&index) {
             Some(Pmd::Huge { pfn, .. }) if *pfn == folio => {
                 entire -= 1;
@@ -678,4 +688,57 @@ pub fn folio_put_refs(m: &mut Machine, folio: Pfn, refs: u32) -> bool {
     debug_assert!(head.private >= refs, "refcount underflow on {folio}");
     head.private -= refs;
     head.private == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AnonVmas;
+
+    #[test]
+    fn avc_order_is_fork_order_until_a_split_reinserts() {
+        let mut avs = AnonVmas::default();
+        avs.alloc(1);
+        avs.fork(1, 2);
+        avs.fork(1, 3);
+        let start = 0x4000_0000;
+        // The faulting mm's VMA first, then the children as they forked.
+        assert!(avs.avc_seq(1, start) < avs.avc_seq(2, start));
+        assert!(avs.avc_seq(2, start) < avs.avc_seq(3, start));
+        // A split of the parent's VMA re-inserts it after both children.
+        avs.avc_reinsert(1, start);
+        assert!(avs.avc_seq(1, start) > avs.avc_seq(3, start));
+        // Unlinked (munmap): a VMA mapped there later ranks as prepared.
+        avs.avc_unlink(1, start);
+        assert_eq!(avs.avc_seq(1, start), 0);
+    }
+
+    /// split_deferred of an under-used THP shared by a and its child b,
+    /// after `layout` (statements of a and b), at reclaim.
+    fn split_deferred_after(layout: &str) -> i64 {
+        let text = format!(
+            "set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
+             spawn a\n\
+             a mmap buf 2M align=2M\n\
+             a madvise buf HUGEPAGE\n\
+             a write buf:4K\n\
+             a fork b\n\
+             {layout}\n\
+             reclaim\n"
+        );
+        let end = crate::end_counters(&text);
+        assert_eq!(end["vmstat.thp_underused_split_page"], 1);
+        end["mthp.2048kB.split_deferred"]
+    }
+
+    #[test]
+    fn the_walk_order_decides_whether_a_shared_split_counts_split_deferred() {
+        // a's PMD first, then b's PTEs: partially mapped on the way.
+        assert_eq!(split_deferred_after("b write buf+1M:4K"), 1);
+        assert_eq!(split_deferred_after("b mprotect buf:1M r"), 1);
+        // a's PTEs first while b's PMD maps everything: never partially.
+        assert_eq!(split_deferred_after("a write buf+1M:4K"), 0);
+        // a's mprotect re-inserts a's VMAs after b's: b's PMD first.
+        assert_eq!(split_deferred_after("a mprotect buf:1M r"), 1);
+    }
 }

@@ -311,12 +311,12 @@ pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
             Some(Pmd::Table(t)) => {
                 let lo = ((v.start.max(addr) - addr) / PAGE_SIZE) as usize;
                 let hi = ((v.end.min(addr + (nr as u64) * PAGE_SIZE) - addr) / PAGE_SIZE) as usize;
-                for i in lo..hi {
+                for (i, count) in mapcount.iter_mut().enumerate().take(hi).skip(lo) {
                     if t.ptes[first + i].pfn() != Some(Pfn(folio.0 + i as u64)) {
                         continue;
                     }
-                    mapcount[i] -= 1;
-                    if mapcount[i] == 0 {
+                    *count -= 1;
+                    if *count == 0 {
                         mapped -= 1;
                         if entire == 0 && mapped > 0 {
                             remove_rmap_partially_mapped(m, folio);
@@ -740,5 +740,8 @@ mod tests {
         assert_eq!(split_deferred_after("a write buf+1M:4K"), 0);
         // a's mprotect re-inserts a's VMAs after b's: b's PMD first.
         assert_eq!(split_deferred_after("a mprotect buf:1M r"), 1);
+        // Both PTE-mapped: b's first removal unmaps a page.
+        let both = "a mprotect buf:1M r\nb mprotect buf:1M r";
+        assert_eq!(split_deferred_after(both), 1);
     }
 }

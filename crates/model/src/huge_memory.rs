@@ -210,7 +210,9 @@ pub fn thp_underused(m: &Machine, folio: Pfn) -> bool {
 }
 
 /// split_folio (split_huge_page_to_list_to_order to order 0) of an anonymous
-/// folio: its PMD mappings are split first (thp_split_pmd), then every page
+/// folio: unmap_folio's walk (`rmap::try_to_migrate`) may queue it as
+/// partially mapped on the way (split_deferred; the split takes it off the
+/// queue again); its PMD mappings are split (thp_split_pmd), then every page
 /// becomes a folio of its own, keeping its PTE mappings; pages no longer
 /// mapped are freed. Zero-filled pages are mapped to the shared zero page
 /// instead and freed: `__folio_split` passes RMP_USE_SHARED_ZEROPAGE to
@@ -229,22 +231,9 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         m.stat.count_mthp_stat(order, MthpStat::SplitFailed);
         return false;
     }
-    // unmap_folio replaces a PTE-mapped folio's PTEs one at a time
-    // (try_to_migrate_one), so after the first one a folio with two or
-    // more pages mapped once each is partially mapped for a moment:
-    // __folio_remove_rmap queues it (split_deferred) before the split
-    // takes it off the queue again. A PMD mapping is split frozen, whole.
-    let mapped = rmap::folio_nr_pages_mapped(m, folio);
-    if rmap::folio_entire_mapcount(m, folio) == 0
-        && mapped >= 2
-        && u64::from(mapped) == rmap::folio_mapcount(m, folio)
-        && !m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED)
-    {
-        if order == HPAGE_PMD_ORDER {
-            m.stat.count_vm_event(VmEvent::ThpDeferredSplitPage);
-        }
-        m.stat.count_mthp_stat(order, MthpStat::SplitDeferred);
-    }
+    // unmap_folio: the kernel's walk unmaps the folio mapping by mapping,
+    // which may queue it as partially mapped for a moment.
+    rmap::try_to_migrate(m, mms, folio);
     // The mappings are found through the folio's anon_vma and index: the
     // one place in each mm of its fork family where its pages can be.
     let (walk, addr) = rmap::rmap_walk_anon(m, folio);

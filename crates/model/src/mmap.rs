@@ -106,12 +106,15 @@ pub fn split_vma(m: &mut Machine, mm: &mut MmStruct, addr: u64) {
     }
     mm.vmas.insert(vma.start, Vma { end: addr, ..vma });
     mm.vmas.insert(addr, Vma { start: addr, ..vma });
+    // anon_vma_clone links the new VMA; vma_complete re-inserts the old one.
+    m.anon_vmas.avc_reinsert(mm.mm_id, addr);
+    m.anon_vmas.avc_reinsert(mm.mm_id, vma.start);
 }
 
 /// Merges neighbouring VMAs with equal flags around `[start, end)` (vma_merge).
 ///
 /// Named for vma_merge (now vma_merge_existing_range), applied around a range.
-pub fn vma_merge_range(mm: &mut MmStruct, start: u64, end: u64) {
+pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
     let first = mm
         .vmas
         .range(..start)
@@ -136,6 +139,9 @@ pub fn vma_merge_range(mm: &mut MmStruct, start: u64, end: u64) {
                     ..p
                 };
                 mm.vmas.insert(p.start, merged);
+                // The expanded VMA's avcs are re-inserted, the other's unlinked.
+                m.anon_vmas.avc_unlink(mm.mm_id, key);
+                m.anon_vmas.avc_reinsert(mm.mm_id, p.start);
                 prev = Some(merged);
             }
             _ => prev = Some(vma),
@@ -166,7 +172,7 @@ pub fn update_vma_flags(
         let flags = update(vma.flags);
         mm.vmas.insert(vma.start, Vma { flags, ..vma });
     }
-    vma_merge_range(mm, start, end);
+    vma_merge_range(m, mm, start, end);
     covered >= end
 }
 
@@ -220,6 +226,7 @@ fn unmap_vmas(m: &mut Machine, mm: &mut MmStruct, vmas: &[Vma]) {
     }
     for vma in vmas {
         mm.vmas.remove(&vma.start);
+        m.anon_vmas.avc_unlink(mm.mm_id, vma.start);
         if let Some(hv) = vma.hugetlb {
             hugetlb::hugetlb_vm_op_close(m, vma, &hv);
         }

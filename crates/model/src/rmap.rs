@@ -17,11 +17,23 @@
 //! its zero-filled pages costs the mms of one fork family, not a walk of
 //! every page table of every process.
 //!
+//! The order of that walk is the kernel's: `anon_vma_interval_tree_foreach`
+//! meets the VMAs by start pgoff, then in the order their anon_vma_chains
+//! were inserted (an equal key goes right), so a parent's VMA comes before
+//! its forked child's until a split or merge re-inserts it (mm/vma.c
+//! `vma_prepare`/`vma_complete`); `try_to_migrate` unmaps a folio to be
+//! split in that order and replays `__folio_remove_rmap` on the way.
+//!
 //! Simplifications: one anon_vma per mm instead of one per VMA with
 //! anon_vma_chain links (`AnonVma`, named by its mm's id): with no mremap,
 //! a folio of an mm's anon_vma is mapped only at its own address, in that mm
 //! or in mms forked from it, which is what the kernel's interval tree of
-//! VMAs under the anon_vma yields too. Only large folios record their
+//! VMAs under the anon_vma yields too. The tree itself is not kept: the
+//! walk collects the VMAs of those mms at the folio's address and sorts
+//! them by start and by an insertion sequence number (`AnonVmas::avc_seq`):
+//! the fork's for every VMA of a child, a newer one for a VMA split or
+//! merged since; a VMA of the family's first mm that never changed ranks
+//! first (its anon_vma_prepare came before any fork that linked a child). Only large folios record their
 //! anon_vma and index: nothing walks the rmap of an order-0 folio in the
 //! model (no reclaim, migration or KSM). The MM-ID slots of
 //! a large folio live in a side table (`Machine::folio_mm_ids`) and only while
@@ -31,10 +43,13 @@
 //! decides which free slot a third MM takes).
 
 use crate::deferred_split::deferred_split_folio;
-use crate::mm_types::{pg, MmId, Pfn, HPAGE_PMD_NR, MM_ID_DUMMY, PAGE_SHIFT};
+use crate::mm_types::{pg, MmId, Pfn, HPAGE_PMD_NR, MM_ID_DUMMY, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE};
+use crate::mms::MmList;
+use crate::pgtable::{pte_index, Pmd};
 use crate::vmstat::MthpStat;
 use crate::Machine;
 use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeMap;
 
 /// GUP_PIN_COUNTING_BIAS: what one pin adds to a small folio's refcount.
 pub const GUP_PIN_COUNTING_BIAS: u32 = 1024;
@@ -63,12 +78,23 @@ pub struct AnonVma {
     pub mm_alive: bool,
     /// Large folios whose `folio->mapping` it is.
     pub folios: u64,
+    /// When its mm's VMAs were linked into the anon_vma interval trees of
+    /// their family: 0 for the mm that made the family's anon_vma (linked
+    /// at anon_vma_prepare, before any child), else the fork's sequence
+    /// number (`anon_vma_fork`); see `AnonVmas::avc_seq`.
+    pub avc_forked: u64,
+    /// VMAs of its mm (by start address) whose avcs were removed and
+    /// inserted again since, by a VMA split or merge, with that sequence
+    /// number.
+    pub avc_moved: BTreeMap<u64, u64>,
 }
 
 /// Every anon_vma of the machine, by id.
 #[derive(Default)]
 pub struct AnonVmas {
     map: HashMap<MmId, AnonVma>,
+    /// The sequence number of the next avc insertion.
+    next_avc: u64,
 }
 
 impl AnonVmas {
@@ -83,13 +109,16 @@ impl AnonVmas {
         );
     }
 
-    /// anon_vma_fork: the child's anon_vma, under the parent's.
+    /// anon_vma_fork: the child's anon_vma, under the parent's; the
+    /// child's VMAs are linked after every avc already in the trees.
     pub fn fork(&mut self, parent: MmId, child: MmId) {
+        self.next_avc += 1;
         self.map.insert(
             child,
             AnonVma {
                 parent: Some(parent),
                 mm_alive: true,
+                avc_forked: self.next_avc,
                 ..AnonVma::default()
             },
         );
@@ -102,6 +131,7 @@ impl AnonVmas {
     pub fn exit(&mut self, id: MmId) {
         if let Some(av) = self.map.get_mut(&id) {
             av.mm_alive = false;
+            av.avc_moved.clear();
         }
         self.put(id);
     }
@@ -161,6 +191,35 @@ impl AnonVmas {
         }
     }
 
+    /// anon_vma_interval_tree_post_update_vma (a VMA split or merged keeps
+    /// its avcs but takes them out of the trees and inserts them again) and
+    /// anon_vma_clone of a split's new VMA: the VMA of `mm` at `start` now
+    /// comes after every avc of the same start already in the trees.
+    pub fn avc_reinsert(&mut self, mm: MmId, start: u64) {
+        self.next_avc += 1;
+        if let Some(av) = self.map.get_mut(&mm) {
+            av.avc_moved.insert(start, self.next_avc);
+        }
+    }
+
+    /// unlink_anon_vmas of one VMA (munmap): a later VMA at its start is
+    /// linked afresh.
+    pub fn avc_unlink(&mut self, mm: MmId, start: u64) {
+        if let Some(av) = self.map.get_mut(&mm) {
+            av.avc_moved.remove(&start);
+        }
+    }
+
+    /// When the avcs of `mm`'s VMA at `start` were inserted: the tie-break
+    /// of the interval tree between VMAs of one start (an equal key is
+    /// inserted to the right, so the in-order walk meets equal keys in
+    /// insertion order).
+    pub fn avc_seq(&self, mm: MmId, start: u64) -> u64 {
+        self.map.get(&mm).map_or(0, |av| {
+            av.avc_moved.get(&start).copied().unwrap_or(av.avc_forked)
+        })
+    }
+
     /// The root of the tree holding `id` (the fork family's first mm).
     pub fn root(&self, mut id: MmId) -> MmId {
         while let Some(p) = self.map.get(&id).and_then(|av| av.parent) {
@@ -178,6 +237,100 @@ pub fn rmap_walk_anon(m: &Machine, folio: Pfn) -> (Vec<MmId>, u64) {
     m.anon_vmas.tree(ext.anon_vma, &mut ids);
     ids.retain(|id| m.anon_vmas.get(*id).is_some_and(|av| av.mm_alive));
     (ids, ext.index << PAGE_SHIFT)
+}
+
+/// One VMA an rmap walk of a folio visits: its mm and its range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvcVisit {
+    pub mm: MmId,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// anon_vma_interval_tree_foreach over the anon_vma of `folio` (a large
+/// anon folio), as rmap_walk_anon runs it: the VMAs with an anon_vma of the
+/// live mms of its tree that overlap the folio, in the tree's in-order
+/// (mm/interval_tree.c, include/linux/interval_tree_generic.h): by the
+/// VMA's start pgoff (its start address here: anonymous VMAs, no mremap),
+/// then by when its avc was inserted (see `AnonVmas::avc_seq`).
+pub fn anon_vma_interval_tree_foreach(m: &Machine, mms: &mut MmList, folio: Pfn) -> Vec<AvcVisit> {
+    let (ids, addr) = rmap_walk_anon(m, folio);
+    let end = addr + (PAGE_SIZE << m.zone.memmap.page(folio).order());
+    let mut visits = Vec::new();
+    for mm in ids {
+        let Some(mmp) = mms.get_mut(mm) else { continue };
+        for vma in mmp.vmas_in(addr, end).iter().filter(|v| v.anon_vma) {
+            let (start, end) = (vma.start, vma.end);
+            visits.push(AvcVisit { mm, start, end });
+        }
+    }
+    visits.sort_by_key(|v| (v.start, m.anon_vmas.avc_seq(v.mm, v.start)));
+    visits
+}
+
+/// try_to_migrate as unmap_folio runs it before a split
+/// (TTU_SPLIT_HUGE_PMD), for what its removals do to the deferred split
+/// queue. In the walk's order each mapping goes the way try_to_migrate_one
+/// takes it: a PMD in one step (split_huge_pmd_locked with freeze:
+/// folio_remove_rmap_pmd, and no PTE rmap added, as the PTEs become
+/// migration entries), PTEs one page at a time (folio_remove_rmap_pte).
+/// Each removal follows `__folio_remove_rmap` (CONFIG_PAGE_MAPCOUNT=y, the
+/// kernel backend's config): a removal that unmaps pages while others stay
+/// mapped and no PMD maps the folio any more makes it partially mapped,
+/// and a folio not flagged so yet goes to deferred_split_folio(folio,
+/// true), which counts thp_deferred_split_page and the size's
+/// split_deferred. The split takes it off the queue again.
+///
+/// The model's split keeps the page tables and rewrites them afterwards
+/// into what remap_page leaves (see `split_folio`), so the removals are
+/// made on a copy of the folio's mapcounts, which the split discards.
+pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
+    let nr = 1usize << m.zone.memmap.page(folio).order();
+    let addr = m.zone.memmap.folio_ext(folio).index << PAGE_SHIFT;
+    let (index, first) = (addr / PMD_SIZE, pte_index(addr));
+    let mut entire = folio_entire_mapcount(m, folio);
+    let mut mapped = folio_nr_pages_mapped(m, folio) as usize;
+    let pages = m.zone.memmap.pages(folio, nr as u64);
+    let mut mapcount: Vec<u16> = pages.iter().map(|p| p.mapcount).collect();
+    for v in anon_vma_interval_tree_foreach(m, mms, folio) {
+        let Some(mm) = mms.get_mut(v.mm) else {
+            continue;
+        };
+        match mm.pmds.get(&index) {
+            Some(Pmd::Huge { pfn, .. }) if *pfn == folio => {
+                entire -= 1;
+                let unmapped = if entire == 0 { nr - mapped } else { 0 };
+                if unmapped > 0 && unmapped < nr {
+                    remove_rmap_partially_mapped(m, folio);
+                }
+            }
+            Some(Pmd::Table(t)) => {
+                let lo = ((v.start.max(addr) - addr) / PAGE_SIZE) as usize;
+                let hi = ((v.end.min(addr + (nr as u64) * PAGE_SIZE) - addr) / PAGE_SIZE) as usize;
+                for (i, count) in mapcount.iter_mut().enumerate().take(hi).skip(lo) {
+                    if t.ptes[first + i].pfn() != Some(Pfn(folio.0 + i as u64)) {
+                        continue;
+                    }
+                    *count -= 1;
+                    if *count == 0 {
+                        mapped -= 1;
+                        if entire == 0 && mapped > 0 {
+                            remove_rmap_partially_mapped(m, folio);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The end of `__folio_remove_rmap` for a removal that left the folio
+/// partially mapped: queued unless flagged already.
+fn remove_rmap_partially_mapped(m: &mut Machine, folio: Pfn) {
+    if !m.zone.memmap.page(folio).test(pg::PARTIALLY_MAPPED) {
+        deferred_split_folio(m, folio, true);
+    }
 }
 
 /// Folio-level fields overlaid on the first tail pages (see mm_types).
@@ -531,4 +684,60 @@ pub fn folio_put_refs(m: &mut Machine, folio: Pfn, refs: u32) -> bool {
     debug_assert!(head.private >= refs, "refcount underflow on {folio}");
     head.private -= refs;
     head.private == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AnonVmas;
+
+    #[test]
+    fn avc_order_is_fork_order_until_a_split_reinserts() {
+        let mut avs = AnonVmas::default();
+        avs.alloc(1);
+        avs.fork(1, 2);
+        avs.fork(1, 3);
+        let start = 0x4000_0000;
+        // The faulting mm's VMA first, then the children as they forked.
+        assert!(avs.avc_seq(1, start) < avs.avc_seq(2, start));
+        assert!(avs.avc_seq(2, start) < avs.avc_seq(3, start));
+        // A split of the parent's VMA re-inserts it after both children.
+        avs.avc_reinsert(1, start);
+        assert!(avs.avc_seq(1, start) > avs.avc_seq(3, start));
+        // Unlinked (munmap): a VMA mapped there later ranks as prepared.
+        avs.avc_unlink(1, start);
+        assert_eq!(avs.avc_seq(1, start), 0);
+    }
+
+    /// split_deferred of an under-used THP shared by a and its child b,
+    /// after `layout` (statements of a and b), at reclaim.
+    fn split_deferred_after(layout: &str) -> i64 {
+        let text = format!(
+            "set transparent_hugepage/enabled madvise\n\
+             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
+             spawn a\n\
+             a mmap buf 2M align=2M\n\
+             a madvise buf HUGEPAGE\n\
+             a write buf:4K\n\
+             a fork b\n\
+             {layout}\n\
+             reclaim\n"
+        );
+        let end = crate::end_counters(&text);
+        assert_eq!(end["vmstat.thp_underused_split_page"], 1);
+        end["mthp.2048kB.split_deferred"]
+    }
+
+    #[test]
+    fn the_walk_order_decides_whether_a_shared_split_counts_split_deferred() {
+        // a's PMD first, then b's PTEs: partially mapped on the way.
+        assert_eq!(split_deferred_after("b write buf+1M:4K"), 1);
+        assert_eq!(split_deferred_after("b mprotect buf:1M r"), 1);
+        // a's PTEs first while b's PMD maps everything: never partially.
+        assert_eq!(split_deferred_after("a write buf+1M:4K"), 0);
+        // a's mprotect re-inserts a's VMAs after b's: b's PMD first.
+        assert_eq!(split_deferred_after("a mprotect buf:1M r"), 1);
+        // Both PTE-mapped: b's first removal unmaps a page.
+        let both = "a mprotect buf:1M r\nb mprotect buf:1M r";
+        assert_eq!(split_deferred_after(both), 1);
+    }
 }

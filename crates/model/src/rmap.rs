@@ -472,6 +472,7 @@ fn folio_sub_large_mapcount(m: &mut Machine, folio: Pfn, diff: u64, mm: MmId) {
 /// folio_add_new_anon_rmap(RMAP_EXCLUSIVE): a freshly allocated folio gets its
 /// first mapping — by one PMD when `pmd`, else by one PTE per page — at
 /// `addr` in the mm `mm`, whose anon_vma it joins (`__folio_set_anon`).
+#[inline]
 pub fn folio_add_new_anon_rmap(
     m: &mut Machine,
     folio: Pfn,

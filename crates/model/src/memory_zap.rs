@@ -12,7 +12,7 @@
 
 use crate::huge_memory::{split_huge_pmd, zap_huge_pmd};
 use crate::internal::folio_pte_batch;
-use crate::mm_types::{MmStruct, Pfn, PMD_SIZE};
+use crate::mm_types::{MmId, MmStruct, Pfn, PMD_SIZE};
 use crate::page_alloc::free_folio;
 use crate::pgtable::{pte_index, Pmd, Pte};
 use crate::rmap;
@@ -98,16 +98,25 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
         m.zone.free_pages_run(run.0, run.1);
         run.1 = 0;
         t.ptes[i] = pte;
-        let folio = page_folio(m, pfn);
-        let nr = folio_pte_batch(m, folio, &t.ptes[i..], end - i);
-        t.ptes[i..i + nr].fill(Pte::NONE);
+        let nr = zap_present_folio_ptes(m, &mut t.ptes[i..end], pfn, mm.mm_id);
         unmapped += nr as u64;
-        if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64, mm.mm_id) {
-            free_folio(m, folio);
-        }
         i += nr;
     }
     m.zone.free_pages_run(run.0, run.1);
     mm.anon_rss -= unmapped;
     m.stat.nr_anon_mapped -= small_unmapped;
+}
+
+/// zap_present_folio_ptes: the PTEs of one large folio from `ptes[0]` (which
+/// maps `pfn`) cleared in one batch; returns how many. Out of line: the
+/// order-0 loop above is the exit hot path and keeps its registers.
+#[inline(never)]
+fn zap_present_folio_ptes(m: &mut Machine, ptes: &mut [Pte], pfn: Pfn, mm_id: MmId) -> usize {
+    let folio = page_folio(m, pfn);
+    let nr = folio_pte_batch(m, folio, ptes, ptes.len());
+    ptes[..nr].fill(Pte::NONE);
+    if rmap::folio_remove_rmap_ptes(m, folio, pfn, nr as u64, mm_id) {
+        free_folio(m, folio);
+    }
+    nr
 }

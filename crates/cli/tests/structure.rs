@@ -1,6 +1,6 @@
-//! The layering of the sources (issue 22): no cycle between the files of any
-//! crate, as `scripts/file-cycles.py` reads them, and the script does see a
-//! cycle when there is one.
+//! The shape of the sources (issue 22): no cycle between the files of any
+//! crate, as `scripts/file-cycles.py` reads them (and the script does see a
+//! cycle when there is one), and no function over 120 lines.
 
 use std::path::Path;
 use std::process::Command;
@@ -57,4 +57,20 @@ fn the_script_sees_a_cycle_through_a_use_group_and_a_path() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(out.contains("cycle of 3 modules: a b c"), "{out}");
     assert!(out.contains("b -> a: h"), "{out}");
+}
+
+#[test]
+fn no_function_over_120_lines() {
+    let out = Command::new("python3")
+        .arg(repo_root().join("scripts/longest-functions.py"))
+        .arg("5")
+        .current_dir(repo_root())
+        .output()
+        .expect("python3 runs scripts/longest-functions.py");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "a function is over 120 lines:\n{text}"
+    );
+    assert_eq!(text.lines().count(), 5, "{text}");
 }

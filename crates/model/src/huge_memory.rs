@@ -475,16 +475,7 @@ mod tests {
     /// Under-used splits at reclaim after writing `pages` pages of one THP,
     /// with max_ptes_none 409.
     fn underused_splits(pages: u64) -> i64 {
-        let text = format!(
-            "set transparent_hugepage/enabled madvise\n\
-             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
-             spawn a\n\
-             a mmap buf 2M align=2M\n\
-             a madvise buf HUGEPAGE\n\
-             a write buf:{}K\n\
-             reclaim\n",
-            pages * 4
-        );
+        let text = crate::one_thp_at_409(&format!("a write buf:{}K\nreclaim\n", pages * 4));
         crate::end_counters(&text)["vmstat.thp_underused_split_page"]
     }
 

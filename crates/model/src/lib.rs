@@ -275,3 +275,18 @@ pub(crate) fn end_counters(text: &str) -> hugelab_workload::Counters {
         .counters
         .clone()
 }
+
+/// The start of the under-used THP tests: one PMD THP's worth of `buf` in
+/// process `a`, THP on by MADV_HUGEPAGE, `max_ptes_none` 409 (the shrinker
+/// authors' value), then `body`. For the modules' unit tests.
+#[cfg(test)]
+pub(crate) fn one_thp_at_409(body: &str) -> String {
+    format!(
+        "set transparent_hugepage/enabled madvise\n\
+         set transparent_hugepage/khugepaged/max_ptes_none 409\n\
+         spawn a\n\
+         a mmap buf 2M align=2M\n\
+         a madvise buf HUGEPAGE\n\
+         {body}"
+    )
+}

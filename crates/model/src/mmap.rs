@@ -289,16 +289,8 @@ pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
 /// an anonymous private mapping, or a HugeTLB one (`MAP_HUGETLB`, private or
 /// `MAP_SHARED`) whose pages the pool reserves at once.
 pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), BackendError> {
-    let &stmt::Mmap {
-        ref proc,
-        ref region,
-        size,
-        align,
-        hugetlb,
-        shared,
-        prot,
-    } = s;
-    if shared && hugetlb.is_none() {
+    let (proc, region, size, align, shared) = (&s.proc, &s.region, s.size, s.align, s.shared);
+    if shared && s.hugetlb.is_none() {
         return Err(unsupported(stmt, "mmap shared without hugetlb="));
     }
     let id = mm_id_of(m, stmt, proc)?;
@@ -313,8 +305,8 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
             format!("process '{proc}' already has a region '{region}'"),
         ));
     }
-    let prot = vm_prot(prot.unwrap_or(Prot::ReadWrite));
-    let Some(hsize) = hugetlb else {
+    let prot = vm_prot(s.prot.unwrap_or(Prot::ReadWrite));
+    let Some(hsize) = s.hugetlb else {
         let len = size.bytes().next_multiple_of(PAGE_SIZE);
         let align = align.map(|a| a.bytes().max(PAGE_SIZE));
         m.mms

@@ -712,17 +712,7 @@ mod tests {
     /// split_deferred of an under-used THP shared by a and its child b,
     /// after `layout` (statements of a and b), at reclaim.
     fn split_deferred_after(layout: &str) -> i64 {
-        let text = format!(
-            "set transparent_hugepage/enabled madvise\n\
-             set transparent_hugepage/khugepaged/max_ptes_none 409\n\
-             spawn a\n\
-             a mmap buf 2M align=2M\n\
-             a madvise buf HUGEPAGE\n\
-             a write buf:4K\n\
-             a fork b\n\
-             {layout}\n\
-             reclaim\n"
-        );
+        let text = crate::one_thp_at_409(&format!("a write buf:4K\na fork b\n{layout}\nreclaim\n"));
         let end = crate::end_counters(&text);
         assert_eq!(end["vmstat.thp_underused_split_page"], 1);
         end["mthp.2048kB.split_deferred"]

@@ -16,6 +16,7 @@ mod explain;
 mod hugetlb;
 mod hugetlb_measure;
 mod hugetlb_measure_report;
+mod record;
 mod run;
 mod scan;
 mod scan_print;
@@ -61,6 +62,8 @@ enum Command {
     Utilization(utilization::UtilizationArgs),
     /// A/B-test a command under huge-page settings, each run in its own memory cgroup.
     Bench(bench::BenchArgs),
+    /// Record a command's page faults, mm syscalls and tasks (root; --summary only so far).
+    Record(record::RecordArgs),
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
@@ -96,6 +99,7 @@ fn dispatch(cli: Cli) -> ExitCode {
         Command::Counters(args) => counters::main(args),
         Command::Scan(args) => scan::main(args),
         Command::Bench(args) => bench::main(args),
+        Command::Record(args) => record::main(args),
         Command::Hugetlb(cmd) => hugetlb::main(cmd),
         Command::Settings(cmd) => settings::main(cmd),
         Command::Utilization(args) => utilization::main(args),

@@ -545,6 +545,11 @@ fn every_root_readme_example_runs_on_this_machine() {
                 ]);
                 check_bench(&out, 2);
             }
+            "hugelab record --summary -- CMD ARGS" => {
+                let out = ok(&["record", "--summary", "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=1M", "count=4"]);
+                assert!(out.starts_with("| pid/tid"), "a table first: {out}");
+                assert!(out.contains(" dd ") && out.contains(" 0 lost"), "{out}");
+            }
             c if c.starts_with("hugelab scan ") => {
                 scans.push(c.to_string());
                 continue;

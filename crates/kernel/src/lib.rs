@@ -12,6 +12,7 @@
 //! - [`backend`]: the workload's statements, each handed to its handler in
 //!   the module of its mechanism (`mmap`, `madvise`, `task`, ...), inside a
 //!   measurement window (`measure`) over the workload's agents (`agents`).
+//! - [`record`]: `hugelab record`'s capture of a real program (perf tracepoints).
 //! - [`hugetlb`]: HugeTLB pools grown and shrunk with HVO off and on, timed,
 //!   with the memmap and free-page counters around each write.
 //!
@@ -38,6 +39,7 @@ mod mprotect;
 pub mod pagemap;
 pub mod process;
 pub mod protocol;
+pub mod record;
 pub mod scan;
 pub mod smaps;
 pub mod sysfs;

@@ -1,0 +1,340 @@
+//! `hugelab record`: a C program of known behaviour recorded on this
+//! machine's kernel (root; skipped with a reason otherwise), checked
+//! against what the program does; bad input; the machine left as found.
+
+mod common;
+
+use hugelab_kernel::record::{self, summary, tracefs, Event, Kind};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// The recorder reaps every child of the process: tests that start
+/// processes run one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const PAGE: u64 = 4096;
+
+const PROGRAM: &str = r#"
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define PAGE 4096
+static volatile char *r3;
+
+static void *thread(void *arg) {
+    for (int i = 0; i < 4; i++) r3[i * PAGE] = 1;
+    return arg;
+}
+
+int main(void) {
+    volatile char *r1 = mmap(0, 64 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    for (int i = 0; i < 64; i++) r1[i * PAGE] = 1;
+    volatile char *r2 = mmap(0, 16 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int sum = 0;
+    for (int i = 0; i < 16; i++) sum += r2[i * PAGE];
+    for (int i = 0; i < 16; i++) r2[i * PAGE] = 1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (int i = 0; i < 8; i++) r1[i * PAGE] = 2;
+        _exit(0);
+    }
+    waitpid(pid, 0, 0);
+    r3 = mmap(0, 8 * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    pthread_t t;
+    pthread_create(&t, 0, thread, 0);
+    pthread_join(t, 0);
+    mremap((void *)r2, 16 * PAGE, 32 * PAGE, MREMAP_MAYMOVE);
+    sbrk(16 * PAGE);
+    madvise((void *)r1, 64 * PAGE, MADV_DONTNEED);
+    execl("/bin/true", "true", (char *)0);
+    return 1 + sum;
+}
+"#;
+
+/// Why the recorder cannot run here, if it cannot.
+fn cannot_record() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    None
+}
+
+/// The test program, compiled with `cc`; None (and why) without a compiler.
+fn compile() -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("hugelab-record-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("known.c");
+    let bin = dir.join("known");
+    std::fs::write(&src, PROGRAM).unwrap();
+    let out = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("no C compiler (cc: {e})"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(bin)
+}
+
+fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn no_children_left() -> bool {
+    // SAFETY: a non-blocking wait for any child.
+    let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL) };
+    r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)
+}
+
+/// The address an mmap of `len` anonymous bytes in `pid` returned: its
+/// sys_exit following its sys_enter in the same task.
+fn mmap_of(events: &[Event], pid: u32, len: u64) -> u64 {
+    let enter = events
+        .iter()
+        .position(|e| {
+            e.pid == pid
+                && matches!(e.kind, Kind::SysEnter { nr: 9, args } if args[1] == len && args[4] as i32 == -1)
+        })
+        .unwrap_or_else(|| panic!("no mmap of {len:#x} in {pid}"));
+    let tid = events[enter].tid;
+    events[enter..]
+        .iter()
+        .find_map(|e| match e.kind {
+            Kind::SysExit { nr: 9, ret } if e.tid == tid => Some(ret as u64),
+            _ => None,
+        })
+        .expect("the mmap's exit")
+}
+
+fn faults(events: &[Event], tid: u32, range: (u64, u64), code: u64) -> usize {
+    events
+        .iter()
+        .filter(|e| {
+            e.tid == tid
+                && matches!(e.kind, Kind::Fault { addr, error_code, user: true }
+                    if error_code == code && addr >= range.0 && addr < range.1)
+        })
+        .count()
+}
+
+fn syscall_args(events: &[Event], pid: u32, nr: i64) -> Vec<[u64; 6]> {
+    events
+        .iter()
+        .filter(|e| e.pid == pid)
+        .filter_map(|e| match e.kind {
+            Kind::SysEnter { nr: n, args } if n == nr => Some(args),
+            _ => None,
+        })
+        .collect()
+}
+
+fn record_known(bin: &Path) -> (Vec<Event>, record::Outcome) {
+    let mut events = Vec::new();
+    let opts = record::Options {
+        command: vec![bin.to_str().unwrap().to_string()],
+        buffer: 4 << 20,
+    };
+    let outcome = record::record(&opts, |e| events.push(e.clone()), |_| {}).expect("records");
+    (events, outcome)
+}
+
+#[test]
+fn a_program_of_known_behaviour_is_recorded_as_it_ran() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(why) = cannot_record() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let bin = match compile() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let (mounted, fds) = (tracefs::is_mounted().unwrap(), fd_count());
+    let (events, outcome) = record_known(&bin);
+    assert_eq!(tracefs::is_mounted().unwrap(), mounted, "tracefs as found");
+    assert_eq!(fd_count(), fds, "no perf descriptor left open");
+    assert!(no_children_left());
+    assert_eq!(outcome.lost, 0);
+    assert_eq!(outcome.status, Some(0), "/bin/true's status");
+    assert!(
+        events.windows(2).all(|w| w[0].time <= w[1].time),
+        "in time order"
+    );
+
+    // The command is the first task seen (its exec's COMM record).
+    let root = events[0].pid;
+    let r1 = mmap_of(&events, root, 64 * PAGE);
+    let r1 = (r1, r1 + 64 * PAGE);
+    assert!(
+        faults(&events, root, r1, 0x6) >= 64,
+        "a first write per page"
+    );
+    let r2 = mmap_of(&events, root, 16 * PAGE);
+    let r2 = (r2, r2 + 16 * PAGE);
+    assert_eq!(faults(&events, root, r2, 0x4), 16, "a first read per page");
+    assert_eq!(
+        faults(&events, root, r2, 0x7),
+        16,
+        "then a write over the zero page"
+    );
+    let last_read = events.iter().rposition(|e| e.tid == root && matches!(e.kind, Kind::Fault { addr, error_code: 4, .. } if addr >= r2.0 && addr < r2.1));
+    let first_wp = events.iter().position(|e| e.tid == root && matches!(e.kind, Kind::Fault { addr, error_code: 7, .. } if addr >= r2.0 && addr < r2.1));
+    assert!(last_read < first_wp, "reads, then writes");
+
+    let new_tasks: Vec<(u32, u64)> = events
+        .iter()
+        .filter_map(|e| match e.kind {
+            Kind::NewTask {
+                child, clone_flags, ..
+            } if e.pid == root => Some((child, clone_flags)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(new_tasks.len(), 2, "the fork and the thread: {new_tasks:?}");
+    let (child, flags) = new_tasks[0];
+    assert_eq!(flags & summary::CLONE_VM, 0, "fork: a new mm");
+    assert_eq!(faults(&events, child, r1, 0x7), 8, "the child's COW faults");
+    let (thread, flags) = new_tasks[1];
+    assert_ne!(flags & summary::CLONE_VM, 0);
+    assert_eq!(flags & summary::CLONE_VFORK, 0);
+    let r3 = mmap_of(&events, root, 8 * PAGE);
+    assert_eq!(faults(&events, thread, (r3, r3 + 8 * PAGE), 0x6), 4);
+    assert!(
+        events
+            .iter()
+            .filter(|e| e.tid == thread && matches!(e.kind, Kind::Fault { .. }))
+            .all(|e| e.pid == root),
+        "the thread's faults are in the shared mm"
+    );
+
+    let mremap = syscall_args(&events, root, 25);
+    assert!(
+        mremap
+            .iter()
+            .any(|a| a[0] == r2.0 && a[1] == 16 * PAGE && a[2] == 32 * PAGE && a[3] == 1),
+        "{mremap:x?}"
+    );
+    let brk = syscall_args(&events, root, 12);
+    let grown = brk.windows(2).any(|w| w[0][0] == 0 && w[1][0] != 0);
+    assert!(
+        brk.iter().any(|a| a[0] != 0) && (grown || brk.len() >= 2),
+        "{brk:x?}"
+    );
+    let madvise = syscall_args(&events, root, 28);
+    assert!(
+        madvise
+            .iter()
+            .any(|a| a[0] == r1.0 && a[1] == 64 * PAGE && a[2] == 4),
+        "{madvise:x?}"
+    );
+    assert!(
+        events.iter().any(|e| e.pid == root
+            && matches!(&e.kind, Kind::Exec { filename, .. } if filename == "/bin/true")),
+        "the exec of /bin/true"
+    );
+    assert!(events
+        .iter()
+        .any(|e| e.pid == root
+            && matches!(&e.kind, Kind::Comm { comm, exec: true } if comm == "true")));
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+}
+
+#[test]
+fn the_summary_counts_the_programs_faults() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(why) = cannot_record() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let bin = match compile() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let state = common::state_dir("record-summary");
+    let mounted = tracefs::is_mounted().unwrap();
+    let out = common::hugelab(
+        &["record", "--summary", "--json", "--", bin.to_str().unwrap()],
+        &state,
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["totals"]["lost"], 0);
+    let tasks = v["tasks"].as_array().unwrap();
+    assert_eq!(
+        tasks.len(),
+        3,
+        "the program, its child, its thread: {tasks:?}"
+    );
+    assert_eq!(tasks[0]["kind"], "command");
+    assert!(tasks[0]["faults"]["write"].as_u64().unwrap() >= 64 + 16);
+    assert_eq!(
+        tasks[0]["execs"].as_array().unwrap().last().unwrap(),
+        "/bin/true"
+    );
+    assert_eq!(tasks[0]["syscalls"]["mremap"], 1);
+    assert_eq!(tasks[1]["kind"], "process");
+    assert_eq!(tasks[2]["kind"], "thread");
+    // Its four pages, and its own stack.
+    assert!(tasks[2]["faults"]["write"].as_u64().unwrap() >= 4);
+    assert_eq!(tracefs::is_mounted().unwrap(), mounted);
+    // The table, first.
+    let out = common::hugelab(
+        &["record", "--summary", "--", bin.to_str().unwrap()],
+        &state,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("| pid/tid"), "{text}");
+    assert!(text.contains(" 0 lost"), "{text}");
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+    let _ = std::fs::remove_dir_all(state);
+}
+
+#[test]
+fn bad_input_is_one_sentence_and_leaves_nothing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = common::run(&["record", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        common::stderr(&out).contains("not built yet"),
+        "{}",
+        common::stderr(&out)
+    );
+    common::assert_refused_as_nobody(&["record", "--summary", "--", "/bin/true"]);
+    if let Some(why) = cannot_record() {
+        eprintln!("skipped the rest: {why}");
+        return;
+    }
+    let state = common::state_dir("record-bad");
+    let mounted = tracefs::is_mounted().unwrap();
+    let out = common::hugelab(
+        &["record", "--summary", "--", "no-such-command-here"],
+        &state,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = common::stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no command no-such-command-here found"),
+        "{err}"
+    );
+    assert_eq!(tracefs::is_mounted().unwrap(), mounted);
+    assert!(no_children_left());
+    let _ = std::fs::remove_dir_all(state);
+}

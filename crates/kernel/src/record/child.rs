@@ -1,0 +1,295 @@
+//! The recorded command: found on PATH, forked with THP disabled for its
+//! whole tree (PR_SET_THP_DISABLE is inherited by fork and kept across
+//! exec), as the invoking user under sudo, held before exec until the
+//! recorder's events are open, and waited for with every descendant
+//! (hugelab is the tree's child subreaper).
+
+use crate::error::{KernelError, Result};
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// A forked child waiting to exec.
+pub struct Child {
+    pub pid: libc::pid_t,
+    /// Written once to let the child exec.
+    go: libc::c_int,
+    /// Carries the child's errno if exec fails; EOF once exec succeeded.
+    failed: libc::c_int,
+    program: String,
+}
+
+/// The user the command runs as: SUDO_UID/SUDO_GID with the user's groups,
+/// or None to stay root.
+struct User {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+/// Finds `program` as execvp would: a path if it holds a slash, else on PATH.
+pub fn resolve(program: &str) -> Result<PathBuf> {
+    let runnable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return if runnable(&p) {
+            Ok(p)
+        } else {
+            Err(KernelError::Refused(format!(
+                "cannot run {program}: no such executable file"
+            )))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| runnable(p))
+        .ok_or_else(|| KernelError::Refused(format!("no command {program} found on PATH")))
+}
+
+fn cstring(s: &OsStr) -> Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| KernelError::Refused(format!("{s:?} holds a NUL byte")))
+}
+
+/// Forks the child: THP disabled, the invoking user's ids, then it waits
+/// for [`Child::start`].
+pub fn spawn(argv: &[String]) -> Result<Child> {
+    let path = resolve(&argv[0])?;
+    let path_c = cstring(path.as_os_str())?;
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| cstring(OsStr::new(a)))
+        .collect::<Result<_>>()?;
+    let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    arg_ptrs.push(std::ptr::null());
+    let user = sudo_user()?;
+    let go = pipe()?;
+    let failed = pipe().inspect_err(|_| close_pair(go))?;
+    // SAFETY: the child only makes async-signal-safe calls before exec.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        close_pair(go);
+        close_pair(failed);
+        return Err(os_error("fork"));
+    }
+    if pid == 0 {
+        // SAFETY: in the child: raw syscalls on memory prepared before fork.
+        unsafe { child(go[0], failed[1], &path_c, &arg_ptrs, user.as_ref()) };
+    }
+    // SAFETY: closing the child's ends in the parent.
+    unsafe {
+        libc::close(go[0]);
+        libc::close(failed[1]);
+    }
+    Ok(Child {
+        pid,
+        go: go[1],
+        failed: failed[0],
+        program: argv[0].clone(),
+    })
+}
+
+/// The child's side; never returns.
+unsafe fn child(
+    go: libc::c_int,
+    failed: libc::c_int,
+    path: &CString,
+    argv: &[*const libc::c_char],
+    user: Option<&User>,
+) -> ! {
+    let fail = |errno: i32| -> ! {
+        libc::write(failed, (&errno as *const i32).cast(), 4);
+        libc::_exit(127)
+    };
+    if libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0 {
+        fail(*libc::__errno_location());
+    }
+    if let Some(u) = user {
+        if libc::setgroups(u.groups.len(), u.groups.as_ptr()) != 0
+            || libc::setgid(u.gid) != 0
+            || libc::setuid(u.uid) != 0
+        {
+            fail(*libc::__errno_location());
+        }
+    }
+    let mut byte = 0u8;
+    if libc::read(go, (&mut byte as *mut u8).cast(), 1) != 1 {
+        // The recorder gave up before starting us.
+        libc::_exit(127);
+    }
+    libc::execv(path.as_ptr(), argv.as_ptr());
+    fail(*libc::__errno_location())
+}
+
+impl Child {
+    /// Lets the child exec; an exec that fails is an error (the child has
+    /// then exited and been reaped).
+    pub fn start(mut self) -> Result<libc::pid_t> {
+        let byte = 1u8;
+        // SAFETY: writes one byte to our pipe, then closes it.
+        unsafe {
+            libc::write(self.go, (&byte as *const u8).cast(), 1);
+            libc::close(self.go);
+        }
+        self.go = -1;
+        let mut errno = 0i32;
+        // SAFETY: reads at most 4 bytes into errno.
+        let n = unsafe { libc::read(self.failed, (&mut errno as *mut i32).cast(), 4) };
+        if n == 4 {
+            reap(self.pid);
+            return Err(KernelError::Refused(format!(
+                "cannot run {}: {}",
+                self.program,
+                io::Error::from_raw_os_error(errno)
+            )));
+        }
+        Ok(self.pid)
+    }
+}
+
+impl Drop for Child {
+    /// A child never started: closing `go` makes it exit; reap it.
+    fn drop(&mut self) {
+        // SAFETY: closes our pipe ends.
+        unsafe {
+            if self.go >= 0 {
+                libc::close(self.go);
+                reap(self.pid);
+            }
+            libc::close(self.failed);
+        }
+    }
+}
+
+fn reap(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+}
+
+fn pipe() -> Result<[libc::c_int; 2]> {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(os_error("pipe2"));
+    }
+    Ok(fds)
+}
+
+fn close_pair(fds: [libc::c_int; 2]) {
+    // SAFETY: closes descriptors we created.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+}
+
+fn os_error(what: &str) -> KernelError {
+    KernelError::Refused(format!("{what} failed: {}", io::Error::last_os_error()))
+}
+
+/// SUDO_UID and SUDO_GID with that user's supplementary groups, when
+/// hugelab runs as root under sudo for a user other than root.
+fn sudo_user() -> Result<Option<User>> {
+    let id = |name| std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    let (Some(uid), Some(gid)) = (id("SUDO_UID"), id("SUDO_GID")) else {
+        return Ok(None);
+    };
+    if uid == 0 {
+        return Ok(None);
+    }
+    let mut groups = vec![gid];
+    if let Some(name) = std::env::var_os("SUDO_USER").and_then(|n| CString::new(n.as_bytes()).ok())
+    {
+        let mut n: libc::c_int = 64;
+        let mut list = vec![0 as libc::gid_t; n as usize];
+        // SAFETY: list has room for n groups; n is updated to the count.
+        let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, list.as_mut_ptr(), &mut n) };
+        if r >= 0 {
+            list.truncate(n as usize);
+            groups = list;
+        }
+    }
+    Ok(Some(User { uid, gid, groups }))
+}
+
+/// Makes this process the child subreaper of what it starts (orphans of the
+/// recorded tree become our children, so every descendant is waited for),
+/// or stops it.
+pub fn set_subreaper(on: bool) {
+    // SAFETY: plain prctl.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_CHILD_SUBREAPER,
+            libc::c_ulong::from(on),
+            0,
+            0,
+            0,
+        )
+    };
+}
+
+/// Reaps every child that has exited; returns whether any are left, and
+/// the exit status of `root` if it was among them.
+pub fn reap_exited(root: libc::pid_t, root_status: &mut Option<i32>) -> bool {
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for any of our children without blocking.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
+        if pid == 0 {
+            return true;
+        }
+        if pid < 0 {
+            return io::Error::last_os_error().raw_os_error() != Some(libc::ECHILD);
+        }
+        if pid == root {
+            *root_status = Some(if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            });
+        }
+    }
+}
+
+/// Kills and reaps every child of this process, and the orphans that then
+/// become its children, until none is left (the signal path's cleanup).
+pub fn kill_all_children() {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    for _ in 0..100 {
+        let children = children_of(me);
+        if children.is_empty() {
+            return;
+        }
+        for pid in children {
+            // SAFETY: signals and reaps our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
+            }
+        }
+    }
+}
+
+/// The processes whose parent is `parent` (/proc/PID/stat's 4th field).
+fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                // After the comm's closing parenthesis: state, ppid.
+                s.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok())
+                    == Some(parent)
+            })
+        })
+        .collect()
+}

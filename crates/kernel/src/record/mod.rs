@@ -1,0 +1,257 @@
+//! `hugelab record`'s capture: runs a command and records, in time order,
+//! every page fault of its process tree with its address and error code,
+//! its mm syscalls with their arguments and results, and its tasks' lives
+//! (fork/clone with flags, exec, the mappings exec creates, exit).
+//!
+//! The mechanism (measured on Linux 6.18): perf_event_open on the
+//! `exceptions:page_fault_user`/`page_fault_kernel`, `raw_syscalls:sys_enter`
+//! /`sys_exit`, `task:task_newtask` and `sched:sched_process_exec`
+//! tracepoints, one event per CPU and tracepoint, inherited by every task
+//! the command creates, enabled at its exec (so hugelab's own fork and
+//! setup are not recorded), filtered in the kernel (the syscalls of
+//! [`event::SYSCALLS`]; kernel faults on user addresses only). Each CPU's
+//! page-fault event is its leader: it owns the CPU's ring buffer, the
+//! others write into it (PERF_EVENT_IOC_SET_OUTPUT), and it alone asks for
+//! the side-band MMAP2, COMM, FORK and EXIT records. The rings are merged
+//! by timestamp ([`merge`]).
+//!
+//! - [`perf`]: the attribute block and the calls; [`ring`]: reading a ring;
+//! - [`tracefs`]: mounted if it is not, unmounted after;
+//! - [`event`]: records parsed into typed [`Event`]s;
+//! - [`child`]: the command, with THP disabled, as the sudo user, waited
+//!   for with every descendant;
+//! - [`summary`]: per task counts of faults by error code and mm syscalls.
+//!
+//! Not done here yet: the conversion of the events into a workload.
+
+mod child;
+pub mod event;
+mod merge;
+mod perf;
+mod ring;
+pub mod summary;
+pub mod tracefs;
+
+pub use event::{Event, Kind};
+pub use summary::Summary;
+
+use crate::error::{KernelError, Result};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::Instant;
+
+/// Kernel-mode faults on kernel addresses are not the program's memory.
+const USER_ADDRESS_FILTER: &str = "address < 140737488355328"; // 0x800000000000
+/// Events per CPU besides the leader.
+const FOLLOWERS: usize = 5;
+/// Poll timeout: the progress line's and the child reaping's pace.
+const POLL_MS: i32 = 100;
+
+pub struct Options {
+    /// The command and its arguments.
+    pub command: Vec<String>,
+    /// Ring buffer bytes per CPU.
+    pub buffer: u64,
+}
+
+/// Where a recording stands, for a progress line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    pub events: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+/// How a recording ended.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Outcome {
+    pub events: u64,
+    /// Bytes of records read from the rings.
+    pub bytes: u64,
+    /// Events the kernel could not write (a recording with any is unusable).
+    pub lost: u64,
+    pub seconds: f64,
+    /// The command's exit status (128 + signal if killed).
+    pub status: Option<i32>,
+    /// Bytes of ring buffer per CPU, as mapped (rounded up).
+    pub buffer: u64,
+}
+
+/// The signal path's cleanup: kills the recorded tree and unmounts the
+/// tracefs the recording mounted. For `guard::set_cleanup_hook`.
+pub fn interrupt_cleanup() {
+    child::kill_all_children();
+    if let Err(e) = tracefs::undo() {
+        eprintln!("hugelab: {e}");
+    }
+}
+
+/// The CPU rings and the events writing into them.
+struct Capture {
+    rings: Vec<ring::Ring>,
+    /// Leaders first in each CPU's group; kept open while recording.
+    fds: Vec<OwnedFd>,
+    ids: event::Ids,
+}
+
+fn ids(t: &tracefs::Tracefs) -> Result<event::Ids> {
+    Ok(event::Ids {
+        fault_user: t.id("exceptions", "page_fault_user")?,
+        fault_kernel: t.id("exceptions", "page_fault_kernel")?,
+        sys_enter: t.id("raw_syscalls", "sys_enter")?,
+        sys_exit: t.id("raw_syscalls", "sys_exit")?,
+        newtask: t.id("task", "task_newtask")?,
+        exec: t.id("sched", "sched_process_exec")?,
+    })
+}
+
+/// Opens every event on `pid` for each online CPU.
+fn open_capture(t: &tracefs::Tracefs, pid: libc::pid_t, buffer: u64) -> Result<Capture> {
+    let ids = ids(t)?;
+    let syscalls = event::syscall_filter();
+    let followers: [_; FOLLOWERS] = [
+        (ids.fault_kernel, Some(USER_ADDRESS_FILTER)),
+        (ids.sys_enter, Some(syscalls.as_str())),
+        (ids.sys_exit, Some(syscalls.as_str())),
+        (ids.newtask, None),
+        (ids.exec, None),
+    ];
+    let mut cap = Capture {
+        rings: Vec::new(),
+        fds: Vec::new(),
+        ids,
+    };
+    for cpu in perf::online_cpus()? {
+        let open = |tracepoint, leader| {
+            perf::open(&perf::Open {
+                tracepoint,
+                pid,
+                cpu,
+                leader,
+                wakeup: (buffer / 4).clamp(1, u64::from(u32::MAX)) as u32,
+            })
+        };
+        let leader = open(ids.fault_user, true)?;
+        cap.rings.push(ring::Ring::map(&leader, buffer)?);
+        for (tracepoint, filter) in followers {
+            let fd = open(tracepoint, false)?;
+            if let Some(f) = filter {
+                perf::set_filter(&fd, f)?;
+            }
+            perf::set_output(&fd, &leader)?;
+            cap.fds.push(fd);
+        }
+        cap.fds.push(leader);
+    }
+    Ok(cap)
+}
+
+/// Resets PR_SET_CHILD_SUBREAPER however the recording ends.
+struct Subreaper;
+
+impl Subreaper {
+    fn set() -> Subreaper {
+        child::set_subreaper(true);
+        Subreaper
+    }
+}
+
+impl Drop for Subreaper {
+    fn drop(&mut self) {
+        child::set_subreaper(false);
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Records `opts.command` until it and every descendant have exited,
+/// handing each event to `on_event` in time order and calling `progress`
+/// about ten times a second. Needs root. The tracefs mount it may make is
+/// undone before returning; the caller refuses a recording with `lost` > 0.
+pub fn record(
+    opts: &Options,
+    mut on_event: impl FnMut(&Event),
+    mut progress: impl FnMut(&Progress),
+) -> Result<Outcome> {
+    if opts.command.is_empty() {
+        return Err(KernelError::Refused("no command to record".into()));
+    }
+    child::resolve(&opts.command[0])?;
+    let _subreaper = Subreaper::set();
+    let pending = child::spawn(&opts.command)?;
+    let tracefs = tracefs::Tracefs::open()?;
+    let mut cap = open_capture(&tracefs, pending.pid, opts.buffer)?;
+    let start = Instant::now();
+    let root = pending.start()?;
+    let mut out = Outcome {
+        buffer: cap.rings.first().map_or(0, |r| r.capacity()),
+        ..Outcome::default()
+    };
+    let mut merger = merge::Merger::default();
+    let mut watermark = 0;
+    loop {
+        let round = monotonic_ns();
+        let running = child::reap_exited(root, &mut out.status);
+        for ring in &mut cap.rings {
+            let ids = cap.ids;
+            out.bytes += ring.drain(|r| {
+                if let Some(e) = event::parse(r, &ids) {
+                    merger.push(e);
+                }
+            });
+        }
+        let before = if running { watermark } else { u64::MAX };
+        merger.release(before, |e| {
+            out.events += 1;
+            if let Kind::Lost { count } = e.kind {
+                out.lost += count;
+            }
+            on_event(&e);
+        });
+        watermark = round;
+        out.seconds = start.elapsed().as_secs_f64();
+        progress(&Progress {
+            events: out.events,
+            bytes: out.bytes,
+            seconds: out.seconds,
+        });
+        if !running {
+            break;
+        }
+        wait_for_data(&cap);
+    }
+    drop(cap);
+    tracefs::undo()?;
+    Ok(out)
+}
+
+/// Sleeps until a ring passes its watermark or the poll timeout. A leader
+/// whose task has exited polls as hung up at once: then a short sleep.
+fn wait_for_data(cap: &Capture) {
+    let mut fds: Vec<libc::pollfd> = cap
+        .fds
+        .iter()
+        .skip(FOLLOWERS)
+        .step_by(FOLLOWERS + 1)
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: fds is a valid array of pollfd.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
+    if fds
+        .iter()
+        .any(|p| p.revents & (libc::POLLHUP | libc::POLLERR) != 0)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

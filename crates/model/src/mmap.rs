@@ -23,9 +23,10 @@
 //! always holds: an anonymous VMA's pgoff is its address, and nothing moves
 //! one (no mremap yet). `khugepaged_enter_vma` at mmap is not modelled, as
 //! for placed regions (the model registers the mm at fault and madvise).
-//! `vma_merge_range` (mprotect, madvise) still merges on flags alone: two
-//! regions each written on its own and made compatible afterwards merge in
-//! the model but keep their two anon_vmas, and so two VMAs, in the kernel.
+//! `vma_merge_range` (mprotect, madvise) takes the same fork rule, but two
+//! VMAs that both have an anon_vma merge in the model (one anon_vma per mm):
+//! two regions each written on its own and made compatible afterwards merge
+//! in the model but keep their two anon_vmas, and so two VMAs, in the kernel.
 //!
 //! Page tables: PTE tables, and the PMD and PUD tables above them, are
 //! allocated at fault and freed by free_pgtables when no VMA is left in
@@ -227,12 +228,17 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
     for key in keys {
         let vma = mm.vmas[&key];
         match prev {
-            // VM_HUGETLB VMAs never merge (VM_DONTEXPAND is VM_SPECIAL).
+            // VM_HUGETLB VMAs never merge (VM_DONTEXPAND is VM_SPECIAL);
+            // is_mergeable_anon_vma: when one of the two has an anon_vma
+            // and the other none, the one that has it must not have come
+            // from a fork (cases 1 and 2; case 3, both with one, is one
+            // anon_vma in the model).
             Some(p)
                 if p.end == vma.start
                     && p.flags == vma.flags
                     && p.hugetlb.is_none()
-                    && vma.hugetlb.is_none() =>
+                    && vma.hugetlb.is_none()
+                    && anon_vmas_mergeable(&p, &vma) =>
             {
                 mm.vmas.remove(&key);
                 let merged = Vma {
@@ -248,6 +254,17 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
             }
             _ => prev = Some(vma),
         }
+    }
+}
+
+/// is_mergeable_anon_vma of two existing neighbours (either may be the
+/// VMA being changed): an anon_vma only one of them has was not copied by
+/// fork (`vma_had_uncowed_parents`).
+fn anon_vmas_mergeable(a: &Vma, b: &Vma) -> bool {
+    match (a.anon_vma, b.anon_vma) {
+        (true, false) => !a.fork_child,
+        (false, true) => !b.fork_child,
+        _ => true,
     }
 }
 
@@ -591,6 +608,30 @@ mod tests {
             [(LO, LO + (1 << 20)), (LO + (1 << 20), LO + (2 << 20))]
         );
         assert_eq!(vmas("a"), [(LO, LO + (2 << 20))]);
+    }
+
+    #[test]
+    fn mprotect_does_not_merge_a_fork_childs_vma_with_one_without_anon_vma() {
+        // Parent: lo written (anon_vma), hi untouched, different prot; the
+        // child's copies: lo a fork child, hi without anon_vma.
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\n\
+                 a mmap lo 1M at=0x7e0000200000\n\
+                 a mmap hi 1M at=0x7e0000300000 prot=r\n\
+                 a write lo:4K\n\
+                 a fork b\n\
+                 b mprotect hi rw\n\
+                 a mprotect hi rw\n"
+            ),
+        )
+        .unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).unwrap();
+        let vmas = |p: &str| model.machine.mm_of(p).unwrap().vmas.len();
+        assert_eq!(vmas("b"), 2, "case 1/2 with a fork child: no merge");
+        assert_eq!(vmas("a"), 1);
     }
 
     #[test]

@@ -575,16 +575,17 @@ pub(crate) fn read_process<'a>(
     unknown: &mut BTreeMap<String, String>,
 ) -> Result<(), KernelError> {
     c.insert(format!("stat.{name}.minflt"), minflt);
-    let mut rollup = smaps::SmapsSum::default().fields();
+    // Each VMA once, though two regions merged into one both report it.
+    let mut vmas = BTreeMap::new();
     for (region, (start, len)) in regions {
-        let fields = read_region(name, pid, region, start, len, c, unknown)?;
-        for (i, (_, kb)) in fields.into_iter().enumerate() {
-            rollup[i].1 += kb;
+        for v in read_region(name, pid, region, start, len, c, unknown)? {
+            vmas.insert(v.start, v);
         }
     }
     // The rollup of the workload's own mappings: smaps_rollup also
     // holds the agent's memory, which is not the workload's.
-    for (field, kb) in rollup {
+    let rollup: Vec<_> = vmas.into_values().collect();
+    for (field, kb) in smaps::SmapsSum::of(&rollup).fields() {
         c.insert(format!("smaps.{name}.{field}"), kb as i64);
     }
     Ok(())
@@ -611,9 +612,9 @@ pub(crate) fn zeroed_process<'a>(
 }
 
 /// The counters of region `region` of the agent `name` (pid `pid`) at
-/// `[start, start + len)` into `c` (its smaps fields, which it also returns
-/// for the process's sum, and its folios); those whose folios are not known
-/// go to `unknown`.
+/// `[start, start + len)` into `c` (the smaps fields of the VMAs it
+/// overlaps, whole, which it also returns for the process's sum, and their
+/// folios); those whose folios are not known go to `unknown`.
 ///
 /// `folios.*` counts anonymous THPs, mTHPs and small folios: a HugeTLB
 /// region's pages are HugeTLB folios (KPF_HUGE, not KPF_THP), reported by
@@ -627,15 +628,19 @@ pub(crate) fn read_region(
     len: u64,
     c: &mut Counters,
     unknown: &mut BTreeMap<String, String>,
-) -> Result<[(&'static str, u64); smaps::FIELDS], KernelError> {
-    let s = smaps::region_smaps(pid, start, start + len)?;
+) -> Result<Vec<smaps::VmaSmaps>, KernelError> {
+    let vmas = smaps::region_smaps_vmas(pid, start, start + len)?;
+    let s = smaps::SmapsSum::of(&vmas);
+    // The folios of the same whole VMAs.
+    let lo = vmas.first().map_or(start, |v| v.start.min(start));
+    let hi = vmas.last().map_or(start + len, |v| v.end.max(start + len));
     let f = if s.vmas > 0 && s.hugetlb_vmas == s.vmas {
         pagemap::FolioScan::default()
     } else {
-        pagemap::scan_folios(pid, start, start + len)?
+        pagemap::scan_folios(pid, lo, hi)?
     };
     insert_region(name, region, &s, &f, c, unknown);
-    Ok(s.fields())
+    Ok(vmas)
 }
 
 /// The counters of region `region` of `name` with these smaps sums and

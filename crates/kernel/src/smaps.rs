@@ -4,7 +4,8 @@
 //!
 //! A region of a workload starts as one VMA but becomes several after
 //! `mprotect` or `madvise` of part of it, so the fields are summed over every
-//! VMA inside the region. The kernel prints each VMA's fields already rounded
+//! VMA inside the region; an `at=` region merged with its neighbour shares
+//! one VMA with it, which each of them reports whole. The kernel prints each VMA's fields already rounded
 //! down to kB (Pss from its PSS_SHIFT fixed point), so a sum over n VMAs can be
 //! up to n-1 kB below a Pss truncated once over the whole region; the other
 //! fields are whole pages and sum exactly.
@@ -44,18 +45,16 @@ impl SmapsSum {
 }
 
 /// Sums Rss, Pss, Shared_/Private_Clean/Dirty, Anonymous, AnonHugePages and
-/// Shared_/Private_Hugetlb over the VMAs of process `pid` that lie inside
+/// Shared_/Private_Hugetlb over the VMAs of process `pid` that overlap
 /// `[start, end)`, and counts those that are HugeTLB mappings.
 ///
-/// A VMA that straddles a bound is an error rather than clipped: its fields
-/// cannot be split by address, and a region's VMAs never leave the region
-/// unless the workload and the kernel disagree about where the region is.
+/// A VMA that straddles a bound counts whole rather than clipped: its fields
+/// cannot be split by address. A region's VMAs leave it only when an
+/// `at=` region merged with a neighbour, and then each region reports the
+/// merged VMA (the model's rule too: `task_mmu`'s walk of a region's VMAs).
 /// A region with no VMA left (all unmapped) gives `vmas == 0` and zeros.
 pub fn region_smaps(pid: i32, start: u64, end: u64) -> Result<SmapsSum> {
-    let path = format!("/proc/{pid}/smaps");
-    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
-    parse_smaps(&text, start, end)
-        .map_err(|msg| KernelError::io(&path, io::Error::new(io::ErrorKind::InvalidData, msg)))
+    Ok(SmapsSum::of(&region_smaps_vmas(pid, start, end)?))
 }
 
 /// The VMA header `start-end perms offset dev inode [path]`, or None for a
@@ -106,22 +105,65 @@ pub(crate) fn field(line: &str) -> Option<(&str, &str)> {
     (words.next() == Some("kB")).then_some((name, value))
 }
 
+/// One VMA's smaps fields, in kB as printed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VmaSmaps {
+    pub start: u64,
+    pub end: u64,
+    /// Each field of [`SmapsField::ALL`], indexed by the field.
+    pub kb: [u64; FIELDS],
+    /// A HugeTLB mapping (`KernelPageSize` above the base page).
+    pub hugetlb: bool,
+}
+
+impl SmapsSum {
+    /// The sum over these VMAs.
+    pub fn of(vmas: &[VmaSmaps]) -> SmapsSum {
+        let mut sum = SmapsSum::default();
+        for v in vmas {
+            sum.vmas += 1;
+            sum.hugetlb_vmas += u32::from(v.hugetlb);
+            for (total, kb) in sum.kb.iter_mut().zip(v.kb) {
+                *total += kb;
+            }
+        }
+        sum
+    }
+}
+
+/// The VMAs of process `pid` that overlap `[start, end)`, each whole, with
+/// their fields (see [`parse_smaps_vmas`]).
+pub fn region_smaps_vmas(pid: i32, start: u64, end: u64) -> Result<Vec<VmaSmaps>> {
+    let path = format!("/proc/{pid}/smaps");
+    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
+    parse_smaps_vmas(&text, start, end)
+        .map_err(|msg| KernelError::io(&path, io::Error::new(io::ErrorKind::InvalidData, msg)))
+}
+
 /// The parser behind [`region_smaps`], on the text of an smaps file.
 pub fn parse_smaps(text: &str, start: u64, end: u64) -> std::result::Result<SmapsSum, String> {
-    let mut sum = SmapsSum::default();
+    Ok(SmapsSum::of(&parse_smaps_vmas(text, start, end)?))
+}
+
+/// Every VMA of an smaps text that overlaps `[start, end)`, whole: a VMA
+/// that straddles a bound (two regions merged into one VMA) cannot have its
+/// fields split by address, so each region it touches reports all of it.
+pub fn parse_smaps_vmas(
+    text: &str,
+    start: u64,
+    end: u64,
+) -> std::result::Result<Vec<VmaSmaps>, String> {
+    let mut vmas: Vec<VmaSmaps> = Vec::new();
     let mut inside = false;
     for (n, line) in text.lines().enumerate() {
         if let Some((lo, hi)) = vma_header(line) {
             inside = lo < end && hi > start;
             if inside {
-                if lo < start || hi > end {
-                    return Err(format!(
-                        "VMA {lo:x}-{hi:x} straddles the region {start:x}-{end:x} \
-                         (line {}); its fields cannot be split by address",
-                        n + 1
-                    ));
-                }
-                sum.vmas += 1;
+                vmas.push(VmaSmaps {
+                    start: lo,
+                    end: hi,
+                    ..VmaSmaps::default()
+                });
             }
             continue;
         }
@@ -131,13 +173,12 @@ pub fn parse_smaps(text: &str, start: u64, end: u64) -> std::result::Result<Smap
         let Some((name, value)) = field(line) else {
             continue;
         };
+        let vma = vmas.last_mut().expect("a header before its fields");
         let slot = match SmapsField::from_name(name) {
-            Some(f) => &mut sum.kb[f as usize],
+            Some(f) => &mut vma.kb[f as usize],
             None if name == "KernelPageSize" => {
                 // Not summed: a HugeTLB VMA's page size is its hstate's.
-                if value.parse::<u64>().is_ok_and(|kb| kb > PAGE_KB) {
-                    sum.hugetlb_vmas += 1;
-                }
+                vma.hugetlb = value.parse::<u64>().is_ok_and(|kb| kb > PAGE_KB);
                 continue;
             }
             None => continue,
@@ -146,7 +187,7 @@ pub fn parse_smaps(text: &str, start: u64, end: u64) -> std::result::Result<Smap
             .parse::<u64>()
             .map_err(|_| format!("line {}: {name}: {value:?} is not a number of kB", n + 1))?;
     }
-    Ok(sum)
+    Ok(vmas)
 }
 
 #[cfg(test)]
@@ -262,9 +303,21 @@ VmFlags: rd wr mr mw me de ht
     }
 
     #[test]
-    fn straddling_vma_is_an_error() {
-        let e = parse_smaps(SAMPLE, 0x7f0000100000, 0x7f0000400000).unwrap_err();
-        assert!(e.contains("7f0000000000-7f0000200000 straddles"), "{e}");
+    fn a_straddling_vma_counts_whole() {
+        let s = parse_smaps(SAMPLE, 0x7f0000100000, 0x7f0000300000).unwrap();
+        assert_eq!(
+            s,
+            parse_smaps(SAMPLE, 0x7f0000000000, 0x7f0000400000).unwrap()
+        );
+        let v = parse_smaps_vmas(SAMPLE, 0x7f0000100000, 0x7f0000201000).unwrap();
+        assert_eq!(
+            v.iter().map(|v| (v.start, v.end)).collect::<Vec<_>>(),
+            [
+                (0x7f0000000000, 0x7f0000200000),
+                (0x7f0000200000, 0x7f0000400000)
+            ]
+        );
+        assert_eq!(v[1].kb[0], 8);
     }
 
     #[test]

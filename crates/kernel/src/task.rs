@@ -99,12 +99,10 @@ pub(crate) fn exit(
 ) -> Result<(), BackendError> {
     let proc = &s.proc;
     // The regions go inside the window, as exit_mmap would take
-    // them; the agent's own memory goes outside it.
-    let regions: Vec<(u64, u64)> = agents
-        .get_mut(stmt, proc)?
-        .spans()
-        .map(|(_, span)| span)
-        .collect();
+    // them; the agent's own memory goes outside it. Regions that touch
+    // (`at=` neighbours, perhaps one VMA) go in one munmap, so that a THP
+    // across them is zapped whole, as exit_mmap zaps it, not split.
+    let regions = coalesce(agents.get_mut(stmt, proc)?.spans().map(|(_, span)| span));
     m.window(stmt, false, agents, |agents| {
         let mut all = Call::ok(0);
         for (start, len) in regions {
@@ -131,6 +129,20 @@ pub(crate) fn exit(
     Ok(())
 }
 
+/// The spans (start, len) in address order, those that touch joined.
+fn coalesce(spans: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = spans.collect();
+    spans.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(spans.len());
+    for (start, len) in spans {
+        match out.last_mut() {
+            Some((s, l)) if *s + *l >= start => *l = (*l).max(start + len - *s),
+            _ => out.push((start, len)),
+        }
+    }
+    out
+}
+
 /// After `proc` was killed during `stmt`: it is gone as after `exit`,
 /// its counters with nothing mapped going to `gone` (its memory was
 /// freed when it died).
@@ -150,4 +162,22 @@ pub(crate) fn retire_killed(
     drop(p);
     settle_dead_mms(); // its mm's last page tables, as after exit
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::coalesce;
+
+    #[test]
+    fn touching_spans_are_one_munmap() {
+        let spans = [
+            (0x30_0000, 0x10_0000),
+            (0x20_0000, 0x10_0000),
+            (0x60_0000, 0x1000),
+        ];
+        assert_eq!(
+            coalesce(spans.into_iter()),
+            [(0x20_0000, 0x20_0000), (0x60_0000, 0x1000)]
+        );
+    }
 }

@@ -234,19 +234,24 @@ pub(crate) fn process_counters(m: &Machine, proc: &str, task: &Task) -> Vec<(Str
     let mm = m.mms.get(task.mm).expect("a task's mm exists");
     put(format!("stat.{proc}.minflt"), task.min_flt as i64);
     // /proc/PID/smaps prints each VMA in whole kB: a region's fields
-    // are the sum of its VMAs' printed values, and the process's the sum
-    // of its regions' (every VMA lies in one region; the agent's own
-    // mappings, which smaps_rollup would add, are not the workload's).
+    // are the sum of the VMAs it overlaps, whole (two regions merged into
+    // one VMA both show that VMA), and the process's the sum of those VMAs,
+    // each once (the agent's own mappings, which smaps_rollup would add,
+    // are not the workload's).
     let mut rollup = MemSizeStats::default().fields();
+    let mut summed = std::collections::BTreeSet::new();
     for (region, r) in &mm.regions {
         let mut fields = MemSizeStats::default().fields();
         let mut folios = FolioCounts::default();
         for vma in mm.vmas_in(r.start, r.start + r.len) {
             let mut mss = MemSizeStats::default();
             walk_range(m, mm, vma.start, vma.end, &mut mss, &mut folios);
+            let first = summed.insert(vma.start);
             for (i, (_, kb)) in mss.fields().into_iter().enumerate() {
                 fields[i].1 += kb;
-                rollup[i].1 += kb;
+                if first {
+                    rollup[i].1 += kb;
+                }
             }
         }
         for (field, kb) in fields {

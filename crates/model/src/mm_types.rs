@@ -186,6 +186,11 @@ pub struct Vma {
     /// fault, or fork from a VMA that had one). fork copies the page tables
     /// of such VMAs only.
     pub anon_vma: bool,
+    /// The VMA was copied by fork from a VMA with an anon_vma, so its
+    /// anon_vma_chain links its parent's anon_vma too
+    /// (`vma_had_uncowed_parents` in mm/vma.c): such a VMA takes in no new
+    /// neighbour at mmap (`is_mergeable_anon_vma`).
+    pub fork_child: bool,
     /// A HugeTLB mapping (VM_HUGETLB): its file, offset and reservation
     /// state (see `hugetlb`).
     pub hugetlb: Option<HugetlbVma>,

@@ -15,7 +15,18 @@
 //! search, so that both backends place them the same way.
 //!
 //! Placement: `hugelab_workload::placement`, the rule both backends share,
-//! so a region has the same address (and page-table shape) on both.
+//! so a region has the same address (and page-table shape) on both; or, with
+//! `at=`, the address given (MAP_FIXED_NOREPLACE: EEXIST over a VMA), where
+//! the new VMA merges with compatible neighbours as `vma_merge_new_range`
+//! merges them (`mm/vma.c`; see `vma_merge_new_range` below for the anon_vma
+//! rule and its simplification). The pgoff test of `can_vma_merge_after`
+//! always holds: an anonymous VMA's pgoff is its address, and nothing moves
+//! one (no mremap yet). `khugepaged_enter_vma` at mmap is not modelled, as
+//! for placed regions (the model registers the mm at fault and madvise).
+//! `vma_merge_range` (mprotect, madvise) takes the same fork rule, but two
+//! VMAs that both have an anon_vma merge in the model (one anon_vma per mm):
+//! two regions each written on its own and made compatible afterwards merge
+//! in the model but keep their two anon_vmas, and so two VMAs, in the kernel.
 //!
 //! Page tables: PTE tables, and the PMD and PUD tables above them, are
 //! allocated at fault and freed by free_pgtables when no VMA is left in
@@ -70,11 +81,103 @@ impl MmStruct {
                 end: start + len,
                 flags: prot,
                 anon_vma: false,
+                fork_child: false,
                 hugetlb,
             },
         );
         self.regions.insert(name.to_string(), Region { start, len });
         start
+    }
+}
+
+/// An `at=` mapping overlaps a mapping already there
+/// (MAP_FIXED_NOREPLACE: EEXIST).
+#[derive(Debug)]
+pub struct Overlaps;
+
+/// do_mmap with MAP_FIXED_NOREPLACE of an anonymous private region at
+/// `start` exactly; `__mmap_region` then merges it with a compatible
+/// neighbour (`vma_merge_new_range`). Placement moves past it
+/// (`placement::after_fixed_region`).
+pub fn do_mmap_fixed(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    name: &str,
+    start: u64,
+    len: u64,
+    prot: u32,
+) -> Result<(), Overlaps> {
+    let end = start + len;
+    if !mm.vmas_in(start, end).is_empty() {
+        return Err(Overlaps);
+    }
+    let vma = Vma {
+        start,
+        end,
+        flags: prot,
+        anon_vma: false,
+        fork_child: false,
+        hugetlb: None,
+    };
+    placement::after_fixed_region(&mut mm.mmap_cursor, start, len);
+    mm.regions.insert(name.to_string(), Region { start, len });
+    vma_merge_new_range(m, mm, vma);
+    Ok(())
+}
+
+/// Whether a new anonymous VMA (`vma`, no anon_vma yet) can merge with its
+/// neighbour `tgt` (`can_vma_merge_after`/`_before`): equal flags, neither
+/// VM_HUGETLB (VM_SPECIAL), and `is_mergeable_anon_vma` with no anon_vma
+/// of its own: `tgt` has none, or has one it did not get from a fork
+/// (`vma_had_uncowed_parents`). Anonymous private VMAs' pgoff is their
+/// address (no mremap in the model), so adjacency makes it continuous.
+fn can_merge_new(vma: &Vma, tgt: &Vma) -> bool {
+    tgt.flags == vma.flags
+        && tgt.hugetlb.is_none()
+        && vma.hugetlb.is_none()
+        && !(tgt.anon_vma && tgt.fork_child)
+}
+
+/// vma_merge_new_range (mm/vma.c) for a new anonymous VMA: merged with the
+/// VMA that ends at its start and the one that starts at its end when each
+/// is compatible (`can_merge_new`); with both only when prev and next are
+/// compatible with each other too (`are_anon_vmas_compatible`: not both
+/// with an anon_vma — the model keeps one anon_vma per mm, so it takes two
+/// prepared neighbours' anon_vmas to differ, as they do when each region
+/// was first touched on its own), else with prev alone. The expanded VMA's
+/// avcs are re-inserted (`vma_expand`: `vma_prepare`/`vma_complete`), the
+/// removed one's unlinked. No merge: the new VMA goes in alone.
+fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) {
+    let prev = mm
+        .vmas
+        .range(..vma.start)
+        .next_back()
+        .map(|(_, v)| *v)
+        .filter(|p| p.end == vma.start && can_merge_new(&vma, p));
+    let next = mm
+        .vmas
+        .get(&vma.end)
+        .copied()
+        .filter(|n| can_merge_new(&vma, n));
+    let next = match (prev, next) {
+        (Some(p), Some(n)) if p.anon_vma && n.anon_vma => None,
+        (_, n) => n,
+    };
+    let mut merged = vma;
+    for old in [prev, next].into_iter().flatten() {
+        mm.vmas.remove(&old.start);
+        m.anon_vmas.avc_unlink(mm.mm_id, old.start);
+        merged = Vma {
+            start: merged.start.min(old.start),
+            end: merged.end.max(old.end),
+            anon_vma: merged.anon_vma || old.anon_vma,
+            fork_child: merged.fork_child || old.fork_child,
+            ..merged
+        };
+    }
+    mm.vmas.insert(merged.start, merged);
+    if merged != vma {
+        m.anon_vmas.avc_reinsert(mm.mm_id, merged.start);
     }
 }
 
@@ -125,12 +228,17 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
     for key in keys {
         let vma = mm.vmas[&key];
         match prev {
-            // VM_HUGETLB VMAs never merge (VM_DONTEXPAND is VM_SPECIAL).
+            // VM_HUGETLB VMAs never merge (VM_DONTEXPAND is VM_SPECIAL);
+            // is_mergeable_anon_vma: when one of the two has an anon_vma
+            // and the other none, the one that has it must not have come
+            // from a fork (cases 1 and 2; case 3, both with one, is one
+            // anon_vma in the model).
             Some(p)
                 if p.end == vma.start
                     && p.flags == vma.flags
                     && p.hugetlb.is_none()
-                    && vma.hugetlb.is_none() =>
+                    && vma.hugetlb.is_none()
+                    && anon_vmas_mergeable(&p, &vma) =>
             {
                 mm.vmas.remove(&key);
                 let merged = Vma {
@@ -146,6 +254,17 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
             }
             _ => prev = Some(vma),
         }
+    }
+}
+
+/// is_mergeable_anon_vma of two existing neighbours (either may be the
+/// VMA being changed): an anon_vma only one of them has was not copied by
+/// fork (`vma_had_uncowed_parents`).
+fn anon_vmas_mergeable(a: &Vma, b: &Vma) -> bool {
+    match (a.anon_vma, b.anon_vma) {
+        (true, false) => !a.fork_child,
+        (false, true) => !b.fork_child,
+        _ => true,
     }
 }
 
@@ -306,6 +425,18 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         ));
     }
     let prot = vm_prot(s.prot.unwrap_or(Prot::ReadWrite));
+    if let Some(at) = s.at {
+        let len = size.bytes().next_multiple_of(PAGE_SIZE);
+        return m
+            .with_mm(id, |m, mm| do_mmap_fixed(m, mm, region, at, len, prot))
+            .map_err(|Overlaps| {
+                BackendError::errno(
+                    stmt,
+                    Errno::EEXIST,
+                    format!("mmap at={at:#x}: the range overlaps a mapping already there"),
+                )
+            });
+    }
     let Some(hsize) = s.hugetlb else {
         let len = size.bytes().next_multiple_of(PAGE_SIZE);
         let align = align.map(|a| a.bytes().max(PAGE_SIZE));
@@ -353,4 +484,171 @@ pub fn sys_munmap(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Model;
+    use hugelab_workload::{parse, run, Counters, Errno};
+
+    const THP_ALWAYS: &str = "set transparent_hugepage/enabled always\n\
+         set transparent_hugepage/hugepages-2048kB/enabled inherit\n";
+
+    /// Runs `body` after THP `always`: the errno of the first failed call,
+    /// the counters at the end, and the VMAs of process `a`.
+    fn run_a(body: &str) -> (Option<Errno>, Counters, Vec<(u64, u64)>) {
+        let w = parse("test.hlw", &format!("{THP_ALWAYS}spawn a\n{body}")).unwrap();
+        let mut model = Model::default();
+        let obs = run(&mut model, &w).unwrap();
+        let failure = obs.failed_calls.first().map(|c| c.errno);
+        let counters = obs
+            .snapshots
+            .last()
+            .expect("the end snapshot")
+            .counters
+            .clone();
+        let vmas = model.machine.mm_of("a").map_or(Vec::new(), |mm| {
+            mm.vmas.values().map(|v| (v.start, v.end)).collect()
+        });
+        (failure, counters, vmas)
+    }
+
+    const LO: u64 = 0x7e00_0020_0000;
+
+    #[test]
+    fn adjacent_fixed_mmaps_merge_and_take_a_pmd_thp() {
+        let (failure, c, vmas) = run_a(
+            "a mmap lo 1M at=0x7e0000200000\n\
+             a mmap hi 1M at=0x7e0000300000\n\
+             a write lo\n",
+        );
+        assert_eq!(failure, None);
+        assert_eq!(vmas, [(LO, LO + (2 << 20))]);
+        // The first write faults a PMD THP over both regions; each region
+        // reports the one VMA it lies in, the process counts it once.
+        assert_eq!(c["smaps.a.lo.AnonHugePages"], 2048);
+        assert_eq!(c["smaps.a.hi.AnonHugePages"], 2048);
+        assert_eq!(c["smaps.a.AnonHugePages"], 2048);
+        assert_eq!(c["stat.a.minflt"], 1);
+    }
+
+    #[test]
+    fn different_prot_does_not_merge_nor_take_a_pmd_thp() {
+        let (failure, c, vmas) = run_a(
+            "a mmap lo 1M at=0x7e0000200000\n\
+             a mmap hi 1M at=0x7e0000300000 prot=r\n\
+             a write lo\n",
+        );
+        assert_eq!(failure, None);
+        assert_eq!(
+            vmas,
+            [(LO, LO + (1 << 20)), (LO + (1 << 20), LO + (2 << 20))]
+        );
+        assert_eq!(c["smaps.a.AnonHugePages"], 0);
+        assert_eq!(c["smaps.a.lo.Rss"], 1024);
+        assert_eq!(c["smaps.a.hi.Rss"], 0);
+    }
+
+    #[test]
+    fn a_fixed_mmap_merges_below_a_touched_region_and_fills_a_gap() {
+        // Written first (it has an anon_vma), then a neighbour below: case 2
+        // of is_mergeable_anon_vma, the new VMA takes the old one's anon_vma.
+        let (failure, _, vmas) = run_a(
+            "a mmap hi 1M at=0x7e0000300000\n\
+             a write hi:4K\n\
+             a mmap lo 1M at=0x7e0000200000\n",
+        );
+        assert_eq!(failure, None);
+        assert_eq!(vmas, [(LO, LO + (2 << 20))]);
+        // Three in a row: the middle one joins both untouched neighbours.
+        let (_, _, vmas) = run_a(
+            "a mmap lo 1M at=0x7e0000200000\n\
+             a mmap hi 1M at=0x7e0000400000\n\
+             a mmap mid 1M at=0x7e0000300000\n",
+        );
+        assert_eq!(vmas, [(LO, LO + (3 << 20))]);
+        // Two touched neighbours: their anon_vmas differ, the gap joins prev.
+        let (_, _, vmas) = run_a(
+            "a mmap lo 1M at=0x7e0000200000 prot=r\n\
+             a mmap hi 1M at=0x7e0000400000\n\
+             a write hi:4K\n\
+             a mprotect lo rw\n\
+             a write lo:4K\n\
+             a mmap mid 1M at=0x7e0000300000\n",
+        );
+        assert_eq!(
+            vmas,
+            [(LO, LO + (2 << 20)), (LO + (2 << 20), LO + (3 << 20))]
+        );
+    }
+
+    #[test]
+    fn a_forked_childs_touched_vma_takes_in_no_neighbour() {
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\n\
+                 a mmap hi 1M at=0x7e0000300000\n\
+                 a write hi:4K\n\
+                 a fork b\n\
+                 b mmap lo 1M at=0x7e0000200000\n\
+                 a mmap lo 1M at=0x7e0000200000\n"
+            ),
+        )
+        .unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).unwrap();
+        let vmas = |p: &str| -> Vec<(u64, u64)> {
+            let mm = model.machine.mm_of(p).unwrap();
+            mm.vmas.values().map(|v| (v.start, v.end)).collect()
+        };
+        // vma_had_uncowed_parents: the child's copy links the parent's anon_vma.
+        assert_eq!(
+            vmas("b"),
+            [(LO, LO + (1 << 20)), (LO + (1 << 20), LO + (2 << 20))]
+        );
+        assert_eq!(vmas("a"), [(LO, LO + (2 << 20))]);
+    }
+
+    #[test]
+    fn mprotect_does_not_merge_a_fork_childs_vma_with_one_without_anon_vma() {
+        // Parent: lo written (anon_vma), hi untouched, different prot; the
+        // child's copies: lo a fork child, hi without anon_vma.
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\n\
+                 a mmap lo 1M at=0x7e0000200000\n\
+                 a mmap hi 1M at=0x7e0000300000 prot=r\n\
+                 a write lo:4K\n\
+                 a fork b\n\
+                 b mprotect hi rw\n\
+                 a mprotect hi rw\n"
+            ),
+        )
+        .unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).unwrap();
+        let vmas = |p: &str| model.machine.mm_of(p).unwrap().vmas.len();
+        assert_eq!(vmas("b"), 2, "case 1/2 with a fork child: no merge");
+        assert_eq!(vmas("a"), 1);
+    }
+
+    #[test]
+    fn an_overlapping_fixed_mmap_is_eexist_and_placement_keeps_clear() {
+        let (failure, c, _) = run_a(
+            "a mmap lo 2M at=0x7e0000200000\n\
+             a mmap hi 1M at=0x7e0000300000\n",
+        );
+        assert_eq!(failure, Some(Errno::EEXIST));
+        assert!(!c.contains_key("smaps.a.hi.Rss"), "no region after EEXIST");
+        // A region placed by the rule after a fixed one lands past it.
+        let (failure, _, vmas) = run_a(
+            "a mmap fixed 2M at=0x7e0000200000\n\
+             a mmap placed 2M\n",
+        );
+        assert_eq!(failure, None);
+        assert_eq!(vmas.len(), 2);
+        assert!(vmas[1].0 >= LO + (4 << 20), "{vmas:x?}");
+    }
 }

@@ -22,6 +22,8 @@ pub(crate) enum Part {
     Child,
     Cgroup,
     Align,
+    /// `at=` of an mmap.
+    At,
     Step,
     Label,
     /// The i-th counter of an `expect` (0 unless it sums several).

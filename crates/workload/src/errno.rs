@@ -49,6 +49,7 @@ impl Errno {
     pub const ENOMEM: Errno = Errno(12);
     pub const EFAULT: Errno = Errno(14);
     pub const EBUSY: Errno = Errno(16);
+    pub const EEXIST: Errno = Errno(17);
     pub const EINVAL: Errno = Errno(22);
 
     /// `EAGAIN`, `0`, or the number of an errno without a name here.

@@ -17,6 +17,25 @@ use crate::units::{PAGE_SIZE, PMD_SIZE};
 /// The lowest address a region may start at (before the first gap).
 pub const MMAP_BASE: u64 = 0x7e00_0000_0000;
 
+/// TASK_SIZE on x86_64 with 4-level page tables (`TASK_SIZE_MAX`): the end
+/// of the user address space; an `at=` region must end at or below it.
+pub const TASK_SIZE: u64 = (1 << 47) - PAGE_SIZE;
+
+/// The default of vm.mmap_min_addr (CONFIG_DEFAULT_MMAP_MIN_ADDR, 64 KiB):
+/// an `at=` region may not start below it.
+pub const MMAP_MIN_ADDR: u64 = 0x1_0000;
+
+/// After a region placed at `start` by `at=` (length `len`): the cursor
+/// moves past it when it ends above the cursor and above [`MMAP_BASE`], so
+/// regions placed by the rule afterwards keep clear of it (with the usual
+/// 2 MiB gap); a fixed region below them leaves the cursor alone.
+pub fn after_fixed_region(cursor: &mut u64, start: u64, len: u64) {
+    let end = start + len;
+    if end > MMAP_BASE && end > *cursor {
+        *cursor = end.next_multiple_of(PMD_SIZE);
+    }
+}
+
 /// The alignment a region of `len` bytes gets when `align=` is not given.
 pub fn default_align(len: u64) -> u64 {
     if len.is_multiple_of(PMD_SIZE) {

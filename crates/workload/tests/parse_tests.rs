@@ -210,6 +210,7 @@ fn mmap_options_in_any_order() {
         hugetlb: Some(HugetlbSize::Size1G),
         shared: true,
         prot: Some(Prot::Read),
+        at: None,
     });
     assert_eq!(
         one("spawn a\na mmap buf 4G align=1G hugetlb=1G shared prot=r"),
@@ -229,6 +230,20 @@ fn mmap_options_in_any_order() {
             hugetlb: None,
             shared: false,
             prot: None,
+            at: None,
+        })
+    );
+    assert_eq!(
+        one("spawn a\na mmap buf 1M at=0x7e00_0010_0000 prot=r"),
+        StmtKind::Mmap(stmt::Mmap {
+            proc: "a".into(),
+            region: "buf".into(),
+            size: Size(1 << 20),
+            align: None,
+            hugetlb: None,
+            shared: false,
+            prot: Some(Prot::Read),
+            at: Some(0x7e00_0010_0000),
         })
     );
     // A process may be called like a verb.
@@ -812,12 +827,67 @@ fn unknown_advice() {
 }
 
 #[test]
+fn mmap_at_errors() {
+    fails(
+        "spawn a\na mmap buf 4K at=7e0000000000\n",
+        2,
+        18,
+        "bad address '7e0000000000'; expected a hex address",
+    );
+    fails("spawn a\na mmap buf 4K at=0x\n", 2, 18, "bad address '0x'");
+    fails(
+        "spawn a\na mmap buf 4K at=0x7e0000000800\n",
+        2,
+        18,
+        "at=0x7e0000000800 is not a multiple of the base page (0x1000)",
+    );
+    fails(
+        "machine base_page=16K\nspawn a\na mmap buf 16K at=0x7e0000001000\n",
+        3,
+        19,
+        "not a multiple of the base page (0x4000)",
+    );
+    fails(
+        "spawn a\na mmap buf 8K at=0x7ffffffff000\n",
+        2,
+        18,
+        "ends above the user address-space limit (0x7ffffffff000)",
+    );
+    fails(
+        "spawn a\na mmap buf 8K at=0xfffffffffffff000\n",
+        2,
+        18,
+        "ends above the user address-space limit",
+    );
+    fails(
+        "spawn a\na mmap buf 4K at=0x1000\n",
+        2,
+        18,
+        "below vm.mmap_min_addr's default (0x10000)",
+    );
+    fails(
+        "spawn a\na mmap buf 4K align=2M at=0x7e0000000000\n",
+        2,
+        21,
+        "align= and at= exclude each other",
+    );
+    fails(
+        "spawn a\na mmap buf 2M hugetlb=2M at=0x7e0000000000\n",
+        2,
+        29,
+        "at= with hugetlb= is not supported yet",
+    );
+    // The last page below the limit is fine.
+    one("spawn a\na mmap buf 4K at=0x7fffffffe000");
+}
+
+#[test]
 fn unknown_and_duplicate_options() {
     fails(
         "spawn a\na mmap buf 4K huge\n",
         2,
         15,
-        "unknown option 'huge' for mmap; expected one of align=<size>, hugetlb=2M|1G, shared, prot=rw|r|none",
+        "unknown option 'huge' for mmap; expected one of align=<size>, hugetlb=2M|1G, shared, prot=rw|r|none, at=<hex address>",
     );
     fails(
         "spawn a\na mmap buf 4K shared shared\n",

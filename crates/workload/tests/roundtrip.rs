@@ -226,6 +226,10 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     hugetlb,
                     shared: (r.b / 32) % 2 == 0,
                     prot,
+                    // A fixed address where neither align= nor hugetlb=
+                    // excludes it: base-page aligned, well below the limit.
+                    at: (align.is_none() && hugetlb.is_none() && r.c % 4 == 0)
+                        .then(|| 0x1000_0000_0000 + (r.a % 4096) * base),
                 })
             }
             op @ 7..=13 => {
@@ -437,6 +441,9 @@ const VOCAB: &[&str] = &[
     "0",
     "99999999999999999999T",
     "align=2M",
+    "at=0x7e0000200000",
+    "at=0x1001",
+    "at=",
     "hugetlb=2M",
     "hugetlb=1G",
     "shared",

@@ -1,10 +1,12 @@
-//! `<proc> mmap <region> <size> [align=] [hugetlb=] [shared] [prot=]`: a new
-//! region (mm/mmap.c `mmap`; with `hugetlb=`, a MAP_HUGETLB mapping).
+//! `<proc> mmap <region> <size> [align=] [hugetlb=] [shared] [prot=] [at=]`: a
+//! new region (mm/mmap.c `mmap`; with `hugetlb=`, a MAP_HUGETLB mapping; with
+//! `at=`, at that address exactly, as MAP_FIXED_NOREPLACE places it).
 
 use crate::ast::{HugetlbSize, Name, Prot, Size};
 use crate::checker::{issue, Checker, Issue, Part, Region};
 use crate::line::{flag, opt, parse_prot, Line, OptSpec};
 use crate::mapped::Mapped;
+use crate::placement::{MMAP_MIN_ADDR, TASK_SIZE};
 use crate::text::{quote, valid_name, ParseError};
 use std::fmt;
 
@@ -17,16 +19,29 @@ pub struct Mmap {
     pub hugetlb: Option<HugetlbSize>,
     pub shared: bool,
     pub prot: Option<Prot>,
+    /// `at=`: the region's start address (MAP_FIXED_NOREPLACE), instead of
+    /// the placement rule's.
+    pub at: Option<u64>,
 }
 
-const USAGE: &str =
-    "<proc> mmap <region> <size> [align=<size>] [hugetlb=2M|1G] [shared] [prot=rw|r|none]";
-const OPTS: &[OptSpec; 4] = &[
+const USAGE: &str = "<proc> mmap <region> <size> [align=<size>] [hugetlb=2M|1G] [shared] \
+                     [prot=rw|r|none] [at=<hex address>]";
+const OPTS: &[OptSpec; 5] = &[
     opt("align", "<size>"),
     opt("hugetlb", "2M|1G"),
     flag("shared"),
     opt("prot", "rw|r|none"),
+    opt("at", "<hex address>"),
 ];
+
+/// `0x7e0000200000` (hex digits with `0x`; `_` separators allowed).
+fn parse_addr(text: &str) -> Option<u64> {
+    let digits = text.strip_prefix("0x")?.replace('_', "");
+    if digits.is_empty() {
+        return None;
+    }
+    u64::from_str_radix(&digits, 16).ok()
+}
 
 impl Mmap {
     pub(crate) fn parse(l: &mut Line<'_>, proc: Name) -> Result<Mmap, ParseError> {
@@ -64,6 +79,21 @@ impl Mmap {
             Some(v) => Some(parse_prot(l, v)?),
             None => None,
         };
+        let at = match opts[4] {
+            Some(v) => {
+                l.mark(Part::At, v.col);
+                Some(parse_addr(v.text).ok_or_else(|| {
+                    l.err(
+                        v.col,
+                        format!(
+                            "bad address {}; expected a hex address such as 0x7e0000200000",
+                            quote(v.text)
+                        ),
+                    )
+                })?)
+            }
+            None => None,
+        };
         Ok(Mmap {
             proc,
             region,
@@ -72,6 +102,7 @@ impl Mmap {
             hugetlb,
             shared: opts[2].is_some(),
             prot,
+            at,
         })
     }
 
@@ -131,6 +162,9 @@ impl Mmap {
                 ));
             }
         }
+        if let Some(at) = self.at {
+            check_at(at, size.0, base.0, align.is_some(), hugetlb.is_some())?;
+        }
         p.gone.remove(region);
         p.regions.insert(
             region.clone(),
@@ -142,6 +176,45 @@ impl Mmap {
         );
         Ok(())
     }
+}
+
+/// What the checker can know of an `at=` address: its alignment, the
+/// address-space limits and the options it excludes (whether it overlaps a
+/// mapping only the backend knows: EEXIST there).
+fn check_at(at: u64, size: u64, base: u64, align: bool, hugetlb: bool) -> Result<(), Issue> {
+    if align {
+        return Err(issue(
+            Part::Align,
+            "align= and at= exclude each other: at= already fixes the address",
+        ));
+    }
+    if hugetlb {
+        return Err(issue(
+            Part::At,
+            "at= with hugetlb= is not supported yet; at= maps anonymous memory only",
+        ));
+    }
+    if !at.is_multiple_of(base) {
+        return Err(issue(
+            Part::At,
+            format!("at={at:#x} is not a multiple of the base page ({base:#x})"),
+        ));
+    }
+    if at < MMAP_MIN_ADDR {
+        return Err(issue(
+            Part::At,
+            format!("at={at:#x} is below vm.mmap_min_addr's default ({MMAP_MIN_ADDR:#x})"),
+        ));
+    }
+    if at.checked_add(size).is_none_or(|end| end > TASK_SIZE) {
+        return Err(issue(
+            Part::At,
+            format!(
+                "at={at:#x} with size {size:#x} ends above the user address-space limit ({TASK_SIZE:#x})"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl fmt::Display for Mmap {
@@ -158,6 +231,9 @@ impl fmt::Display for Mmap {
         }
         if let Some(p) = self.prot {
             write!(f, " prot={p}")?;
+        }
+        if let Some(a) = self.at {
+            write!(f, " at={a:#x}")?;
         }
         Ok(())
     }

@@ -56,6 +56,18 @@ int main(void) {
 }
 "#;
 
+/// The test's turn to record (one at a time) and the compiled program, or
+/// None, said on stderr, where this machine cannot record or compile it.
+fn recordable_program() -> Option<(std::sync::MutexGuard<'static, ()>, PathBuf)> {
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let why = match cannot_record().map(Err).unwrap_or_else(compile) {
+        Ok(bin) => return Some((one, bin)),
+        Err(why) => why,
+    };
+    eprintln!("skipped: {why}");
+    None
+}
+
 /// Why the recorder cannot run here, if it cannot.
 fn cannot_record() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
@@ -151,17 +163,8 @@ fn record_known(bin: &Path) -> (Vec<Event>, record::Outcome) {
 
 #[test]
 fn a_program_of_known_behaviour_is_recorded_as_it_ran() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(why) = cannot_record() {
-        eprintln!("skipped: {why}");
+    let Some((_one, bin)) = recordable_program() else {
         return;
-    }
-    let bin = match compile() {
-        Ok(b) => b,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
     };
     let (mounted, fds) = (tracefs::is_mounted().unwrap(), fd_count());
     let (events, outcome) = record_known(&bin);
@@ -255,17 +258,8 @@ fn a_program_of_known_behaviour_is_recorded_as_it_ran() {
 
 #[test]
 fn the_summary_counts_the_programs_faults() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(why) = cannot_record() {
-        eprintln!("skipped: {why}");
+    let Some((_one, bin)) = recordable_program() else {
         return;
-    }
-    let bin = match compile() {
-        Ok(b) => b,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
     };
     let state = common::state_dir("record-summary");
     let mounted = tracefs::is_mounted().unwrap();

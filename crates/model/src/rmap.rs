@@ -22,7 +22,11 @@
 //! were inserted (an equal key goes right), so a parent's VMA comes before
 //! its forked child's until a split or merge re-inserts it (mm/vma.c
 //! `vma_prepare`/`vma_complete`); `try_to_migrate` unmaps a folio to be
-//! split in that order and replays `__folio_remove_rmap` on the way.
+//! split in that order and replays `__folio_remove_rmap` on the way. The
+//! walk goes on past a PMD it split: that is 6.18.y with the stable fix
+//! "mm/huge_memory: fix early failure try_to_migrate() when split huge pmd
+//! for shared THP" (this project's machines run 6.18.44); before it, the
+//! walk stopped after the first PMD and the shared split failed.
 //!
 //! Simplifications: one anon_vma per mm instead of one per VMA with
 //! anon_vma_chain links (`AnonVma`, named by its mm's id): with no mremap,

@@ -106,6 +106,9 @@ unsafe fn child(
         libc::write(failed, (&errno as *const i32).cast(), 4);
         libc::_exit(127)
     };
+    // Rust ignores SIGPIPE and an ignored signal survives exec: the command
+    // gets the default back, as std::process::Command gives it.
+    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     if libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0 {
         fail(*libc::__errno_location());
     }
@@ -207,12 +210,16 @@ fn sudo_user() -> Result<Option<User>> {
     if let Some(name) = std::env::var_os("SUDO_USER").and_then(|n| CString::new(n.as_bytes()).ok())
     {
         let mut n: libc::c_int = 64;
-        let mut list = vec![0 as libc::gid_t; n as usize];
-        // SAFETY: list has room for n groups; n is updated to the count.
-        let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, list.as_mut_ptr(), &mut n) };
-        if r >= 0 {
-            list.truncate(n as usize);
-            groups = list;
+        // A user in more groups than there is room for: -1 and n says how many.
+        for _ in 0..2 {
+            let mut list = vec![0 as libc::gid_t; n.max(1) as usize];
+            // SAFETY: list has room for n groups; n is updated to the count.
+            let r = unsafe { libc::getgrouplist(name.as_ptr(), gid, list.as_mut_ptr(), &mut n) };
+            if r >= 0 {
+                list.truncate(n as usize);
+                groups = list;
+                break;
+            }
         }
     }
     Ok(Some(User { uid, gid, groups }))

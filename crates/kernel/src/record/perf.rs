@@ -90,6 +90,7 @@ pub fn open(o: &Open) -> Result<OwnedFd> {
         config: o.tracepoint,
         sample_period: 1,
         sample_type: SAMPLE_TID | SAMPLE_TIME | SAMPLE_RAW,
+        read_format: FORMAT_LOST,
         flags,
         wakeup_watermark: o.wakeup,
         clockid: libc::CLOCK_MONOTONIC,
@@ -116,6 +117,25 @@ pub fn open(o: &Open) -> Result<OwnedFd> {
     }
     // SAFETY: a new descriptor nobody else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// PERF_FORMAT_LOST: a read of the event gives, after its count, the
+/// samples it lost (its inherited children's included). A ring that fills
+/// near the end of a run never writes the PERF_RECORD_LOST it owes.
+const FORMAT_LOST: u64 = 1 << 4;
+
+/// The samples `fd`'s event lost (PERF_FORMAT_LOST), read after the run.
+pub fn lost(fd: &OwnedFd) -> Result<u64> {
+    let mut v = [0u64; 2];
+    // SAFETY: reads at most 16 bytes into v (value, lost).
+    let n = unsafe { libc::read(fd.as_raw_fd(), v.as_mut_ptr().cast(), 16) };
+    if n != 16 {
+        return Err(KernelError::Refused(format!(
+            "read of a perf event's lost count failed: {}",
+            io::Error::last_os_error()
+        )));
+    }
+    Ok(v[1])
 }
 
 /// Sends `fd`'s records to `leader`'s ring buffer (same CPU).

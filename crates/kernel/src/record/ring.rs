@@ -29,8 +29,13 @@ impl Ring {
     /// Maps `bytes` of data (rounded up to a power of two of pages) for `fd`.
     pub fn map(fd: &OwnedFd, bytes: u64) -> Result<Ring> {
         let page = page_size();
-        let pages = bytes.div_ceil(page).max(1).next_power_of_two();
-        let len = ((pages + 1) * page) as usize;
+        let len = bytes
+            .div_ceil(page)
+            .max(1)
+            .checked_next_power_of_two()
+            .and_then(|pages| (pages + 1).checked_mul(page))
+            .and_then(|len| usize::try_from(len).ok())
+            .ok_or_else(|| KernelError::Refused(format!("a ring of {bytes} bytes is too large")))?;
         // SAFETY: a new shared mapping of the perf event.
         let base = unsafe {
             libc::mmap(

@@ -332,3 +332,39 @@ fn bad_input_is_one_sentence_and_leaves_nothing() {
     assert!(no_children_left());
     let _ = std::fs::remove_dir_all(state);
 }
+
+#[test]
+fn a_recording_that_lost_events_is_refused() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(why) = cannot_record() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let state = common::state_dir("record-lost");
+    let mounted = tracefs::is_mounted().unwrap();
+    // dd's 1G buffer takes 262144 first-touch faults in well under a
+    // second: far more than a one-page ring per CPU can hold between drains.
+    let out = common::hugelab(
+        &[
+            "record",
+            "--summary",
+            "--buffer",
+            "4K",
+            "--",
+            "dd",
+            "if=/dev/zero",
+            "of=/dev/null",
+            "bs=1G",
+            "status=none",
+            "count=1",
+        ],
+        &state,
+    );
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("lost") && err.contains("--buffer"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+    assert!(out.stdout.is_empty(), "no summary of a partial recording");
+    assert_eq!(tracefs::is_mounted().unwrap(), mounted);
+    let _ = std::fs::remove_dir_all(state);
+}

@@ -5,7 +5,7 @@ use crate::agents::Agents;
 use crate::measure::Measurement;
 use crate::protocol::Request;
 use hugelab_workload::stmt::{Pin, Unpin};
-use hugelab_workload::{BackendError, Stmt};
+use hugelab_workload::{BackendError, Range, Stmt};
 
 /// `<proc> pin <range>`
 pub(crate) fn pin(
@@ -14,10 +14,8 @@ pub(crate) fn pin(
     stmt: &Stmt,
     s: &Pin,
 ) -> Result<(), BackendError> {
-    let (addr, len) = agents.range(stmt, &s.proc, &s.range)?;
-    let req = Request::Pin { addr, len };
-    m.window(stmt, false, agents, |agents| {
-        agents.call(stmt, &s.proc, req)
+    range_call(m, agents, stmt, (&s.proc, &s.range), |addr, len| {
+        Request::Pin { addr, len }
     })
 }
 
@@ -28,9 +26,21 @@ pub(crate) fn unpin(
     stmt: &Stmt,
     s: &Unpin,
 ) -> Result<(), BackendError> {
-    let (addr, len) = agents.range(stmt, &s.proc, &s.range)?;
-    let req = Request::Unpin { addr, len };
-    m.window(stmt, false, agents, |agents| {
-        agents.call(stmt, &s.proc, req)
+    range_call(m, agents, stmt, (&s.proc, &s.range), |addr, len| {
+        Request::Unpin { addr, len }
     })
+}
+
+/// The agent of `proc` runs the request made for `range`'s address and
+/// length, inside a measurement window.
+fn range_call(
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    (proc, range): (&str, &Range),
+    req: impl FnOnce(u64, u64) -> Request,
+) -> Result<(), BackendError> {
+    let (addr, len) = agents.range(stmt, proc, range)?;
+    let req = req(addr, len);
+    m.window(stmt, false, agents, |agents| agents.call(stmt, proc, req))
 }

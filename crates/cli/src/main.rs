@@ -17,6 +17,7 @@ mod hugetlb;
 mod hugetlb_measure;
 mod hugetlb_measure_report;
 mod record;
+mod record_write;
 mod run;
 mod scan;
 mod scan_print;
@@ -62,7 +63,7 @@ enum Command {
     Utilization(utilization::UtilizationArgs),
     /// A/B-test a command under huge-page settings, each run in its own memory cgroup.
     Bench(bench::BenchArgs),
-    /// Record a command's page faults, mm syscalls and tasks (root; --summary only so far).
+    /// Record a command's page faults, mm syscalls and tasks as a workload (root).
     Record(record::RecordArgs),
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]

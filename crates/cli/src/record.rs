@@ -1,23 +1,29 @@
-//! `hugelab record`: runs a command under the kernel crate's recorder.
-//! So far it prints a summary of what was captured (`--summary`); the
-//! workload output is not built yet.
+//! `hugelab record`: runs a command under the kernel crate's recorder and
+//! writes what it did to anonymous memory as a workload (`-o FILE.hlw.zst`),
+//! or prints a summary of the capture (`--summary`).
 
+use crate::record_write::Output;
 use crate::table;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_kernel::guard::{self, SettingsGuard};
-use hugelab_kernel::record::{self, Summary};
+use hugelab_kernel::record::{self, convert, spool, Summary};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct RecordArgs {
-    /// Print what was captured, per task (the workload output is not built yet).
+    /// The workload to write (`.hlw.zst` zstd, `.hlw.gz` gzip, else plain);
+    /// default: the program's name with `.hlw.zst`.
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// Print what was captured, per task, instead of writing a workload.
     #[arg(long)]
     summary: bool,
-    /// The summary as JSON.
+    /// The summary, or the recording's figures, as JSON.
     #[arg(long)]
     json: bool,
     /// Ring buffer per CPU (4M, 16M, ...); a recording that loses any event is refused.
@@ -45,22 +51,39 @@ fn parse_buffer(s: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-pub fn main(args: RecordArgs) -> Result<ExitCode> {
-    if !args.summary {
-        bail!("hugelab record only prints a --summary of the capture so far; the workload output is not built yet");
-    }
+fn progress_bar() -> Option<ProgressBar> {
+    std::io::stderr().is_terminal().then(|| {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("a valid template"));
+        bar
+    })
+}
+
+/// What a recording gave: its outcome, its summary, and its spooled events.
+struct Recorded {
+    outcome: record::Outcome,
+    summary: Summary,
+    spool: Option<spool::Spool>,
+}
+
+/// Records the command; the machine is as it was when this returns.
+fn run_recording(args: &RecordArgs) -> Result<Recorded> {
     guard::require_root(
         "hugelab record traces the command with perf tracepoints and needs root; run it as root",
     )?;
     // Holds the machine lock and installs the signal path, which kills the
-    // recorded tree and unmounts the tracefs we mounted.
+    // recorded tree and unmounts the tracefs we mounted. A first Ctrl-C
+    // only ends the recording early: what was captured is still written.
     let mut settings = SettingsGuard::acquire()?;
     guard::set_cleanup_hook(record::interrupt_cleanup);
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = ProgressBar::new_spinner();
-        bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("a valid template"));
-        bar
-    });
+    guard::set_soft_interrupt_hook(record::soft_interrupt);
+    let mut writer = if args.summary {
+        None
+    } else {
+        Some(spool::Writer::create(&std::env::temp_dir())?)
+    };
+    let mut spool_error = None;
+    let bar = progress_bar();
     let mut summary = Summary::default();
     let opts = record::Options {
         command: args.command.clone(),
@@ -68,7 +91,14 @@ pub fn main(args: RecordArgs) -> Result<ExitCode> {
     };
     let outcome = record::record(
         &opts,
-        |e| summary.add(e),
+        |e| {
+            summary.add(e);
+            if let Some(w) = &mut writer {
+                if let Err(err) = w.push(e) {
+                    spool_error.get_or_insert(err);
+                }
+            }
+        },
         |p| {
             if let Some(bar) = &bar {
                 bar.set_message(format!(
@@ -86,6 +116,12 @@ pub fn main(args: RecordArgs) -> Result<ExitCode> {
     }
     settings.restore()?;
     let outcome = outcome?;
+    if let Some(e) = spool_error {
+        bail!(
+            "cannot keep the recording in {}: {e}",
+            std::env::temp_dir().display()
+        );
+    }
     if outcome.lost > 0 {
         bail!(
             "the kernel lost {} events because a {} per-CPU buffer filled up; record again with a larger --buffer (e.g. --buffer {}M)",
@@ -94,12 +130,116 @@ pub fn main(args: RecordArgs) -> Result<ExitCode> {
             (outcome.buffer >> 20).max(1) * 4
         );
     }
-    if args.json {
-        println!("{}", to_json(&summary, &outcome));
-    } else {
-        print!("{}", to_text(&summary, &outcome));
+    let spool = writer.map(|w| w.finish()).transpose()?;
+    Ok(Recorded {
+        outcome,
+        summary,
+        spool,
+    })
+}
+
+pub fn main(args: RecordArgs) -> Result<ExitCode> {
+    if args.summary && args.output.is_some() {
+        bail!("--summary prints what was captured and writes no workload; drop one of --summary and -o");
     }
+    let output = args.output.clone().unwrap_or_else(|| {
+        let program = args.command[0].rsplit('/').next().unwrap_or("recording");
+        PathBuf::from(format!("{program}.hlw.zst"))
+    });
+    let Recorded {
+        outcome,
+        summary,
+        spool,
+    } = run_recording(&args)?;
+    if outcome.interrupted {
+        eprintln!("hugelab: interrupted: the command's tree was stopped; keeping what was recorded before");
+    }
+    let Some(mut spool) = spool else {
+        if args.json {
+            println!("{}", to_json(&summary, &outcome));
+        } else {
+            print!("{}", to_text(&summary, &outcome));
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    if summary.tasks.is_empty() {
+        bail!(
+            "{} ended before it ran anything: nothing was recorded",
+            args.command[0]
+        );
+    }
+    let header = convert::Header {
+        command: args.command.clone(),
+        date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "(unknown)".into()),
+        interrupted: outcome.interrupted,
+        seconds: outcome.seconds,
+    };
+    let mut out = Output::create(&output)?;
+    let stats = match convert::convert(&mut spool, &header, out.writer()) {
+        Ok(s) => s,
+        Err(e) => {
+            out.discard();
+            return Err(e).with_context(|| format!("cannot write {}", output.display()));
+        }
+    };
+    let bytes = out.commit()?;
+    report(&args, &output, &outcome, &stats, bytes, spool.bytes);
     Ok(ExitCode::SUCCESS)
+}
+
+fn report(
+    args: &RecordArgs,
+    output: &std::path::Path,
+    o: &record::Outcome,
+    s: &convert::Stats,
+    bytes: u64,
+    spool_bytes: u64,
+) {
+    let skipped: u64 = s.skipped.values().sum();
+    if args.json {
+        let doc = json!({
+            "workload": output,
+            "bytes": bytes,
+            "statements": s.statements,
+            "processes": s.processes,
+            "threads": s.threads,
+            "files": s.files,
+            "faults": s.faults,
+            "not_replayed": s.skipped,
+            "interrupted": o.interrupted,
+            "spool_bytes": spool_bytes,
+            "totals": totals(o),
+        });
+        println!("{doc}");
+        return;
+    }
+    println!(
+        "wrote {} ({}): {} statements, {} processes, {} threads, {} files, {} faults{}",
+        output.display(),
+        table::human(bytes),
+        s.statements,
+        s.processes,
+        s.threads,
+        s.files,
+        s.faults,
+        if o.interrupted {
+            "; INTERRUPTED: the part before the signal"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "{} events in {:.2} s ({:.0}/s), {:.1} bytes per event compressed; {} events not replayed (listed at the end of the workload); the command exited with {}",
+        o.events,
+        o.seconds,
+        o.events as f64 / o.seconds.max(1e-9),
+        spool_bytes as f64 / o.events.max(1) as f64,
+        skipped,
+        o.status.map_or("no status".into(), |s| s.to_string()),
+    );
 }
 
 fn totals(o: &record::Outcome) -> serde_json::Value {

@@ -18,6 +18,7 @@ const PAGE: u64 = 4096;
 const PROGRAM: &str = r#"
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -48,9 +49,11 @@ int main(void) {
     pthread_t t;
     pthread_create(&t, 0, thread, 0);
     pthread_join(t, 0);
-    mremap((void *)r2, 16 * PAGE, 32 * PAGE, MREMAP_MAYMOVE);
-    sbrk(16 * PAGE);
+    void *moved = mremap((void *)r2, 16 * PAGE, 32 * PAGE, MREMAP_MAYMOVE);
+    void *brk0 = sbrk(16 * PAGE);
+    void *brk1 = sbrk(0);
     madvise((void *)r1, 64 * PAGE, MADV_DONTNEED);
+    dprintf(2, "r1=%p r2=%p moved=%p r3=%p brk0=%p brk1=%p\n", r1, r2, moved, r3, brk0, brk1);
     execl("/bin/true", "true", (char *)0);
     return 1 + sum;
 }
@@ -303,14 +306,8 @@ fn the_summary_counts_the_programs_faults() {
 #[test]
 fn bad_input_is_one_sentence_and_leaves_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let out = common::run(&["record", "--", "/bin/true"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        common::stderr(&out).contains("not built yet"),
-        "{}",
-        common::stderr(&out)
-    );
     common::assert_refused_as_nobody(&["record", "--summary", "--", "/bin/true"]);
+    common::assert_refused_as_nobody(&["record", "-o", "/tmp/never.hlw", "--", "/bin/true"]);
     if let Some(why) = cannot_record() {
         eprintln!("skipped the rest: {why}");
         return;
@@ -367,4 +364,133 @@ fn a_recording_that_lost_events_is_refused() {
     assert!(out.stdout.is_empty(), "no summary of a partial recording");
     assert_eq!(tracefs::is_mounted().unwrap(), mounted);
     let _ = std::fs::remove_dir_all(state);
+}
+
+/// The address `name=0x...` in the program's report line.
+fn reported(line: &str, name: &str) -> u64 {
+    let v = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("no {name}= in {line}"));
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()
+}
+
+/// Finds, from `from` on, the first line matching `want`; panics with the
+/// workload otherwise. Returns its index and its words.
+fn next_line<'a>(
+    lines: &[&'a str],
+    from: usize,
+    what: &str,
+    want: impl Fn(&[&str]) -> bool,
+) -> (usize, Vec<&'a str>) {
+    for (i, l) in lines.iter().enumerate().skip(from) {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if want(&w) {
+            return (i, w);
+        }
+    }
+    panic!("no {what} after line {from} in:\n{}", lines.join("\n"));
+}
+
+#[test]
+fn a_recorded_program_becomes_its_workload_statement_by_statement() {
+    let Some((_one, bin)) = recordable_program() else {
+        return;
+    };
+    let dir = bin.parent().unwrap().to_path_buf();
+    let state = common::state_dir("record-workload");
+    let file = dir.join("known.hlw");
+    let (mounted, _) = (tracefs::is_mounted().unwrap(), ());
+    let out = common::hugelab(
+        &[
+            "record",
+            "-o",
+            file.to_str().unwrap(),
+            "--",
+            bin.to_str().unwrap(),
+        ],
+        &state,
+    );
+    let err = common::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(tracefs::is_mounted().unwrap(), mounted, "tracefs as found");
+    assert!(no_children_left());
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("r1="))
+        .expect("the program's report");
+    let at = |name| format!("at={:#x}", reported(line, name));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines[0], "spawn known", "{text}");
+
+    // 64 pages written one by one: one mmap at the address the program
+    // got, one write of the whole region.
+    let (i, w) = next_line(&lines, 0, "r1's mmap", |w| {
+        w[1] == "mmap" && w.contains(&at("r1").as_str())
+    });
+    assert_eq!(w[3], "256K", "{w:?}");
+    let r1 = w[2];
+    let (i, _) = next_line(&lines, i, "r1's writes", |w| {
+        w == ["known", "write", &format!("{r1}:256K")]
+    });
+    // 16 pages read, then written: the zero page, then a write over it.
+    let (i, w) = next_line(&lines, i, "r2's mmap", |w| {
+        w[1] == "mmap" && w.contains(&at("r2").as_str())
+    });
+    let r2 = w[2];
+    let (i, _) = next_line(&lines, i, "r2's reads", |w| {
+        w == ["known", "read", &format!("{r2}:64K")]
+    });
+    let (i, _) = next_line(&lines, i, "r2's writes", |w| {
+        w == ["known", "write", &format!("{r2}:64K")]
+    });
+    // The child copies 8 of r1's pages on write, and exits.
+    let (i, w) = next_line(&lines, i, "the fork", |w| {
+        w.len() == 3 && w[0] == "known" && w[1] == "fork"
+    });
+    let child = w[2];
+    let (i, _) = next_line(&lines, i, "the child's writes", |w| {
+        w == [child, "write", &format!("{r1}:32K")]
+    });
+    let (i, _) = next_line(&lines, i, "the child's exit", |w| w == [child, "exit"]);
+    // A thread writes 4 pages of r3, mapped before it was created.
+    let (i, w) = next_line(&lines, i, "r3's mmap", |w| {
+        w[1] == "mmap" && w.contains(&at("r3").as_str())
+    });
+    let r3 = w[2];
+    let (i, w) = next_line(&lines, i, "the thread", |w| {
+        w.len() == 3 && w[0] == "known" && w[1] == "thread"
+    });
+    let thread = w[2];
+    let (i, _) = next_line(&lines, i, "the thread's writes", |w| {
+        w == [thread, "write", &format!("{r3}:16K")]
+    });
+    let (i, _) = next_line(&lines, i, "the thread's exit", |w| w == [thread, "exit"]);
+    // r2 grown to 32 pages, where the kernel put it.
+    let moved = reported(line, "moved");
+    let mut mremap = vec!["known", "mremap", &*format!("{r2}:64K"), "128K"]
+        .into_iter()
+        .map(String::from)
+        .collect::<Vec<_>>();
+    if moved != reported(line, "r2") {
+        mremap.push(format!("at={moved:#x}"));
+    }
+    let (i, _) = next_line(&lines, i, "the mremap", |w| w == mremap);
+    // The break moved up by 16 pages.
+    let grown = reported(line, "brk1") - reported(line, "brk0");
+    assert_eq!(grown, 16 * PAGE);
+    let (i, _) = next_line(&lines, i, "the brk", |w| {
+        w.len() >= 4 && w[1] == "brk" && w[2] == "heap"
+    });
+    let (i, _) = next_line(&lines, i, "the DONTNEED", |w| {
+        w == ["known", "madvise", &format!("{r1}:256K"), "DONTNEED"]
+    });
+    let (i, _) = next_line(&lines, i, "the exec", |w| w == ["known", "exec"]);
+    let (_, _) = next_line(&lines, i, "true's libc", |w| {
+        w[1] == "mmap" && w.contains(&"file=libc.so.6")
+    });
+    assert_eq!(*lines.last().unwrap(), "known exit");
+    let _ = std::fs::remove_dir_all(state);
+    let _ = std::fs::remove_dir_all(dir);
 }

@@ -155,6 +155,7 @@ fn registry() -> MutexGuard<'static, Registry> {
 }
 
 static CLEANUP_HOOK: Mutex<Option<fn()>> = Mutex::new(None);
+static SOFT_INTERRUPT_HOOK: Mutex<Option<fn() -> bool>> = Mutex::new(None);
 
 /// Changes kernel tunables and puts them back; see the module documentation.
 pub struct SettingsGuard {
@@ -389,6 +390,17 @@ pub fn journal_path() -> PathBuf {
 /// [`SettingsGuard`]. Replaces any earlier hook.
 pub fn set_cleanup_hook(f: fn()) {
     *CLEANUP_HOOK.lock().unwrap_or_else(|p| p.into_inner()) = Some(f);
+}
+
+/// Registers the function the signal path asks first: when it returns
+/// true, the program takes the signal as a request to finish early (it ends
+/// and restores on its own, as on success), and the path does nothing more;
+/// when false (a second Ctrl-C), the path goes on as usual. It runs on the
+/// signal thread. `hugelab record` writes what it has when interrupted.
+pub fn set_soft_interrupt_hook(f: fn() -> bool) {
+    *SOFT_INTERRUPT_HOOK
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some(f);
 }
 
 pub fn require_root(refusal: &str) -> Result<()> {
@@ -840,6 +852,12 @@ fn on_interrupt(signo: libc::c_int) {
             unsafe { libc::raise(signo) };
             return;
         }
+    }
+    let soft = *SOFT_INTERRUPT_HOOK
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if soft.is_some_and(|f| f()) {
+        return;
     }
     // Before taking the registry, so a hook that waits on the main thread
     // cannot deadlock with it; a set that runs meanwhile is journaled and is

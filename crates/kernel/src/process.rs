@@ -82,6 +82,30 @@ fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Runs `f` (a spawn) with ADDR_NO_RANDOMIZE set on this thread, so that
+/// the agent it starts is laid out at the kernel's fixed, non-random
+/// addresses (its binary at 0x555555554000, its libraries and stack at the
+/// very top of the address space), where a recorded program's mappings,
+/// placed at random over about a terabyte, almost never are. The
+/// persona is inherited through posix_spawn's vfork and kept across exec.
+fn without_aslr<T>(f: impl FnOnce() -> T) -> T {
+    const QUERY: libc::c_ulong = 0xffff_ffff;
+    // SAFETY: personality only reads or sets this thread's persona.
+    let old = unsafe { libc::personality(QUERY) };
+    if old >= 0 {
+        // SAFETY: as above.
+        unsafe {
+            libc::personality(old as libc::c_ulong | libc::ADDR_NO_RANDOMIZE as libc::c_ulong)
+        };
+    }
+    let r = f();
+    if old >= 0 {
+        // SAFETY: as above.
+        unsafe { libc::personality(old as libc::c_ulong) };
+    }
+    r
+}
+
 impl AgentProc {
     /// Starts `exe __agent <fd> <pid>`; the agent disables THP for its own
     /// start-up and dies with the runner (see [`crate::agent::agent_main`]).
@@ -105,7 +129,7 @@ impl AgentProc {
             .arg(std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null());
-        let child = cmd.spawn().map_err(|e| {
+        let child = without_aslr(|| cmd.spawn()).map_err(|e| {
             KernelError::Agent(format!("cannot start the agent {}: {e}", exe.display()))
         })?;
         drop(theirs);

@@ -264,6 +264,18 @@ pub fn reap_exited(root: libc::pid_t, root_status: &mut Option<i32>) -> bool {
     }
 }
 
+/// Sends SIGKILL to every child of this process, without waiting: an
+/// interrupted recording's round, repeated until the tree is gone (orphans
+/// come to us, the subreaper, and are killed at the next round).
+pub fn kill_children() {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    for pid in children_of(me) {
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
 /// Kills and reaps every child of this process, and the orphans that then
 /// become its children, until none is left (the signal path's cleanup).
 pub fn kill_all_children() {

@@ -20,15 +20,21 @@
 //! - [`event`]: records parsed into typed [`Event`]s;
 //! - [`child`]: the command, with THP disabled, as the sudo user, waited
 //!   for with every descendant;
-//! - [`summary`]: per task counts of faults by error code and mm syscalls.
+//! - [`summary`]: per task counts of faults by error code and mm syscalls;
+//! - [`spool`]: the events on disk, compressed; [`convert`]: the spooled
+//!   events written as a workload.
 //!
-//! Not done here yet: the conversion of the events into a workload.
+//! A first SIGINT/SIGTERM/SIGHUP ends the recording early ([`soft_interrupt`]):
+//! the tree is killed, what was captured is kept and `Outcome::interrupted`
+//! says so; a second one takes the usual signal path.
 
 mod child;
+pub mod convert;
 pub mod event;
 mod merge;
 mod perf;
 mod ring;
+pub mod spool;
 pub mod summary;
 pub mod tracefs;
 
@@ -37,6 +43,7 @@ pub use summary::Summary;
 
 use crate::error::{KernelError, Result};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 /// Kernel-mode faults on kernel addresses are not the program's memory.
@@ -74,6 +81,16 @@ pub struct Outcome {
     pub status: Option<i32>,
     /// Bytes of ring buffer per CPU, as mapped (rounded up).
     pub buffer: u64,
+    /// A signal stopped it before the command ended.
+    pub interrupted: bool,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The soft interrupt for `guard::set_soft_interrupt_hook`: the first
+/// signal asks the recording to stop (true); a second is not taken (false).
+pub fn soft_interrupt() -> bool {
+    !INTERRUPTED.swap(true, Ordering::SeqCst)
 }
 
 /// The signal path's cleanup: kills the recorded tree and unmounts the
@@ -183,6 +200,7 @@ pub fn record(
     if opts.command.is_empty() {
         return Err(KernelError::Refused("no command to record".into()));
     }
+    INTERRUPTED.store(false, Ordering::SeqCst);
     child::resolve(&opts.command[0])?;
     let _subreaper = Subreaper::set();
     let pending = child::spawn(&opts.command)?;
@@ -198,6 +216,10 @@ pub fn record(
     let mut watermark = 0;
     loop {
         let round = monotonic_ns();
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            out.interrupted = true;
+            child::kill_children();
+        }
         let running = child::reap_exited(root, &mut out.status);
         for ring in &mut cap.rings {
             let ids = cap.ids;

@@ -1,0 +1,268 @@
+//! Converting a recording into a workload (`.hlw`): two passes over the
+//! spooled events ([`super::spool`]). The first ([`census`]) names the
+//! processes and finds how far each main stack grew; the second writes the
+//! statements as it reads, holding only the live mms' address spaces:
+//! - tasks ([`tasks`]): a process per mm (`spawn` at the command's exec
+//!   and at a vfork child's, `fork`, `exec`, `thread`, `exit`);
+//! - mappings ([`mm`]): those exec made (PERF_RECORD_MMAP2: ELF segments,
+//!   bss, stack, heap) and those the program made (its mmap, munmap,
+//!   mprotect, madvise, brk and mremap, from their arguments and results;
+//!   an fd-backed mmap's file from its MMAP2 record);
+//! - first touches: each page fault a `read` or `write` of its page,
+//!   consecutive ones coalesced into ranges ([`out`]);
+//! - time: a pause of 1 ms or more between statements is a `sleep`.
+//!
+//! What is not replayed is counted by reason and listed at the end of the
+//! workload: faults on the vdso, mappings the language cannot express yet,
+//! advice without effect on anonymous memory, failed syscalls.
+
+mod census;
+mod mm;
+mod names;
+mod out;
+mod space;
+mod tasks;
+
+use super::event::{Event, Kind};
+use super::spool::Spool;
+use mm::{Ctx, Mapping, Mm};
+use names::Files;
+use out::Out;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Write};
+use tasks::{Change, ProcId, Task, Tracker};
+
+/// What the header says about the recording.
+pub struct Header {
+    pub command: Vec<String>,
+    /// When it was recorded, as people read it.
+    pub date: String,
+    /// `uname -r`.
+    pub kernel: String,
+    /// Stopped by a signal before the command ended.
+    pub interrupted: bool,
+    pub seconds: f64,
+}
+
+/// What the conversion wrote and left out.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    pub statements: u64,
+    pub processes: usize,
+    pub threads: u64,
+    pub faults: u64,
+    pub files: usize,
+    /// Events not replayed, by reason.
+    pub skipped: BTreeMap<&'static str, u64>,
+}
+
+impl Stats {
+    pub fn skip(&mut self, why: &'static str) {
+        *self.skipped.entry(why).or_default() += 1;
+    }
+}
+
+/// A syscall between its entry and its exit.
+struct Pending {
+    nr: i64,
+    args: [u64; 6],
+    /// The file an fd-backed mmap maps (from its MMAP2 record).
+    file: Option<String>,
+}
+
+const MMAP: i64 = 9;
+const MM_SYSCALLS: [i64; 6] = [9, 10, 11, 12, 25, 28];
+
+/// The second pass's state.
+struct Convert<'c> {
+    census: &'c census::Census,
+    names: Vec<String>,
+    tracker: Tracker,
+    mms: HashMap<ProcId, Mm>,
+    pending: HashMap<u32, Pending>,
+    files: Files,
+    stats: Stats,
+}
+
+impl Convert<'_> {
+    fn task_name(&self, t: Task) -> String {
+        let proc = &self.names[t.mm];
+        match (t.proc, t.thread) {
+            (Some(_), Some(n)) => format!("{proc}-t{n}"),
+            _ => proc.clone(),
+        }
+    }
+
+    fn event(&mut self, out: &mut Out, e: &Event) -> io::Result<()> {
+        let change = self.tracker.apply(e);
+        self.change(out, e.time, change)?;
+        let Some(task) = self.tracker.task(e.tid) else {
+            return Ok(());
+        };
+        let proc = self.names[task.mm].clone();
+        let task_name = self.task_name(task);
+        let execs = self.tracker.procs[task.mm].execs;
+        let Convert {
+            census,
+            mms,
+            files,
+            stats,
+            pending,
+            ..
+        } = self;
+        let mm = mms.entry(task.mm).or_default();
+        let mut c = Ctx { out, files, stats };
+        if mm.has_exec_maps() && !matches!(e.kind, Kind::Mmap2 { .. } | Kind::Comm { .. }) {
+            mm.write_exec_maps(&mut c, &proc, e.time, census.stack_low(task.mm, execs))?;
+        }
+        match &e.kind {
+            Kind::SysEnter { nr, args } if MM_SYSCALLS.contains(nr) => {
+                pending.insert(
+                    e.tid,
+                    Pending {
+                        nr: *nr,
+                        args: *args,
+                        file: None,
+                    },
+                );
+            }
+            Kind::SysExit { nr, ret } => {
+                if let Some(p) = pending.remove(&e.tid).filter(|p| p.nr == *nr) {
+                    mm.syscall(&mut c, &proc, e.time, p.nr, p.args, *ret, p.file)?;
+                }
+            }
+            Kind::Mmap2 {
+                addr,
+                len,
+                pgoff,
+                prot,
+                flags,
+                filename,
+            } => match pending.get_mut(&e.tid) {
+                Some(p) if p.nr == MMAP => p.file = Some(filename.clone()),
+                Some(_) => {}
+                None => mm.exec_mapping(Mapping {
+                    addr: *addr,
+                    len: *len,
+                    pgoff: *pgoff,
+                    prot: *prot,
+                    flags: *flags,
+                    filename: filename.clone(),
+                }),
+            },
+            Kind::Fault {
+                addr, error_code, ..
+            } => {
+                c.stats.faults += 1;
+                mm.fault(&mut c, &task_name, e.time, *addr, *error_code)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn change(&mut self, out: &mut Out, time: u64, change: Change) -> io::Result<()> {
+        let name = |p: ProcId| &self.names[p];
+        let text = match change {
+            Change::None => return Ok(()),
+            Change::Spawn(p) => {
+                self.mms.insert(p, Mm::default());
+                format!("spawn {}", name(p))
+            }
+            Change::Fork { parent, child } => {
+                let mm = self.mms.get(&parent).cloned().unwrap_or_default();
+                self.mms.insert(child, mm);
+                format!("{} fork {}", name(parent), name(child))
+            }
+            Change::Thread { proc, n } => {
+                self.stats.threads += 1;
+                format!("{} thread {}-t{n}", name(proc), name(proc))
+            }
+            Change::Exec(p) => {
+                self.mms.insert(p, Mm::default());
+                format!("{} exec", name(p))
+            }
+            Change::ThreadExit { proc, n } => format!("{}-t{n} exit", name(proc)),
+            Change::Exit(p) => {
+                self.mms.remove(&p);
+                format!("{} exit", name(p))
+            }
+        };
+        out.stmt(time, &text)
+    }
+}
+
+fn header(h: &Header, census: &census::Census) -> String {
+    let seconds = census.first.map_or(0.0, |f| (census.last - f) as f64 / 1e9);
+    let mut s = format!(
+        "A program recorded by `hugelab record` on {}, Linux {}, with THP off for its whole tree:\n  {}\n",
+        h.date,
+        h.kernel,
+        h.command.join(" ")
+    );
+    s += &format!(
+        "{} events in {:.3} s: {} page faults, {} processes, {} threads, {} execs.\n",
+        census.events,
+        seconds.max(h.seconds.min(seconds)),
+        census.faults,
+        census.processes(),
+        census.threads,
+        census.execs
+    );
+    if h.interrupted {
+        s += "INTERRUPTED: the recording was stopped before the command ended; this is the part before.\n";
+    }
+    s += "Replay it with `hugelab run` (the model) or `hugelab diff` (model and kernel); what was not\nreplayed is counted at the end.";
+    s
+}
+
+/// Writes the workload of the events in `spool` to `w`.
+pub fn convert(spool: &mut Spool, h: &Header, w: &mut dyn Write) -> io::Result<Stats> {
+    let mut census = census::Census::default();
+    for e in spool.events()? {
+        census.add(&e?);
+    }
+    let mut out = Out::new(w);
+    out.comment(&header(h, &census))?;
+    let mut conv = Convert {
+        names: census.names(),
+        census: &census,
+        tracker: Tracker::default(),
+        mms: HashMap::new(),
+        pending: HashMap::new(),
+        files: Files::default(),
+        stats: Stats::default(),
+    };
+    let mut last = 0;
+    for e in spool.events()? {
+        let e = e?;
+        last = e.time;
+        conv.event(&mut out, &e)?;
+    }
+    // Processes still there when the recording stopped end with it.
+    let live: Vec<ProcId> = conv.tracker.live().collect();
+    for p in live {
+        if conv.mms.contains_key(&p) {
+            out.stmt(last, &format!("{} exit", conv.names[p]))?;
+        }
+    }
+    out.flush()?;
+    let mut stats = conv.stats;
+    stats.statements = out.statements;
+    stats.processes = census.processes();
+    stats.files = conv.files.count();
+    let mut tail = format!(
+        "{} statements, {} processes, {} threads, {} files, {} faults.",
+        stats.statements, stats.processes, stats.threads, stats.files, stats.faults
+    );
+    if stats.skipped.is_empty() {
+        tail += "\nEverything recorded was replayed.";
+    } else {
+        tail += "\nNot replayed:";
+        for (why, n) in &stats.skipped {
+            tail += &format!("\n  {n} {why}");
+        }
+    }
+    out.comment(&tail)?;
+    Ok(stats)
+}

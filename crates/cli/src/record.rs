@@ -208,6 +208,7 @@ fn report(
             "threads": s.threads,
             "files": s.files,
             "faults": s.faults,
+            "faults_by_process": s.faults_by_process,
             "not_replayed": s.skipped,
             "interrupted": o.interrupted,
             "spool_bytes": spool_bytes,
@@ -251,6 +252,7 @@ fn totals(o: &record::Outcome) -> serde_json::Value {
         "bytes": o.bytes,
         "buffer_per_cpu": o.buffer,
         "exit_status": o.status,
+        "minflt": o.minflt,
     })
 }
 

@@ -494,3 +494,60 @@ fn a_recorded_program_becomes_its_workload_statement_by_statement() {
     let _ = std::fs::remove_dir_all(state);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_recording_stopped_by_ctrl_c_is_still_a_workload_and_says_so() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(why) = cannot_record() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let state = common::state_dir("record-interrupted");
+    let file = state.join("sleep.hlw");
+    let mounted = tracefs::is_mounted().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(["record", "-o", file.to_str().unwrap(), "--", "sleep", "60"])
+        .env("HUGELAB_STATE_DIR", &state)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until sleep runs: its exec is the recording's first event.
+    let started = std::time::Instant::now();
+    while !std::fs::read_dir("/proc").unwrap().any(|e| {
+        let pid = e.unwrap().file_name();
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.to_string_lossy()))
+            .is_ok_and(|s| s.contains("(sleep)") && s.contains(&format!(" {} ", child.id())))
+    }) {
+        assert!(started.elapsed().as_secs() < 30, "sleep never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: signals the hugelab we started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = common::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(started.elapsed().as_secs() < 30, "it stopped at the signal");
+    assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+    assert!(err.contains("interrupted"), "{err}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\n# INTERRUPTED: "), "{text}");
+    assert!(text.contains("\nspawn sleep_\n"), "{text}");
+    assert!(
+        text.trim_end().lines().any(|l| l == "sleep_ exit"),
+        "{text}"
+    );
+    assert_eq!(tracefs::is_mounted().unwrap(), mounted, "tracefs as found");
+    assert!(no_children_left());
+    // `sleep` is a keyword of the language: the process is `sleep_`.
+    assert!(
+        !std::fs::read_dir("/proc").unwrap().any(|e| {
+            let pid = e.unwrap().file_name();
+            std::fs::read(format!("/proc/{}/cmdline", pid.to_string_lossy()))
+                .is_ok_and(|c| c == b"sleep\x0060\x00")
+        }),
+        "the recorded sleep is gone"
+    );
+    let _ = std::fs::remove_dir_all(state);
+}

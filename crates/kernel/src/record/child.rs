@@ -243,17 +243,22 @@ pub fn set_subreaper(on: bool) {
 
 /// Reaps every child that has exited; returns whether any are left, and
 /// the exit status of `root` if it was among them.
-pub fn reap_exited(root: libc::pid_t, root_status: &mut Option<i32>) -> bool {
+pub fn reap_exited(root: libc::pid_t, root_status: &mut Option<i32>, minflt: &mut u64) -> bool {
     loop {
         let mut status = 0;
+        // SAFETY: a zeroed rusage is a valid one to fill.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         // SAFETY: waits for any of our children without blocking.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
+        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG | libc::__WALL, &mut usage) };
         if pid == 0 {
             return true;
         }
         if pid < 0 {
             return io::Error::last_os_error().raw_os_error() != Some(libc::ECHILD);
         }
+        // Its own faults and those of the descendants it waited for: over
+        // every child we reap (orphans come to us), the whole tree's.
+        *minflt += usage.ru_minflt as u64;
         if pid == root {
             *root_status = Some(if libc::WIFEXITED(status) {
                 libc::WEXITSTATUS(status)

@@ -83,6 +83,9 @@ pub struct Outcome {
     pub buffer: u64,
     /// A signal stopped it before the command ended.
     pub interrupted: bool,
+    /// The minor faults of the whole tree as the kernel counted them
+    /// (wait4's rusage of every child reaped).
+    pub minflt: u64,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -220,7 +223,7 @@ pub fn record(
             out.interrupted = true;
             child::kill_children();
         }
-        let running = child::reap_exited(root, &mut out.status);
+        let running = child::reap_exited(root, &mut out.status, &mut out.minflt);
         for ring in &mut cap.rings {
             let ids = cap.ids;
             out.bytes += ring.drain(|r| {

@@ -478,7 +478,8 @@ impl Mm {
         c.out.stmt(time, &s)
     }
 
-    /// A page fault at `addr` with x86 `error_code`, by task `task`.
+    /// A page fault at `addr` with x86 `error_code`, by task `task`:
+    /// whether it is replayed (as a first touch).
     pub fn fault(
         &mut self,
         c: &mut Ctx,
@@ -486,26 +487,27 @@ impl Mm {
         time: u64,
         addr: u64,
         error_code: u64,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let write = error_code & 2 != 0;
         let present = error_code & 1 != 0;
         let page = addr & !(PAGE - 1);
         let Some((_, e)) = self.space.find(page) else {
             c.stats
                 .skip("faults outside the mappings the recording knows");
-            return Ok(());
+            return Ok(false);
         };
         if let What::Skip(why) = e.what {
             c.stats.skip(why);
-            return Ok(());
+            return Ok(false);
         }
         if (present && !write) || !e.prot.allows(write) {
             c.stats
                 .skip("faults the program took a signal on (protection)");
-            return Ok(());
+            return Ok(false);
         }
         let (region, base) = (e.region.clone(), e.base);
-        c.out.touch(time, task, &region, base, page, write)
+        c.out.touch(time, task, &region, base, page, write)?;
+        Ok(true)
     }
 }
 

@@ -54,6 +54,9 @@ pub struct Stats {
     pub files: usize,
     /// Events not replayed, by reason.
     pub skipped: BTreeMap<&'static str, u64>,
+    /// Page faults replayed (as first touches), by process (the workload's
+    /// name): with THP off, the `stat.<proc>.minflt` the replay must give.
+    pub faults_by_process: BTreeMap<String, u64>,
 }
 
 impl Stats {
@@ -154,7 +157,9 @@ impl Convert<'_> {
                 addr, error_code, ..
             } => {
                 c.stats.faults += 1;
-                mm.fault(&mut c, &task_name, e.time, *addr, *error_code)?;
+                if mm.fault(&mut c, &task_name, e.time, *addr, *error_code)? {
+                    *c.stats.faults_by_process.entry(proc.clone()).or_default() += 1;
+                }
             }
             _ => {}
         }

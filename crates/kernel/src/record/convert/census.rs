@@ -9,8 +9,10 @@ use super::names::{ident, Unique};
 use super::tasks::{Change, ProcId, Tracker};
 use std::collections::HashMap;
 
-/// How far below its start a fault still counts as the stack growing.
-const STACK_REACH: u64 = 128 << 20;
+/// How far below its start a fault still counts as the stack growing (8
+/// times the default RLIMIT_STACK; top-down mmaps start at least 128 MiB
+/// below the stack).
+const STACK_REACH: u64 = 64 << 20;
 
 #[derive(Default)]
 pub struct Census {

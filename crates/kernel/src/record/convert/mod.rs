@@ -22,6 +22,8 @@ mod names;
 mod out;
 mod space;
 mod tasks;
+#[cfg(test)]
+mod tests;
 
 use super::event::{Event, Kind};
 use super::spool::Spool;

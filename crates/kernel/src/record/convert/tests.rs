@@ -1,0 +1,255 @@
+//! The conversion of a made-up event stream, checked line by line: what
+//! each kind of event becomes.
+
+use super::super::event::{Event, Kind};
+use super::super::spool;
+use super::{convert, Header};
+
+struct Stream {
+    events: Vec<Event>,
+    time: u64,
+}
+
+impl Stream {
+    fn new() -> Stream {
+        Stream {
+            events: Vec::new(),
+            time: 1_000,
+        }
+    }
+
+    fn at(&mut self, pid: u32, tid: u32, kind: Kind) -> &mut Stream {
+        self.time += 1_000;
+        self.events.push(Event {
+            time: self.time,
+            pid,
+            tid,
+            kind,
+        });
+        self
+    }
+
+    fn exec(&mut self, pid: u32, comm: &str, maps: &[(u64, u64, u64, u32, &str)]) -> &mut Stream {
+        self.at(
+            pid,
+            pid,
+            Kind::Comm {
+                comm: comm.into(),
+                exec: true,
+            },
+        );
+        for &(addr, len, pgoff, prot, name) in maps {
+            self.at(
+                pid,
+                pid,
+                Kind::Mmap2 {
+                    addr,
+                    len,
+                    pgoff,
+                    prot,
+                    flags: 2,
+                    filename: name.into(),
+                },
+            );
+        }
+        self.at(
+            pid,
+            pid,
+            Kind::Exec {
+                filename: format!("/usr/bin/{comm}"),
+                old_pid: pid,
+            },
+        )
+    }
+
+    fn syscall(&mut self, pid: u32, tid: u32, nr: i64, args: [u64; 6], ret: i64) -> &mut Stream {
+        self.at(pid, tid, Kind::SysEnter { nr, args });
+        self.at(pid, tid, Kind::SysExit { nr, ret })
+    }
+
+    fn fault(&mut self, pid: u32, tid: u32, addr: u64, error_code: u64) -> &mut Stream {
+        self.at(
+            pid,
+            tid,
+            Kind::Fault {
+                addr,
+                error_code,
+                user: true,
+            },
+        )
+    }
+
+    fn workload(&self) -> Vec<String> {
+        let mut w = spool::Writer::create(&std::env::temp_dir()).unwrap();
+        for e in &self.events {
+            w.push(e).unwrap();
+        }
+        let mut s = w.finish().unwrap();
+        let h = Header {
+            command: vec!["prog".into()],
+            date: "today".into(),
+            kernel: "6.18".into(),
+            interrupted: false,
+            seconds: 0.1,
+        };
+        let mut out = Vec::new();
+        convert(&mut s, &h, &mut out).unwrap();
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect()
+    }
+}
+
+const STACK: (u64, u64, u64, u32, &str) = (0x7ffd_0000_0000, 0x21000, 0, 3, "[stack]");
+const RW: u64 = 3;
+const PRIVATE_ANON: u64 = 0x22;
+
+#[test]
+fn exec_segments_faults_and_an_anonymous_mapping() {
+    let mut s = Stream::new();
+    s.exec(
+        10,
+        "prog",
+        &[
+            // The loader's first mapping spans the whole image; the next
+            // segment cuts it.
+            (0x5555_0000_0000, 0x5000, 0, 1, "/usr/bin/prog"),
+            (0x5555_0000_1000, 0x1000, 0x1000, 5, "/usr/bin/prog"),
+            (0x5555_0000_2000, 0x1000, 0x2000, 3, "/usr/bin/prog"),
+            (0x5555_0000_3000, 0x2000, 0, 3, "//anon"),
+            STACK,
+            (0x7ffd_0010_0000, 0x2000, 0, 5, "[vdso]"),
+        ],
+    )
+    .fault(10, 10, 0x5555_0000_2010, 6)
+    .fault(10, 10, 0x7ffd_0000_0000 - 0x2000 + 8, 6)
+    .fault(10, 10, 0x7ffd_0010_0000, 4)
+    .syscall(
+        10,
+        10,
+        9,
+        [0, 0x4000, RW, PRIVATE_ANON, u64::MAX, 0],
+        0x7f00_0000_0000,
+    )
+    .fault(10, 10, 0x7f00_0000_0000, 6)
+    .fault(10, 10, 0x7f00_0000_1000, 6)
+    .fault(10, 10, 0x7f00_0000_3000, 4)
+    .syscall(10, 10, 11, [0x7f00_0000_1000, 0x1000, 0, 0, 0, 0], 0)
+    .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    assert_eq!(
+        s.workload(),
+        [
+            "spawn prog",
+            "prog mmap prog-ro 4K file=prog prot=r at=0x555500000000",
+            "prog mmap prog-text 4K file=prog offset=4K prot=r at=0x555500001000",
+            "prog mmap prog-data 4K file=prog offset=8K at=0x555500002000",
+            "prog mmap prog-bss 8K at=0x555500003000",
+            "prog mmap stack 140K at=0x7ffcffffe000 growsdown initial=132K",
+            "prog madvise stack+136K:4K POPULATE_WRITE",
+            "prog write prog-data:4K",
+            "prog write stack:4K",
+            "prog mmap anon1 16K at=0x7f0000000000",
+            "prog write anon1:8K",
+            "prog read anon1+12K:4K",
+            "prog munmap anon1+4K:4K",
+            "prog exit",
+        ]
+    );
+}
+
+#[test]
+fn fork_thread_vfork_spawn_brk_mremap_and_mprotect() {
+    let mut s = Stream::new();
+    s.exec(20, "make", &[STACK])
+        .syscall(20, 20, 12, [0; 6], 0x5600_0000_0000)
+        .syscall(
+            20,
+            20,
+            12,
+            [0x5600_0002_1000, 0, 0, 0, 0, 0],
+            0x5600_0002_1000,
+        )
+        .fault(20, 20, 0x5600_0000_0000, 6)
+        .syscall(
+            20,
+            20,
+            9,
+            [0, 0x2000, RW, PRIVATE_ANON, u64::MAX, 0],
+            0x7f00_0000_0000,
+        )
+        .syscall(
+            20,
+            20,
+            25,
+            [0x7f00_0000_0000, 0x2000, 0x4000, 1, 0, 0],
+            0x7f10_0000_0000,
+        )
+        .syscall(20, 20, 10, [0x7f10_0000_0000, 0x1000, 1, 0, 0, 0], 0)
+        .at(
+            20,
+            20,
+            Kind::NewTask {
+                child: 21,
+                comm: "make".into(),
+                clone_flags: 0x1200011,
+            },
+        )
+        .fault(21, 21, 0x7f10_0000_1000, 7)
+        .at(21, 21, Kind::Exit { ppid: 20, ptid: 20 })
+        .at(
+            20,
+            20,
+            Kind::NewTask {
+                child: 22,
+                comm: "make".into(),
+                clone_flags: 0x3d0f00,
+            },
+        )
+        .fault(20, 22, 0x7f10_0000_2000, 6)
+        .at(20, 22, Kind::Exit { ppid: 20, ptid: 20 })
+        .at(
+            20,
+            20,
+            Kind::NewTask {
+                child: 23,
+                comm: "make".into(),
+                clone_flags: 0x4111,
+            },
+        )
+        .exec(23, "cc1", &[])
+        .at(23, 23, Kind::Exit { ppid: 20, ptid: 20 })
+        .syscall(
+            20,
+            20,
+            12,
+            [0x5600_0001_0000, 0, 0, 0, 0, 0],
+            0x5600_0001_0000,
+        )
+        .at(20, 20, Kind::Exit { ppid: 1, ptid: 1 });
+    let w = s.workload();
+    let after_stack: Vec<&str> = w.iter().skip(3).map(String::as_str).collect();
+    assert_eq!(
+        after_stack,
+        [
+            "make brk heap 132K at=0x560000000000",
+            "make write heap:4K",
+            "make mmap anon1 8K at=0x7f0000000000",
+            "make mremap anon1:8K 16K at=0x7f1000000000",
+            "make mprotect anon1:4K r",
+            "make fork make-2",
+            "make-2 write anon1+4K:4K",
+            "make-2 exit",
+            "make thread make-t2",
+            "make-t2 write anon1+8K:4K",
+            "make-t2 exit",
+            "spawn cc1",
+            "cc1 exit",
+            "make brk heap 64K",
+            "make exit",
+        ],
+        "{w:#?}"
+    );
+}

@@ -30,6 +30,9 @@ pub(crate) struct Proc {
     /// The directory of the memory cgroup the agent is in, if the workload
     /// put it in one (a forked agent is in its parent's).
     pub(crate) memcg_dir: Option<std::path::PathBuf>,
+    /// How far its fixed (`at=`) addresses are moved on the kernel, decided
+    /// at its first one ([`crate::relocate`]); a fork inherits it.
+    pub(crate) shift: Option<i64>,
 }
 
 /// The workload's processes by name, each a live agent: what a window's

@@ -40,6 +40,7 @@ pub mod pagemap;
 pub mod process;
 pub mod protocol;
 pub mod record;
+mod relocate;
 pub mod scan;
 pub mod smaps;
 pub mod sysfs;

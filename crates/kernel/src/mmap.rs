@@ -2,7 +2,7 @@
 //! region placed where the model places it, and checked to be one VMA of
 //! its own, or with `at=` at its address exactly (MAP_FIXED_NOREPLACE:
 //! EEXIST over a region already there), merged as the kernel merges it and
-//! refused where it would touch the agent's own mappings; a region fully
+//! relocated away from the agent's own mappings ([`crate::relocate`]); a region fully
 //! unmapped is gone, its last counters kept.
 
 use crate::agents::{Agents, Region};
@@ -44,9 +44,9 @@ pub(crate) fn mmap(
     let mut cursor = p.cursor;
     let start = match at {
         Some(at) => {
-            refuse_agent_collision(stmt, p, *at, len)?;
-            placement::after_fixed_region(&mut cursor, *at, len);
-            *at
+            let at = crate::relocate::fixed_address(stmt, proc, p, *at, len)?;
+            placement::after_fixed_region(&mut cursor, at, len);
+            at
         }
         None => placement::place_region(&mut cursor, len, align),
     };
@@ -90,47 +90,6 @@ pub(crate) fn mmap(
         ));
     }
     Ok(())
-}
-
-/// An `at=` region may not overlap, nor touch (it could merge with), a
-/// mapping of the agent's own (its binary, heap, stack, libraries, vdso):
-/// refused with one sentence. Relocating the program's mappings away from
-/// them is a later step; an overlap with the workload's own regions is left
-/// to the kernel (EEXIST).
-fn refuse_agent_collision(
-    stmt: &Stmt,
-    p: &crate::agents::Proc,
-    at: u64,
-    len: u64,
-) -> Result<(), BackendError> {
-    let path = format!("/proc/{}/maps", p.agent.pid);
-    let text = std::fs::read_to_string(&path).map_err(|e| failed(stmt, format!("{path}: {e}")))?;
-    let regions: Vec<(u64, u64)> = p.regions.values().map(|r| (r.start, r.len)).collect();
-    match agent_collision(&text, &regions, at, len) {
-        None => Ok(()),
-        Some(why) => Err(failed(stmt, why)),
-    }
-}
-
-/// The sentence refusing `[at, at + len)` when it overlaps or touches a
-/// mapping of `maps` (a /proc/PID/maps text) that is none of the workload's
-/// `regions` (start, len).
-fn agent_collision(maps: &str, regions: &[(u64, u64)], at: u64, len: u64) -> Option<String> {
-    let end = at + len;
-    let ours = |lo: u64, hi: u64| regions.iter().any(|&(s, l)| lo < s + l && hi > s);
-    let (lo, hi, line) = maps.lines().find_map(|line| {
-        let (lo, hi) = crate::smaps::vma_header(line)?;
-        (lo <= end && hi >= at && !ours(lo, hi)).then_some((lo, hi, line))
-    })?;
-    let what = line
-        .split_ascii_whitespace()
-        .nth(5)
-        .unwrap_or("anonymous memory");
-    Some(format!(
-        "mmap at={at:#x} ({len:#x} bytes) collides with the agent's own mapping \
-         {lo:#x}-{hi:#x} ({what}); relocating a workload's fixed addresses is not \
-         supported yet, so choose an address clear of it"
-    ))
 }
 
 /// `<proc> munmap <range>`
@@ -177,50 +136,4 @@ fn retire_region_if_unmapped(
     p.regions.remove(region);
     gone.add(m.judge(c, unknown));
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::agent_collision;
-
-    const MAPS: &str = "\
-55d0c0000000-55d0c0200000 r-xp 00000000 08:01 1234                       /usr/bin/hugelab
-7e0000200000-7e0000300000 rw-p 00000000 00:00 0 
-7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0                          [stack]
-7ffd00100000-7ffd00102000 rw-p 00000000 00:00 0 
-";
-
-    #[test]
-    fn an_agent_mapping_in_the_way_is_named() {
-        let regions = [(0x7e00_0020_0000, 0x10_0000)];
-        let e = agent_collision(MAPS, &regions, 0x7ffd_0001_0000, 0x1000).unwrap();
-        assert!(
-            e.contains(
-                "collides with the agent's own mapping 0x7ffd00000000-0x7ffd00021000 ([stack])"
-            ),
-            "{e}"
-        );
-        // Touching an anonymous mapping of its own counts: it could merge.
-        let e = agent_collision(MAPS, &regions, 0x7ffd_000f_f000, 0x1000).unwrap();
-        assert!(e.contains("(anonymous memory)"), "{e}");
-        assert!(agent_collision(MAPS, &regions, 0x55d0_c020_0000, 0x1000).is_some());
-    }
-
-    #[test]
-    fn the_workloads_own_regions_and_free_space_pass() {
-        let regions = [(0x7e00_0020_0000, 0x10_0000)];
-        // Over a region (EEXIST is the kernel's), next to it, or in free space.
-        assert_eq!(
-            agent_collision(MAPS, &regions, 0x7e00_0020_0000, 0x1000),
-            None
-        );
-        assert_eq!(
-            agent_collision(MAPS, &regions, 0x7e00_0030_0000, 0x10_0000),
-            None
-        );
-        assert_eq!(
-            agent_collision(MAPS, &regions, 0x7e00_1000_0000, 0x1000),
-            None
-        );
-    }
 }

@@ -44,6 +44,7 @@ pub(crate) fn spawn(
             cursor: 0,
             minflt: 0,
             memcg_dir,
+            shift: None,
         },
     );
     Ok(())
@@ -67,6 +68,7 @@ pub(crate) fn fork(
             cursor: p.cursor,
             minflt: 0,
             memcg_dir: p.memcg_dir.clone(),
+            shift: p.shift,
         });
         Ok(Call::ok(faults))
     })?;

@@ -20,6 +20,10 @@ pub struct RecordArgs {
     /// default: the program's name with `.hlw.zst`.
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
+    /// A `snapshot <proc>-exit` before each process's exit in the workload
+    /// (its memory at the end of its life; `end` comes after every exit).
+    #[arg(long)]
+    snapshot_at_exit: bool,
     /// Print what was captured, per task, instead of writing a workload.
     #[arg(long)]
     summary: bool,
@@ -176,6 +180,7 @@ pub fn main(args: RecordArgs) -> Result<ExitCode> {
             .unwrap_or_else(|_| "(unknown)".into()),
         interrupted: outcome.interrupted,
         seconds: outcome.seconds,
+        snapshot_at_exit: args.snapshot_at_exit,
     };
     let mut out = Output::create(&output)?;
     let stats = match convert::convert(&mut spool, &header, out.writer()) {

@@ -44,6 +44,9 @@ pub struct Header {
     /// Stopped by a signal before the command ended.
     pub interrupted: bool,
     pub seconds: f64,
+    /// A `snapshot <proc>-exit` before each process's exit, to compare its
+    /// memory at its largest (a recorded program's `end` is after every exit).
+    pub snapshot_at_exit: bool,
 }
 
 /// What the conversion wrote and left out.
@@ -81,6 +84,7 @@ const MM_SYSCALLS: [i64; 6] = [9, 10, 11, 12, 25, 28];
 /// The second pass's state.
 struct Convert<'c> {
     census: &'c census::Census,
+    snapshot_at_exit: bool,
     names: Vec<String>,
     tracker: Tracker,
     mms: HashMap<ProcId, Mm>,
@@ -192,6 +196,9 @@ impl Convert<'_> {
             Change::ThreadExit { proc, n } => format!("{}-t{n} exit", name(proc)),
             Change::Exit(p) => {
                 self.mms.remove(&p);
+                if self.snapshot_at_exit {
+                    out.stmt(time, &format!("snapshot {}-exit", name(p)))?;
+                }
                 format!("{} exit", name(p))
             }
         };
@@ -232,6 +239,7 @@ pub fn convert(spool: &mut Spool, h: &Header, w: &mut dyn Write) -> io::Result<S
     let mut out = Out::new(w);
     out.comment(&header(h, &census))?;
     let mut conv = Convert {
+        snapshot_at_exit: h.snapshot_at_exit,
         names: census.names(),
         census: &census,
         tracker: Tracker::default(),

@@ -91,6 +91,7 @@ impl Stream {
             kernel: "6.18".into(),
             interrupted: false,
             seconds: 0.1,
+            snapshot_at_exit: false,
         };
         let mut out = Vec::new();
         convert(&mut s, &h, &mut out).unwrap();

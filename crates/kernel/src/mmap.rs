@@ -44,7 +44,7 @@ pub(crate) fn mmap(
     let mut cursor = p.cursor;
     let start = match at {
         Some(at) => {
-            refuse_agent_collision(stmt, p, *at, len)?;
+            refuse_agent_collision(stmt, p, "mmap", *at, len)?;
             placement::after_fixed_region(&mut cursor, *at, len);
             *at
         }
@@ -97,9 +97,10 @@ pub(crate) fn mmap(
 /// refused with one sentence. Relocating the program's mappings away from
 /// them is a later step; an overlap with the workload's own regions is left
 /// to the kernel (EEXIST).
-fn refuse_agent_collision(
+pub(crate) fn refuse_agent_collision(
     stmt: &Stmt,
     p: &crate::agents::Proc,
+    verb: &str,
     at: u64,
     len: u64,
 ) -> Result<(), BackendError> {
@@ -108,7 +109,7 @@ fn refuse_agent_collision(
     let regions: Vec<(u64, u64)> = p.regions.values().map(|r| (r.start, r.len)).collect();
     match agent_collision(&text, &regions, at, len) {
         None => Ok(()),
-        Some(why) => Err(failed(stmt, why)),
+        Some(why) => Err(failed(stmt, format!("{verb} {why}"))),
     }
 }
 
@@ -127,7 +128,7 @@ fn agent_collision(maps: &str, regions: &[(u64, u64)], at: u64, len: u64) -> Opt
         .nth(5)
         .unwrap_or("anonymous memory");
     Some(format!(
-        "mmap at={at:#x} ({len:#x} bytes) collides with the agent's own mapping \
+        "at={at:#x} ({len:#x} bytes) collides with the agent's own mapping \
          {lo:#x}-{hi:#x} ({what}); relocating a workload's fixed addresses is not \
          supported yet, so choose an address clear of it"
     ))

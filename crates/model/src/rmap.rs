@@ -49,7 +49,7 @@
 use crate::deferred_split::deferred_split_folio;
 use crate::mm_types::{pg, MmId, Pfn, HPAGE_PMD_NR, MM_ID_DUMMY, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE};
 use crate::mms::MmList;
-use crate::pgtable::{pte_index, Pmd};
+use crate::pgtable::{folio_pte_spans, Pmd};
 use crate::vmstat::MthpStat;
 use crate::Machine;
 use rustc_hash::FxHashMap as HashMap;
@@ -291,7 +291,7 @@ pub fn anon_vma_interval_tree_foreach(m: &Machine, mms: &mut MmList, folio: Pfn)
 pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
     let nr = 1usize << m.zone.memmap.page(folio).order();
     let addr = m.zone.memmap.folio_ext(folio).index << PAGE_SHIFT;
-    let (index, first) = (addr / PMD_SIZE, pte_index(addr));
+    let index = addr / PMD_SIZE;
     let mut entire = folio_entire_mapcount(m, folio);
     let mut mapped = folio_nr_pages_mapped(m, folio) as usize;
     let pages = m.zone.memmap.pages(folio, nr as u64);
@@ -308,23 +308,29 @@ pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
                     remove_rmap_partially_mapped(m, folio);
                 }
             }
-            Some(Pmd::Table(t)) => {
+            Some(Pmd::HugeZero { .. }) => {}
+            _ => {
                 let lo = ((v.start.max(addr) - addr) / PAGE_SIZE) as usize;
                 let hi = ((v.end.min(addr + (nr as u64) * PAGE_SIZE) - addr) / PAGE_SIZE) as usize;
-                for (i, count) in mapcount.iter_mut().enumerate().take(hi).skip(lo) {
-                    if t.ptes[first + i].pfn() != Some(Pfn(folio.0 + i as u64)) {
+                // One table, unless mremap moved the folio across a PMD boundary.
+                for (index, first, from, to) in folio_pte_spans(addr, nr) {
+                    let Some(Pmd::Table(t)) = mm.pmds.get(&index) else {
                         continue;
-                    }
-                    *count -= 1;
-                    if *count == 0 {
-                        mapped -= 1;
-                        if entire == 0 && mapped > 0 {
-                            remove_rmap_partially_mapped(m, folio);
+                    };
+                    for i in lo.max(from)..hi.min(to) {
+                        if t.ptes[first + i - from].pfn() != Some(Pfn(folio.0 + i as u64)) {
+                            continue;
+                        }
+                        mapcount[i] -= 1;
+                        if mapcount[i] == 0 {
+                            mapped -= 1;
+                            if entire == 0 && mapped > 0 {
+                                remove_rmap_partially_mapped(m, folio);
+                            }
                         }
                     }
                 }
             }
-            _ => {}
         }
     }
 }

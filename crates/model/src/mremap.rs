@@ -481,3 +481,132 @@ fn put_ptes(t: &mut PteTable, to: usize, moved: &[(crate::pgtable::Pte, bool)]) 
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Model;
+    use hugelab_workload::{parse, run, Counters, Errno};
+
+    const THP_ALWAYS: &str = "set transparent_hugepage/enabled always\n\
+         set transparent_hugepage/hugepages-2048kB/enabled inherit\n";
+
+    /// Runs `body` after THP `always`, checking the model's invariants
+    /// after every statement: the errnos of the failed calls, the counters
+    /// at the end, and the VMAs of process `a` (start, end, pgoff).
+    fn run_a(body: &str) -> (Vec<Errno>, Counters, Vec<(u64, u64, u64)>) {
+        let w = parse("test.hlw", &format!("{THP_ALWAYS}spawn a\n{body}")).unwrap();
+        let mut model = Model::default().with_invariant_checks();
+        let obs = run(&mut model, &w).unwrap();
+        let failures = obs.failed_calls.iter().map(|c| c.errno).collect();
+        let counters = obs.snapshots.last().unwrap().counters.clone();
+        let vmas = model.machine.mm_of("a").map_or(Vec::new(), |mm| {
+            mm.vmas
+                .values()
+                .map(|v| (v.start, v.end, v.pgoff))
+                .collect()
+        });
+        (failures, counters, vmas)
+    }
+
+    const X: u64 = 0x7e10_0000_0000;
+    const M: u64 = 1 << 20;
+
+    #[test]
+    fn a_moved_vma_keeps_its_pgoff_once_written_and_takes_the_new_one_before() {
+        let (failures, _, vmas) = run_a(
+            "a mmap n 1M at=0x7e1000000000\n\
+             a mmap r 1M at=0x7e2000000000\n\
+             a write r:4K\n\
+             a mremap r 1M at=0x7e1000100000\n",
+        );
+        assert!(failures.is_empty(), "{failures:?}");
+        let old = 0x7e20_0000_0000 >> 12;
+        assert_eq!(vmas, [(X, X + M, X >> 12), (X + M, X + 2 * M, old)]);
+        let (_, _, vmas) = run_a(
+            "a mmap n 1M at=0x7e1000000000\n\
+             a mmap r 1M at=0x7e2000000000\n\
+             a mremap r 1M at=0x7e1000100000\n",
+        );
+        assert_eq!(vmas, [(X, X + 2 * M, X >> 12)]);
+    }
+
+    #[test]
+    fn growing_in_place_merges_with_a_next_vma_whose_pgoff_continues() {
+        let (failures, _, vmas) = run_a(
+            "a mmap lo 1M at=0x7e1000000000\n\
+             a mmap hi 1M at=0x7e1000200000\n\
+             a mremap lo 2M\n",
+        );
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_eq!(vmas, [(X, X + 3 * M, X >> 12)]);
+        // Moved away and back, hi no longer continues lo's pgoff.
+        let (failures, _, vmas) = run_a(
+            "a mmap lo 1M at=0x7e1000000000\n\
+             a mmap hi 1M at=0x7e2000200000\n\
+             a write hi:4K\n\
+             a mremap hi 1M at=0x7e1000200000\n\
+             a mremap lo 2M\n",
+        );
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_eq!(vmas.len(), 2, "{vmas:x?}");
+    }
+
+    #[test]
+    fn a_moved_thp_splits_and_reclaims_where_it_went() {
+        // Half the THP zero-filled: once queued, the shrinker splits it and
+        // maps the zero-filled pages to the zero page, in both page tables.
+        let (failures, c, _) = run_a(
+            "a mmap buf 2M\n\
+             a write buf:1M\n\
+             a write buf+1M:1M zero\n\
+             a mremap buf 2M at=0x7e2000001000\n\
+             a munmap buf:4K\n\
+             reclaim\n",
+        );
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_eq!(c["vmstat.thp_split_pmd"], 1);
+        assert_eq!(c["vmstat.thp_split_page"], 1);
+        assert_eq!(c["smaps.a.buf.Rss"], 1020);
+    }
+
+    #[test]
+    fn errors_are_the_kernels() {
+        let (failures, _, _) = run_a(
+            "a mmap x 2M\n\
+             a mmap y 2M\n\
+             a mremap x 10M\n\
+             a mmap h 4M\n\
+             a munmap h+1M:1M\n\
+             a mremap h 8M maymove\n\
+             a mremap h 2M at=0x7e0000000000\n\
+             a mmap f 2M at=0x7e3000000000\n\
+             a mremap f 2M at=0x7e3000100000\n",
+        );
+        assert_eq!(
+            failures,
+            [Errno::ENOMEM, Errno::EFAULT, Errno::EFAULT, Errno::EINVAL]
+        );
+    }
+
+    #[test]
+    fn moving_a_thp_a_fork_shares_is_refused_as_not_modelled() {
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\na mmap buf 2M\na write buf\na fork b\n\
+                 a mremap buf 2M at=0x7e2000000000\n"
+            ),
+        )
+        .unwrap();
+        let e = run(&mut Model::default(), &w).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("also mapped outside the moved range"),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("not supported by the model backend"),
+            "{e}"
+        );
+    }
+}

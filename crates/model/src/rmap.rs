@@ -317,12 +317,13 @@ pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
                     let Some(Pmd::Table(t)) = mm.pmds.get(&index) else {
                         continue;
                     };
-                    for i in lo.max(from)..hi.min(to) {
+                    let pages = mapcount.iter_mut().enumerate();
+                    for (i, count) in pages.take(hi.min(to)).skip(lo.max(from)) {
                         if t.ptes[first + i - from].pfn() != Some(Pfn(folio.0 + i as u64)) {
                             continue;
                         }
-                        mapcount[i] -= 1;
-                        if mapcount[i] == 0 {
+                        *count -= 1;
+                        if *count == 0 {
                             mapped -= 1;
                             if entire == 0 && mapped > 0 {
                                 remove_rmap_partially_mapped(m, folio);

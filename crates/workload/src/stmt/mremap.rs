@@ -80,7 +80,7 @@ impl Mremap {
         if new == 0 {
             return Err(issue(Part::Size, "mremap new size must be nonzero"));
         }
-        if new % base.0 != 0 {
+        if !new.is_multiple_of(base.0) {
             return Err(issue(
                 Part::Size,
                 format!(

@@ -19,9 +19,11 @@
 //! `at=`, the address given (MAP_FIXED_NOREPLACE: EEXIST over a VMA), where
 //! the new VMA merges with compatible neighbours as `vma_merge_new_range`
 //! merges them (`mm/vma.c`; see `vma_merge_new_range` below for the anon_vma
-//! rule and its simplification). The pgoff test of `can_vma_merge_after`
-//! always holds: an anonymous VMA's pgoff is its address, and nothing moves
-//! one (no mremap yet). `khugepaged_enter_vma` at mmap is not modelled, as
+//! rule and its simplification). A VMA's `vm_pgoff` is its address at mmap
+//! (an anonymous private mapping's, `do_mmap`), follows its start through
+//! splits and stays with it when `mremap` moves it; two VMAs merge only when
+//! the lower one's pgoff plus its pages is the upper one's
+//! (`can_vma_merge_after`/`_before`). `khugepaged_enter_vma` at mmap is not modelled, as
 //! for placed regions (the model registers the mm at fault and madvise).
 //! `vma_merge_range` (mprotect, madvise) takes the same fork rule, but two
 //! VMAs that both have an anon_vma merge in the model (one anon_vma per mm):

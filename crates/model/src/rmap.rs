@@ -29,8 +29,9 @@
 //! walk stopped after the first PMD and the shared split failed.
 //!
 //! Simplifications: one anon_vma per mm instead of one per VMA with
-//! anon_vma_chain links (`AnonVma`, named by its mm's id): with no mremap,
-//! a folio of an mm's anon_vma is mapped only at its own address, in that mm
+//! anon_vma_chain links (`AnonVma`, named by its mm's id): a folio of an
+//! mm's anon_vma is mapped only at its own address (its index, which
+//! `mremap` moves with it: see `mm_types::FolioExt::index`), in that mm
 //! or in mms forked from it, which is what the kernel's interval tree of
 //! VMAs under the anon_vma yields too. The tree itself is not kept: the
 //! walk collects the VMAs of those mms at the folio's address and sorts
@@ -255,8 +256,10 @@ pub struct AvcVisit {
 /// anon folio), as rmap_walk_anon runs it: the VMAs with an anon_vma of the
 /// live mms of its tree that overlap the folio, in the tree's in-order
 /// (mm/interval_tree.c, include/linux/interval_tree_generic.h): by the
-/// VMA's start pgoff (its start address here: anonymous VMAs, no mremap),
-/// then by when its avc was inserted (see `AnonVmas::avc_seq`).
+/// VMA's start address (the kernel sorts by start pgoff: the same order
+/// unless mremap moved a VMA the walk meets, and a folio mremap moved is
+/// mapped in the moved range only), then by when its avc was inserted (see
+/// `AnonVmas::avc_seq`).
 pub fn anon_vma_interval_tree_foreach(m: &Machine, mms: &mut MmList, folio: Pfn) -> Vec<AvcVisit> {
     let (ids, addr) = rmap_walk_anon(m, folio);
     let end = addr + (PAGE_SIZE << m.zone.memmap.page(folio).order());

@@ -58,12 +58,21 @@ pub(crate) fn mremap(
     if moved {
         p.cursor = cursor;
     }
+    // As the checker keeps it: a shrink keeps the holes of what stays.
+    let mapped = match p.regions.get(&s.range.region) {
+        Some(r) if new_len < old_len => {
+            let mut m = r.mapped.clone();
+            m.unmap(new_len, old_len);
+            m
+        }
+        _ => Mapped::whole(new_len),
+    };
     p.regions.insert(
         s.range.region.clone(),
         Region {
             start: new_addr,
             len: new_len,
-            mapped: Mapped::whole(new_len),
+            mapped,
         },
     );
     Ok(())

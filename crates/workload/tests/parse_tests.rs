@@ -1621,4 +1621,11 @@ fn mremap_statements() {
         9,
         "offset 1M >= size 1M",
     );
+    // A shrink keeps the hole of what stays: unmapping the rest frees the name.
+    parse(
+        "buf.hlw",
+        "spawn a\na mmap h 4M\na munmap h+1M:1M\na mremap h 3M\na munmap h:1M\n\
+         a munmap h+2M:1M\na mmap h 1M\n",
+    )
+    .unwrap();
 }

@@ -23,7 +23,7 @@
 //!   (`loop_faults`), and around the whole request (`all_faults`), which the
 //!   runner compares with the system-wide pgfault to detect other processes.
 
-use crate::protocol::{Access, Reply, ReplyWire, Request, RequestWire};
+use crate::protocol::{Access, RemapTo, Reply, ReplyWire, Request, RequestWire};
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{Errno, HugetlbSize};
 use std::hint::black_box;
@@ -210,8 +210,49 @@ fn execute(req: Request) -> Reply {
                 done(errno, 0, minflt() - before)
             }
             Request::Unpin { addr, len } => done(unpin(addr, len), 0, 0),
+            Request::Mremap {
+                addr,
+                old_len,
+                new_len,
+                to,
+            } => match remap(addr, old_len, new_len, to) {
+                Ok(addr) => done(Errno::OK, addr as i64, 0),
+                Err(e) => done(e, 0, 0),
+            },
             Request::Fork | Request::Exit => done(Errno(libc::ENOSYS), 0, 0),
         }
+    }
+}
+
+/// mremap(2) as `to` says (see [`RemapTo`]): the address the range ends at.
+fn remap(addr: u64, old_len: u64, new_len: u64, to: RemapTo) -> Result<u64, Errno> {
+    let call = |flags: libc::c_int, new_addr: u64| {
+        // SAFETY: mremap of a range of this agent's regions (see execute);
+        // a bad one fails with an errno.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mremap,
+                addr,
+                old_len,
+                new_len,
+                libc::c_long::from(flags),
+                new_addr,
+            )
+        };
+        if r == -1 {
+            Err(errno())
+        } else {
+            Ok(r as u64)
+        }
+    };
+    let fixed = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED;
+    match to {
+        RemapTo::InPlace => call(0, 0),
+        RemapTo::Fixed(at) => call(fixed, at),
+        RemapTo::Fallback(at) => match call(0, 0) {
+            Err(Errno::ENOMEM) => call(fixed, at),
+            r => r,
+        },
     }
 }
 

@@ -124,6 +124,7 @@ impl KernelBackend {
             StmtKind::Mmap(s) => mmap::mmap(m, a, stmt, s),
             StmtKind::Munmap(s) => mmap::munmap(m, a, stmt, s, gone),
             StmtKind::Mprotect(s) => mprotect::mprotect(m, a, stmt, s),
+            StmtKind::Mremap(s) => crate::mremap::mremap(m, a, stmt, s),
             StmtKind::Madvise(s) => madvise::madvise(m, a, stmt, s),
             StmtKind::Read(s) => memory::read(m, a, stmt, s),
             StmtKind::Write(s) => memory::write(m, a, stmt, s),

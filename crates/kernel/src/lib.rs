@@ -36,6 +36,7 @@ pub mod memcg;
 mod memory;
 mod mmap;
 mod mprotect;
+mod mremap;
 pub mod pagemap;
 pub mod process;
 pub mod protocol;

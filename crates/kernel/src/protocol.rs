@@ -27,6 +27,13 @@ mod op {
     pub const EXIT: u64 = 8;
     pub const PIN: u64 = 9;
     pub const UNPIN: u64 = 10;
+    pub const MREMAP: u64 = 11;
+}
+
+/// MREMAP modes (a4).
+mod remap {
+    pub const FIXED: u64 = 1;
+    pub const FALLBACK: u64 = 2;
 }
 
 /// MMAP flags (a3).
@@ -89,6 +96,14 @@ pub enum Request {
         addr: u64,
         len: u64,
     },
+    /// mremap of `[addr, addr + old_len)` to `new_len` bytes; the reply's
+    /// value is the address it ends at.
+    Mremap {
+        addr: u64,
+        old_len: u64,
+        new_len: u64,
+        to: RemapTo,
+    },
     /// PR_SET_THP_DISABLE.
     ThpDisable {
         on: bool,
@@ -98,6 +113,19 @@ pub enum Request {
     Fork,
     /// Exits at once, without a reply.
     Exit,
+}
+
+/// Where a [`Request::Mremap`] may move the range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemapTo {
+    /// Nowhere: resized in place or not at all (no flags).
+    InPlace,
+    /// MREMAP_MAYMOVE|MREMAP_FIXED to this address.
+    Fixed(u64),
+    /// In place when it can be (no flags), else, when that fails with
+    /// ENOMEM, MREMAP_MAYMOVE|MREMAP_FIXED to this address: a MREMAP_MAYMOVE
+    /// whose new place is the placement rule's, as the model's is.
+    Fallback(u64),
 }
 
 /// How a [`Request::Touch`] accesses each byte.
@@ -169,6 +197,21 @@ impl Request {
                 [op::TOUCH, addr, len, step, flags]
             }
             Request::Pin { addr, len } => [op::PIN, addr, len, 0, 0],
+            Request::Mremap {
+                addr,
+                old_len,
+                new_len,
+                to,
+            } => {
+                let (mode, new_addr) = match to {
+                    RemapTo::InPlace => (0, 0),
+                    RemapTo::Fixed(a) => (remap::FIXED, a),
+                    RemapTo::Fallback(a) => (remap::FALLBACK, a),
+                };
+                let mut wire = [0; REQUEST_WORDS];
+                wire[..6].copy_from_slice(&[op::MREMAP, addr, old_len, new_len, new_addr, mode]);
+                return wire;
+            }
             Request::Unpin { addr, len } => [op::UNPIN, addr, len, 0, 0],
             Request::ThpDisable { on } => [op::THP_DISABLE, u64::from(on), 0, 0, 0],
             Request::Fork => [op::FORK, 0, 0, 0, 0],
@@ -182,7 +225,7 @@ impl Request {
     /// The request in `wire`, or None for an unknown opcode or flag (the
     /// agent answers ENOSYS). Runs in the agent: must not allocate.
     pub fn decode(wire: &RequestWire) -> Option<Request> {
-        let [code, a0, a1, a2, a3, ..] = *wire;
+        let [code, a0, a1, a2, a3, a4, ..] = *wire;
         let int = |w: u64| u32::try_from(w).ok().map(|v| v as i32);
         Some(match code {
             op::MMAP => Request::Mmap {
@@ -220,6 +263,17 @@ impl Request {
                 },
             },
             op::PIN => Request::Pin { addr: a0, len: a1 },
+            op::MREMAP => Request::Mremap {
+                addr: a0,
+                old_len: a1,
+                new_len: a2,
+                to: match a4 {
+                    0 => RemapTo::InPlace,
+                    remap::FIXED => RemapTo::Fixed(a3),
+                    remap::FALLBACK => RemapTo::Fallback(a3),
+                    _ => return None,
+                },
+            },
             op::UNPIN => Request::Unpin { addr: a0, len: a1 },
             op::THP_DISABLE => Request::ThpDisable {
                 on: match a0 {
@@ -310,6 +364,24 @@ mod tests {
             },
             Request::Pin { addr, len },
             Request::Unpin { addr, len },
+            Request::Mremap {
+                addr,
+                old_len: len,
+                new_len: len / 2,
+                to: RemapTo::InPlace,
+            },
+            Request::Mremap {
+                addr,
+                old_len: len,
+                new_len: len * 2,
+                to: RemapTo::Fixed(addr << 1),
+            },
+            Request::Mremap {
+                addr,
+                old_len: len,
+                new_len: len * 2,
+                to: RemapTo::Fallback(addr << 1),
+            },
             Request::ThpDisable { on: false },
             Request::ThpDisable { on: true },
             Request::Fork,
@@ -334,9 +406,10 @@ mod tests {
             Request::ThpDisable { .. } => 7,
             Request::Fork => 8,
             Request::Exit => 9,
+            Request::Mremap { .. } => 10,
         };
         let variants: std::collections::BTreeSet<u32> = all.iter().map(variant).collect();
-        assert_eq!(variants, (0..10).collect());
+        assert_eq!(variants, (0..11).collect());
         for req in all {
             assert_eq!(Request::decode(&req.encode()), Some(req), "{req:?}");
         }

@@ -640,6 +640,7 @@ impl Model {
             StmtKind::Mprotect(stmt::Mprotect { proc, range, prot }) => {
                 mprotect::sys_mprotect(m, stmt, proc, range, *prot)
             }
+            StmtKind::Mremap(s) => crate::mremap::sys_mremap(m, stmt, s),
             StmtKind::Madvise(stmt::Madvise {
                 proc,
                 range,

@@ -256,24 +256,26 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         .iter()
         .any(|p| p.test(pg::ZEROED));
     if any_zeroed {
-        let first = crate::pgtable::pte_index(addr);
         for &id in &walk {
             let Some(mm) = mms.get_mut(id) else { continue };
-            let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
-                continue;
-            };
             let mut dropped = 0u64;
-            for (i, pte) in t.ptes[first..first + nr as usize].iter_mut().enumerate() {
-                let pfn = Pfn(folio.0 + i as u64);
-                if pte.pfn() != Some(pfn) {
+            // One table, unless mremap moved the folio across a PMD boundary.
+            for (index, first, lo, hi) in crate::pgtable::folio_pte_spans(addr, nr as usize) {
+                let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
                     continue;
-                }
-                let page = m.zone.memmap.page_mut(pfn);
-                if page.test(pg::ZEROED) {
-                    *pte = Pte::ZERO;
-                    page.mapcount -= 1;
-                    m.stat.nr_anon_mapped -= i64::from(page.mapcount == 0);
-                    dropped += 1;
+                };
+                for (i, pte) in (lo..hi).zip(t.ptes[first..first + hi - lo].iter_mut()) {
+                    let pfn = Pfn(folio.0 + i as u64);
+                    if pte.pfn() != Some(pfn) {
+                        continue;
+                    }
+                    let page = m.zone.memmap.page_mut(pfn);
+                    if page.test(pg::ZEROED) {
+                        *pte = Pte::ZERO;
+                        page.mapcount -= 1;
+                        m.stat.nr_anon_mapped -= i64::from(page.mapcount == 0);
+                        dropped += 1;
+                    }
                 }
             }
             mm.anon_rss -= dropped;

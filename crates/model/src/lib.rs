@@ -74,6 +74,7 @@ pub mod mmap;
 pub mod mms;
 pub mod mmzone;
 pub mod mprotect;
+pub mod mremap;
 pub mod oom_kill;
 pub mod page_alloc;
 pub mod pagewalk;

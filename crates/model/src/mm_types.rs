@@ -151,7 +151,11 @@ pub struct FolioExt {
     pub large_mapcount: u32,
     /// `folio->index` of an anon folio: its first page's virtual page number
     /// (address >> PAGE_SHIFT), which is where it is mapped in every mm of
-    /// its anon_vma tree (the model has no mremap).
+    /// its anon_vma tree. The kernel's index is a page offset that `mremap`
+    /// leaves alone (the moved VMA keeps its vm_pgoff); the model's follows
+    /// the folio to its new address instead (`mremap::relocate_folio`), which
+    /// is the same map as long as a moved folio is mapped in the moved range
+    /// only (`mremap` refuses to move one mapped elsewhere too).
     pub index: u64,
 }
 
@@ -182,6 +186,11 @@ pub struct Vma {
     pub start: u64,
     pub end: u64,
     pub flags: u32,
+    /// `vm_pgoff`, in pages: for an anonymous VMA its start address >>
+    /// PAGE_SHIFT when mapped (do_mmap), following its start through splits;
+    /// `mremap` moves a VMA with its pgoff (`copy_vma`), and VMAs merge only
+    /// when their pgoffs are continuous (`can_vma_merge_after`/`_before`).
+    pub pgoff: u64,
     /// The VMA has an anon_vma (anon_vma_prepare ran: a write fault, a PMD
     /// fault, or fork from a VMA that had one). fork copies the page tables
     /// of such VMAs only.
@@ -202,6 +211,16 @@ impl Vma {
     pub const VM_HUGEPAGE: u32 = 1 << 2;
     pub const VM_NOHUGEPAGE: u32 = 1 << 3;
     pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
+
+    /// vma_pages.
+    pub fn pages(&self) -> u64 {
+        (self.end - self.start) >> PAGE_SHIFT
+    }
+
+    /// linear_page_index: the page offset `addr` has in this VMA.
+    pub fn linear_page_index(&self, addr: u64) -> u64 {
+        self.pgoff + ((addr - self.start) >> PAGE_SHIFT)
+    }
 
     /// Whether the VMA's protection allows a read, or a write (else the
     /// access faults with SIGSEGV).

@@ -19,9 +19,11 @@
 //! `at=`, the address given (MAP_FIXED_NOREPLACE: EEXIST over a VMA), where
 //! the new VMA merges with compatible neighbours as `vma_merge_new_range`
 //! merges them (`mm/vma.c`; see `vma_merge_new_range` below for the anon_vma
-//! rule and its simplification). The pgoff test of `can_vma_merge_after`
-//! always holds: an anonymous VMA's pgoff is its address, and nothing moves
-//! one (no mremap yet). `khugepaged_enter_vma` at mmap is not modelled, as
+//! rule and its simplification). A VMA's `vm_pgoff` is its address at mmap
+//! (an anonymous private mapping's, `do_mmap`), follows its start through
+//! splits and stays with it when `mremap` moves it; two VMAs merge only when
+//! the lower one's pgoff plus its pages is the upper one's
+//! (`can_vma_merge_after`/`_before`). `khugepaged_enter_vma` at mmap is not modelled, as
 //! for placed regions (the model registers the mm at fault and madvise).
 //! `vma_merge_range` (mprotect, madvise) takes the same fork rule, but two
 //! VMAs that both have an anon_vma merge in the model (one anon_vma per mm):
@@ -36,7 +38,9 @@
 
 use crate::hugetlb;
 use crate::memory_zap::zap_page_range;
-use crate::mm_types::{HugetlbVma, MmStruct, Region, Vma, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{
+    HugetlbVma, MmStruct, Region, Vma, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
+};
 use crate::pgtable::Pmd;
 use crate::syscall::{failed, mm_id_of, resolve_range, unsupported, vm_prot};
 use crate::Machine;
@@ -80,6 +84,7 @@ impl MmStruct {
                 start,
                 end: start + len,
                 flags: prot,
+                pgoff: start >> PAGE_SHIFT,
                 anon_vma: false,
                 fork_child: false,
                 hugetlb,
@@ -115,6 +120,7 @@ pub fn do_mmap_fixed(
         start,
         end,
         flags: prot,
+        pgoff: start >> PAGE_SHIFT,
         anon_vma: false,
         fork_child: false,
         hugetlb: None,
@@ -125,17 +131,27 @@ pub fn do_mmap_fixed(
     Ok(())
 }
 
-/// Whether a new anonymous VMA (`vma`, no anon_vma yet) can merge with its
+/// Whether a new anonymous VMA (`vma`: a new mapping, with no anon_vma
+/// yet, or `mremap`'s copy, with its source's) can merge with its
 /// neighbour `tgt` (`can_vma_merge_after`/`_before`): equal flags, neither
-/// VM_HUGETLB (VM_SPECIAL), and `is_mergeable_anon_vma` with no anon_vma
-/// of its own: `tgt` has none, or has one it did not get from a fork
-/// (`vma_had_uncowed_parents`). Anonymous private VMAs' pgoff is their
-/// address (no mremap in the model), so adjacency makes it continuous.
-fn can_merge_new(vma: &Vma, tgt: &Vma) -> bool {
+/// VM_HUGETLB (VM_SPECIAL), continuous pgoffs (the lower one's pgoff plus
+/// its pages is the upper one's), and `is_mergeable_anon_vma`: an anon_vma
+/// only one of the two has did not come from a fork
+/// (`vma_had_uncowed_parents`), and not both have one (the model keeps one
+/// anon_vma per mm and takes two prepared VMAs' anon_vmas to differ, as
+/// they do when each region was first touched on its own).
+pub(crate) fn can_merge_new(vma: &Vma, tgt: &Vma) -> bool {
+    let (lo, hi) = if tgt.start < vma.start {
+        (tgt, vma)
+    } else {
+        (vma, tgt)
+    };
     tgt.flags == vma.flags
         && tgt.hugetlb.is_none()
         && vma.hugetlb.is_none()
-        && !(tgt.anon_vma && tgt.fork_child)
+        && lo.pgoff + lo.pages() == hi.pgoff
+        && !(vma.anon_vma && tgt.anon_vma)
+        && anon_vmas_mergeable(vma, tgt)
 }
 
 /// vma_merge_new_range (mm/vma.c) for a new anonymous VMA: merged with the
@@ -146,8 +162,9 @@ fn can_merge_new(vma: &Vma, tgt: &Vma) -> bool {
 /// prepared neighbours' anon_vmas to differ, as they do when each region
 /// was first touched on its own), else with prev alone. The expanded VMA's
 /// avcs are re-inserted (`vma_expand`: `vma_prepare`/`vma_complete`), the
-/// removed one's unlinked. No merge: the new VMA goes in alone.
-fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) {
+/// removed one's unlinked. No merge: the new VMA goes in alone. Returns
+/// the VMA that holds the new range.
+pub(crate) fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) -> Vma {
     let prev = mm
         .vmas
         .range(..vma.start)
@@ -169,6 +186,11 @@ fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) {
         m.anon_vmas.avc_unlink(mm.mm_id, old.start);
         merged = Vma {
             start: merged.start.min(old.start),
+            pgoff: if old.start < merged.start {
+                old.pgoff
+            } else {
+                merged.pgoff
+            },
             end: merged.end.max(old.end),
             anon_vma: merged.anon_vma || old.anon_vma,
             fork_child: merged.fork_child || old.fork_child,
@@ -179,6 +201,7 @@ fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) {
     if merged != vma {
         m.anon_vmas.avc_reinsert(mm.mm_id, merged.start);
     }
+    merged
 }
 
 /// __split_vma at `addr`, if a VMA straddles it; first splits a PMD mapping
@@ -198,6 +221,7 @@ pub fn split_vma(m: &mut Machine, mm: &mut MmStruct, addr: u64) {
             addr,
             Vma {
                 start: addr,
+                pgoff: vma.linear_page_index(addr),
                 hugetlb: Some(upper),
                 ..vma
             },
@@ -208,7 +232,14 @@ pub fn split_vma(m: &mut Machine, mm: &mut MmStruct, addr: u64) {
         crate::huge_memory::split_huge_pmd(m, mm, addr & !(PMD_SIZE - 1));
     }
     mm.vmas.insert(vma.start, Vma { end: addr, ..vma });
-    mm.vmas.insert(addr, Vma { start: addr, ..vma });
+    mm.vmas.insert(
+        addr,
+        Vma {
+            start: addr,
+            pgoff: vma.linear_page_index(addr),
+            ..vma
+        },
+    );
     // anon_vma_clone links the new VMA; vma_complete re-inserts the old one.
     m.anon_vmas.avc_reinsert(mm.mm_id, addr);
     m.anon_vmas.avc_reinsert(mm.mm_id, vma.start);
@@ -236,6 +267,7 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
             Some(p)
                 if p.end == vma.start
                     && p.flags == vma.flags
+                    && p.pgoff + p.pages() == vma.pgoff
                     && p.hugetlb.is_none()
                     && vma.hugetlb.is_none()
                     && anon_vmas_mergeable(&p, &vma) =>

@@ -26,6 +26,29 @@ pub(crate) fn pte_index(addr: u64) -> usize {
     ((addr >> PAGE_SHIFT) as usize) & (PTRS_PER_PTE - 1)
 }
 
+/// The PTE tables a folio of `nr` pages mapped from `addr` lies in: for
+/// each, its PMD index, the PTE index there of the first page of the
+/// folio it holds, and which of the folio's pages it holds, `[lo, hi)`.
+/// One table, unless `mremap` moved the folio across a PMD boundary.
+pub(crate) fn folio_pte_spans(
+    addr: u64,
+    nr: usize,
+) -> impl Iterator<Item = (u64, usize, usize, usize)> {
+    let pmd_size = (PTRS_PER_PTE as u64) << PAGE_SHIFT;
+    let mut lo = 0;
+    std::iter::from_fn(move || {
+        if lo >= nr {
+            return None;
+        }
+        let a = addr + ((lo as u64) << PAGE_SHIFT);
+        let first = pte_index(a);
+        let hi = nr.min(lo + PTRS_PER_PTE - first);
+        let span = (a / pmd_size, first, lo, hi);
+        lo = hi;
+        Some(span)
+    })
+}
+
 /// A PTE, 4 bytes: none, the shared zero page, or a present page with its
 /// write permission. Present PTEs hold pfn + 2, so the model addresses at most
 /// 2^31 - 3 frames (8 TiB of 4 KiB pages).

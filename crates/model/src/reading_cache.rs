@@ -70,6 +70,7 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
         StmtKind::Mmap(stmt::Mmap { proc, .. })
         | StmtKind::Munmap(stmt::Munmap { proc, .. })
         | StmtKind::Mprotect(stmt::Mprotect { proc, .. })
+        | StmtKind::Mremap(stmt::Mremap { proc, .. })
         | StmtKind::Madvise(stmt::Madvise { proc, .. })
         | StmtKind::Pin(stmt::Pin { proc, .. })
         | StmtKind::Unpin(stmt::Unpin { proc, .. })

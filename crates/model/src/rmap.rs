@@ -29,8 +29,9 @@
 //! walk stopped after the first PMD and the shared split failed.
 //!
 //! Simplifications: one anon_vma per mm instead of one per VMA with
-//! anon_vma_chain links (`AnonVma`, named by its mm's id): with no mremap,
-//! a folio of an mm's anon_vma is mapped only at its own address, in that mm
+//! anon_vma_chain links (`AnonVma`, named by its mm's id): a folio of an
+//! mm's anon_vma is mapped only at its own address (its index, which
+//! `mremap` moves with it: see `mm_types::FolioExt::index`), in that mm
 //! or in mms forked from it, which is what the kernel's interval tree of
 //! VMAs under the anon_vma yields too. The tree itself is not kept: the
 //! walk collects the VMAs of those mms at the folio's address and sorts
@@ -49,7 +50,7 @@
 use crate::deferred_split::deferred_split_folio;
 use crate::mm_types::{pg, MmId, Pfn, HPAGE_PMD_NR, MM_ID_DUMMY, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE};
 use crate::mms::MmList;
-use crate::pgtable::{pte_index, Pmd};
+use crate::pgtable::{folio_pte_spans, Pmd};
 use crate::vmstat::MthpStat;
 use crate::Machine;
 use rustc_hash::FxHashMap as HashMap;
@@ -255,8 +256,10 @@ pub struct AvcVisit {
 /// anon folio), as rmap_walk_anon runs it: the VMAs with an anon_vma of the
 /// live mms of its tree that overlap the folio, in the tree's in-order
 /// (mm/interval_tree.c, include/linux/interval_tree_generic.h): by the
-/// VMA's start pgoff (its start address here: anonymous VMAs, no mremap),
-/// then by when its avc was inserted (see `AnonVmas::avc_seq`).
+/// VMA's start address (the kernel sorts by start pgoff: the same order
+/// unless mremap moved a VMA the walk meets, and a folio mremap moved is
+/// mapped in the moved range only), then by when its avc was inserted (see
+/// `AnonVmas::avc_seq`).
 pub fn anon_vma_interval_tree_foreach(m: &Machine, mms: &mut MmList, folio: Pfn) -> Vec<AvcVisit> {
     let (ids, addr) = rmap_walk_anon(m, folio);
     let end = addr + (PAGE_SIZE << m.zone.memmap.page(folio).order());
@@ -291,7 +294,7 @@ pub fn anon_vma_interval_tree_foreach(m: &Machine, mms: &mut MmList, folio: Pfn)
 pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
     let nr = 1usize << m.zone.memmap.page(folio).order();
     let addr = m.zone.memmap.folio_ext(folio).index << PAGE_SHIFT;
-    let (index, first) = (addr / PMD_SIZE, pte_index(addr));
+    let index = addr / PMD_SIZE;
     let mut entire = folio_entire_mapcount(m, folio);
     let mut mapped = folio_nr_pages_mapped(m, folio) as usize;
     let pages = m.zone.memmap.pages(folio, nr as u64);
@@ -308,23 +311,30 @@ pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
                     remove_rmap_partially_mapped(m, folio);
                 }
             }
-            Some(Pmd::Table(t)) => {
+            Some(Pmd::HugeZero { .. }) => {}
+            _ => {
                 let lo = ((v.start.max(addr) - addr) / PAGE_SIZE) as usize;
                 let hi = ((v.end.min(addr + (nr as u64) * PAGE_SIZE) - addr) / PAGE_SIZE) as usize;
-                for (i, count) in mapcount.iter_mut().enumerate().take(hi).skip(lo) {
-                    if t.ptes[first + i].pfn() != Some(Pfn(folio.0 + i as u64)) {
+                // One table, unless mremap moved the folio across a PMD boundary.
+                for (index, first, from, to) in folio_pte_spans(addr, nr) {
+                    let Some(Pmd::Table(t)) = mm.pmds.get(&index) else {
                         continue;
-                    }
-                    *count -= 1;
-                    if *count == 0 {
-                        mapped -= 1;
-                        if entire == 0 && mapped > 0 {
-                            remove_rmap_partially_mapped(m, folio);
+                    };
+                    let pages = mapcount.iter_mut().enumerate();
+                    for (i, count) in pages.take(hi.min(to)).skip(lo.max(from)) {
+                        if t.ptes[first + i - from].pfn() != Some(Pfn(folio.0 + i as u64)) {
+                            continue;
+                        }
+                        *count -= 1;
+                        if *count == 0 {
+                            mapped -= 1;
+                            if entire == 0 && mapped > 0 {
+                                remove_rmap_partially_mapped(m, folio);
+                            }
                         }
                     }
                 }
             }
-            _ => {}
         }
     }
 }

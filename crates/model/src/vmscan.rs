@@ -54,10 +54,10 @@ use crate::huge_memory::{
     deferred_split_scan, shrink_huge_zero_folio_scan, split_folio, split_huge_pmd,
 };
 use crate::memcontrol::{MemcgId, SWAP_CLUSTER_MAX};
-use crate::mm_types::{pg, MmStruct, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::mm_types::{pg, MmId, MmStruct, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
 use crate::mms::MmList;
 use crate::page_alloc::free_folio;
-use crate::pgtable::{pte_index, Pmd, Pte};
+use crate::pgtable::{folio_pte_spans, Pmd, Pte};
 use crate::rmap;
 use crate::swap::{self, folio_set_active, folio_test_lazyfree};
 use crate::vmstat::{MthpStat, VmEvent};
@@ -164,47 +164,69 @@ pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> b
         (ids, e.addr)
     };
     let index = addr / PMD_SIZE;
-    let first = pte_index(addr);
     for id in walk {
         let Some(mm) = mms.get_mut(id) else { continue };
         if matches!(mm.pmds.get(&index), Some(Pmd::Huge { pfn, .. }) if *pfn == folio) {
             split_huge_pmd(m, mm, index * PMD_SIZE);
         }
-        let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
-            continue;
-        };
-        let mapped: Vec<usize> = (0..nr)
-            .filter(|&i| t.ptes[first + i].pfn() == Some(Pfn(folio.0 + i as u64)))
-            .collect();
-        if mapped.is_empty() {
-            continue;
-        }
-        let dirty = mapped.iter().any(|&i| t.pte_dirty(first + i));
-        if dirty || swap::folio_test_dirty(m, folio) {
-            swap::folio_mark_dirty(m, folio);
-            swap::folio_set_swapbacked(m, folio);
-            return true;
-        }
-        if !rmap::folio_refs_all_mappings(m, folio) {
-            return true;
-        }
-        for &i in &mapped {
-            t.ptes[first + i] = Pte::NONE;
-        }
-        // One run per stretch of consecutive pages.
-        let mut k = 0;
-        while k < mapped.len() {
-            let mut len = 1;
-            while k + len < mapped.len() && mapped[k + len] == mapped[k] + len {
-                len += 1;
+        for (index, first, lo, hi) in folio_pte_spans(addr, nr) {
+            if !unmap_lazyfree_ptes(m, mm, id, folio, index, first - lo, lo..hi) {
+                return true;
             }
-            let page = Pfn(folio.0 + mapped[k] as u64);
-            rmap::folio_remove_rmap_ptes(m, folio, page, len as u64, id);
-            k += len;
         }
-        mm.anon_rss -= mapped.len() as u64;
     }
     rmap::folio_mapcount(m, folio) > 0
+}
+
+/// try_to_unmap_lazyfree's work in one PTE table of `mm` (at PMD `index`),
+/// where page `i` of the folio sits at PTE `base + i`, for the pages
+/// `pages`: false when the walk must stop there (a dirty PTE or folio made
+/// the folio dirty and swapbacked again, or an extra reference keeps it).
+///
+/// No kernel function: the body of try_to_unmap_one's loop for one page table.
+fn unmap_lazyfree_ptes(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    id: MmId,
+    folio: Pfn,
+    index: u64,
+    base: usize,
+    pages: std::ops::Range<usize>,
+) -> bool {
+    let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
+        return true;
+    };
+    let mapped: Vec<usize> = pages
+        .filter(|&i| t.ptes[base + i].pfn() == Some(Pfn(folio.0 + i as u64)))
+        .collect();
+    if mapped.is_empty() {
+        return true;
+    }
+    let dirty = mapped.iter().any(|&i| t.pte_dirty(base + i));
+    if dirty || swap::folio_test_dirty(m, folio) {
+        swap::folio_mark_dirty(m, folio);
+        swap::folio_set_swapbacked(m, folio);
+        return false;
+    }
+    if !rmap::folio_refs_all_mappings(m, folio) {
+        return false;
+    }
+    for &i in &mapped {
+        t.ptes[base + i] = Pte::NONE;
+    }
+    // One run per stretch of consecutive pages.
+    let mut k = 0;
+    while k < mapped.len() {
+        let mut len = 1;
+        while k + len < mapped.len() && mapped[k + len] == mapped[k] + len {
+            len += 1;
+        }
+        let page = Pfn(folio.0 + mapped[k] as u64);
+        rmap::folio_remove_rmap_ptes(m, folio, page, len as u64, id);
+        k += len;
+    }
+    mm.anon_rss -= mapped.len() as u64;
+    true
 }
 
 /// Reclaim of lazily-freed folios for the rest of the model (memcg limit

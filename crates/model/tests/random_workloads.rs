@@ -134,7 +134,25 @@ enum Op {
     Set {
         setting: u8,
     },
+    /// mremap of a whole region to `SIZES[size]` pages: in place (`to` 0),
+    /// `maymove` (1), or `at=` one of `MREMAP_AT` (2 and up).
+    Mremap {
+        proc: u8,
+        region: u8,
+        size: u8,
+        to: u8,
+    },
 }
+
+/// Where `at=` moves a region: 2M-aligned, 4K and 64K past it, at the end
+/// of a PMD, and the first placed region's address (replacing it).
+const MREMAP_AT: [u64; 5] = [
+    0x7e00_4000_0000,
+    0x7e00_4000_1000,
+    0x7e00_4001_0000,
+    0x7e00_4001_f000,
+    0x7e00_0060_0000,
+];
 
 fn span() -> impl Strategy<Value = Span> {
     (any::<u8>(), any::<u16>(), any::<u16>()).prop_map(|(region, off, len)| Span {
@@ -186,14 +204,28 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// `op()`, with mremap among the operations.
+fn op_or_mremap() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => op(),
+        1 => (any::<u8>(), any::<u8>(), 0..SIZES.len() as u8, 0..8u8)
+            .prop_map(|(proc, region, size, to)| Op::Mremap { proc, region, size, to }),
+    ]
+}
+
 /// A workload: the tunables it starts with (a THP mode first) and its
 /// operations, the first of which map memory.
 fn workload() -> impl Strategy<Value = (Vec<u8>, Vec<Op>)> {
+    workload_of(op())
+}
+
+/// A workload whose operations after the first mmaps are `ops`'.
+fn workload_of(ops: impl Strategy<Value = Op>) -> impl Strategy<Value = (Vec<u8>, Vec<Op>)> {
     (
         prop::sample::select(vec![0u8, 0, 1, 1, 2]),
         prop::collection::vec(0..SETTINGS.len() as u8, 0..5),
         prop::collection::vec(mmap(), 1..3),
-        prop::collection::vec(op(), 1..40),
+        prop::collection::vec(ops, 1..40),
     )
         .prop_map(|(mode, mut settings, mut ops, more)| {
             settings.insert(0, mode);
@@ -368,8 +400,40 @@ impl Shadow {
                 if clustered { "clustered" } else { "spread" }
             )),
             Op::Set { setting } => self.line(format!("set {}", SETTINGS[usize::from(setting)])),
+            Op::Mremap {
+                proc,
+                region,
+                size,
+                to,
+            } => self.mremap(proc, region, size, to),
             _ => {}
         }
+    }
+
+    /// `<proc> mremap <region> <size> [maymove|at=]`; the region names the
+    /// new size afterwards (the model may refuse the call: it is left as
+    /// it was there, which later statements find out).
+    fn mremap(&mut self, proc: u8, region: u8, size: u8, to: u8) {
+        let Some(p) = self.proc(proc) else { return };
+        let (owner, regions) = &mut self.procs[p];
+        if regions.is_empty() {
+            return;
+        }
+        let i = usize::from(region) % regions.len();
+        let pages = SIZES[usize::from(size)];
+        let tail = match to {
+            0 => String::new(),
+            1 => " maymove".to_string(),
+            k => format!(" at={:#x}", MREMAP_AT[usize::from(k - 2) % MREMAP_AT.len()]),
+        };
+        let line = format!("{owner} mremap {} {}K{tail}", regions[i].0, pages * 4);
+        regions[i].1 = pages;
+        regions[i].2 = Mapped::whole(pages);
+        // Its pins' ranges may not be in it any more.
+        let (owner, prefix) = (owner.clone(), format!("{}+", regions[i].0));
+        self.pins
+            .retain(|(o, range)| *o != owner || !range.starts_with(&prefix));
+        self.line(line);
     }
 
     /// The process `proc` picks and a range of one of its regions.
@@ -461,6 +525,13 @@ fn run_checked(
         let splits_before = all_splits(&model);
         match model.execute(stmt) {
             Ok(()) => {}
+            // What mremap of memory a fork shares the model refuses.
+            Err(e)
+                if e.kind == BackendErrorKind::Unsupported
+                    && matches!(stmt.kind, StmtKind::Mremap(_)) =>
+            {
+                cov.refused += 1
+            }
             Err(e) if e.kind == BackendErrorKind::Unsupported => {
                 return Err(TestCaseError::fail(format!(
                     "the generator wrote a statement the model does not support: {}",
@@ -559,6 +630,26 @@ fn invariants_hold_in_random_workloads() {
             cov.workloads_with(path)
         );
     }
+}
+
+/// The random workloads with mremap among their operations (a separate
+/// test, so that the generator of the others, and the workloads they
+/// shrink to, stay as they were): the invariants hold after every move.
+#[test]
+fn invariants_hold_in_random_workloads_with_mremap() {
+    let cases = env_u64("HUGELAB_RANDOM_WORKLOADS", 10_000) as u32 / 4;
+    let coverage = RefCell::new(Coverage::default());
+    let result = runner(cases).run(&workload_of(op_or_mremap()), |(settings, ops)| {
+        run_checked(&render(&settings, &ops), None, &coverage)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    let cov = coverage.into_inner();
+    eprintln!(
+        "{cases} random workloads with mremap, {} statements ({} refused)",
+        cov.statements, cov.refused
+    );
 }
 
 /// Runs the random workloads with `bug` injected: they must fail, with a

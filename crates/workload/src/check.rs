@@ -46,6 +46,7 @@ pub(crate) fn stmt(c: &mut Checker, stmt: &Stmt) -> Result<(), Issue> {
         StmtKind::Mmap(s) => s.check(c, line),
         StmtKind::Munmap(s) => s.check(c, line),
         StmtKind::Mprotect(s) => s.check(c, line),
+        StmtKind::Mremap(s) => s.check(c, line),
         StmtKind::Madvise(s) => s.check(c, line),
         StmtKind::Read(s) => s.check(c, line),
         StmtKind::Write(s) => s.check(c, line),

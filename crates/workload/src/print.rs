@@ -159,6 +159,7 @@ impl fmt::Display for StmtKind {
             StmtKind::Mmap(s) => s.fmt(f),
             StmtKind::Munmap(s) => s.fmt(f),
             StmtKind::Mprotect(s) => s.fmt(f),
+            StmtKind::Mremap(s) => s.fmt(f),
             StmtKind::Madvise(s) => s.fmt(f),
             StmtKind::Read(s) => s.fmt(f),
             StmtKind::Write(s) => s.fmt(f),

@@ -1563,3 +1563,69 @@ fn fragment_statement() {
     );
     fails("spawn fragment", 1, 7, "fragment");
 }
+
+/// `mremap`: the whole region, a nonzero base-page multiple, an `at=` the
+/// checker can place; it names the new size afterwards.
+#[test]
+fn mremap_statements() {
+    let w = parse(
+        "buf.hlw",
+        "spawn a\na mmap buf 2M\na mremap buf 1M\na mremap buf:1M 4M at=0x7e0000a00000 maymove\n\
+         a write buf+3M:4K\n",
+    )
+    .unwrap();
+    let StmtKind::Mremap(m) = &w.stmts[3].kind else {
+        panic!("{:?}", w.stmts[3]);
+    };
+    assert_eq!(
+        (m.new_size, m.at, m.maymove),
+        (Size(4 << 20), Some(0x7e00_00a0_0000), true)
+    );
+    assert_eq!(
+        w.stmts[3].kind.to_string(),
+        "a mremap buf:1M 4M at=0x7e0000a00000 maymove"
+    );
+    fails(
+        "spawn a\na mmap buf 2M\na mremap buf+1M 4M\n",
+        3,
+        10,
+        "mremap takes a whole region: range 'buf+1M' is 1M of the 2M of region 'buf'",
+    );
+    fails(
+        "spawn a\na mmap buf 2M\na mremap buf 0\n",
+        3,
+        14,
+        "mremap new size must be nonzero",
+    );
+    fails(
+        "spawn a\na mmap buf 2M\na mremap buf 6000\n",
+        3,
+        14,
+        "is not a multiple of the base page",
+    );
+    fails(
+        "spawn a\na mmap buf 2M\na mremap buf 4M at=0x7e0000000800\n",
+        3,
+        20,
+        "at=0x7e0000000800 is not a multiple of the base page (0x1000)",
+    );
+    fails(
+        "spawn a\na mmap buf 2M\na mremap buf\n",
+        3,
+        13,
+        "<proc> mremap <range> <new-size>",
+    );
+    fails(
+        "spawn a\na mmap buf 2M\na mremap buf 1M\na write buf+1M\n",
+        4,
+        9,
+        "offset 1M >= size 1M",
+    );
+    // A shrink keeps the hole of what stays: unmapping the rest frees the name.
+    parse(
+        "buf.hlw",
+        "spawn a\na mmap h 4M\na munmap h+1M:1M\na mremap h 3M\na munmap h:1M\n\
+         a munmap h+2M:1M\na mmap h 1M\n",
+    )
+    .unwrap();
+}

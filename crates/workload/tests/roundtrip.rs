@@ -240,6 +240,28 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     continue;
                 };
                 let proc = procs[i].name.clone();
+                if op == 13 && r.c % 3 == 0 {
+                    // mremap takes the whole region; it names the new size after.
+                    let new = base * (1 + r.a % 1024);
+                    let regions = &mut procs[i].regions;
+                    let at = regions.iter().position(|(n, ..)| *n == region).unwrap();
+                    regions[at] = (region.clone(), new, mapped::Mapped::whole(new));
+                    let range = Range {
+                        region,
+                        offset: None,
+                        len: (r.b % 2 == 0).then_some(Size(size)),
+                    };
+                    let fixed = r.b % 3 == 0;
+                    let mremap = StmtKind::Mremap(stmt::Mremap {
+                        proc,
+                        range,
+                        new_size: Size(new),
+                        at: fixed.then(|| 0x2000_0000_0000 + (r.a % 4096) * base),
+                        maymove: r.c % 2 == 0,
+                    });
+                    kinds.push(mremap);
+                    continue;
+                }
                 let aligned = !matches!(op, 10 | 11);
                 let range = gen_range(&region, size, base, aligned, r);
                 if op == 7 {

@@ -35,7 +35,7 @@ const OPTS: &[OptSpec; 5] = &[
 ];
 
 /// `0x7e0000200000` (hex digits with `0x`; `_` separators allowed).
-fn parse_addr(text: &str) -> Option<u64> {
+pub(super) fn parse_addr(text: &str) -> Option<u64> {
     let digits = text.strip_prefix("0x")?.replace('_', "");
     if digits.is_empty() {
         return None;
@@ -181,7 +181,13 @@ impl Mmap {
 /// What the checker can know of an `at=` address: its alignment, the
 /// address-space limits and the options it excludes (whether it overlaps a
 /// mapping only the backend knows: EEXIST there).
-fn check_at(at: u64, size: u64, base: u64, align: bool, hugetlb: bool) -> Result<(), Issue> {
+pub(super) fn check_at(
+    at: u64,
+    size: u64,
+    base: u64,
+    align: bool,
+    hugetlb: bool,
+) -> Result<(), Issue> {
     if align {
         return Err(issue(
             Part::Align,

@@ -36,6 +36,7 @@ mod machine;
 mod madvise;
 mod mmap;
 mod mprotect;
+mod mremap;
 mod munmap;
 mod set;
 mod snapshot;
@@ -54,6 +55,7 @@ pub use machine::Machine;
 pub use madvise::Madvise;
 pub use mmap::Mmap;
 pub use mprotect::Mprotect;
+pub use mremap::Mremap;
 pub use munmap::Munmap;
 pub use set::Set;
 pub use snapshot::Snapshot;
@@ -102,6 +104,7 @@ pub enum StmtKind {
     Mmap(Mmap),
     Munmap(Munmap),
     Mprotect(Mprotect),
+    Mremap(Mremap),
     Madvise(Madvise),
     Read(Read),
     Write(Write),
@@ -131,6 +134,7 @@ impl StmtKind {
             StmtKind::Mmap(_) => "mmap",
             StmtKind::Munmap(_) => "munmap",
             StmtKind::Mprotect(_) => "mprotect",
+            StmtKind::Mremap(_) => "mremap",
             StmtKind::Madvise(_) => "madvise",
             StmtKind::Read(_) => "read",
             StmtKind::Write(_) => "write",
@@ -157,6 +161,7 @@ impl StmtKind {
             StmtKind::Mmap(s) => Some(&s.proc),
             StmtKind::Munmap(s) => Some(&s.proc),
             StmtKind::Mprotect(s) => Some(&s.proc),
+            StmtKind::Mremap(s) => Some(&s.proc),
             StmtKind::Madvise(s) => Some(&s.proc),
             StmtKind::Read(s) => Some(&s.proc),
             StmtKind::Write(s) => Some(&s.proc),

@@ -398,6 +398,7 @@ fn frees_page_tables(kind: &StmtKind) -> bool {
     matches!(
         kind,
         StmtKind::Munmap { .. }
+            | StmtKind::Brk { .. }
             | StmtKind::Madvise { .. }
             | StmtKind::Exit { .. }
             | StmtKind::Khugepaged

@@ -327,7 +327,11 @@ fn access_task(
     let (start, end) = resolve(stmt, proc, mm, range)?;
     let mut addr = start;
     while addr < end {
-        let vma = mm.find_vma(addr).ok_or_else(|| {
+        // A fault below a VM_GROWSDOWN stack grows it (expand_stack).
+        let found = mm
+            .find_vma(addr)
+            .or_else(|| crate::mmap::expand_stack(machine, mm, addr));
+        let vma = found.ok_or_else(|| {
             failed(
                 stmt,
                 format!(
@@ -632,6 +636,7 @@ impl Model {
                 Ok(())
             }
             StmtKind::Mmap(s) => mmap::sys_mmap(m, stmt, s),
+            StmtKind::Brk(s) => mmap::sys_brk(m, stmt, s),
             StmtKind::Munmap(stmt::Munmap { proc, range }) => {
                 mmap::sys_munmap(m, stmt, proc, range)?;
                 self.retire_region_if_unmapped(proc, &range.region, gone);

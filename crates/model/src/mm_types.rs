@@ -201,6 +201,8 @@ impl Vma {
     pub const VM_WRITE: u32 = 1 << 1;
     pub const VM_HUGEPAGE: u32 = 1 << 2;
     pub const VM_NOHUGEPAGE: u32 = 1 << 3;
+    /// MAP_GROWSDOWN: a stack that a fault below it grows (expand_downwards).
+    pub const VM_GROWSDOWN: u32 = 1 << 4;
     pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
 
     /// Whether the VMA's protection allows a read, or a write (else the

@@ -49,6 +49,27 @@ impl MmStruct {
         self.map_region(name, len, align, prot, None)
     }
 
+    /// do_mmap of an anonymous private region whose VMA is only its top
+    /// `mapped` bytes (a MAP_GROWSDOWN stack's first VMA; all of it
+    /// otherwise), with VMA flags `flags`; returns the region's start.
+    pub fn do_mmap_top(
+        &mut self,
+        name: &str,
+        len: u64,
+        mapped: u64,
+        align: Option<u64>,
+        flags: u32,
+    ) -> u64 {
+        let align = align.unwrap_or(placement::default_align(len));
+        let start = self.map_region(name, len, align, flags, None);
+        if mapped < len {
+            let vma = self.vmas.remove(&start).expect("just mapped");
+            let top = start + len - mapped;
+            self.vmas.insert(top, Vma { start: top, ..vma });
+        }
+        start
+    }
+
     /// do_mmap of a HugeTLB region (MAP_HUGETLB; its file and reservation
     /// already made by `hugetlb::hugetlb_mmap`), aligned to its page size.
     ///
@@ -99,22 +120,28 @@ pub struct Overlaps;
 /// `start` exactly; `__mmap_region` then merges it with a compatible
 /// neighbour (`vma_merge_new_range`). Placement moves past it
 /// (`placement::after_fixed_region`).
+///
+/// The VMA is the region's top `mapped` bytes (all of it but for a
+/// MAP_GROWSDOWN stack, whose region is what it may grow into: that must be
+/// free too), with VMA flags `flags`.
+#[allow(clippy::too_many_arguments)]
 pub fn do_mmap_fixed(
     m: &mut Machine,
     mm: &mut MmStruct,
     name: &str,
     start: u64,
     len: u64,
-    prot: u32,
+    mapped: u64,
+    flags: u32,
 ) -> Result<(), Overlaps> {
     let end = start + len;
     if !mm.vmas_in(start, end).is_empty() {
         return Err(Overlaps);
     }
     let vma = Vma {
-        start,
+        start: end - mapped,
         end,
-        flags: prot,
+        flags,
         anon_vma: false,
         fork_child: false,
         hugetlb: None,
@@ -425,25 +452,34 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         ));
     }
     let prot = vm_prot(s.prot.unwrap_or(Prot::ReadWrite));
+    let flags = prot | calc_vm_flag_bits(s);
     if let Some(at) = s.at {
         let len = size.bytes().next_multiple_of(PAGE_SIZE);
-        return m
-            .with_mm(id, |m, mm| do_mmap_fixed(m, mm, region, at, len, prot))
-            .map_err(|Overlaps| {
-                BackendError::errno(
-                    stmt,
-                    Errno::EEXIST,
-                    format!("mmap at={at:#x}: the range overlaps a mapping already there"),
-                )
-            });
+        let mapped = s.mapped_at_first(PAGE_SIZE);
+        m.with_mm(id, |m, mm| {
+            do_mmap_fixed(m, mm, region, at, len, mapped, flags)
+        })
+        .map_err(|Overlaps| {
+            BackendError::errno(
+                stmt,
+                Errno::EEXIST,
+                format!("mmap at={at:#x}: the range overlaps a mapping already there"),
+            )
+        })?;
+        if s.populate {
+            crate::gup::mm_populate(m, id, proc, at + len - mapped, at + len);
+        }
+        return Ok(());
     }
     let Some(hsize) = s.hugetlb else {
         let len = size.bytes().next_multiple_of(PAGE_SIZE);
         let align = align.map(|a| a.bytes().max(PAGE_SIZE));
-        m.mms
-            .get_mut(id)
-            .expect("a task's mm")
-            .do_mmap(region, len, align, prot);
+        let mapped = s.mapped_at_first(PAGE_SIZE);
+        let mm = m.mms.get_mut(id).expect("a task's mm");
+        let start = mm.do_mmap_top(region, len, mapped, align, flags);
+        if s.populate {
+            crate::gup::mm_populate(m, id, proc, start + len - mapped, start + len);
+        }
         return Ok(());
     };
     let bytes = hsize.bytes().bytes();
@@ -465,6 +501,173 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
     })?;
     let mm = m.mms.get_mut(id).expect("a task's mm");
     mm.do_mmap_hugetlb(region, len, align, prot, hv);
+    Ok(())
+}
+
+/// calc_vm_flag_bits (include/linux/mman.h) of the anonymous mmap flags
+/// the language has: MAP_GROWSDOWN is VM_GROWSDOWN, and in Linux 6.18
+/// MAP_STACK is VM_NOHUGEPAGE (glibc maps thread stacks with it).
+fn calc_vm_flag_bits(s: &stmt::Mmap) -> u32 {
+    let mut flags = 0;
+    if s.growsdown {
+        flags |= Vma::VM_GROWSDOWN;
+    }
+    if s.stack {
+        flags |= Vma::VM_NOHUGEPAGE;
+    }
+    flags
+}
+
+/// stack_guard_gap (mm/mmap.c): 256 pages below a stack that no other
+/// accessible mapping may reach into when the stack grows.
+pub const STACK_GUARD_GAP: u64 = 256 * PAGE_SIZE;
+
+/// RLIMIT_STACK's default (_STK_LIM, 8 MiB): the most a stack VMA grows to
+/// (`acct_stack_growth`). The model takes the default; the kernel backend's
+/// agents run with the limit of the shell that started hugelab.
+pub const RLIMIT_STACK: u64 = 8 << 20;
+
+/// expand_stack (mm/mmap.c, as x86's fault handler calls it through
+/// `lock_mm_and_find_vma`) for a fault at `addr`, which no VMA contains:
+/// the VMA above it, if VM_GROWSDOWN, grows down to `addr`'s page
+/// (`expand_downwards`), unless that comes within `STACK_GUARD_GAP` of an
+/// accessible VMA below that is not a stack itself, or makes the stack
+/// larger than `RLIMIT_STACK`: then None, and the fault is SIGSEGV. The
+/// grown VMA gets its anon_vma (`anon_vma_prepare`) and is re-linked in the
+/// anon_vma tree at its new start.
+pub fn expand_stack(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Option<Vma> {
+    let vma = mm.vmas.range(addr..).next().map(|(_, v)| *v)?;
+    if vma.flags & Vma::VM_GROWSDOWN == 0 {
+        return None;
+    }
+    let address = addr & !(PAGE_SIZE - 1);
+    if address < placement::MMAP_MIN_ADDR {
+        return None;
+    }
+    let prev = mm.vmas.range(..vma.start).next_back().map(|(_, v)| *v);
+    if let Some(p) = prev {
+        let accessible = p.flags & Vma::PROT_MASK != 0;
+        if p.flags & Vma::VM_GROWSDOWN == 0 && accessible && address - p.end < STACK_GUARD_GAP {
+            return None;
+        }
+    }
+    if vma.end - address > RLIMIT_STACK {
+        return None;
+    }
+    mm.vmas.remove(&vma.start);
+    m.anon_vmas.avc_unlink(mm.mm_id, vma.start);
+    let grown = Vma {
+        start: address,
+        anon_vma: true,
+        ..vma
+    };
+    mm.vmas.insert(address, grown);
+    m.anon_vmas.avc_reinsert(mm.mm_id, address);
+    Some(grown)
+}
+
+/// The `brk` statement (SYSCALL_DEFINE1(brk)): the first `brk` of a region
+/// sets `start_brk` (its `at=`) and the break; each moves the break to
+/// `start + size`. Shrinking unmaps the page-aligned tail
+/// (`do_vmi_align_munmap`); growing fails with ENOMEM (the kernel returns
+/// the old break, glibc's brk() says ENOMEM) when a VMA lies in the new
+/// part or less than a page above it (`vm_start_gap`: a stack's guard gap
+/// too), else `do_brk_flags` maps the new part.
+pub fn sys_brk(m: &mut Machine, stmt: &Stmt, s: &stmt::Brk) -> Result<(), BackendError> {
+    let id = mm_id_of(m, stmt, &s.proc)?;
+    let mm = m.mms.get_mut(id).expect("a task's mm");
+    let (start, old) = match (mm.regions.get(&s.region), s.at) {
+        (Some(r), _) => (r.start, r.len),
+        (None, Some(at)) => {
+            let len = s.size.bytes().next_multiple_of(PAGE_SIZE);
+            placement::after_fixed_region(&mut mm.mmap_cursor, at, len);
+            (at, 0)
+        }
+        (None, None) => {
+            return Err(failed(
+                stmt,
+                format!("process '{}' has no heap '{}'", s.proc, s.region),
+            ))
+        }
+    };
+    let new = s.size.bytes();
+    let oldbrk = (start + old).next_multiple_of(PAGE_SIZE);
+    let newbrk = (start + new).next_multiple_of(PAGE_SIZE);
+    let moved = m.with_mm(id, |m, mm| {
+        if newbrk < oldbrk {
+            do_munmap(m, mm, newbrk, oldbrk).map_err(drop)
+        } else if newbrk > oldbrk {
+            do_brk_flags(m, mm, start, oldbrk, newbrk)
+        } else {
+            Ok(())
+        }
+    });
+    let mm = m.mms.get_mut(id).expect("a task's mm");
+    let len = if moved.is_ok() { new } else { old };
+    mm.regions.insert(s.region.clone(), Region { start, len });
+    moved.map_err(|()| {
+        BackendError::errno(
+            stmt,
+            Errno::ENOMEM,
+            format!(
+                "brk: the heap cannot grow to {:#x}: a mapping is in the way (or within a page of it)",
+                start + new
+            ),
+        )
+    })
+}
+
+/// do_brk_flags (mm/vma.c, after brk's check of the next VMA): the heap
+/// grows from `oldbrk` to `newbrk`. The brk VMA (the VMA ending at
+/// `oldbrk`, if it ends above `start_brk`: `vma_prev_limit`) is expanded
+/// when a new VMA could merge with it (`vma_merge_new_range` with
+/// `just_expand`: equal flags and a mergeable anon_vma, never with the
+/// next VMA), else a VMA of its own is made. Its flags are
+/// VM_DATA_DEFAULT_FLAGS | VM_ACCOUNT, which in the model are an rw
+/// mapping's.
+fn do_brk_flags(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    start_brk: u64,
+    oldbrk: u64,
+    newbrk: u64,
+) -> Result<(), ()> {
+    let next = mm
+        .find_vma(oldbrk)
+        .or_else(|| mm.vmas.range(oldbrk..).next().map(|(_, v)| *v));
+    if let Some(n) = next {
+        let gap = if n.flags & Vma::VM_GROWSDOWN != 0 {
+            STACK_GUARD_GAP
+        } else {
+            0
+        };
+        if newbrk + PAGE_SIZE > n.start.saturating_sub(gap) {
+            return Err(());
+        }
+    }
+    let vma = Vma {
+        start: oldbrk,
+        end: newbrk,
+        flags: Vma::VM_READ | Vma::VM_WRITE,
+        anon_vma: false,
+        fork_child: false,
+        hugetlb: None,
+    };
+    let brkvma = mm
+        .vmas
+        .range(..oldbrk)
+        .next_back()
+        .map(|(_, v)| *v)
+        .filter(|p| p.end == oldbrk && p.end > start_brk);
+    match brkvma {
+        Some(p) if can_merge_new(&vma, &p) => {
+            mm.vmas.insert(p.start, Vma { end: newbrk, ..p });
+            m.anon_vmas.avc_reinsert(mm.mm_id, p.start);
+        }
+        _ => {
+            mm.vmas.insert(oldbrk, vma);
+        }
+    }
     Ok(())
 }
 

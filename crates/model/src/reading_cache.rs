@@ -71,6 +71,7 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
         | StmtKind::Munmap(stmt::Munmap { proc, .. })
         | StmtKind::Mprotect(stmt::Mprotect { proc, .. })
         | StmtKind::Madvise(stmt::Madvise { proc, .. })
+        | StmtKind::Brk(stmt::Brk { proc, .. })
         | StmtKind::Pin(stmt::Pin { proc, .. })
         | StmtKind::Unpin(stmt::Unpin { proc, .. })
         | StmtKind::Fork(stmt::Fork { proc, .. })

@@ -160,6 +160,7 @@ impl fmt::Display for StmtKind {
             StmtKind::Munmap(s) => s.fmt(f),
             StmtKind::Mprotect(s) => s.fmt(f),
             StmtKind::Madvise(s) => s.fmt(f),
+            StmtKind::Brk(s) => s.fmt(f),
             StmtKind::Read(s) => s.fmt(f),
             StmtKind::Write(s) => s.fmt(f),
             StmtKind::Pin(s) => s.fmt(f),

@@ -211,6 +211,10 @@ fn mmap_options_in_any_order() {
         shared: true,
         prot: Some(Prot::Read),
         at: None,
+        populate: false,
+        stack: false,
+        growsdown: false,
+        initial: None,
     });
     assert_eq!(
         one("spawn a\na mmap buf 4G align=1G hugetlb=1G shared prot=r"),
@@ -231,6 +235,10 @@ fn mmap_options_in_any_order() {
             shared: false,
             prot: None,
             at: None,
+            populate: false,
+            stack: false,
+            growsdown: false,
+            initial: None,
         })
     );
     assert_eq!(
@@ -244,6 +252,10 @@ fn mmap_options_in_any_order() {
             shared: false,
             prot: Some(Prot::Read),
             at: Some(0x7e00_0010_0000),
+            populate: false,
+            stack: false,
+            growsdown: false,
+            initial: None,
         })
     );
     // A process may be called like a verb.

@@ -230,6 +230,10 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     // excludes it: base-page aligned, well below the limit.
                     at: (align.is_none() && hugetlb.is_none() && r.c % 4 == 0)
                         .then(|| 0x1000_0000_0000 + (r.a % 4096) * base),
+                    populate: false,
+                    stack: false,
+                    growsdown: false,
+                    initial: None,
                 })
             }
             op @ 7..=13 => {

@@ -635,7 +635,18 @@ impl Model {
                 self.started = true;
                 Ok(())
             }
-            StmtKind::Mmap(s) => mmap::sys_mmap(m, stmt, s),
+            StmtKind::Mmap(s) => {
+                mmap::sys_mmap(m, stmt, s)?;
+                if s.populate {
+                    // vm_mmap_pgoff: mm_populate of what the mmap mapped.
+                    let id = crate::syscall::mm_id_of(m, stmt, &s.proc)?;
+                    let r = m.mms.get(id).expect("a task's mm").regions[&s.region];
+                    let end = r.start + r.len;
+                    let mapped = s.mapped_at_first(PAGE_SIZE);
+                    crate::gup::mm_populate(m, id, &s.proc, end - mapped, end);
+                }
+                Ok(())
+            }
             StmtKind::Brk(s) => mmap::sys_brk(m, stmt, s),
             StmtKind::Munmap(stmt::Munmap { proc, range }) => {
                 mmap::sys_munmap(m, stmt, proc, range)?;

@@ -1,4 +1,6 @@
-//! Long-term pins: `pin` and `unpin`, as io_uring fixed buffers take them.
+//! Long-term pins: `pin` and `unpin`, as io_uring fixed buffers take them;
+//! and the GUP faults without pins of MADV_POPULATE_READ/WRITE
+//! (`faultin_page_range`) and MAP_POPULATE (`mm_populate`).
 //!
 //! Follows Linux 6.18 `mm/gup.c` (`pin_user_pages` with FOLL_WRITE |
 //! FOLL_LONGTERM, `faultin_page`, `try_grab_folio`, `unpin_user_pages`):

@@ -11,7 +11,8 @@
 //! mm/pt_reclaim.c), so a later fault there can take a PMD THP again.
 //!
 //! MADV_COLLAPSE is `khugepaged::madvise_collapse`, in mm/khugepaged.c as in
-//! the kernel.
+//! the kernel. MADV_POPULATE_READ/WRITE (`madvise_populate`) fault the range
+//! in through `gup::faultin_page_range`.
 //!
 //! MADV_FREE (`madvise_free_single_vma`, `madvise_free_pte_range`, and
 //! `madvise_free_huge_pmd` of mm/huge_memory.c) marks the exclusive folios

@@ -1,4 +1,5 @@
-//! Address spaces: `mm_struct`, VMAs, mmap/munmap, VMA split and merge.
+//! Address spaces: `mm_struct`, VMAs, mmap/munmap, VMA split and merge,
+//! brk and stack growth.
 //!
 //! Follows Linux 6.18 `mm/mmap.c` and `mm/vma.c` (`__split_vma`,
 //! `vma_merge_existing_range`, `do_vmi_munmap`, `free_pgtables`, `exit_mmap`)
@@ -27,6 +28,15 @@
 //! VMAs that both have an anon_vma merge in the model (one anon_vma per mm):
 //! two regions each written on its own and made compatible afterwards merge
 //! in the model but keep their two anon_vmas, and so two VMAs, in the kernel.
+//!
+//! The anonymous mmap flags the language has: MAP_STACK is VM_NOHUGEPAGE
+//! (`calc_vm_flag_bits`, 6.18), MAP_GROWSDOWN is VM_GROWSDOWN with the VMA
+//! at first the region's top part, grown by `expand_stack` on a fault below
+//! it (stack_guard_gap checked; RLIMIT_STACK taken as its 8 MiB default),
+//! MAP_POPULATE is `gup::mm_populate` after the mapping. `brk`
+//! (`sys_brk`, `do_brk_flags`) moves a heap's break: a grow expands the brk
+//! VMA or maps one of its own, a shrink unmaps the tail; mm->start_brk and
+//! mm->brk are the heap region's start and size.
 //!
 //! Page tables: PTE tables, and the PMD and PUD tables above them, are
 //! allocated at fault and freed by free_pgtables when no VMA is left in
@@ -433,7 +443,9 @@ pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
 
 /// The `mmap` statement (SYSCALL_DEFINE6(mmap_pgoff), `ksys_mmap_pgoff`):
 /// an anonymous private mapping, or a HugeTLB one (`MAP_HUGETLB`, private or
-/// `MAP_SHARED`) whose pages the pool reserves at once.
+/// `MAP_SHARED`) whose pages the pool reserves at once. MAP_POPULATE's
+/// `mm_populate`, which `vm_mmap_pgoff` runs after the mapping is made, is
+/// the caller's (`exec`): it is GUP's, which this module stays below.
 pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), BackendError> {
     let (proc, region, size, align, shared) = (&s.proc, &s.region, s.size, s.align, s.shared);
     if shared && s.hugetlb.is_none() {
@@ -466,9 +478,6 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
                 format!("mmap at={at:#x}: the range overlaps a mapping already there"),
             )
         })?;
-        if s.populate {
-            crate::gup::mm_populate(m, id, proc, at + len - mapped, at + len);
-        }
         return Ok(());
     }
     let Some(hsize) = s.hugetlb else {
@@ -476,10 +485,7 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         let align = align.map(|a| a.bytes().max(PAGE_SIZE));
         let mapped = s.mapped_at_first(PAGE_SIZE);
         let mm = m.mms.get_mut(id).expect("a task's mm");
-        let start = mm.do_mmap_top(region, len, mapped, align, flags);
-        if s.populate {
-            crate::gup::mm_populate(m, id, proc, start + len - mapped, start + len);
-        }
+        mm.do_mmap_top(region, len, mapped, align, flags);
         return Ok(());
     };
     let bytes = hsize.bytes().bytes();
@@ -853,5 +859,128 @@ mod tests {
         assert_eq!(failure, None);
         assert_eq!(vmas.len(), 2);
         assert!(vmas[1].0 >= LO + (4 << 20), "{vmas:x?}");
+    }
+
+    /// The VMAs of process `a` after `body` (THP settings as `run_a`), or
+    /// the error that stopped the run.
+    fn vmas_after(body: &str) -> Result<Vec<(u64, u64)>, String> {
+        let w = parse("test.hlw", &format!("{THP_ALWAYS}spawn a\n{body}")).unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).map_err(|e| e.to_string())?;
+        let mm = model.machine.mm_of("a").unwrap();
+        Ok(mm.vmas.values().map(|v| (v.start, v.end)).collect())
+    }
+
+    #[test]
+    fn a_growsdown_stack_maps_its_top_and_grows_on_a_fault_below() {
+        let top = LO + (1 << 20);
+        let vmas = vmas_after("a mmap stk 1M at=0x7e0000200000 growsdown initial=64K\n").unwrap();
+        assert_eq!(vmas, [(top - (64 << 10), top)]);
+        let vmas = vmas_after(
+            "a mmap stk 1M at=0x7e0000200000 growsdown\n\
+             a write stk+516K:1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            vmas,
+            [(LO + (516 << 10), top)],
+            "grown to the faulting page"
+        );
+        // The region it grows into must be free: EEXIST, as the kernel backend says.
+        let (failure, _, _) = run_a(
+            "a mmap lo 4K at=0x7e0000200000\n\
+             a mmap stk 1M at=0x7e0000200000 growsdown\n",
+        );
+        assert_eq!(failure, Some(Errno::EEXIST));
+    }
+
+    #[test]
+    fn a_stack_does_not_grow_within_the_guard_gap_of_a_mapping_below() {
+        // lo ends 512K below the stack's bottom: less than stack_guard_gap.
+        let e = vmas_after(
+            "a mmap lo 64K at=0x7e0000100000\n\
+             a mmap stk 1M at=0x7e0000190000 growsdown\n\
+             a write stk\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("SIGSEGV"), "{e}");
+        // A prot=none neighbour is not accessible: no gap needed.
+        let vmas = vmas_after(
+            "a mmap lo 64K at=0x7e0000100000 prot=none\n\
+             a mmap stk 1M at=0x7e0000190000 growsdown\n\
+             a write stk\n",
+        )
+        .unwrap();
+        assert_eq!(vmas.len(), 2);
+    }
+
+    #[test]
+    fn a_stack_mapping_is_nohugepage_and_merges_with_no_plain_neighbour() {
+        let (_, c, vmas) = run_a(
+            "a mmap s 2M at=0x7e0000200000 stack\n\
+             a mmap p 2M at=0x7e0000400000\n\
+             a write s\n",
+        );
+        assert_eq!(vmas.len(), 2);
+        assert_eq!(c["smaps.a.s.AnonHugePages"], 0);
+        assert_eq!(c["stat.a.minflt"], 512);
+    }
+
+    #[test]
+    fn brk_expands_its_vma_and_unmaps_the_tail() {
+        let base = 0x7e00_0010_0000;
+        let vmas = vmas_after(
+            "a brk heap 0 at=0x7e0000100000\n\
+             a brk heap 1M\n\
+             a write heap:4K\n\
+             a brk heap 3M\n",
+        )
+        .unwrap();
+        assert_eq!(vmas, [(base, base + (3 << 20))], "one VMA, expanded");
+        let vmas = vmas_after(
+            "a brk heap 1M at=0x7e0000100000\n\
+             a brk heap 4097\n",
+        )
+        .unwrap();
+        assert_eq!(
+            vmas,
+            [(base, base + (8 << 10))],
+            "the break rounded up to a page"
+        );
+        // brk never merges with a VMA below start_brk, unlike an mmap.
+        let vmas = vmas_after(
+            "a mmap below 1M at=0x7e0000000000\n\
+             a brk heap 1M at=0x7e0000100000\n",
+        )
+        .unwrap();
+        assert_eq!(vmas.len(), 2);
+    }
+
+    #[test]
+    fn brk_cannot_grow_into_or_next_to_a_mapping() {
+        let (failure, c, _) = run_a(
+            "a mmap wall 64K at=0x7e0000300000\n\
+             a brk heap 1M at=0x7e0000100000\n\
+             a brk heap 2M\n\
+             expect errno == ENOMEM\n\
+             a brk heap 2044K\n\
+             expect errno == ENOMEM\n\
+             a brk heap 2040K\n\
+             a write heap:1M\n",
+        );
+        assert_eq!(failure, Some(Errno::ENOMEM));
+        assert_eq!(c["smaps.a.heap.Rss"], 1024);
+    }
+
+    #[test]
+    fn populate_stops_at_a_hole_with_enomem_and_keeps_what_it_did() {
+        let (failure, c, _) = run_a(
+            "a mmap r 4M\n\
+             a munmap r+2M:4K\n\
+             a madvise r POPULATE_WRITE\n",
+        );
+        assert_eq!(failure, Some(Errno::ENOMEM));
+        assert_eq!(c["vmstat.thp_fault_alloc"], 1);
+        assert_eq!(c["stat.a.minflt"], 1);
     }
 }

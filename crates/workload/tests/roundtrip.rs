@@ -263,7 +263,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                         StmtKind::Mprotect(stmt::Mprotect { proc, range, prot })
                     }
                     9 => {
-                        let advice = Advice::ALL[(r.c % 7) as usize];
+                        let advice = Advice::ALL[(r.c % Advice::ALL.len() as u64) as usize];
                         StmtKind::Madvise(stmt::Madvise {
                             proc,
                             range,

@@ -478,6 +478,11 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
                 format!("mmap at={at:#x}: the range overlaps a mapping already there"),
             )
         })?;
+        if s.growsdown {
+            let mm = m.mms.get_mut(id).expect("a task's mm");
+            mm.stack_regions
+                .insert(region.clone(), hugelab_workload::mapped::Mapped::whole(len));
+        }
         return Ok(());
     }
     let Some(hsize) = s.hugetlb else {
@@ -486,6 +491,10 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         let mapped = s.mapped_at_first(PAGE_SIZE);
         let mm = m.mms.get_mut(id).expect("a task's mm");
         mm.do_mmap_top(region, len, mapped, align, flags);
+        if s.growsdown {
+            mm.stack_regions
+                .insert(region.clone(), hugelab_workload::mapped::Mapped::whole(len));
+        }
         return Ok(());
     };
     let bytes = hsize.bytes().bytes();
@@ -892,6 +901,41 @@ mod tests {
              a mmap stk 1M at=0x7e0000200000 growsdown\n",
         );
         assert_eq!(failure, Some(Errno::EEXIST));
+    }
+
+    #[test]
+    fn a_stack_region_is_gone_when_munmaps_covered_all_of_it() {
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\n\
+                 a mmap stk 1M at=0x7e0000200000 growsdown initial=64K\n\
+                 a munmap stk+960K\n"
+            ),
+        )
+        .unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).unwrap();
+        let mm = model.machine.mm_of("a").unwrap();
+        assert!(mm.vmas.is_empty());
+        assert!(
+            mm.regions.contains_key("stk"),
+            "the part below still counts"
+        );
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\n\
+                 a mmap stk 1M at=0x7e0000200000 growsdown initial=64K\n\
+                 a munmap stk+960K\n\
+                 a munmap stk:960K\n\
+                 a mmap stk 4K\n"
+            ),
+        )
+        .unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).unwrap();
+        assert_eq!(model.machine.mm_of("a").unwrap().vmas.len(), 1);
     }
 
     #[test]

@@ -26,8 +26,8 @@ pub(crate) enum Part {
     At,
     /// `initial=` of an mmap.
     Initial,
-    /// The mmap flags (`populate`, `stack`, `growsdown`): the `stack` flag if given, else the statement.
-    Stack,
+    /// A flag of an mmap (`populate`, `stack`, `growsdown`).
+    Flag(&'static str),
     Step,
     Label,
     /// The i-th counter of an `expect` (0 unless it sums several).

@@ -1608,13 +1608,13 @@ fn populate_stack_growsdown_errors() {
     fails(
         "spawn a\na mmap buf 2M hugetlb=2M populate\n",
         2,
-        1,
-        "with hugetlb= they are not supported yet",
+        26,
+        "populate is for anonymous memory; with hugetlb= it is not supported yet",
     );
     fails(
         "spawn a\na mmap buf 64K prot=none populate\n",
         2,
-        1,
+        26,
         "populate of a prot=none mapping is not supported",
     );
 }

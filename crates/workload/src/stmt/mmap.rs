@@ -118,8 +118,10 @@ impl Mmap {
             }
             None => None,
         };
-        if let Some(t) = opts[6] {
-            l.mark(Part::Stack, t.col);
+        for (i, name) in [(5, "populate"), (6, "stack"), (7, "growsdown")] {
+            if let Some(t) = opts[i] {
+                l.mark(Part::Flag(name), t.col);
+            }
         }
         Ok(Mmap {
             proc,
@@ -215,21 +217,28 @@ impl Mmap {
     /// `populate`, `stack`, `growsdown` and `initial=`: what they exclude,
     /// and the initial part of a stack.
     fn check_flags(&self, base: Size) -> Result<(), Issue> {
-        if self.hugetlb.is_some() && (self.populate || self.stack || self.growsdown) {
+        let first = [
+            (self.populate, "populate"),
+            (self.stack, "stack"),
+            (self.growsdown, "growsdown"),
+        ]
+        .into_iter()
+        .find_map(|(on, name)| on.then_some(name));
+        if let (Some(_), Some(flag)) = (self.hugetlb, first) {
             return Err(issue(
-                Part::Stack,
-                "populate, stack and growsdown are for anonymous memory; with hugetlb= they are not supported yet",
+                Part::Flag(flag),
+                format!("{flag} is for anonymous memory; with hugetlb= it is not supported yet"),
             ));
         }
         if self.populate && self.prot == Some(Prot::None) {
             return Err(issue(
-                Part::Stack,
+                Part::Flag("populate"),
                 "populate of a prot=none mapping is not supported: there is nothing it could fault in",
             ));
         }
         if self.growsdown && self.shared {
             return Err(issue(
-                Part::Stack,
+                Part::Flag("growsdown"),
                 "growsdown is a private stack; shared is not supported with it",
             ));
         }

@@ -9,7 +9,11 @@
 //! `_pincount` and refcount grow by one per page, a small folio's refcount by
 //! GUP_PIN_COUNTING_BIAS. Pinning marks the mm MMF_HAS_PINNED for good.
 //!
-//! Simplifications: io_uring afterwards drops all but one pin per large
+//! Simplifications: FOLL_TOUCH on a page GUP finds mapped is not modelled
+//! (`follow_page_pte` marks it accessed and, for FOLL_WRITE through a
+//! clean PTE, marks its folio dirty: a lazily-freed folio pinned or
+//! populated for writing is kept by reclaim on the kernel, discarded in the
+//! model). io_uring afterwards drops all but one pin per large
 //! folio (`io_coalesce_buffer`); nothing the model reports depends on how
 //! many pins a pinned folio holds, so the model keeps the per-page count.
 //! The pins belong to the ring, which a forked child shares: they go when

@@ -622,5 +622,5 @@ fn is_check(k: &StmtKind) -> bool {
 /// Whether a generated mmap is a growsdown stack (never with hugetlb= or
 /// shared, which the checker refuses with it).
 fn growsdown(hugetlb: Option<HugetlbSize>, r: &Raw) -> bool {
-    hugetlb.is_none() && (r.b / 32) % 2 == 1 && r.c % 3 == 0
+    hugetlb.is_none() && (r.b / 32) % 2 == 1 && r.c.is_multiple_of(3)
 }

@@ -168,22 +168,48 @@ fn execute(req: Request) -> Reply {
                 prot,
                 shared,
                 hugetlb,
-            } => match map_region(addr, len, prot, shared, hugetlb) {
-                Ok(addr) => done(Errno::OK, addr as i64, 0),
-                Err(e) => done(e, 0, 0),
-            },
+                populate,
+                stack,
+                growsdown,
+            } => {
+                let mut extra = 0;
+                for (on, flag) in [
+                    (populate, libc::MAP_POPULATE),
+                    (stack, libc::MAP_STACK),
+                    (growsdown, libc::MAP_GROWSDOWN),
+                ] {
+                    if on {
+                        extra |= flag;
+                    }
+                }
+                // MAP_POPULATE faults in the call itself: counted as the
+                // process's own (GUP faults count in its min_flt).
+                let before = minflt();
+                let mapped = map_region(addr, len, prot, shared, hugetlb, extra);
+                let faults = minflt() - before;
+                match mapped {
+                    Ok(addr) => done(Errno::OK, addr as i64, faults),
+                    Err(e) => done(e, 0, faults),
+                }
+            }
             Request::Munmap { addr, len } => ok(libc::munmap(addr as *mut _, len as usize)),
             Request::Mprotect { addr, len, prot } => {
                 ok(libc::mprotect(addr as *mut _, len as usize, prot))
             }
             Request::Madvise { addr, len, advice } => {
+                // MADV_POPULATE_* fault in the call: the process's own faults.
+                let before = minflt();
                 let r = libc::madvise(addr as *mut _, len as usize, advice);
                 let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                let faults = minflt() - before;
                 if advice == libc::MADV_FREE || advice == libc::MADV_COLD {
                     drain_lru_batches();
                 }
                 *libc::__errno_location() = errno;
-                ok(r)
+                Reply {
+                    loop_faults: faults,
+                    ..ok(r)
+                }
             }
             Request::Touch {
                 addr,
@@ -307,14 +333,16 @@ extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *
 
 /// Maps a region at the address the runner chose by the placement rule both
 /// backends share (`hugelab_workload::placement`); never over a mapping.
+/// `extra` are further MAP_ flags (MAP_POPULATE, MAP_STACK, MAP_GROWSDOWN).
 unsafe fn map_region(
     addr: u64,
     len: u64,
     prot: i32,
     shared: bool,
     hugetlb: Option<HugetlbSize>,
+    extra: i32,
 ) -> Result<u64, Errno> {
-    let mut mflags = libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+    let mut mflags = libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE | extra;
     mflags |= if shared {
         libc::MAP_SHARED
     } else {

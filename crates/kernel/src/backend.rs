@@ -122,6 +122,7 @@ impl KernelBackend {
             StmtKind::Cgroup(s) => memcg::cgroup(&mut self.cgroups, stmt, s),
             StmtKind::Spawn(s) => task::spawn(&self.exe, &mut self.cgroups, a, stmt, s),
             StmtKind::Mmap(s) => mmap::mmap(m, a, stmt, s),
+            StmtKind::Brk(s) => mmap::brk(m, a, stmt, s),
             StmtKind::Munmap(s) => mmap::munmap(m, a, stmt, s, gone),
             StmtKind::Mprotect(s) => mprotect::mprotect(m, a, stmt, s),
             StmtKind::Mremap(s) => crate::mremap::mremap(m, a, stmt, s),

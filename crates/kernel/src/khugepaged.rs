@@ -53,6 +53,9 @@ impl KhugepagedHold {
             prot: libc::PROT_READ | libc::PROT_WRITE,
             shared: false,
             hugetlb: None,
+            populate: false,
+            stack: false,
+            growsdown: false,
         };
         let addr = req_ok(&mut agent, mmap)? as u64;
         let touch = Request::Touch {

@@ -1,5 +1,7 @@
 //! `madvise` on the kernel (the system call of mm/madvise.c). MADV_COLLAPSE
-//! is the one advice whose window may see THPs collapse.
+//! is the one advice whose window may see THPs collapse. MADV_POPULATE_READ
+//! and MADV_POPULATE_WRITE fault in the agent's call: those faults are the
+//! process's (`stat.<proc>.minflt`), measured around the call.
 
 use crate::agents::Agents;
 use crate::measure::Measurement;
@@ -37,5 +39,7 @@ fn advice_bits(a: Advice) -> i32 {
         Advice::Collapse => MADV_COLLAPSE,
         Advice::Pageout => libc::MADV_PAGEOUT,
         Advice::Cold => libc::MADV_COLD,
+        Advice::PopulateRead => libc::MADV_POPULATE_READ,
+        Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
     }
 }

@@ -399,6 +399,7 @@ fn frees_page_tables(kind: &StmtKind) -> bool {
         kind,
         StmtKind::Munmap { .. }
             | StmtKind::Mremap { .. }
+            | StmtKind::Brk { .. }
             | StmtKind::Madvise { .. }
             | StmtKind::Exit { .. }
             | StmtKind::Khugepaged

@@ -12,9 +12,9 @@ use crate::mprotect::prot_bits;
 use crate::protocol::Request;
 use hugelab_workload::gone::Gone;
 use hugelab_workload::mapped::Mapped;
-use hugelab_workload::stmt::{Mmap, Munmap};
+use hugelab_workload::stmt::{Brk, Mmap, Munmap};
 use hugelab_workload::units::PAGE_SIZE;
-use hugelab_workload::{placement, BackendError, HugetlbSize, Prot, Stmt};
+use hugelab_workload::{placement, BackendError, Errno, HugetlbSize, Prot, Stmt};
 use std::collections::BTreeMap;
 
 /// `<proc> mmap <region> <size> ...`
@@ -33,8 +33,14 @@ pub(crate) fn mmap(
         shared,
         prot,
         at,
+        populate,
+        stack,
+        growsdown,
+        ..
     } = s;
     let len = size.bytes().next_multiple_of(PAGE_SIZE);
+    // A growsdown stack maps its top part only; the rest is what it grows into.
+    let below = len - s.mapped_at_first(PAGE_SIZE);
     let align = match (align, hugetlb) {
         (Some(a), _) => a.bytes().max(PAGE_SIZE),
         (None, Some(HugetlbSize::Size1G)) => 1 << 30,
@@ -44,23 +50,35 @@ pub(crate) fn mmap(
     let mut cursor = p.cursor;
     let start = match at {
         Some(at) => {
-            let at = crate::relocate::fixed_address(stmt, proc, p, *at, len)?;
+            let below = if *growsdown {
+                STACK_GUARD_GAP.min(*at)
+            } else {
+                0
+            };
+            let low = crate::relocate::fixed_address(stmt, proc, p, at - below, len + below)?;
+            let at = low + below;
             placement::after_fixed_region(&mut cursor, at, len);
             at
         }
         None => placement::place_region(&mut cursor, len, align),
     };
+    if below > 0 {
+        refuse_taken_stack_range(stmt, p, start, below)?;
+    }
     let req = Request::Mmap {
-        addr: start,
-        len,
+        addr: start + below,
+        len: len - below,
         prot: prot_bits(prot.unwrap_or(Prot::ReadWrite)),
         shared: *shared,
         hugetlb: *hugetlb,
+        populate: *populate,
+        stack: *stack,
+        growsdown: *growsdown,
     };
     let mut addr = 0;
     m.window(stmt, false, agents, |agents| {
         let (a, faults) = agents.request(stmt, proc, req)?;
-        addr = a as u64;
+        addr = (a as u64).wrapping_sub(below);
         Ok(faults)
     })?;
     let p = agents.get_mut(stmt, proc)?;
@@ -87,6 +105,126 @@ pub(crate) fn mmap(
         return Err(failed(
             stmt,
             format!("region '{region}' is {vmas} VMAs in the kernel, not one"),
+        ));
+    }
+    Ok(())
+}
+
+/// `<proc> brk <region> <new-size> [at=]`. The agent cannot move its own
+/// program break to a recorded address (its break is its own heap's), so a
+/// brk is replayed on the mappings it makes: growing maps the new pages
+/// `[PAGE_ALIGN(old break), PAGE_ALIGN(new break))` anonymous rw private
+/// with MAP_FIXED_NOREPLACE, which the kernel merges into the heap's VMA as
+/// brk's `do_brk_flags` expands it (an anonymous rw private mapping's
+/// flags are VM_READ|VM_WRITE|VM_MAYREAD|VM_MAYWRITE|VM_MAYEXEC|VM_ACCOUNT,
+/// which is brk's VM_DATA_DEFAULT_FLAGS|VM_ACCOUNT on x86_64; VM_SOFTDIRTY,
+/// which differs, is ignored by the merge); shrinking unmaps the tail.
+/// As brk does, growing fails (ENOMEM) when a mapping lies in the new part
+/// or within a page above it.
+pub(crate) fn brk(
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &Brk,
+) -> Result<(), BackendError> {
+    let p = agents.get_mut(stmt, &s.proc)?;
+    let (start, old) = match (p.regions.get(&s.region), s.at) {
+        (Some(r), _) => (r.start, r.len),
+        (None, Some(at)) => (
+            crate::relocate::fixed_address(stmt, &s.proc, p, at, PAGE_SIZE)?,
+            0,
+        ),
+        (None, None) => {
+            return Err(failed(
+                stmt,
+                format!("process '{}' has no heap '{}'", s.proc, s.region),
+            ))
+        }
+    };
+    let new = s.size.bytes();
+    let oldbrk = (start + old).next_multiple_of(PAGE_SIZE);
+    let newbrk = (start + new).next_multiple_of(PAGE_SIZE);
+    let req = if newbrk > oldbrk {
+        crate::relocate::refuse_own_collision(stmt, p, oldbrk, newbrk - oldbrk)?;
+        let path = format!("/proc/{}/maps", p.agent.pid);
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| failed(stmt, format!("{path}: {e}")))?;
+        let in_the_way = text
+            .lines()
+            .filter_map(crate::smaps::vma_header)
+            .any(|(lo, hi)| lo < newbrk + PAGE_SIZE && hi > oldbrk);
+        if in_the_way {
+            return Err(BackendError::errno(
+                stmt,
+                Errno::ENOMEM,
+                format!(
+                    "brk: the heap cannot grow to {:#x}: a mapping is in the way (or within a page of it)",
+                    start + new
+                ),
+            ));
+        }
+        Some(Request::Mmap {
+            addr: oldbrk,
+            len: newbrk - oldbrk,
+            prot: libc::PROT_READ | libc::PROT_WRITE,
+            shared: false,
+            hugetlb: None,
+            populate: false,
+            stack: false,
+            growsdown: false,
+        })
+    } else if newbrk < oldbrk {
+        Some(Request::Munmap {
+            addr: newbrk,
+            len: oldbrk - newbrk,
+        })
+    } else {
+        None
+    };
+    if let Some(req) = req {
+        m.window(stmt, false, agents, |agents| {
+            agents.call(stmt, &s.proc, req)
+        })?;
+    }
+    let p = agents.get_mut(stmt, &s.proc)?;
+    if s.at.is_some() {
+        placement::after_fixed_region(&mut p.cursor, start, newbrk - start);
+    }
+    p.regions.insert(
+        s.region.clone(),
+        Region {
+            start,
+            len: new,
+            mapped: Mapped::whole(newbrk - start),
+        },
+    );
+    Ok(())
+}
+
+/// stack_guard_gap (mm/mmap.c): 256 pages.
+const STACK_GUARD_GAP: u64 = 256 * PAGE_SIZE;
+
+/// A growsdown stack's region below its first VMA, `[start, start + below)`,
+/// is what it grows into: the model refuses a stack whose region overlaps a
+/// mapping (EEXIST, as MAP_FIXED_NOREPLACE over it), and so does this
+/// backend, which the kernel would not (it maps the top part only).
+fn refuse_taken_stack_range(
+    stmt: &Stmt,
+    p: &crate::agents::Proc,
+    start: u64,
+    below: u64,
+) -> Result<(), BackendError> {
+    let path = format!("/proc/{}/maps", p.agent.pid);
+    let text = std::fs::read_to_string(&path).map_err(|e| failed(stmt, format!("{path}: {e}")))?;
+    let taken = text
+        .lines()
+        .filter_map(crate::smaps::vma_header)
+        .any(|(lo, hi)| lo < start + below && hi > start);
+    if taken {
+        return Err(BackendError::errno(
+            stmt,
+            Errno::EEXIST,
+            format!("mmap growsdown at={start:#x}: the range the stack grows into overlaps a mapping already there"),
         ));
     }
     Ok(())

@@ -41,6 +41,10 @@ mod map {
     pub const SHARED: u64 = 1;
     pub const HUGETLB_2M: u64 = 2;
     pub const HUGETLB_1G: u64 = 4;
+    pub const POPULATE: u64 = 8;
+    pub const STACK: u64 = 16;
+    pub const GROWSDOWN: u64 = 32;
+    pub const ALL: u64 = SHARED | HUGETLB_2M | HUGETLB_1G | POPULATE | STACK | GROWSDOWN;
 }
 
 /// TOUCH flags (a3).
@@ -55,14 +59,18 @@ mod touch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request {
     /// mmap of anonymous memory at exactly `addr` (MAP_FIXED_NOREPLACE),
-    /// private unless `shared`, from a hugetlb pool if `hugetlb`; the reply's
-    /// value is the address.
+    /// private unless `shared`, from a hugetlb pool if `hugetlb`, with
+    /// MAP_POPULATE, MAP_STACK, MAP_GROWSDOWN as asked; the reply's value
+    /// is the address, its loop_faults the faults MAP_POPULATE took.
     Mmap {
         addr: u64,
         len: u64,
         prot: i32,
         shared: bool,
         hugetlb: Option<HugetlbSize>,
+        populate: bool,
+        stack: bool,
+        growsdown: bool,
     },
     Munmap {
         addr: u64,
@@ -167,6 +175,9 @@ impl Request {
                 prot,
                 shared,
                 hugetlb,
+                populate,
+                stack,
+                growsdown,
             } => {
                 let mut flags = if shared { map::SHARED } else { 0 };
                 flags |= match hugetlb {
@@ -174,6 +185,15 @@ impl Request {
                     Some(HugetlbSize::Size1G) => map::HUGETLB_1G,
                     None => 0,
                 };
+                for (on, bit) in [
+                    (populate, map::POPULATE),
+                    (stack, map::STACK),
+                    (growsdown, map::GROWSDOWN),
+                ] {
+                    if on {
+                        flags |= bit;
+                    }
+                }
                 [op::MMAP, addr, len, u64::from(prot as u32), flags]
             }
             Request::Munmap { addr, len } => [op::MUNMAP, addr, len, 0, 0],
@@ -228,17 +248,20 @@ impl Request {
         let [code, a0, a1, a2, a3, a4, ..] = *wire;
         let int = |w: u64| u32::try_from(w).ok().map(|v| v as i32);
         Some(match code {
-            op::MMAP => Request::Mmap {
+            op::MMAP if a3 & !map::ALL == 0 => Request::Mmap {
                 addr: a0,
                 len: a1,
                 prot: int(a2)?,
                 shared: a3 & map::SHARED != 0,
-                hugetlb: match a3 & !map::SHARED {
+                hugetlb: match a3 & (map::HUGETLB_2M | map::HUGETLB_1G) {
                     0 => None,
                     map::HUGETLB_2M => Some(HugetlbSize::Size2M),
                     map::HUGETLB_1G => Some(HugetlbSize::Size1G),
                     _ => return None,
                 },
+                populate: a3 & map::POPULATE != 0,
+                stack: a3 & map::STACK != 0,
+                growsdown: a3 & map::GROWSDOWN != 0,
             },
             op::MUNMAP => Request::Munmap { addr: a0, len: a1 },
             op::MPROTECT => Request::Mprotect {
@@ -339,8 +362,23 @@ mod tests {
                     prot: libc::PROT_READ | libc::PROT_WRITE,
                     shared,
                     hugetlb,
+                    populate: false,
+                    stack: false,
+                    growsdown: false,
                 });
             }
+        }
+        for bits in 1..8u8 {
+            all.push(Request::Mmap {
+                addr,
+                len,
+                prot: libc::PROT_READ,
+                shared: false,
+                hugetlb: None,
+                populate: bits & 1 != 0,
+                stack: bits & 2 != 0,
+                growsdown: bits & 4 != 0,
+            });
         }
         for access in [Access::Read, Access::Write, Access::WriteZero] {
             all.push(Request::Touch {
@@ -422,6 +460,10 @@ mod tests {
         assert_eq!(Request::decode(&wire), None);
         let mut wire = Request::ThpDisable { on: true }.encode();
         wire[1] = 2;
+        assert_eq!(Request::decode(&wire), None);
+        let mut wire = Request::Fork.encode();
+        wire[0] = 1; // MMAP
+        wire[4] = 64; // no such flag
         assert_eq!(Request::decode(&wire), None);
     }
 

@@ -100,6 +100,29 @@ pub(crate) fn fixed_address(
     }
 }
 
+/// Refuses `[addr, addr + len)`, an address on the kernel already
+/// (relocated), when it meets an own mapping of the agent of `p`.
+pub(crate) fn refuse_own_collision(
+    stmt: &Stmt,
+    p: &Proc,
+    addr: u64,
+    len: u64,
+) -> Result<(), BackendError> {
+    let path = format!("/proc/{}/maps", p.agent.pid);
+    let maps = std::fs::read_to_string(&path).map_err(|e| failed(stmt, format!("{path}: {e}")))?;
+    let regions: Vec<(u64, u64)> = p.regions.values().map(|r| (r.start, r.len)).collect();
+    let own = own_mappings(&maps, &regions);
+    match collision(&own, addr, len) {
+        None => Ok(()),
+        Some((lo, hi, what)) => Err(failed(
+            stmt,
+            format!(
+                "{addr:#x} ({len:#x} bytes) meets the agent's own mapping {lo:#x}-{hi:#x} ({what})"
+            ),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -327,7 +327,11 @@ fn access_task(
     let (start, end) = resolve(stmt, proc, mm, range)?;
     let mut addr = start;
     while addr < end {
-        let vma = mm.find_vma(addr).ok_or_else(|| {
+        // A fault below a VM_GROWSDOWN stack grows it (expand_stack).
+        let found = mm
+            .find_vma(addr)
+            .or_else(|| crate::mmap::expand_stack(machine, mm, addr));
+        let vma = found.ok_or_else(|| {
             failed(
                 stmt,
                 format!(
@@ -565,10 +569,28 @@ impl Model {
     /// After a munmap in `region` of `proc`: once no VMA is left in it, the
     /// region is gone (its name is free again) and what it left, every
     /// counter 0, goes to `gone`.
-    fn retire_region_if_unmapped(&mut self, proc: &str, region: &str, gone: &mut Gone) {
-        let unmapped = self.machine.mm_of(proc).is_some_and(|mm| {
-            let r = mm.regions.get(region);
-            r.is_some_and(|r| mm.vmas_in(r.start, r.start + r.len).is_empty())
+    /// A growsdown stack's region counts as mapped until munmaps covered
+    /// all of it (`MmStruct::stack_regions`): `[start, end)` is this one's.
+    fn retire_region_if_unmapped(
+        &mut self,
+        proc: &str,
+        region: &str,
+        (start, end): (u64, u64),
+        gone: &mut Gone,
+    ) {
+        let unmapped = self.machine.mm_of_mut(proc).is_some_and(|mm| {
+            let Some(r) = mm.regions.get(region).copied() else {
+                return false;
+            };
+            if let Some(mapped) = mm.stack_regions.get_mut(region) {
+                mapped.unmap(start.saturating_sub(r.start), end.saturating_sub(r.start));
+                let empty = mapped.is_empty();
+                if empty {
+                    mm.stack_regions.remove(region);
+                }
+                return empty;
+            }
+            mm.vmas_in(r.start, r.start + r.len).is_empty()
         });
         if !unmapped {
             return;
@@ -631,10 +653,23 @@ impl Model {
                 self.started = true;
                 Ok(())
             }
-            StmtKind::Mmap(s) => mmap::sys_mmap(m, stmt, s),
+            StmtKind::Mmap(s) => {
+                mmap::sys_mmap(m, stmt, s)?;
+                if s.populate {
+                    // vm_mmap_pgoff: mm_populate of what the mmap mapped.
+                    let id = crate::syscall::mm_id_of(m, stmt, &s.proc)?;
+                    let r = m.mms.get(id).expect("a task's mm").regions[&s.region];
+                    let end = r.start + r.len;
+                    let mapped = s.mapped_at_first(PAGE_SIZE);
+                    crate::gup::mm_populate(m, id, &s.proc, end - mapped, end);
+                }
+                Ok(())
+            }
+            StmtKind::Brk(s) => mmap::sys_brk(m, stmt, s),
             StmtKind::Munmap(stmt::Munmap { proc, range }) => {
+                let (_, start, end) = crate::syscall::resolve_range(m, stmt, proc, range)?;
                 mmap::sys_munmap(m, stmt, proc, range)?;
-                self.retire_region_if_unmapped(proc, &range.region, gone);
+                self.retire_region_if_unmapped(proc, &range.region, (start, end), gone);
                 Ok(())
             }
             StmtKind::Mprotect(stmt::Mprotect { proc, range, prot }) => {

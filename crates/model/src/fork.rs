@@ -59,6 +59,7 @@ pub fn dup_mmap(m: &mut Machine, src: &mut MmStruct, dst: &mut MmStruct) -> Resu
         }
     }
     dst.regions = src.regions.clone();
+    dst.stack_regions = src.stack_regions.clone();
     dst.mmap_cursor = src.mmap_cursor;
     // MMF_INIT_MASK carries PR_SET_THP_DISABLE; khugepaged_fork registers
     // the child when the parent is registered.

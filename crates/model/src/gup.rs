@@ -1,4 +1,6 @@
-//! Long-term pins: `pin` and `unpin`, as io_uring fixed buffers take them.
+//! Long-term pins: `pin` and `unpin`, as io_uring fixed buffers take them;
+//! and the GUP faults without pins of MADV_POPULATE_READ/WRITE
+//! (`faultin_page_range`) and MAP_POPULATE (`mm_populate`).
 //!
 //! Follows Linux 6.18 `mm/gup.c` (`pin_user_pages` with FOLL_WRITE |
 //! FOLL_LONGTERM, `faultin_page`, `try_grab_folio`, `unpin_user_pages`):
@@ -7,7 +9,11 @@
 //! `_pincount` and refcount grow by one per page, a small folio's refcount by
 //! GUP_PIN_COUNTING_BIAS. Pinning marks the mm MMF_HAS_PINNED for good.
 //!
-//! Simplifications: io_uring afterwards drops all but one pin per large
+//! Simplifications: FOLL_TOUCH on a page GUP finds mapped is not modelled
+//! (`follow_page_pte` marks it accessed and, for FOLL_WRITE through a
+//! clean PTE, marks its folio dirty: a lazily-freed folio pinned or
+//! populated for writing is kept by reclaim on the kernel, discarded in the
+//! model). io_uring afterwards drops all but one pin per large
 //! folio (`io_coalesce_buffer`); nothing the model reports depends on how
 //! many pins a pinned folio holds, so the model keeps the per-page count.
 //! The pins belong to the ring, which a forked child shares: they go when
@@ -76,6 +82,84 @@ pub fn pin_user_pages(
     }
     mm.has_pinned = true;
     Ok(pages)
+}
+
+/// What a populate found in its way (`__get_user_pages` with no pages
+/// array: faults only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PopulateError {
+    /// No VMA at an address of the range (-ENOMEM).
+    NoVma,
+    /// A VMA whose protection forbids the access (check_vma_flags: -EINVAL
+    /// for FOLL_MADV_POPULATE).
+    Permission,
+    /// A fault that failed (-EFAULT), or no memory (-ENOMEM).
+    Fault(Fault),
+}
+
+/// GUP faults, no pages taken, over `[start, end)` of `vma`: a write
+/// fault (FOLL_WRITE, which stores nothing: the pages stay zero-filled) or
+/// a read fault for every page not mapped so (`faultin_page`); one fault
+/// per folio, as a user access, and counted as one (mm_account_fault with
+/// regs NULL counts PGFAULT and the task's min_flt, not perf events).
+fn faultin_vma_range(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &crate::mm_types::Vma,
+    start: u64,
+    end: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    let access = Access {
+        step: PAGE_SIZE,
+        write,
+        zero: true,
+        stores: false,
+    };
+    access_range(m, mm, vma, start, end, access)
+}
+
+/// faultin_page_range (mm/gup.c) for MADV_POPULATE_READ/WRITE: FOLL_TOUCH |
+/// FOLL_MADV_POPULATE (| FOLL_WRITE), VMA by VMA; a hole is -ENOMEM, a VMA
+/// without the permission -EINVAL (no FOLL_FORCE), a VM_GROWSDOWN stack is
+/// not grown (GUP never expands a stack in 6.18). What was faulted in
+/// before the error stays.
+pub fn faultin_page_range(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    start: u64,
+    end: u64,
+    write: bool,
+) -> Result<(), PopulateError> {
+    let mut addr = start;
+    while addr < end {
+        let vma = mm.find_vma(addr).ok_or(PopulateError::NoVma)?;
+        if !vma.allows(write) {
+            return Err(PopulateError::Permission);
+        }
+        let piece_end = end.min(vma.end);
+        faultin_vma_range(m, mm, &vma, addr, piece_end, write).map_err(PopulateError::Fault)?;
+        addr = piece_end;
+    }
+    Ok(())
+}
+
+/// __mm_populate(start, len, ignore_errors = 1) after an mmap with
+/// MAP_POPULATE (mm/gup.c `populate_vma_page_range`): each VMA of the range
+/// faulted in for writing when it is writable and private (FOLL_WRITE, to
+/// break COW), else for reading (FOLL_FORCE); errors are ignored, the next
+/// VMA goes on. The faults count in `proc`'s min_flt.
+pub fn mm_populate(m: &mut Machine, id: crate::mm_types::MmId, proc: &str, start: u64, end: u64) {
+    let faults_before = m.stat.event(VmEvent::PgFault);
+    m.with_mm(id, |m, mm| {
+        for vma in mm.vmas_in(start, end) {
+            let write = vma.flags & crate::mm_types::Vma::VM_WRITE != 0;
+            let (lo, hi) = (start.max(vma.start), end.min(vma.end));
+            let _ignored = faultin_vma_range(m, mm, &vma, lo, hi, write);
+        }
+    });
+    let faults = m.stat.event(VmEvent::PgFault) - faults_before;
+    m.tasks.get_mut(proc).expect("the mapping task").min_flt += faults;
 }
 
 /// try_grab_folio with FOLL_PIN: `refs` pins of one folio.

@@ -11,7 +11,8 @@
 //! mm/pt_reclaim.c), so a later fault there can take a PMD THP again.
 //!
 //! MADV_COLLAPSE is `khugepaged::madvise_collapse`, in mm/khugepaged.c as in
-//! the kernel.
+//! the kernel. MADV_POPULATE_READ/WRITE (`madvise_populate`) fault the range
+//! in through `gup::faultin_page_range`.
 //!
 //! MADV_FREE (`madvise_free_single_vma`, `madvise_free_pte_range`, and
 //! `madvise_free_huge_pmd` of mm/huge_memory.c) marks the exclusive folios
@@ -61,6 +62,10 @@ pub fn sys_madvise(
     advice: Advice,
 ) -> Result<(), BackendError> {
     let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    if let Advice::PopulateRead | Advice::PopulateWrite = advice {
+        let write = advice == Advice::PopulateWrite;
+        return madvise_populate(m, stmt, proc, id, start, end, write);
+    }
     // The LRU advice's rmap walks (splits, reclaim) reach every mm.
     let lru = |m: &mut Machine, advice| {
         m.with_mms(None, |m, mms| madvise_lru(m, mms, id, start, end, advice))
@@ -72,6 +77,7 @@ pub fn sys_madvise(
         Advice::Hugepage => m.with_mm(id, |m, mm| hugepage_madvise(m, mm, start, end, true)),
         Advice::NoHugepage => m.with_mm(id, |m, mm| hugepage_madvise(m, mm, start, end, false)),
         Advice::DontNeed => m.with_mm(id, |m, mm| madvise_dontneed(m, mm, start, end)),
+        Advice::PopulateRead | Advice::PopulateWrite => unreachable!("handled above"),
         Advice::Collapse => {
             use crate::khugepaged::madvise_collapse;
             let collapsed = m.with_mm(id, |m, mm| madvise_collapse(m, mm, start, end));
@@ -90,6 +96,49 @@ pub fn sys_madvise(
         ));
     }
     Ok(())
+}
+
+/// MADV_POPULATE_READ / MADV_POPULATE_WRITE (`madvise_populate`): GUP
+/// faults over the range (`gup::faultin_page_range`), counted in PGFAULT and
+/// in the task's min_flt like its own faults; the errno of the first
+/// obstacle: ENOMEM for a hole, EINVAL for a VMA without the permission,
+/// EFAULT for a fault that failed.
+fn madvise_populate(
+    m: &mut Machine,
+    stmt: &Stmt,
+    proc: &str,
+    id: MmId,
+    start: u64,
+    end: u64,
+    write: bool,
+) -> Result<(), BackendError> {
+    use crate::gup::{faultin_page_range, PopulateError};
+    use crate::mm_types::Fault;
+    let faults_before = m.stat.event(crate::vmstat::VmEvent::PgFault);
+    let result = m.with_mm(id, |m, mm| faultin_page_range(m, mm, start, end, write));
+    let faults = m.stat.event(crate::vmstat::VmEvent::PgFault) - faults_before;
+    m.tasks.get_mut(proc).expect("the advising task").min_flt += faults;
+    let name = if write {
+        "MADV_POPULATE_WRITE"
+    } else {
+        "MADV_POPULATE_READ"
+    };
+    let (errno, why) = match result {
+        Ok(()) => return Ok(()),
+        Err(PopulateError::NoVma) => (Errno::ENOMEM, "part of the range is not mapped"),
+        Err(PopulateError::Permission) => (Errno::EINVAL, "a VMA of the range forbids the access"),
+        Err(PopulateError::Fault(Fault::Sigsegv { .. } | Fault::Sigbus { .. })) => {
+            (Errno::EFAULT, "a fault could not be served")
+        }
+        Err(PopulateError::Fault(Fault::Oom | Fault::OomKilled)) => {
+            (Errno::ENOMEM, "no memory for a fault")
+        }
+    };
+    Err(BackendError::errno(
+        stmt,
+        errno,
+        format!("madvise({name}) failed: {why}"),
+    ))
 }
 
 /// MADV_HUGEPAGE / MADV_NOHUGEPAGE over `[start, end)`; false if part is unmapped.

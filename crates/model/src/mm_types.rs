@@ -210,6 +210,8 @@ impl Vma {
     pub const VM_WRITE: u32 = 1 << 1;
     pub const VM_HUGEPAGE: u32 = 1 << 2;
     pub const VM_NOHUGEPAGE: u32 = 1 << 3;
+    /// MAP_GROWSDOWN: a stack that a fault below it grows (expand_downwards).
+    pub const VM_GROWSDOWN: u32 = 1 << 4;
     pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
 
     /// vma_pages.
@@ -245,6 +247,11 @@ pub struct MmStruct {
     /// PMD entries by PMD index (address / 2 MiB); absent means pmd_none.
     pub pmds: PmdMap,
     pub regions: BTreeMap<String, Region>,
+    /// The growsdown stack regions, with what of each `munmap` left: a
+    /// stack's region is gone when munmaps have covered all of it (the
+    /// part it never grew into too), as the checker and the kernel backend
+    /// count it, not when no VMA is left in it.
+    pub stack_regions: BTreeMap<String, hugelab_workload::mapped::Mapped>,
     /// MMF_DISABLE_THP_COMPLETELY (prctl PR_SET_THP_DISABLE).
     pub thp_disabled: bool,
     /// MMF_HUGE_ZERO_FOLIO: this mm holds a reference on the huge zero folio.

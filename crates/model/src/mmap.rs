@@ -1,4 +1,5 @@
-//! Address spaces: `mm_struct`, VMAs, mmap/munmap, VMA split and merge.
+//! Address spaces: `mm_struct`, VMAs, mmap/munmap, VMA split and merge,
+//! brk and stack growth.
 //!
 //! Follows Linux 6.18 `mm/mmap.c` and `mm/vma.c` (`__split_vma`,
 //! `vma_merge_existing_range`, `do_vmi_munmap`, `free_pgtables`, `exit_mmap`)
@@ -30,6 +31,15 @@
 //! two regions each written on its own and made compatible afterwards merge
 //! in the model but keep their two anon_vmas, and so two VMAs, in the kernel.
 //!
+//! The anonymous mmap flags the language has: MAP_STACK is VM_NOHUGEPAGE
+//! (`calc_vm_flag_bits`, 6.18), MAP_GROWSDOWN is VM_GROWSDOWN with the VMA
+//! at first the region's top part, grown by `expand_stack` on a fault below
+//! it (stack_guard_gap checked; RLIMIT_STACK taken as its 8 MiB default),
+//! MAP_POPULATE is `gup::mm_populate` after the mapping. `brk`
+//! (`sys_brk`, `do_brk_flags`) moves a heap's break: a grow expands the brk
+//! VMA or maps one of its own, a shrink unmaps the tail; mm->start_brk and
+//! mm->brk are the heap region's start and size.
+//!
 //! Page tables: PTE tables, and the PMD and PUD tables above them, are
 //! allocated at fault and freed by free_pgtables when no VMA is left in
 //! their range, as `free_pgd_range` does with the floor and ceiling of the
@@ -51,6 +61,27 @@ impl MmStruct {
     pub fn do_mmap(&mut self, name: &str, len: u64, align: Option<u64>, prot: u32) -> u64 {
         let align = align.unwrap_or(placement::default_align(len));
         self.map_region(name, len, align, prot, None)
+    }
+
+    /// do_mmap of an anonymous private region whose VMA is only its top
+    /// `mapped` bytes (a MAP_GROWSDOWN stack's first VMA; all of it
+    /// otherwise), with VMA flags `flags`; returns the region's start.
+    pub fn do_mmap_top(
+        &mut self,
+        name: &str,
+        len: u64,
+        mapped: u64,
+        align: Option<u64>,
+        flags: u32,
+    ) -> u64 {
+        let align = align.unwrap_or(placement::default_align(len));
+        let start = self.map_region(name, len, align, flags, None);
+        if mapped < len {
+            let vma = self.vmas.remove(&start).expect("just mapped");
+            let top = start + len - mapped;
+            self.vmas.insert(top, Vma { start: top, ..vma });
+        }
+        start
     }
 
     /// do_mmap of a HugeTLB region (MAP_HUGETLB; its file and reservation
@@ -104,23 +135,29 @@ pub struct Overlaps;
 /// `start` exactly; `__mmap_region` then merges it with a compatible
 /// neighbour (`vma_merge_new_range`). Placement moves past it
 /// (`placement::after_fixed_region`).
+///
+/// The VMA is the region's top `mapped` bytes (all of it but for a
+/// MAP_GROWSDOWN stack, whose region is what it may grow into: that must be
+/// free too), with VMA flags `flags`.
+#[allow(clippy::too_many_arguments)]
 pub fn do_mmap_fixed(
     m: &mut Machine,
     mm: &mut MmStruct,
     name: &str,
     start: u64,
     len: u64,
-    prot: u32,
+    mapped: u64,
+    flags: u32,
 ) -> Result<(), Overlaps> {
     let end = start + len;
     if !mm.vmas_in(start, end).is_empty() {
         return Err(Overlaps);
     }
     let vma = Vma {
-        start,
+        start: end - mapped,
         end,
-        flags: prot,
-        pgoff: start >> PAGE_SHIFT,
+        flags,
+        pgoff: (end - mapped) >> PAGE_SHIFT,
         anon_vma: false,
         fork_child: false,
         hugetlb: None,
@@ -438,7 +475,9 @@ pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
 
 /// The `mmap` statement (SYSCALL_DEFINE6(mmap_pgoff), `ksys_mmap_pgoff`):
 /// an anonymous private mapping, or a HugeTLB one (`MAP_HUGETLB`, private or
-/// `MAP_SHARED`) whose pages the pool reserves at once.
+/// `MAP_SHARED`) whose pages the pool reserves at once. MAP_POPULATE's
+/// `mm_populate`, which `vm_mmap_pgoff` runs after the mapping is made, is
+/// the caller's (`exec`): it is GUP's, which this module stays below.
 pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), BackendError> {
     let (proc, region, size, align, shared) = (&s.proc, &s.region, s.size, s.align, s.shared);
     if shared && s.hugetlb.is_none() {
@@ -457,25 +496,37 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         ));
     }
     let prot = vm_prot(s.prot.unwrap_or(Prot::ReadWrite));
+    let flags = prot | calc_vm_flag_bits(s);
     if let Some(at) = s.at {
         let len = size.bytes().next_multiple_of(PAGE_SIZE);
-        return m
-            .with_mm(id, |m, mm| do_mmap_fixed(m, mm, region, at, len, prot))
-            .map_err(|Overlaps| {
-                BackendError::errno(
-                    stmt,
-                    Errno::EEXIST,
-                    format!("mmap at={at:#x}: the range overlaps a mapping already there"),
-                )
-            });
+        let mapped = s.mapped_at_first(PAGE_SIZE);
+        m.with_mm(id, |m, mm| {
+            do_mmap_fixed(m, mm, region, at, len, mapped, flags)
+        })
+        .map_err(|Overlaps| {
+            BackendError::errno(
+                stmt,
+                Errno::EEXIST,
+                format!("mmap at={at:#x}: the range overlaps a mapping already there"),
+            )
+        })?;
+        if s.growsdown {
+            let mm = m.mms.get_mut(id).expect("a task's mm");
+            mm.stack_regions
+                .insert(region.clone(), hugelab_workload::mapped::Mapped::whole(len));
+        }
+        return Ok(());
     }
     let Some(hsize) = s.hugetlb else {
         let len = size.bytes().next_multiple_of(PAGE_SIZE);
         let align = align.map(|a| a.bytes().max(PAGE_SIZE));
-        m.mms
-            .get_mut(id)
-            .expect("a task's mm")
-            .do_mmap(region, len, align, prot);
+        let mapped = s.mapped_at_first(PAGE_SIZE);
+        let mm = m.mms.get_mut(id).expect("a task's mm");
+        mm.do_mmap_top(region, len, mapped, align, flags);
+        if s.growsdown {
+            mm.stack_regions
+                .insert(region.clone(), hugelab_workload::mapped::Mapped::whole(len));
+        }
         return Ok(());
     };
     let bytes = hsize.bytes().bytes();
@@ -497,6 +548,177 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
     })?;
     let mm = m.mms.get_mut(id).expect("a task's mm");
     mm.do_mmap_hugetlb(region, len, align, prot, hv);
+    Ok(())
+}
+
+/// calc_vm_flag_bits (include/linux/mman.h) of the anonymous mmap flags
+/// the language has: MAP_GROWSDOWN is VM_GROWSDOWN, and in Linux 6.18
+/// MAP_STACK is VM_NOHUGEPAGE (glibc maps thread stacks with it).
+fn calc_vm_flag_bits(s: &stmt::Mmap) -> u32 {
+    let mut flags = 0;
+    if s.growsdown {
+        flags |= Vma::VM_GROWSDOWN;
+    }
+    if s.stack {
+        flags |= Vma::VM_NOHUGEPAGE;
+    }
+    flags
+}
+
+/// stack_guard_gap (mm/mmap.c): 256 pages below a stack that no other
+/// accessible mapping may reach into when the stack grows.
+pub const STACK_GUARD_GAP: u64 = 256 * PAGE_SIZE;
+
+/// RLIMIT_STACK's default (_STK_LIM, 8 MiB): the most a stack VMA grows to
+/// (`acct_stack_growth`). The model takes the default; the kernel backend's
+/// agents run with the limit of the shell that started hugelab.
+pub const RLIMIT_STACK: u64 = 8 << 20;
+
+/// expand_stack (mm/mmap.c, as x86's fault handler calls it through
+/// `lock_mm_and_find_vma`) for a fault at `addr`, which no VMA contains:
+/// the VMA above it, if VM_GROWSDOWN, grows down to `addr`'s page
+/// (`expand_downwards`), unless that comes within `STACK_GUARD_GAP` of an
+/// accessible VMA below that is not a stack itself, or makes the stack
+/// larger than `RLIMIT_STACK`: then None, and the fault is SIGSEGV. The
+/// grown VMA gets its anon_vma (`anon_vma_prepare`) and is re-linked in the
+/// anon_vma tree at its new start.
+pub fn expand_stack(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Option<Vma> {
+    let vma = mm.vmas.range(addr..).next().map(|(_, v)| *v)?;
+    if vma.flags & Vma::VM_GROWSDOWN == 0 {
+        return None;
+    }
+    let address = addr & !(PAGE_SIZE - 1);
+    if address < placement::MMAP_MIN_ADDR {
+        return None;
+    }
+    let prev = mm.vmas.range(..vma.start).next_back().map(|(_, v)| *v);
+    if let Some(p) = prev {
+        let accessible = p.flags & Vma::PROT_MASK != 0;
+        if p.flags & Vma::VM_GROWSDOWN == 0 && accessible && address - p.end < STACK_GUARD_GAP {
+            return None;
+        }
+    }
+    if vma.end - address > RLIMIT_STACK {
+        return None;
+    }
+    mm.vmas.remove(&vma.start);
+    m.anon_vmas.avc_unlink(mm.mm_id, vma.start);
+    // The first page moves down, and with it vm_pgoff (expand_downwards:
+    // `vma->vm_pgoff -= grow`).
+    let grown = Vma {
+        start: address,
+        pgoff: vma.pgoff - ((vma.start - address) >> PAGE_SHIFT),
+        anon_vma: true,
+        ..vma
+    };
+    mm.vmas.insert(address, grown);
+    m.anon_vmas.avc_reinsert(mm.mm_id, address);
+    Some(grown)
+}
+
+/// The `brk` statement (SYSCALL_DEFINE1(brk)): the first `brk` of a region
+/// sets `start_brk` (its `at=`) and the break; each moves the break to
+/// `start + size`. Shrinking unmaps the page-aligned tail
+/// (`do_vmi_align_munmap`); growing fails with ENOMEM (the kernel returns
+/// the old break, glibc's brk() says ENOMEM) when a VMA lies in the new
+/// part or less than a page above it (`vm_start_gap`: a stack's guard gap
+/// too), else `do_brk_flags` maps the new part.
+pub fn sys_brk(m: &mut Machine, stmt: &Stmt, s: &stmt::Brk) -> Result<(), BackendError> {
+    let id = mm_id_of(m, stmt, &s.proc)?;
+    let mm = m.mms.get_mut(id).expect("a task's mm");
+    let (start, old) = match (mm.regions.get(&s.region), s.at) {
+        (Some(r), _) => (r.start, r.len),
+        (None, Some(at)) => {
+            let len = s.size.bytes().next_multiple_of(PAGE_SIZE);
+            placement::after_fixed_region(&mut mm.mmap_cursor, at, len);
+            (at, 0)
+        }
+        (None, None) => {
+            return Err(failed(
+                stmt,
+                format!("process '{}' has no heap '{}'", s.proc, s.region),
+            ))
+        }
+    };
+    let new = s.size.bytes();
+    let oldbrk = (start + old).next_multiple_of(PAGE_SIZE);
+    let newbrk = (start + new).next_multiple_of(PAGE_SIZE);
+    let moved = m.with_mm(id, |m, mm| {
+        if newbrk < oldbrk {
+            do_munmap(m, mm, newbrk, oldbrk).map_err(drop)
+        } else if newbrk > oldbrk {
+            do_brk_flags(m, mm, start, oldbrk, newbrk)
+        } else {
+            Ok(())
+        }
+    });
+    let mm = m.mms.get_mut(id).expect("a task's mm");
+    let len = if moved.is_ok() { new } else { old };
+    mm.regions.insert(s.region.clone(), Region { start, len });
+    moved.map_err(|()| {
+        BackendError::errno(
+            stmt,
+            Errno::ENOMEM,
+            format!(
+                "brk: the heap cannot grow to {:#x}: a mapping is in the way (or within a page of it)",
+                start + new
+            ),
+        )
+    })
+}
+
+/// do_brk_flags (mm/vma.c, after brk's check of the next VMA): the heap
+/// grows from `oldbrk` to `newbrk`. The brk VMA (the VMA ending at
+/// `oldbrk`, if it ends above `start_brk`: `vma_prev_limit`) is expanded
+/// when a new VMA could merge with it (`vma_merge_new_range` with
+/// `just_expand`: equal flags and a mergeable anon_vma, never with the
+/// next VMA), else a VMA of its own is made. Its flags are
+/// VM_DATA_DEFAULT_FLAGS | VM_ACCOUNT, which in the model are an rw
+/// mapping's.
+fn do_brk_flags(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    start_brk: u64,
+    oldbrk: u64,
+    newbrk: u64,
+) -> Result<(), ()> {
+    let next = mm
+        .find_vma(oldbrk)
+        .or_else(|| mm.vmas.range(oldbrk..).next().map(|(_, v)| *v));
+    if let Some(n) = next {
+        let gap = if n.flags & Vma::VM_GROWSDOWN != 0 {
+            STACK_GUARD_GAP
+        } else {
+            0
+        };
+        if newbrk + PAGE_SIZE > n.start.saturating_sub(gap) {
+            return Err(());
+        }
+    }
+    let vma = Vma {
+        start: oldbrk,
+        end: newbrk,
+        flags: Vma::VM_READ | Vma::VM_WRITE,
+        pgoff: oldbrk >> PAGE_SHIFT,
+        anon_vma: false,
+        fork_child: false,
+        hugetlb: None,
+    };
+    let brkvma = mm
+        .vmas
+        .range(..oldbrk)
+        .next_back()
+        .map(|(_, v)| *v)
+        .filter(|p| p.end == oldbrk && p.end > start_brk);
+    match brkvma {
+        Some(p) if can_merge_new(&vma, &p) => {
+            mm.vmas.insert(p.start, Vma { end: newbrk, ..p });
+            m.anon_vmas.avc_reinsert(mm.mm_id, p.start);
+        }
+        _ => {
+            mm.vmas.insert(oldbrk, vma);
+        }
+    }
     Ok(())
 }
 
@@ -682,5 +904,163 @@ mod tests {
         assert_eq!(failure, None);
         assert_eq!(vmas.len(), 2);
         assert!(vmas[1].0 >= LO + (4 << 20), "{vmas:x?}");
+    }
+
+    /// The VMAs of process `a` after `body` (THP settings as `run_a`), or
+    /// the error that stopped the run.
+    fn vmas_after(body: &str) -> Result<Vec<(u64, u64)>, String> {
+        let w = parse("test.hlw", &format!("{THP_ALWAYS}spawn a\n{body}")).unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).map_err(|e| e.to_string())?;
+        let mm = model.machine.mm_of("a").unwrap();
+        Ok(mm.vmas.values().map(|v| (v.start, v.end)).collect())
+    }
+
+    #[test]
+    fn a_growsdown_stack_maps_its_top_and_grows_on_a_fault_below() {
+        let top = LO + (1 << 20);
+        let vmas = vmas_after("a mmap stk 1M at=0x7e0000200000 growsdown initial=64K\n").unwrap();
+        assert_eq!(vmas, [(top - (64 << 10), top)]);
+        let vmas = vmas_after(
+            "a mmap stk 1M at=0x7e0000200000 growsdown\n\
+             a write stk+516K:1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            vmas,
+            [(LO + (516 << 10), top)],
+            "grown to the faulting page"
+        );
+        // The region it grows into must be free: EEXIST, as the kernel backend says.
+        let (failure, _, _) = run_a(
+            "a mmap lo 4K at=0x7e0000200000\n\
+             a mmap stk 1M at=0x7e0000200000 growsdown\n",
+        );
+        assert_eq!(failure, Some(Errno::EEXIST));
+    }
+
+    #[test]
+    fn a_stack_region_is_gone_when_munmaps_covered_all_of_it() {
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\n\
+                 a mmap stk 1M at=0x7e0000200000 growsdown initial=64K\n\
+                 a munmap stk+960K\n"
+            ),
+        )
+        .unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).unwrap();
+        let mm = model.machine.mm_of("a").unwrap();
+        assert!(mm.vmas.is_empty());
+        assert!(
+            mm.regions.contains_key("stk"),
+            "the part below still counts"
+        );
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\n\
+                 a mmap stk 1M at=0x7e0000200000 growsdown initial=64K\n\
+                 a munmap stk+960K\n\
+                 a munmap stk:960K\n\
+                 a mmap stk 4K\n"
+            ),
+        )
+        .unwrap();
+        let mut model = Model::default();
+        run(&mut model, &w).unwrap();
+        assert_eq!(model.machine.mm_of("a").unwrap().vmas.len(), 1);
+    }
+
+    #[test]
+    fn a_stack_does_not_grow_within_the_guard_gap_of_a_mapping_below() {
+        // lo ends 512K below the stack's bottom: less than stack_guard_gap.
+        let e = vmas_after(
+            "a mmap lo 64K at=0x7e0000100000\n\
+             a mmap stk 1M at=0x7e0000190000 growsdown\n\
+             a write stk\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("SIGSEGV"), "{e}");
+        // A prot=none neighbour is not accessible: no gap needed.
+        let vmas = vmas_after(
+            "a mmap lo 64K at=0x7e0000100000 prot=none\n\
+             a mmap stk 1M at=0x7e0000190000 growsdown\n\
+             a write stk\n",
+        )
+        .unwrap();
+        assert_eq!(vmas.len(), 2);
+    }
+
+    #[test]
+    fn a_stack_mapping_is_nohugepage_and_merges_with_no_plain_neighbour() {
+        let (_, c, vmas) = run_a(
+            "a mmap s 2M at=0x7e0000200000 stack\n\
+             a mmap p 2M at=0x7e0000400000\n\
+             a write s\n",
+        );
+        assert_eq!(vmas.len(), 2);
+        assert_eq!(c["smaps.a.s.AnonHugePages"], 0);
+        assert_eq!(c["stat.a.minflt"], 512);
+    }
+
+    #[test]
+    fn brk_expands_its_vma_and_unmaps_the_tail() {
+        let base = 0x7e00_0010_0000;
+        let vmas = vmas_after(
+            "a brk heap 0 at=0x7e0000100000\n\
+             a brk heap 1M\n\
+             a write heap:4K\n\
+             a brk heap 3M\n",
+        )
+        .unwrap();
+        assert_eq!(vmas, [(base, base + (3 << 20))], "one VMA, expanded");
+        let vmas = vmas_after(
+            "a brk heap 1M at=0x7e0000100000\n\
+             a brk heap 4097\n",
+        )
+        .unwrap();
+        assert_eq!(
+            vmas,
+            [(base, base + (8 << 10))],
+            "the break rounded up to a page"
+        );
+        // brk never merges with a VMA below start_brk, unlike an mmap.
+        let vmas = vmas_after(
+            "a mmap below 1M at=0x7e0000000000\n\
+             a brk heap 1M at=0x7e0000100000\n",
+        )
+        .unwrap();
+        assert_eq!(vmas.len(), 2);
+    }
+
+    #[test]
+    fn brk_cannot_grow_into_or_next_to_a_mapping() {
+        let (failure, c, _) = run_a(
+            "a mmap wall 64K at=0x7e0000300000\n\
+             a brk heap 1M at=0x7e0000100000\n\
+             a brk heap 2M\n\
+             expect errno == ENOMEM\n\
+             a brk heap 2044K\n\
+             expect errno == ENOMEM\n\
+             a brk heap 2040K\n\
+             a write heap:1M\n",
+        );
+        assert_eq!(failure, Some(Errno::ENOMEM));
+        assert_eq!(c["smaps.a.heap.Rss"], 1024);
+    }
+
+    #[test]
+    fn populate_stops_at_a_hole_with_enomem_and_keeps_what_it_did() {
+        let (failure, c, _) = run_a(
+            "a mmap r 4M\n\
+             a munmap r+2M:4K\n\
+             a madvise r POPULATE_WRITE\n",
+        );
+        assert_eq!(failure, Some(Errno::ENOMEM));
+        assert_eq!(c["vmstat.thp_fault_alloc"], 1);
+        assert_eq!(c["stat.a.minflt"], 1);
     }
 }

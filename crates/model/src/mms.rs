@@ -174,6 +174,12 @@ impl Machine {
         self.mms.get(self.tasks.get(name)?.mm)
     }
 
+    /// The mm of task `name`, to change.
+    pub fn mm_of_mut(&mut self, name: &str) -> Option<&mut MmStruct> {
+        let id = self.tasks.get(name)?.mm;
+        self.mms.get_mut(id)
+    }
+
     /// The distinct mms of the tasks, in the order of the task list (each
     /// once, at its first task).
     pub fn mm_ids_by_task(&self) -> Vec<MmId> {

@@ -72,6 +72,7 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
         | StmtKind::Mprotect(stmt::Mprotect { proc, .. })
         | StmtKind::Mremap(stmt::Mremap { proc, .. })
         | StmtKind::Madvise(stmt::Madvise { proc, .. })
+        | StmtKind::Brk(stmt::Brk { proc, .. })
         | StmtKind::Pin(stmt::Pin { proc, .. })
         | StmtKind::Unpin(stmt::Unpin { proc, .. })
         | StmtKind::Fork(stmt::Fork { proc, .. })

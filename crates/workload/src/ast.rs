@@ -80,6 +80,10 @@ pub enum Advice {
     Collapse,
     Pageout,
     Cold,
+    /// MADV_POPULATE_READ: page tables populated readable (GUP read faults).
+    PopulateRead,
+    /// MADV_POPULATE_WRITE: populated writable (GUP write faults).
+    PopulateWrite,
 }
 
 /// The hugetlb page size of a `mmap ... hugetlb=` region.
@@ -231,7 +235,7 @@ impl FragmentPattern {
 }
 impl Advice {
     /// Every advice, in the order error messages list them.
-    pub const ALL: [Advice; 7] = [
+    pub const ALL: [Advice; 9] = [
         Advice::Hugepage,
         Advice::NoHugepage,
         Advice::DontNeed,
@@ -239,6 +243,8 @@ impl Advice {
         Advice::Collapse,
         Advice::Pageout,
         Advice::Cold,
+        Advice::PopulateRead,
+        Advice::PopulateWrite,
     ];
 
     /// The kernel's MADV_ name without the prefix, as written in a workload.
@@ -251,6 +257,8 @@ impl Advice {
             Advice::Collapse => "COLLAPSE",
             Advice::Pageout => "PAGEOUT",
             Advice::Cold => "COLD",
+            Advice::PopulateRead => "POPULATE_READ",
+            Advice::PopulateWrite => "POPULATE_WRITE",
         }
     }
 }

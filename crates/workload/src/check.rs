@@ -48,6 +48,7 @@ pub(crate) fn stmt(c: &mut Checker, stmt: &Stmt) -> Result<(), Issue> {
         StmtKind::Mprotect(s) => s.check(c, line),
         StmtKind::Mremap(s) => s.check(c, line),
         StmtKind::Madvise(s) => s.check(c, line),
+        StmtKind::Brk(s) => s.check(c, line),
         StmtKind::Read(s) => s.check(c, line),
         StmtKind::Write(s) => s.check(c, line),
         StmtKind::Pin(s) => s.check(c, line),

@@ -24,6 +24,10 @@ pub(crate) enum Part {
     Align,
     /// `at=` of an mmap.
     At,
+    /// `initial=` of an mmap.
+    Initial,
+    /// A flag of an mmap (`populate`, `stack`, `growsdown`).
+    Flag(&'static str),
     Step,
     Label,
     /// The i-th counter of an `expect` (0 unless it sums several).
@@ -57,6 +61,8 @@ pub(crate) struct Region {
     pub(crate) size: u64,
     pub(crate) line: u32,
     pub(crate) mapped: Mapped,
+    /// A heap made by `brk`, whose later `brk`s move its break.
+    pub(crate) brk: bool,
 }
 
 #[derive(Clone, Debug)]

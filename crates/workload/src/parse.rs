@@ -35,7 +35,7 @@ use std::path::Path;
 const KEYWORDS: &str = "set, machine, cgroup, spawn, split, khugepaged, reclaim, snapshot, expect";
 /// The verbs of `<proc> <verb> ...` statements, in the order error messages list them.
 const VERBS: &str =
-    "mmap, munmap, mprotect, mremap, madvise, read, write, pin, unpin, fork, thp_disable, exit";
+    "mmap, munmap, mprotect, mremap, madvise, brk, read, write, pin, unpin, fork, thp_disable, exit";
 
 /// The longest line the parser reads (a file without newlines, such as a
 /// binary one, must not be read whole into memory).
@@ -342,6 +342,7 @@ fn parse_proc_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, Pars
         "mprotect" => StmtKind::Mprotect(Mprotect::parse(l, proc)?),
         "mremap" => StmtKind::Mremap(stmt::Mremap::parse(l, proc)?),
         "madvise" => StmtKind::Madvise(Madvise::parse(l, proc)?),
+        "brk" => StmtKind::Brk(stmt::Brk::parse(l, proc)?),
         "read" => StmtKind::Read(stmt::Read::parse(l, proc)?),
         "write" => StmtKind::Write(stmt::Write::parse(l, proc)?),
         "pin" => StmtKind::Pin(Pin::parse(l, proc)?),

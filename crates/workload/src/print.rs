@@ -161,6 +161,7 @@ impl fmt::Display for StmtKind {
             StmtKind::Mprotect(s) => s.fmt(f),
             StmtKind::Mremap(s) => s.fmt(f),
             StmtKind::Madvise(s) => s.fmt(f),
+            StmtKind::Brk(s) => s.fmt(f),
             StmtKind::Read(s) => s.fmt(f),
             StmtKind::Write(s) => s.fmt(f),
             StmtKind::Pin(s) => s.fmt(f),

@@ -211,6 +211,10 @@ fn mmap_options_in_any_order() {
         shared: true,
         prot: Some(Prot::Read),
         at: None,
+        populate: false,
+        stack: false,
+        growsdown: false,
+        initial: None,
     });
     assert_eq!(
         one("spawn a\na mmap buf 4G align=1G hugetlb=1G shared prot=r"),
@@ -231,6 +235,10 @@ fn mmap_options_in_any_order() {
             shared: false,
             prot: None,
             at: None,
+            populate: false,
+            stack: false,
+            growsdown: false,
+            initial: None,
         })
     );
     assert_eq!(
@@ -244,6 +252,10 @@ fn mmap_options_in_any_order() {
             shared: false,
             prot: Some(Prot::Read),
             at: Some(0x7e00_0010_0000),
+            populate: false,
+            stack: false,
+            growsdown: false,
+            initial: None,
         })
     );
     // A process may be called like a verb.
@@ -1562,6 +1574,77 @@ fn fragment_statement() {
         "unknown option 'colour'",
     );
     fails("spawn fragment", 1, 7, "fragment");
+}
+
+#[test]
+fn populate_stack_growsdown_and_brk_print_and_parse_back() {
+    let text = "spawn a\na mmap buf 4M populate\na mmap s 64K stack\n\
+                a mmap stk 1M at=0x7e0000200000 growsdown initial=64K\na mmap g 8K growsdown\n\
+                a madvise buf POPULATE_READ\na madvise buf:2M POPULATE_WRITE\n\
+                a brk heap 0 at=0x555555a00000\na brk heap 132K\na write heap:4K\na brk heap 4097\n";
+    let w = parse("t.hlw", text).unwrap();
+    assert_eq!(w.to_string(), text);
+    let again = parse("t.hlw", &w.to_string()).unwrap();
+    let kinds = |w: &hugelab_workload::Workload| -> Vec<StmtKind> {
+        w.stmts.iter().map(|s| s.kind.clone()).collect()
+    };
+    assert_eq!(kinds(&again), kinds(&w));
+}
+
+#[test]
+fn populate_stack_growsdown_errors() {
+    fails(
+        "spawn a\na mmap buf 64K initial=8K\n",
+        2,
+        24,
+        "initial= is the first VMA of a growsdown stack; it needs growsdown",
+    );
+    fails(
+        "spawn a\na mmap buf 64K growsdown initial=128K\n",
+        2,
+        34,
+        "initial=128K must be a nonzero multiple of the base page (4K) of at most the size (64K)",
+    );
+    fails(
+        "spawn a\na mmap buf 2M hugetlb=2M populate\n",
+        2,
+        26,
+        "populate is for anonymous memory; with hugetlb= it is not supported yet",
+    );
+    fails(
+        "spawn a\na mmap buf 64K prot=none populate\n",
+        2,
+        26,
+        "populate of a prot=none mapping is not supported",
+    );
+}
+
+#[test]
+fn brk_errors() {
+    fails(
+        "spawn a\na brk heap 4K\n",
+        2,
+        7,
+        "the first brk of heap 'heap' needs at=<hex address>",
+    );
+    fails(
+        "spawn a\na brk heap 4K at=0x555555a00000\na brk heap 8K at=0x555555a00000\n",
+        3,
+        18,
+        "at= gives the start of a new brk area; heap 'heap' exists since line 2",
+    );
+    fails(
+        "spawn a\na mmap heap 4K\na brk heap 8K\n",
+        3,
+        7,
+        "region 'heap' of process 'a' is not a heap made by brk (mapped at line 2)",
+    );
+    fails(
+        "spawn a\na brk heap 0 at=0x555555a00000\na write heap\n",
+        3,
+        9,
+        "offset 0 >= size 0",
+    );
 }
 
 /// `mremap`: the whole region, a nonzero base-page multiple, an `at=` the

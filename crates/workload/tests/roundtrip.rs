@@ -230,6 +230,12 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     // excludes it: base-page aligned, well below the limit.
                     at: (align.is_none() && hugetlb.is_none() && r.c % 4 == 0)
                         .then(|| 0x1000_0000_0000 + (r.a % 4096) * base),
+                    // The anonymous mmap flags, where the checker allows them.
+                    populate: hugetlb.is_none() && prot != Some(Prot::None) && r.c % 5 == 1,
+                    stack: hugetlb.is_none() && r.c % 7 == 2,
+                    growsdown: growsdown(hugetlb, r),
+                    initial: (growsdown(hugetlb, r) && r.a % 2 == 0)
+                        .then(|| Size(base * (1 + r.a % (size / base)))),
                 })
             }
             op @ 7..=13 => {
@@ -281,7 +287,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                         StmtKind::Mprotect(stmt::Mprotect { proc, range, prot })
                     }
                     9 => {
-                        let advice = Advice::ALL[(r.c % 7) as usize];
+                        let advice = Advice::ALL[(r.c % Advice::ALL.len() as u64) as usize];
                         StmtKind::Madvise(stmt::Madvise {
                             proc,
                             range,
@@ -633,4 +639,10 @@ proptest! {
 /// the first of them.
 fn is_check(k: &StmtKind) -> bool {
     k.checks()
+}
+
+/// Whether a generated mmap is a growsdown stack (never with hugetlb= or
+/// shared, which the checker refuses with it).
+fn growsdown(hugetlb: Option<HugetlbSize>, r: &Raw) -> bool {
+    hugetlb.is_none() && (r.b / 32) % 2 == 1 && r.c.is_multiple_of(3)
 }

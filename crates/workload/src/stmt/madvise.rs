@@ -14,8 +14,8 @@ pub struct Madvise {
     pub advice: Advice,
 }
 
-const USAGE: &str =
-    "<proc> madvise <range> HUGEPAGE|NOHUGEPAGE|DONTNEED|FREE|COLLAPSE|PAGEOUT|COLD";
+const USAGE: &str = "<proc> madvise <range> \
+     HUGEPAGE|NOHUGEPAGE|DONTNEED|FREE|COLLAPSE|PAGEOUT|COLD|POPULATE_READ|POPULATE_WRITE";
 
 impl Madvise {
     pub(crate) fn parse(l: &mut Line<'_>, proc: Name) -> Result<Madvise, ParseError> {
@@ -29,7 +29,7 @@ impl Madvise {
                 l.err(
                     a.col,
                     format!(
-                        "unknown advice {}; expected one of HUGEPAGE, NOHUGEPAGE, DONTNEED, FREE, COLLAPSE, PAGEOUT, COLD",
+                        "unknown advice {}; expected one of HUGEPAGE, NOHUGEPAGE, DONTNEED, FREE, COLLAPSE, PAGEOUT, COLD, POPULATE_READ, POPULATE_WRITE",
                         quote(a.text)
                     ),
                 )

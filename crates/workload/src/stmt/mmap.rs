@@ -1,6 +1,9 @@
-//! `<proc> mmap <region> <size> [align=] [hugetlb=] [shared] [prot=] [at=]`: a
-//! new region (mm/mmap.c `mmap`; with `hugetlb=`, a MAP_HUGETLB mapping; with
-//! `at=`, at that address exactly, as MAP_FIXED_NOREPLACE places it).
+//! `<proc> mmap <region> <size> [align=] [hugetlb=] [shared] [prot=] [at=]
+//! [populate] [stack] [growsdown] [initial=]`: a new region (mm/mmap.c `mmap`;
+//! with `hugetlb=`, a MAP_HUGETLB mapping; with `at=`, at that address
+//! exactly, as MAP_FIXED_NOREPLACE places it; `populate` is MAP_POPULATE,
+//! `stack` MAP_STACK, `growsdown` a MAP_GROWSDOWN stack whose VMA is at
+//! first the region's top `initial` bytes and grows down on faults).
 
 use crate::ast::{HugetlbSize, Name, Prot, Size};
 use crate::checker::{issue, Checker, Issue, Part, Region};
@@ -22,20 +25,34 @@ pub struct Mmap {
     /// `at=`: the region's start address (MAP_FIXED_NOREPLACE), instead of
     /// the placement rule's.
     pub at: Option<u64>,
+    /// MAP_POPULATE: the mapping's pages faulted in by the mmap itself.
+    pub populate: bool,
+    /// MAP_STACK (VM_NOHUGEPAGE in Linux 6.18).
+    pub stack: bool,
+    /// MAP_GROWSDOWN: the region is the most the stack reaches; its VMA is at
+    /// first the top `initial` bytes (one base page if not given).
+    pub growsdown: bool,
+    /// `initial=`: the bytes mapped at first of a `growsdown` region.
+    pub initial: Option<Size>,
 }
 
 const USAGE: &str = "<proc> mmap <region> <size> [align=<size>] [hugetlb=2M|1G] [shared] \
-                     [prot=rw|r|none] [at=<hex address>]";
-const OPTS: &[OptSpec; 5] = &[
+                     [prot=rw|r|none] [at=<hex address>] [populate] [stack] [growsdown] \
+                     [initial=<size>]";
+const OPTS: &[OptSpec; 9] = &[
     opt("align", "<size>"),
     opt("hugetlb", "2M|1G"),
     flag("shared"),
     opt("prot", "rw|r|none"),
     opt("at", "<hex address>"),
+    flag("populate"),
+    flag("stack"),
+    flag("growsdown"),
+    opt("initial", "<size>"),
 ];
 
 /// `0x7e0000200000` (hex digits with `0x`; `_` separators allowed).
-pub(super) fn parse_addr(text: &str) -> Option<u64> {
+pub(crate) fn parse_addr(text: &str) -> Option<u64> {
     let digits = text.strip_prefix("0x")?.replace('_', "");
     if digits.is_empty() {
         return None;
@@ -94,6 +111,18 @@ impl Mmap {
             }
             None => None,
         };
+        let initial = match opts[8] {
+            Some(v) => {
+                l.mark(Part::Initial, v.col);
+                Some(l.size_at(v.text, v.col)?)
+            }
+            None => None,
+        };
+        for (i, name) in [(5, "populate"), (6, "stack"), (7, "growsdown")] {
+            if let Some(t) = opts[i] {
+                l.mark(Part::Flag(name), t.col);
+            }
+        }
         Ok(Mmap {
             proc,
             region,
@@ -103,6 +132,10 @@ impl Mmap {
             shared: opts[2].is_some(),
             prot,
             at,
+            populate: opts[5].is_some(),
+            stack: opts[6].is_some(),
+            growsdown: opts[7].is_some(),
+            initial,
         })
     }
 
@@ -165,6 +198,7 @@ impl Mmap {
         if let Some(at) = self.at {
             check_at(at, size.0, base.0, align.is_some(), hugetlb.is_some())?;
         }
+        self.check_flags(base)?;
         p.gone.remove(region);
         p.regions.insert(
             region.clone(),
@@ -172,16 +206,73 @@ impl Mmap {
                 size: size.0,
                 line,
                 mapped: Mapped::whole(size.0),
+                brk: false,
             },
         );
         Ok(())
     }
 }
 
+impl Mmap {
+    /// `populate`, `stack`, `growsdown` and `initial=`: what they exclude,
+    /// and the initial part of a stack.
+    fn check_flags(&self, base: Size) -> Result<(), Issue> {
+        let first = [
+            (self.populate, "populate"),
+            (self.stack, "stack"),
+            (self.growsdown, "growsdown"),
+        ]
+        .into_iter()
+        .find_map(|(on, name)| on.then_some(name));
+        if let (Some(_), Some(flag)) = (self.hugetlb, first) {
+            return Err(issue(
+                Part::Flag(flag),
+                format!("{flag} is for anonymous memory; with hugetlb= it is not supported yet"),
+            ));
+        }
+        if self.populate && self.prot == Some(Prot::None) {
+            return Err(issue(
+                Part::Flag("populate"),
+                "populate of a prot=none mapping is not supported: there is nothing it could fault in",
+            ));
+        }
+        if self.growsdown && self.shared {
+            return Err(issue(
+                Part::Flag("growsdown"),
+                "growsdown is a private stack; shared is not supported with it",
+            ));
+        }
+        match (self.growsdown, self.initial) {
+            (false, Some(_)) => Err(issue(
+                Part::Initial,
+                "initial= is the first VMA of a growsdown stack; it needs growsdown",
+            )),
+            (true, Some(i)) if i.0 == 0 || i.0 % base.0 != 0 || i.0 > self.size.0 => Err(issue(
+                Part::Initial,
+                format!(
+                    "initial={i} must be a nonzero multiple of the base page ({base}) of at most the size ({})",
+                    self.size
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The bytes at the region's top mapped by the mmap itself: all of
+    /// it, or a growsdown stack's `initial` part (`base` when not given).
+    pub fn mapped_at_first(&self, base: u64) -> u64 {
+        if self.growsdown {
+            self.initial.map_or(base, Size::bytes)
+        } else {
+            self.size.0
+        }
+    }
+}
+
 /// What the checker can know of an `at=` address: its alignment, the
 /// address-space limits and the options it excludes (whether it overlaps a
 /// mapping only the backend knows: EEXIST there).
-pub(super) fn check_at(
+pub(crate) fn check_at(
     at: u64,
     size: u64,
     base: u64,
@@ -240,6 +331,18 @@ impl fmt::Display for Mmap {
         }
         if let Some(a) = self.at {
             write!(f, " at={a:#x}")?;
+        }
+        if self.populate {
+            f.write_str(" populate")?;
+        }
+        if self.stack {
+            f.write_str(" stack")?;
+        }
+        if self.growsdown {
+            f.write_str(" growsdown")?;
+        }
+        if let Some(i) = self.initial {
+            write!(f, " initial={i}")?;
         }
         Ok(())
     }

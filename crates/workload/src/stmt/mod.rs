@@ -26,6 +26,7 @@
 //! `crate::checker` (what exists at that point of the workload).
 
 mod access;
+mod brk;
 mod cgroup;
 mod exit;
 mod expect;
@@ -34,7 +35,7 @@ mod fragment;
 mod gup;
 mod machine;
 mod madvise;
-mod mmap;
+pub(crate) mod mmap;
 mod mprotect;
 mod mremap;
 mod munmap;
@@ -45,6 +46,7 @@ mod split;
 mod thp_disable;
 
 pub use access::{Read, Write};
+pub use brk::Brk;
 pub use cgroup::Cgroup;
 pub use exit::Exit;
 pub use expect::{Expect, ExpectErrno, ExpectSignal};
@@ -106,6 +108,7 @@ pub enum StmtKind {
     Mprotect(Mprotect),
     Mremap(Mremap),
     Madvise(Madvise),
+    Brk(Brk),
     Read(Read),
     Write(Write),
     Pin(Pin),
@@ -136,6 +139,7 @@ impl StmtKind {
             StmtKind::Mprotect(_) => "mprotect",
             StmtKind::Mremap(_) => "mremap",
             StmtKind::Madvise(_) => "madvise",
+            StmtKind::Brk(_) => "brk",
             StmtKind::Read(_) => "read",
             StmtKind::Write(_) => "write",
             StmtKind::Pin(_) => "pin",
@@ -163,6 +167,7 @@ impl StmtKind {
             StmtKind::Mprotect(s) => Some(&s.proc),
             StmtKind::Mremap(s) => Some(&s.proc),
             StmtKind::Madvise(s) => Some(&s.proc),
+            StmtKind::Brk(s) => Some(&s.proc),
             StmtKind::Read(s) => Some(&s.proc),
             StmtKind::Write(s) => Some(&s.proc),
             StmtKind::Pin(s) => Some(&s.proc),

@@ -400,6 +400,7 @@ fn frees_page_tables(kind: &StmtKind) -> bool {
         StmtKind::Munmap { .. }
             | StmtKind::Madvise { .. }
             | StmtKind::Exit { .. }
+            | StmtKind::Exec { .. }
             | StmtKind::Khugepaged
             | StmtKind::Reclaim
             | StmtKind::Split { .. }

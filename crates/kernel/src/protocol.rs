@@ -27,6 +27,8 @@ mod op {
     pub const EXIT: u64 = 8;
     pub const PIN: u64 = 9;
     pub const UNPIN: u64 = 10;
+    pub const THREAD: u64 = 11;
+    pub const EXEC: u64 = 12;
 }
 
 /// MMAP flags (a3).
@@ -96,8 +98,16 @@ pub enum Request {
     /// Forks; the new process's channel arrives with the request
     /// (SCM_RIGHTS), and the reply's value is the child's pid.
     Fork,
-    /// Exits at once, without a reply.
+    /// Exits at once, without a reply: the process (exit_group) on its
+    /// first task's channel, the thread alone on a thread's.
     Exit,
+    /// Starts a thread (clone with CLONE_VM | CLONE_THREAD); its channel
+    /// arrives with the request (SCM_RIGHTS), on which it says hello with
+    /// its tid as the value.
+    Thread,
+    /// execve of the agent itself, keeping the channel: no reply from this
+    /// image (unless execve fails); the new image says hello.
+    Exec,
 }
 
 /// How a [`Request::Touch`] accesses each byte.
@@ -173,6 +183,8 @@ impl Request {
             Request::ThpDisable { on } => [op::THP_DISABLE, u64::from(on), 0, 0, 0],
             Request::Fork => [op::FORK, 0, 0, 0, 0],
             Request::Exit => [op::EXIT, 0, 0, 0, 0],
+            Request::Thread => [op::THREAD, 0, 0, 0, 0],
+            Request::Exec => [op::EXEC, 0, 0, 0, 0],
         };
         let mut wire = [0; REQUEST_WORDS];
         wire[..words.len()].copy_from_slice(&words);
@@ -230,6 +242,8 @@ impl Request {
             },
             op::FORK => Request::Fork,
             op::EXIT => Request::Exit,
+            op::THREAD => Request::Thread,
+            op::EXEC => Request::Exec,
             _ => return None,
         })
     }
@@ -314,6 +328,8 @@ mod tests {
             Request::ThpDisable { on: true },
             Request::Fork,
             Request::Exit,
+            Request::Thread,
+            Request::Exec,
         ]);
         all
     }
@@ -334,9 +350,11 @@ mod tests {
             Request::ThpDisable { .. } => 7,
             Request::Fork => 8,
             Request::Exit => 9,
+            Request::Thread => 10,
+            Request::Exec => 11,
         };
         let variants: std::collections::BTreeSet<u32> = all.iter().map(variant).collect();
-        assert_eq!(variants, (0..10).collect());
+        assert_eq!(variants, (0..12).collect());
         for req in all {
             assert_eq!(Request::decode(&req.encode()), Some(req), "{req:?}");
         }

@@ -34,9 +34,15 @@ use std::collections::BTreeMap;
 pub struct Task {
     /// `task_struct.mm`: several tasks share one mm when they are threads.
     pub mm: MmId,
-    /// Faults this task's accesses took (`task_struct.min_flt`, shown as
-    /// minflt in /proc/PID/stat).
+    /// For the thread group leader (the process), the faults its threads'
+    /// accesses took: minflt of /proc/PID/stat, the sum of `signal->min_flt`
+    /// (exited threads) and every live thread's `min_flt`, as
+    /// `do_task_stat` adds them. A thread's faults are counted at its
+    /// leader (the sum is all the model reports); a thread's own is 0.
     pub min_flt: u64,
+    /// `thread_group_leader()`: a process (spawned, forked), not a thread
+    /// made by `clone_thread`. Only leaders have per-process counters.
+    pub leader: bool,
 }
 
 /// The mm_structs of the machine by id. An mm an operation took out
@@ -210,15 +216,25 @@ pub fn sys_spawn(
         m.memcg.attach(id, memcg);
     }
     m.anon_vmas.alloc(id);
-    m.tasks
-        .insert(proc.to_string(), Task { mm: id, min_flt: 0 });
+    m.tasks.insert(proc.to_string(), Task::leader(id));
     Ok(())
+}
+
+impl Task {
+    /// A new process's task (spawn, fork) on mm `mm`.
+    pub fn leader(mm: MmId) -> Task {
+        Task {
+            mm,
+            min_flt: 0,
+            leader: true,
+        }
+    }
 }
 
 impl Machine {
     /// clone(CLONE_VM | CLONE_THREAD): task `thread` runs in `parent`'s mm
-    /// (`copy_mm` takes a reference, `mmget`). No statement makes threads
-    /// yet; the model's API does.
+    /// (`copy_mm` takes a reference, `mmget`), in `parent`'s thread group
+    /// (`parent` may be a thread of it). The `thread` statement.
     pub fn clone_thread(&mut self, parent: &str, thread: &str) -> Result<(), String> {
         if self.tasks.contains_key(thread) {
             return Err(format!("task '{thread}' already exists"));
@@ -228,8 +244,67 @@ impl Machine {
             .get(parent)
             .ok_or(format!("no task '{parent}'"))?
             .mm;
-        self.tasks
-            .insert(thread.to_string(), Task { mm, min_flt: 0 });
+        let task = Task {
+            mm,
+            min_flt: 0,
+            leader: false,
+        };
+        self.tasks.insert(thread.to_string(), task);
         Ok(())
+    }
+
+    /// The thread group leader of task `name` (the process a thread
+    /// belongs to; a process is its own), by name.
+    pub fn group_leader<'a>(&'a self, name: &'a str) -> Option<&'a str> {
+        let task = self.tasks.get(name)?;
+        if task.leader {
+            return Some(name);
+        }
+        self.tasks
+            .iter()
+            .find(|(_, t)| t.mm == task.mm && t.leader)
+            .map(|(n, _)| n.as_str())
+    }
+
+    /// Counts `faults` of task `name`'s accesses (`mm_account_fault`'s
+    /// `current->min_flt++`) where /proc/PID/stat shows them: at its
+    /// thread group leader (see [`Task::min_flt`]).
+    pub fn account_min_flt(&mut self, name: &str, faults: u64) {
+        let leader = self.group_leader(name).map(str::to_string);
+        if let Some(task) = leader.and_then(|l| self.tasks.get_mut(&l)) {
+            task.min_flt += faults;
+        }
+    }
+
+    /// The threads of mm `id` other than its leader, by name.
+    pub fn threads_of(&self, id: MmId) -> Vec<String> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.mm == id && !t.leader)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// fs/exec.c `exec_mmap` for process `proc`, whose other threads
+    /// `de_thread` ended: a fresh mm (`mm_alloc`: no mappings, the
+    /// `thp_disable` flag kept as MMF_INIT_MASK keeps it, in the same
+    /// memory cgroup) replaces its mm, and the old one is torn down as at
+    /// exit (`mmput`: `exit_mmap`). Returns the old mm's id, still in the
+    /// table with its regions, for the caller to retire and free.
+    pub fn exec_mmap(&mut self, proc: &str) -> Option<MmId> {
+        let old = self.tasks.get(proc)?.mm;
+        let thp_disabled = self.mms.get(old)?.thp_disabled;
+        let memcg = self.memcg.mm_memcg(old);
+        self.with_mm(old, crate::mmap::exit_mmap);
+        self.anon_vmas.exit(old);
+        self.memcg.detach(old);
+        let new = self.mms.alloc();
+        if let Some(memcg) = memcg {
+            self.memcg.attach(new, memcg);
+        }
+        self.anon_vmas.alloc(new);
+        self.mms.get_mut(new).expect("just allocated").thp_disabled = thp_disabled;
+        self.tasks.get_mut(proc).expect("found above").mm = new;
+        Some(old)
     }
 }

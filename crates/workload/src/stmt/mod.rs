@@ -27,6 +27,7 @@
 
 mod access;
 mod cgroup;
+mod exec;
 mod exit;
 mod expect;
 mod fork;
@@ -42,9 +43,11 @@ mod snapshot;
 mod spawn;
 mod split;
 mod thp_disable;
+mod thread;
 
 pub use access::{Read, Write};
 pub use cgroup::Cgroup;
+pub use exec::Exec;
 pub use exit::Exit;
 pub use expect::{Expect, ExpectErrno, ExpectSignal};
 pub use fork::Fork;
@@ -60,6 +63,7 @@ pub use snapshot::Snapshot;
 pub use spawn::Spawn;
 pub use split::Split;
 pub use thp_disable::ThpDisable;
+pub use thread::Thread;
 
 pub(crate) use expect::parse as parse_expect;
 
@@ -109,7 +113,9 @@ pub enum StmtKind {
     Unpin(Unpin),
     Fork(Fork),
     ThpDisable(ThpDisable),
+    Thread(Thread),
     Exit(Exit),
+    Exec(Exec),
     Split(Split),
     Khugepaged,
     Reclaim,
@@ -138,7 +144,9 @@ impl StmtKind {
             StmtKind::Unpin(_) => "unpin",
             StmtKind::Fork(_) => "fork",
             StmtKind::ThpDisable(_) => "thp_disable",
+            StmtKind::Thread(_) => "thread",
             StmtKind::Exit(_) => "exit",
+            StmtKind::Exec(_) => "exec",
             StmtKind::Split(_) => "split",
             StmtKind::Khugepaged => "khugepaged",
             StmtKind::Reclaim => "reclaim",
@@ -164,7 +172,9 @@ impl StmtKind {
             StmtKind::Unpin(s) => Some(&s.proc),
             StmtKind::Fork(s) => Some(&s.proc),
             StmtKind::ThpDisable(s) => Some(&s.proc),
+            StmtKind::Thread(s) => Some(&s.proc),
             StmtKind::Exit(s) => Some(&s.proc),
+            StmtKind::Exec(s) => Some(&s.proc),
             StmtKind::Split(s) => Some(&s.proc),
             StmtKind::Set(_)
             | StmtKind::Machine(_)

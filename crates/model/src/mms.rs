@@ -3,7 +3,8 @@
 //! Follows Linux 6.18 `kernel/fork.c`: `mm_alloc` (a new `mm_struct` with
 //! its `mm_id` from the IDA, `mm_alloc_id`), `copy_mm` with `CLONE_VM` (a
 //! thread shares its parent's mm, `mmget`), and `mmput` (the last user of an
-//! mm tears it down: `exit_mmap`). The kernel reaches an mm from a folio
+//! mm tears it down: `exit_mmap`). exec's replacement of an mm is in
+//! [`crate::fs_exec`]. The kernel reaches an mm from a folio
 //! (anon_vma -> vma -> vm_mm) and from `init_task`'s task list; the model
 //! keeps every mm in [`Mms`], by id, so that reclaim, the OOM killer,
 //! HugeTLB's `unmap_ref_private`, compaction and rmap walks find any of them
@@ -20,7 +21,11 @@
 //! Simplifications: mm ids are never reused (the kernel's IDA reuses freed
 //! ones); an mm whose last task exits is torn down and freed at once (no
 //! lazy-TLB references keep it); the task list is ordered by name, not by
-//! creation (the workload's processes have names, not pids).
+//! creation (the workload's processes have names, not pids); a thread's
+//! faults are counted at its group leader at once, not in its own
+//! `min_flt` folded into `signal->min_flt` when it exits (the per-process
+//! sum, all the model reports, is the same); only a group leader execs
+//! (de_thread's leader switch is not modelled).
 
 use crate::mm_types::{MmId, MmStruct, MM_ID_DUMMY};
 use crate::syscall::failed;
@@ -283,28 +288,5 @@ impl Machine {
             .filter(|(_, t)| t.mm == id && !t.leader)
             .map(|(n, _)| n.clone())
             .collect()
-    }
-
-    /// fs/exec.c `exec_mmap` for process `proc`, whose other threads
-    /// `de_thread` ended: a fresh mm (`mm_alloc`: no mappings, the
-    /// `thp_disable` flag kept as MMF_INIT_MASK keeps it, in the same
-    /// memory cgroup) replaces its mm, and the old one is torn down as at
-    /// exit (`mmput`: `exit_mmap`). Returns the old mm's id, still in the
-    /// table with its regions, for the caller to retire and free.
-    pub fn exec_mmap(&mut self, proc: &str) -> Option<MmId> {
-        let old = self.tasks.get(proc)?.mm;
-        let thp_disabled = self.mms.get(old)?.thp_disabled;
-        let memcg = self.memcg.mm_memcg(old);
-        self.with_mm(old, crate::mmap::exit_mmap);
-        self.anon_vmas.exit(old);
-        self.memcg.detach(old);
-        let new = self.mms.alloc();
-        if let Some(memcg) = memcg {
-            self.memcg.attach(new, memcg);
-        }
-        self.anon_vmas.alloc(new);
-        self.mms.get_mut(new).expect("just allocated").thp_disabled = thp_disabled;
-        self.tasks.get_mut(proc).expect("found above").mm = new;
-        Some(old)
     }
 }

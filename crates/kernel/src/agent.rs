@@ -483,8 +483,18 @@ fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
 
 /// Touches the stack the agent will ever use, so that no later request faults
 /// on it (and, after fork, so that the COW copies happen inside the fork).
-#[inline(never)]
+/// A thread's stack is smaller, populated at start-up and unshared after
+/// fork with the rest of the agent's writable memory: nothing to do there.
 fn pretouch_stack() {
+    // The check is outside the function with the buffer, whose frame is
+    // probed page by page on entry.
+    if SLOT.get().is_none() {
+        touch_stack_frame();
+    }
+}
+
+#[inline(never)]
+fn touch_stack_frame() {
     let mut buf = [0u8; STACK_PRETOUCH];
     let mut i = 0;
     while i < STACK_PRETOUCH {

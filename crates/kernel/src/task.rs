@@ -200,7 +200,8 @@ fn coalesce(spans: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
     out
 }
 
-/// After `proc` was killed during `stmt`: it is gone as after `exit`,
+/// After `proc` (a process, or a thread of one: its whole process) was
+/// killed during `stmt`: it is gone as after `exit`,
 /// its counters with nothing mapped going to `gone` (its memory was
 /// freed when it died).
 pub(crate) fn retire_killed(
@@ -210,6 +211,10 @@ pub(crate) fn retire_killed(
     proc: &str,
     gone: &mut Gone,
 ) -> Result<(), BackendError> {
+    // A fatal signal kills the thread group: a thread's kill is its
+    // process's.
+    let proc = &agents.process_of(proc).to_string();
+    agents.end_threads(proc);
     let Some(p) = agents.procs.remove(proc) else {
         return Err(failed(stmt, format!("no process '{proc}' to retire")));
     };

@@ -190,7 +190,8 @@ impl Model {
             ..
         }) = &result
         {
-            // A fatal signal kills the whole thread group.
+            // A fatal signal kills the whole thread group: the process
+            // (the kill is reported as the statement's task's).
             let leader = self.machine.group_leader(proc).unwrap_or(proc).to_string();
             self.exit_task(stmt, &leader, gone)?;
         }

@@ -262,7 +262,10 @@ impl Model {
         if let Some(proc) = stmt.kind.process() {
             let mm = self.machine.tasks.get(proc).map(|t| t.mm);
             if mm.is_some_and(|mm| killed.contains(&mm)) {
-                self.exit_task(stmt, proc, gone)?;
+                // Its whole thread group dies (the statement's task may be
+                // a thread).
+                let leader = self.machine.group_leader(proc).unwrap_or(proc).to_string();
+                self.exit_task(stmt, &leader, gone)?;
                 result = Err(BackendError::killed(
                     stmt,
                     proc,
@@ -723,7 +726,12 @@ impl Model {
                 let proc = &m.group_leader(proc).unwrap_or(proc).to_string();
                 gup::sys_unpin(self, stmt, proc, range)
             }
-            StmtKind::Fork(stmt::Fork { proc, child }) => fork::sys_fork(self, stmt, proc, child),
+            // From a thread too: the child copies the process's mm and
+            // holds the process's rings.
+            StmtKind::Fork(stmt::Fork { proc, child }) => {
+                let proc = &m.group_leader(proc).unwrap_or(proc).to_string();
+                fork::sys_fork(self, stmt, proc, child)
+            }
             StmtKind::ThpDisable(stmt::ThpDisable { proc, on }) => {
                 huge_memory::sys_prctl_thp_disable(m, stmt, proc, *on)
             }

@@ -19,7 +19,7 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::SeqCst};
 
 /// How many threads a process can have at once (besides its first task).
-pub const SLOTS: usize = 8;
+pub const SLOTS: usize = 16;
 /// Each thread's stack, its TLS and glibc's thread descriptor included.
 const STACK: usize = 128 << 10;
 

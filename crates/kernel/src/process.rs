@@ -172,6 +172,12 @@ impl AgentProc {
         self.send(&Request::Thread, Some(theirs.as_raw_fd()))?;
         let reply = self.recv()?;
         drop(theirs);
+        if reply.errno == Errno::EAGAIN {
+            return Err(KernelError::Agent(format!(
+                "cannot start a thread: the kernel backend's agent runs at most {} threads of a process at once",
+                crate::agent_task::SLOTS
+            )));
+        }
         if reply.errno != Errno::OK {
             return Err(KernelError::Agent(format!(
                 "cannot start a thread: {}",

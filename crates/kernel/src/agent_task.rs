@@ -83,7 +83,7 @@ pub fn start_thread(
         let stack = (base + (slot * STACK) as u64) as *mut libc::c_void;
         libc::pthread_attr_setstack(&mut attr, stack, STACK);
         let mut handle: libc::pthread_t = 0;
-        let arg = (fd as u32 as u64 | (slot as u64) << 32) as *mut libc::c_void;
+        let arg = thread_word(fd, slot) as *mut libc::c_void;
         STATE[slot].store(RUNNING, SeqCst);
         let rc = libc::pthread_create(&mut handle, &attr, entry, arg);
         libc::pthread_attr_destroy(&mut attr);
@@ -94,6 +94,11 @@ pub fn start_thread(
         HANDLE[slot].store(handle as u64, SeqCst);
     }
     Ok(())
+}
+
+/// The start argument of a thread serving channel `fd` on stack `slot`.
+fn thread_word(fd: RawFd, slot: usize) -> u64 {
+    fd as u32 as u64 | (slot as u64) << 32
 }
 
 /// The channel and slot a thread was started with.
@@ -146,4 +151,17 @@ pub fn exec_self(fd: RawFd, runner: libc::pid_t) -> Errno {
     // SAFETY: argv is a NULL-terminated array of C strings that outlive the call.
     unsafe { libc::execv(c"/proc/self/exe".as_ptr(), argv.as_ptr()) };
     Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_threads_channel_and_slot_pass_through_its_start_argument() {
+        for (fd, slot) in [(0, 0), (3, 1), (1023, SLOTS - 1), (i32::MAX, 7)] {
+            let arg = thread_word(fd, slot) as *mut libc::c_void;
+            assert_eq!(thread_arg(arg), (fd, slot));
+        }
+    }
 }

@@ -79,3 +79,23 @@ fn exec_gives_a_new_empty_mm_and_keeps_minflt() {
     assert_eq!(counter(&mut model, "stat.p.minflt"), Some(16));
     assert_eq!(counter(&mut model, "smaps.p.Rss"), Some(0));
 }
+
+#[test]
+fn a_kill_during_a_threads_statement_ends_its_process() {
+    let mut model = Model::default().with_invariant_checks();
+    let text = "cgroup g memory.max=4M\nspawn p cgroup=g\np mmap buf 8M\np thread t\n\
+                p thread u\nt write buf\n";
+    let w = parse("threads.hlw", text).expect("parses");
+    let (last, first) = w.stmts.split_last().expect("statements");
+    for s in first {
+        model.execute(s).expect("runs");
+    }
+    let e = model.execute(last).expect_err("the memcg OOM killer kills");
+    assert!(e.message.contains("SIGKILL"), "{}", e.message);
+    assert_consistent(&model);
+    let m = &model.machine;
+    assert!(
+        m.tasks.is_empty() && m.mms.is_empty(),
+        "p, t and u are gone"
+    );
+}

@@ -80,8 +80,14 @@ fn main() -> ExitCode {
     if args.nth(1).as_deref() == Some("__agent") {
         let fd = args.next().and_then(|fd| fd.parse().ok());
         let runner = args.next().and_then(|pid| pid.parse().ok());
-        match (fd, runner) {
-            (Some(fd), Some(runner)) => hugelab_kernel::agent::agent_main(fd, runner),
+        let after_exec = match (args.next().as_deref(), args.next().as_deref()) {
+            (None, _) => Ok(None),
+            (Some(hugelab_kernel::agent_task::EXEC_ARG), Some("0")) => Ok(Some(false)),
+            (Some(hugelab_kernel::agent_task::EXEC_ARG), Some("1")) => Ok(Some(true)),
+            _ => Err(()),
+        };
+        match (fd, runner, after_exec) {
+            (Some(fd), Some(runner), Ok(thp)) => hugelab_kernel::agent::agent_main(fd, runner, thp),
             _ => return ExitCode::from(2),
         }
     }

@@ -22,10 +22,15 @@
 //! - faults are counted with getrusage around the access loop only
 //!   (`loop_faults`), and around the whole request (`all_faults`), which the
 //!   runner compares with the system-wide pgfault to detect other processes.
+//!   Both are the faults of the task that runs the request (RUSAGE_THREAD):
+//!   a `thread` statement's requests run on that thread
+//!   ([`crate::agent_task`]), each thread with a channel of its own.
 
+use crate::agent_task;
 use crate::protocol::{Access, RemapTo, Reply, ReplyWire, Request, RequestWire};
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{Errno, HugetlbSize};
+use std::cell::Cell;
 use std::hint::black_box;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicI64, Ordering::Relaxed};
@@ -34,23 +39,39 @@ use std::sync::atomic::{AtomicI32, AtomicI64, Ordering::Relaxed};
 /// `drain_lru_batches`.
 static DRAIN_PAGE: AtomicI64 = AtomicI64::new(0);
 
-/// The channel to the runner, for the signal handler's last word.
-static CHANNEL: AtomicI32 = AtomicI32::new(-1);
-/// This process's faults when the request being executed started.
-static REQUEST_FAULTS: AtomicI64 = AtomicI64::new(0);
-/// Its faults when the access loop being executed started; -1 outside one.
-static LOOP_FAULTS: AtomicI64 = AtomicI64::new(-1);
+/// The runner's pid, passed on at exec.
+static RUNNER: AtomicI32 = AtomicI32::new(0);
+
+// Per task (the agent's first task, or one of its threads): constant
+// initialisers and no destructors, so the signal handler may read them.
+thread_local! {
+    /// The task's channel to the runner, for the signal handler's last word.
+    static CHANNEL: Cell<RawFd> = const { Cell::new(-1) };
+    /// The task's faults when the request being executed started.
+    static REQUEST_FAULTS: Cell<i64> = const { Cell::new(0) };
+    /// Its faults when the access loop being executed started; -1 outside one.
+    static LOOP_FAULTS: Cell<i64> = const { Cell::new(-1) };
+    /// The stack slot of a thread ([`agent_task`]); None for the first task.
+    static SLOT: Cell<Option<usize>> = const { Cell::new(None) };
+}
 
 const STACK_PRETOUCH: usize = 256 << 10;
 
-/// Entry point of `hugelab __agent <fd> <runner pid>`: never returns.
-pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
+/// Entry point of `hugelab __agent <fd> <runner pid> [exec <0|1>]`: never
+/// returns. After `exec` (the workload's), `thp_after_exec` is the
+/// PR_SET_THP_DISABLE the old image had, restored once set up.
+pub fn agent_main(fd: RawFd, runner: libc::pid_t, thp_after_exec: Option<bool>) -> ! {
+    RUNNER.store(runner, Relaxed);
     // SAFETY: plain syscalls on our own process.
     unsafe {
-        // Die with the runner, whatever kills it (SIGKILL included).
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        if libc::getppid() != runner {
-            libc::_exit(1);
+        // Die with the runner, whatever kills it (SIGKILL included); a
+        // forked agent that executes keeps what it had (none: it dies
+        // with no one, as fork cleared the flag).
+        if thp_after_exec.is_none() {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != runner {
+                libc::_exit(1);
+            }
         }
         // Start again with THP disabled, so that nothing the start-up
         // allocates is ever a THP (the flag survives exec). The runner spawns
@@ -79,24 +100,39 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
     if drain != libc::MAP_FAILED {
         DRAIN_PAGE.store(drain as i64, Relaxed);
     }
+    agent_task::map_stacks();
     tame_own_mappings();
     report_fatal_signals();
     populate_own_mappings();
     pretouch_stack();
+    let thp = libc::c_ulong::from(thp_after_exec.unwrap_or(false));
     // SAFETY: prctl with integer arguments.
-    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
-    let mut fd = fd;
-    CHANNEL.store(fd, Relaxed);
+    unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, thp, 0, 0, 0) };
+    CHANNEL.set(fd);
     send(fd, &hello());
+    serve(fd, true);
+    // SAFETY: ends the process (serve returns only for a thread).
+    unsafe { libc::_exit(0) }
+}
+
+/// The request loop of a task on channel `fd`: the process's first task
+/// (`first`), or a thread, which returns when told to exit or when its
+/// channel closes. A fork's child goes on in the loop as its process's
+/// first task, on the new channel.
+fn serve(fd: RawFd, first: bool) {
+    let (mut fd, mut first) = (fd, first);
     loop {
         let mut wire = RequestWire::default();
         let mut passed_fd: RawFd = -1;
         if !recv(fd, &mut wire, &mut passed_fd) {
             // The runner is gone or closed our channel.
-            unsafe { libc::_exit(0) };
+            if first {
+                unsafe { libc::_exit(0) };
+            }
+            return;
         }
         let before = minflt();
-        REQUEST_FAULTS.store(before, Relaxed);
+        REQUEST_FAULTS.set(before);
         let reply = match Request::decode(&wire) {
             Some(Request::Fork) => match do_fork(fd, passed_fd) {
                 Forked::Parent(pid) => done(Errno::OK, i64::from(pid), 0),
@@ -104,11 +140,21 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
                 Forked::Child(child_fd) => {
                     // The runner talks to the child on the new channel.
                     fd = child_fd;
-                    CHANNEL.store(fd, Relaxed);
+                    first = true;
+                    CHANNEL.set(fd);
                     continue;
                 }
             },
-            Some(Request::Exit) => unsafe { libc::_exit(0) },
+            Some(Request::Exit) if first => unsafe { libc::_exit(0) },
+            Some(Request::Exit) => return,
+            Some(Request::Thread) => match start_thread(passed_fd) {
+                Ok(()) => done(Errno::OK, 0, 0),
+                Err(e) => done(e, 0, 0),
+            },
+            Some(Request::Exec) => {
+                let e = agent_task::exec_self(fd, RUNNER.load(Relaxed));
+                done(e, 0, 0)
+            }
             Some(req) => execute(req),
             None => done(Errno(libc::ENOSYS), 0, 0),
         };
@@ -120,6 +166,34 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t) -> ! {
             },
         );
     }
+}
+
+/// Starts a thread serving channel `fd` (see [`agent_task`]).
+fn start_thread(fd: RawFd) -> Result<(), Errno> {
+    if fd < 0 {
+        return Err(Errno(libc::EBADF));
+    }
+    agent_task::start_thread(fd, thread_main).inspect_err(|_| {
+        // SAFETY: closes the channel passed to us, which no thread got.
+        unsafe { libc::close(fd) };
+    })
+}
+
+/// A thread's start: hello with its tid on its channel, then the loop;
+/// when the loop returns, the thread ends (its slot is joined when used
+/// again).
+extern "C" fn thread_main(arg: *mut libc::c_void) -> *mut libc::c_void {
+    let (fd, slot) = agent_task::thread_arg(arg);
+    SLOT.set(Some(slot));
+    CHANNEL.set(fd);
+    // SAFETY: gettid takes no arguments.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    send(fd, &Reply::hello(tid, minflt()));
+    serve(fd, false);
+    // SAFETY: closes this thread's own channel.
+    unsafe { libc::close(fd) };
+    agent_task::thread_exited(slot);
+    std::ptr::null_mut()
 }
 
 /// A reply before its `all_faults` are known.
@@ -218,9 +292,9 @@ fn execute(req: Request) -> Reply {
                 access,
             } => {
                 let before = minflt();
-                LOOP_FAULTS.store(before, Relaxed);
+                LOOP_FAULTS.set(before);
                 touch_range(addr, len, step, access);
-                LOOP_FAULTS.store(-1, Relaxed);
+                LOOP_FAULTS.set(-1);
                 done(Errno::OK, 0, minflt() - before)
             }
             Request::ThpDisable { on } => ok(libc::prctl(
@@ -245,7 +319,9 @@ fn execute(req: Request) -> Reply {
                 Ok(addr) => done(Errno::OK, addr as i64, 0),
                 Err(e) => done(e, 0, 0),
             },
-            Request::Fork | Request::Exit => done(Errno(libc::ENOSYS), 0, 0),
+            Request::Fork | Request::Exit | Request::Thread | Request::Exec => {
+                done(Errno(libc::ENOSYS), 0, 0)
+            }
         }
     }
 }
@@ -312,7 +388,7 @@ fn report_fatal_signals() {
 /// system calls (getrusage, send, sigaction, kill): async-signal-safe.
 extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     let now = minflt();
-    let in_loop = LOOP_FAULTS.load(Relaxed);
+    let in_loop = LOOP_FAULTS.get();
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers;
     // si_addr is set for SIGBUS and SIGSEGV.
     let addr = unsafe { (*info).si_addr() } as i64;
@@ -320,10 +396,10 @@ extern "C" fn on_fatal_signal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *
         errno: Errno::OK,
         value: addr,
         loop_faults: if in_loop >= 0 { now - in_loop } else { 0 },
-        all_faults: now - REQUEST_FAULTS.load(Relaxed),
+        all_faults: now - REQUEST_FAULTS.get(),
         signal: sig,
     };
-    send(CHANNEL.load(Relaxed), &reply);
+    send(CHANNEL.get(), &reply);
     // SAFETY: plain system calls on this process.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
@@ -458,6 +534,8 @@ fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
     }
     if pid == 0 {
         unsafe { libc::close(old_fd) };
+        // Only the forking task is in the child.
+        agent_task::after_fork(SLOT.get());
         // fork copies no PTEs of file mappings: map the agent's code again
         // now, or its first request would fault on it.
         populate_own_mappings();
@@ -474,8 +552,18 @@ fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
 
 /// Touches the stack the agent will ever use, so that no later request faults
 /// on it (and, after fork, so that the COW copies happen inside the fork).
-#[inline(never)]
+/// A thread's stack is smaller, populated at start-up and unshared after
+/// fork with the rest of the agent's writable memory: nothing to do there.
 fn pretouch_stack() {
+    // The check is outside the function with the buffer, whose frame is
+    // probed page by page on entry.
+    if SLOT.get().is_none() {
+        touch_stack_frame();
+    }
+}
+
+#[inline(never)]
+fn touch_stack_frame() {
     let mut buf = [0u8; STACK_PRETOUCH];
     let mut i = 0;
     while i < STACK_PRETOUCH {
@@ -631,14 +719,20 @@ pub fn hold_runner_memory() {
 
 /// The minor faults this process has taken so far (all its threads).
 pub fn own_minflt() -> i64 {
-    minflt()
+    rusage_minflt(libc::RUSAGE_SELF)
 }
 
+/// The minor faults of the calling task (an agent's first task or one of
+/// its threads): a thread's own, as the kernel counts them per task.
 fn minflt() -> i64 {
+    rusage_minflt(libc::RUSAGE_THREAD)
+}
+
+fn rusage_minflt(who: libc::c_int) -> i64 {
     // SAFETY: getrusage writes into a struct we own.
     unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+        libc::getrusage(who, &mut ru);
         ru.ru_minflt
     }
 }

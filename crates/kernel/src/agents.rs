@@ -33,12 +33,32 @@ pub(crate) struct Proc {
     /// How far its fixed (`at=`) addresses are moved on the kernel, decided
     /// at its first one ([`crate::relocate`]); a fork inherits it.
     pub(crate) shift: Option<i64>,
+    /// Its live threads by name, each with a channel of its own.
+    pub(crate) threads: BTreeMap<String, AgentProc>,
+}
+
+impl Proc {
+    /// A new process: `agent`, with `regions` (a fork child's copies).
+    pub(crate) fn new(agent: AgentProc, regions: BTreeMap<String, Region>) -> Proc {
+        Proc {
+            agent,
+            regions,
+            cursor: 0,
+            minflt: 0,
+            memcg_dir: None,
+            threads: BTreeMap::new(),
+            shift: None,
+        }
+    }
 }
 
 /// The workload's processes by name, each a live agent: what a window's
 /// statement runs against.
+#[derive(Default)]
 pub(crate) struct Agents {
     pub(crate) procs: BTreeMap<String, Proc>,
+    /// The process of each live thread, by the thread's name.
+    pub(crate) thread_of: BTreeMap<String, String>,
 }
 
 /// Whether the memcg OOM killer killed in `p`'s group since it read
@@ -78,10 +98,26 @@ impl Agents {
         }
     }
 
+    /// The process task `name` is (or the process of thread `name`).
     pub(crate) fn get_mut(&mut self, stmt: &Stmt, name: &str) -> Result<&mut Proc, BackendError> {
+        let proc = self.thread_of.get(name).map_or(name, String::as_str);
         self.procs
-            .get_mut(name)
+            .get_mut(proc)
             .ok_or_else(|| failed(stmt, format!("no process '{name}'")))
+    }
+
+    /// The process whose task `name` is: itself, or a thread's process.
+    pub(crate) fn process_of<'a>(&'a self, name: &'a str) -> &'a str {
+        self.thread_of.get(name).map_or(name, String::as_str)
+    }
+
+    /// Forgets the threads of `proc` (exit_group, exec's de_thread): their
+    /// channels close.
+    pub(crate) fn end_threads(&mut self, proc: &str) {
+        self.thread_of.retain(|_, p| p != proc);
+        if let Some(p) = self.procs.get_mut(proc) {
+            p.threads.clear();
+        }
     }
 
     /// Sends `req` to the agent of `proc`: the value it returned, and the
@@ -107,7 +143,7 @@ impl Agents {
                 message: format!("{proc} was killed by {signal} ({how})"),
             }))
         };
-        let reply = match p.agent.request(req) {
+        let reply = match p.channel(proc).request(req) {
             Ok(reply) => reply,
             Err(KernelError::Killed {
                 signal,
@@ -208,6 +244,15 @@ impl Agents {
 }
 
 impl Proc {
+    /// The channel of task `name` of this process: its thread's, or its
+    /// first task's.
+    pub(crate) fn channel(&mut self, name: &str) -> &mut AgentProc {
+        match self.threads.get_mut(name) {
+            Some(thread) => thread,
+            None => &mut self.agent,
+        }
+    }
+
     /// Each region's name, start and length.
     pub(crate) fn spans(&self) -> impl Iterator<Item = (&String, (u64, u64))> {
         self.regions.iter().map(|(n, r)| (n, (r.start, r.len)))

@@ -63,9 +63,7 @@ impl KernelBackend {
         let mut backend = KernelBackend {
             exe,
             guard,
-            agents: Agents {
-                procs: BTreeMap::new(),
-            },
+            agents: Agents::default(),
             measure: Measurement::new(),
             khugepaged,
             cgroups: BTreeMap::new(),
@@ -105,6 +103,7 @@ impl KernelBackend {
     /// Ends the agents, the sentinel and the cgroups: agents first, so that
     /// hugetlb pages are free before pools shrink.
     fn release(&mut self) {
+        self.agents.thread_of.clear();
         self.agents.procs.clear();
         self.khugepaged.stop();
         self.cgroups.clear();
@@ -133,7 +132,9 @@ impl KernelBackend {
             StmtKind::Unpin(s) => gup::unpin(m, a, stmt, s),
             StmtKind::Fork(s) => task::fork(m, a, stmt, s),
             StmtKind::ThpDisable(s) => task::thp_disable(m, a, stmt, s),
+            StmtKind::Thread(s) => task::thread(a, stmt, s),
             StmtKind::Exit(s) => task::exit(m, a, stmt, s, gone),
+            StmtKind::Exec(s) => task::exec(m, a, stmt, s, gone),
             StmtKind::Split(s) => huge_memory::split(m, a, stmt, s),
             StmtKind::Khugepaged => {
                 khugepaged::khugepaged(&mut self.khugepaged, &mut self.guard, m, a, stmt)

@@ -19,6 +19,7 @@
 //! Depends only on the workload crate, never on the model.
 
 pub mod agent;
+pub mod agent_task;
 mod agents;
 pub mod backend;
 mod call;

@@ -402,6 +402,7 @@ fn frees_page_tables(kind: &StmtKind) -> bool {
             | StmtKind::Brk { .. }
             | StmtKind::Madvise { .. }
             | StmtKind::Exit { .. }
+            | StmtKind::Exec { .. }
             | StmtKind::Khugepaged
             | StmtKind::Reclaim
             | StmtKind::Split { .. }

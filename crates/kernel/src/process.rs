@@ -47,9 +47,12 @@ fn unregister(pid: i32) {
     }
 }
 
-/// One agent process and the runner's end of its channel.
+/// One agent process and the runner's end of its channel, or (`tid` not
+/// 0) one of its threads and the runner's end of that thread's channel.
 pub struct AgentProc {
     pub pid: i32,
+    /// The thread's id, 0 for the process's first task.
+    pub tid: i32,
     chan: OwnedFd,
     /// The runner's child (spawned), as opposed to a forked grandchild that
     /// its parent agent reaps.
@@ -137,6 +140,7 @@ impl AgentProc {
         register(pid);
         let mut agent = AgentProc {
             pid,
+            tid: 0,
             chan: ours,
             child: Some(child),
             hello_faults: 0,
@@ -175,6 +179,7 @@ impl AgentProc {
         register(pid);
         let mut child = AgentProc {
             pid,
+            tid: 0,
             chan: ours,
             child: None,
             hello_faults: 0,
@@ -185,8 +190,55 @@ impl AgentProc {
         Ok((child, reply))
     }
 
+    /// Starts a thread in the agent: the thread's own channel.
+    pub fn thread(&mut self) -> Result<AgentProc> {
+        let (ours, theirs) = seqpacket_pair()?;
+        self.send(&Request::Thread, Some(theirs.as_raw_fd()))?;
+        let reply = self.recv()?;
+        drop(theirs);
+        if reply.errno == Errno::EAGAIN {
+            return Err(KernelError::Agent(format!(
+                "cannot start a thread: the kernel backend's agent runs at most {} threads of a process at once",
+                crate::agent_task::SLOTS
+            )));
+        }
+        if reply.errno != Errno::OK {
+            return Err(KernelError::Agent(format!(
+                "cannot start a thread: {}",
+                reply.errno
+            )));
+        }
+        let mut thread = AgentProc {
+            pid: self.pid,
+            tid: 0,
+            chan: ours,
+            child: None,
+            hello_faults: 0,
+            minflt_at_request: None,
+        };
+        let hello = thread.recv()?;
+        thread.tid = hello.value as i32;
+        Ok(thread)
+    }
+
+    /// The agent executes itself again (execve), keeping its channel: back
+    /// when the new image has set itself up and said hello.
+    pub fn exec(&mut self) -> Result<()> {
+        self.send(&Request::Exec, None)?;
+        let hello = self.recv()?;
+        if hello.errno != Errno::OK {
+            return Err(KernelError::Agent(format!(
+                "execve failed: {}",
+                hello.errno
+            )));
+        }
+        self.hello_faults = hello.all_faults;
+        Ok(())
+    }
+
     /// Tells the agent to exit and waits until the process is gone, so that
-    /// the teardown of its own memory is over before the next measurement.
+    /// the teardown of its own memory is over before the next measurement;
+    /// a thread's channel: until that thread is gone.
     pub fn exit(mut self) -> Result<()> {
         let _ = self.send(&Request::Exit, None);
         self.wait_gone(Duration::from_secs(30))
@@ -194,6 +246,23 @@ impl AgentProc {
 
     fn wait_gone(&mut self, timeout: Duration) -> Result<()> {
         let pid = self.pid;
+        if self.tid != 0 {
+            // A thread: gone when its task is, or when its process died
+            // (a zombie its parent reaps).
+            let deadline = Instant::now() + timeout;
+            let task = format!("/proc/{pid}/task/{}", self.tid);
+            while Path::new(&task).exists() && !exited(pid) {
+                if Instant::now() > deadline {
+                    return Err(KernelError::Agent(format!(
+                        "thread {} of agent pid {pid} did not exit within {timeout:?}",
+                        self.tid
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            self.pid = -1;
+            return Ok(());
+        }
         if let Some(child) = self.child.as_mut() {
             let _ = child.wait();
         } else {
@@ -359,7 +428,8 @@ fn proc_minflt(pid: i32) -> Option<i64> {
 
 impl Drop for AgentProc {
     fn drop(&mut self) {
-        if self.pid > 0 {
+        // A thread's channel closes: the thread ends, the process goes on.
+        if self.pid > 0 && self.tid == 0 {
             // SAFETY: kills a process we started.
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
             let _ = self.wait_gone(Duration::from_secs(10));

@@ -28,6 +28,8 @@ mod op {
     pub const PIN: u64 = 9;
     pub const UNPIN: u64 = 10;
     pub const MREMAP: u64 = 11;
+    pub const THREAD: u64 = 12;
+    pub const EXEC: u64 = 13;
 }
 
 /// MREMAP modes (a4).
@@ -119,8 +121,16 @@ pub enum Request {
     /// Forks; the new process's channel arrives with the request
     /// (SCM_RIGHTS), and the reply's value is the child's pid.
     Fork,
-    /// Exits at once, without a reply.
+    /// Exits at once, without a reply: the process (exit_group) on its
+    /// first task's channel, the thread alone on a thread's.
     Exit,
+    /// Starts a thread (clone with CLONE_VM | CLONE_THREAD); its channel
+    /// arrives with the request (SCM_RIGHTS), on which it says hello with
+    /// its tid as the value.
+    Thread,
+    /// execve of the agent itself, keeping the channel: no reply from this
+    /// image (unless execve fails); the new image says hello.
+    Exec,
 }
 
 /// Where a [`Request::Mremap`] may move the range.
@@ -236,6 +246,8 @@ impl Request {
             Request::ThpDisable { on } => [op::THP_DISABLE, u64::from(on), 0, 0, 0],
             Request::Fork => [op::FORK, 0, 0, 0, 0],
             Request::Exit => [op::EXIT, 0, 0, 0, 0],
+            Request::Thread => [op::THREAD, 0, 0, 0, 0],
+            Request::Exec => [op::EXEC, 0, 0, 0, 0],
         };
         let mut wire = [0; REQUEST_WORDS];
         wire[..words.len()].copy_from_slice(&words);
@@ -307,6 +319,8 @@ impl Request {
             },
             op::FORK => Request::Fork,
             op::EXIT => Request::Exit,
+            op::THREAD => Request::Thread,
+            op::EXEC => Request::Exec,
             _ => return None,
         })
     }
@@ -424,6 +438,8 @@ mod tests {
             Request::ThpDisable { on: true },
             Request::Fork,
             Request::Exit,
+            Request::Thread,
+            Request::Exec,
         ]);
         all
     }
@@ -445,9 +461,11 @@ mod tests {
             Request::Fork => 8,
             Request::Exit => 9,
             Request::Mremap { .. } => 10,
+            Request::Thread => 11,
+            Request::Exec => 12,
         };
         let variants: std::collections::BTreeSet<u32> = all.iter().map(variant).collect();
-        assert_eq!(variants, (0..11).collect());
+        assert_eq!(variants, (0..13).collect());
         for req in all {
             assert_eq!(Request::decode(&req.encode()), Some(req), "{req:?}");
         }

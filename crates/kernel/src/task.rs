@@ -1,7 +1,15 @@
 //! The workload's processes on the kernel: `spawn` starts an agent (in a
-//! memory cgroup if asked), `fork` forks one (kernel/fork.c), `exit` ends one
-//! (kernel/exit.c), `thp_disable` is its prctl(PR_SET_THP_DISABLE)
-//! (kernel/sys.c); a process the kernel killed is retired as after `exit`.
+//! memory cgroup if asked), `fork` forks one (kernel/fork.c), `thread`
+//! starts a thread in one, `exit` ends a thread or a process (kernel/exit.c),
+//! `exec` re-executes one (fs/exec.c), `thp_disable` is its
+//! prctl(PR_SET_THP_DISABLE) (kernel/sys.c); a process the kernel killed is
+//! retired as after `exit`.
+//!
+//! `spawn` and `thread` run outside any measurement window: what they
+//! change is the agent's own memory (a new agent, glibc's thread set-up on
+//! a stack the agent mapped at start-up), none of the workload's. `exit` and
+//! `exec` unmap the regions inside a window, as `exit_mmap` would take them,
+//! and end the process or its image outside it.
 
 use crate::agents::{Agents, Proc};
 use crate::call::{failed, Call};
@@ -10,7 +18,7 @@ use crate::memcg::Memcg;
 use crate::process::AgentProc;
 use crate::protocol::Request;
 use hugelab_workload::gone::Gone;
-use hugelab_workload::stmt::{Exit, Fork, Spawn, ThpDisable};
+use hugelab_workload::stmt::{Exec, Exit, Fork, Spawn, ThpDisable, Thread};
 use hugelab_workload::{BackendError, Errno, Stmt};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -36,17 +44,9 @@ pub(crate) fn spawn(
         memcg.attach(agent.pid).map_err(|e| failed(stmt, e))?;
         memcg_dir = Some(memcg.dir().to_path_buf());
     }
-    agents.procs.insert(
-        s.proc.clone(),
-        Proc {
-            agent,
-            regions: BTreeMap::new(),
-            cursor: 0,
-            minflt: 0,
-            memcg_dir,
-            shift: None,
-        },
-    );
+    let mut p = Proc::new(agent, BTreeMap::new());
+    p.memcg_dir = memcg_dir;
+    agents.procs.insert(s.proc.clone(), p);
     Ok(())
 }
 
@@ -60,21 +60,30 @@ pub(crate) fn fork(
     let mut forked = None;
     m.window(stmt, false, agents, |agents| {
         let p = agents.get_mut(stmt, &s.proc)?;
-        let (agent, reply) = p.agent.fork().map_err(|e| failed(stmt, e))?;
+        let chan = p.channel(&s.proc);
+        let (agent, reply) = chan.fork().map_err(|e| failed(stmt, e))?;
         let faults = reply.all_faults + agent.hello_faults;
-        forked = Some(Proc {
-            agent,
-            regions: p.regions.clone(),
-            cursor: p.cursor,
-            minflt: 0,
-            memcg_dir: p.memcg_dir.clone(),
-            shift: p.shift,
-        });
+        let mut child = Proc::new(agent, p.regions.clone());
+        child.cursor = p.cursor;
+        child.memcg_dir = p.memcg_dir.clone();
+        child.shift = p.shift;
+        forked = Some(child);
         Ok(Call::ok(faults))
     })?;
     if let Some(p) = forked {
         agents.procs.insert(s.child.clone(), p);
     }
+    Ok(())
+}
+
+/// `<proc> thread <name>`: a thread of `<proc>`'s process, started by
+/// `<proc>` (the process's first task or one of its threads).
+pub(crate) fn thread(agents: &mut Agents, stmt: &Stmt, s: &Thread) -> Result<(), BackendError> {
+    let proc = agents.process_of(&s.proc).to_string();
+    let p = agents.get_mut(stmt, &s.proc)?;
+    let thread = p.channel(&s.proc).thread().map_err(|e| failed(stmt, e))?;
+    p.threads.insert(s.thread.clone(), thread);
+    agents.thread_of.insert(s.thread.clone(), proc);
     Ok(())
 }
 
@@ -100,10 +109,67 @@ pub(crate) fn exit(
     gone: &mut Gone,
 ) -> Result<(), BackendError> {
     let proc = &s.proc;
-    // The regions go inside the window, as exit_mmap would take
-    // them; the agent's own memory goes outside it. Regions that touch
-    // (`at=` neighbours, perhaps one VMA) go in one munmap, so that a THP
-    // across them is zapped whole, as exit_mmap zaps it, not split.
+    if let Some(process) = agents.thread_of.remove(proc) {
+        // A thread: it ends, the process and its memory stay.
+        let p = agents.get_mut(stmt, &process)?;
+        if let Some(thread) = p.threads.remove(proc) {
+            thread.exit().map_err(|e| failed(stmt, e))?;
+        }
+        return Ok(());
+    }
+    unmap_all(m, agents, stmt, proc)?;
+    // exit_group: its threads end with it.
+    agents.end_threads(proc);
+    if let Some(p) = agents.procs.remove(proc) {
+        // What it leaves: its counters with nothing mapped.
+        let (mut c, mut unknown) = (Default::default(), BTreeMap::new());
+        read_process(proc, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
+            .map_err(|e| failed(stmt, e))?;
+        gone.add(m.judge(c, unknown));
+        p.agent.exit().map_err(|e| failed(stmt, e))?;
+        settle_dead_mms(); // its own page tables, as after spawn
+    }
+    Ok(())
+}
+
+/// `<proc> exec`: its regions are unmapped inside the window, as at exit
+/// (exec's mmput of the old mm); then, outside it, the agent executes
+/// itself again (its threads end: de_thread) and sets itself up as at
+/// start. The process keeps its name, channel, cgroup and minflt; its
+/// regions leave their counters, with nothing mapped, to `gone`, and the
+/// next region is placed as in a new process.
+pub(crate) fn exec(
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &Exec,
+    gone: &mut Gone,
+) -> Result<(), BackendError> {
+    let proc = &s.proc;
+    unmap_all(m, agents, stmt, proc)?;
+    agents.end_threads(proc);
+    let p = agents.get_mut(stmt, proc)?;
+    let (mut c, mut unknown) = (Default::default(), BTreeMap::new());
+    read_process(proc, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
+        .map_err(|e| failed(stmt, e))?;
+    gone.add(m.judge(c, unknown));
+    p.agent.exec().map_err(|e| failed(stmt, e))?;
+    p.regions.clear();
+    p.cursor = 0;
+    settle_dead_mms(); // the old image's own page tables, as after spawn
+    Ok(())
+}
+
+/// Unmaps every region of `proc` inside a window, as exit_mmap would take
+/// them (the agent's own memory goes outside it). Regions that touch (`at=`
+/// neighbours, perhaps one VMA) go in one munmap, so that a THP across them
+/// is zapped whole, as exit_mmap zaps it, not split.
+fn unmap_all(
+    m: &mut Measurement,
+    agents: &mut Agents,
+    stmt: &Stmt,
+    proc: &str,
+) -> Result<(), BackendError> {
     let regions = coalesce(agents.get_mut(stmt, proc)?.spans().map(|(_, span)| span));
     m.window(stmt, false, agents, |agents| {
         let mut all = Call::ok(0);
@@ -118,17 +184,7 @@ pub(crate) fn exit(
             }
         }
         Ok(all)
-    })?;
-    if let Some(p) = agents.procs.remove(proc) {
-        // What it leaves: its counters with nothing mapped.
-        let (mut c, mut unknown) = (Default::default(), BTreeMap::new());
-        read_process(proc, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
-            .map_err(|e| failed(stmt, e))?;
-        gone.add(m.judge(c, unknown));
-        p.agent.exit().map_err(|e| failed(stmt, e))?;
-        settle_dead_mms(); // its own page tables, as after spawn
-    }
-    Ok(())
+    })
 }
 
 /// The spans (start, len) in address order, those that touch joined.
@@ -145,7 +201,8 @@ fn coalesce(spans: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
     out
 }
 
-/// After `proc` was killed during `stmt`: it is gone as after `exit`,
+/// After `proc` (a process, or a thread of one: its whole process) was
+/// killed during `stmt`: it is gone as after `exit`,
 /// its counters with nothing mapped going to `gone` (its memory was
 /// freed when it died).
 pub(crate) fn retire_killed(
@@ -155,6 +212,10 @@ pub(crate) fn retire_killed(
     proc: &str,
     gone: &mut Gone,
 ) -> Result<(), BackendError> {
+    // A fatal signal kills the thread group: a thread's kill is its
+    // process's.
+    let proc = &agents.process_of(proc).to_string();
+    agents.end_threads(proc);
     let Some(p) = agents.procs.remove(proc) else {
         return Err(failed(stmt, format!("no process '{proc}' to retire")));
     };

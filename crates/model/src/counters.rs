@@ -195,14 +195,15 @@ pub fn collect(model: &Model, cache: &mut ReadingCache) -> Counters {
         }
     }
     cache.retain_live(&m.tasks);
-    for (proc, task) in &m.tasks {
+    // Only processes have counters: a thread's are its process's.
+    for (proc, task) in m.tasks.iter().filter(|(_, t)| t.leader) {
         cache.proc_counters(m, proc, task, process_counters);
     }
     // Family by family, process by process: nearly sorted already, so the
     // map is built in one pass after a sort that finds it (nearly) done,
     // instead of a search per counter.
     for family in 0..PROCESS_FAMILIES.len() {
-        for proc in m.tasks.keys() {
+        for (proc, _) in m.tasks.iter().filter(|(_, t)| t.leader) {
             all.extend_from_slice(cache.cached(proc, family).expect("computed above"));
         }
     }
@@ -220,7 +221,7 @@ pub fn process_counter(model: &Model, cache: &mut ReadingCache, name: &str) -> O
         return None;
     }
     let proc = rest.split('.').next()?;
-    let task = model.machine.tasks.get(proc)?;
+    let task = model.machine.tasks.get(proc).filter(|t| t.leader)?;
     let counters = cache.proc_counters(&model.machine, proc, task, process_counters);
     let at = counters
         .binary_search_by(|(n, _)| n.as_str().cmp(name))

@@ -190,16 +190,33 @@ impl Model {
             ..
         }) = &result
         {
-            self.exit_task(stmt, proc, gone)?;
+            // A fatal signal kills the whole thread group: the process
+            // (the kill is reported as the statement's task's).
+            let leader = self.machine.group_leader(proc).unwrap_or(proc).to_string();
+            self.exit_task(stmt, &leader, gone)?;
         }
         result
     }
 
-    /// `exit`, or a process killed by a signal: the task goes; with the
-    /// last task of its mm, the mm goes too (mmput: exit_mmap), and the
-    /// pins it held, and what it leaves goes to `gone`. A thread's exit
-    /// leaves its readings as they were.
+    /// `exit`, or a process killed by a signal. A thread's exit (`do_exit`)
+    /// ends the thread alone: its mm stays, no reading changes. A
+    /// process's (`do_group_exit`) ends its threads first, then the
+    /// process: with the last task of its mm, the mm goes too (mmput:
+    /// exit_mmap), and the pins it held, and what it leaves goes to `gone`.
     fn exit_task(&mut self, stmt: &Stmt, proc: &str, gone: &mut Gone) -> Result<(), BackendError> {
+        match self.machine.tasks.get(proc) {
+            Some(t) if !t.leader => {
+                self.machine.tasks.remove(proc);
+                return Ok(());
+            }
+            Some(t) => {
+                let mm = t.mm;
+                for thread in self.machine.threads_of(mm) {
+                    self.machine.tasks.remove(&thread);
+                }
+            }
+            None => {}
+        }
         use crate::reading_cache::Touches;
         // Its fork family's readings change (pages it shared are no longer
         // shared): marked while the task still links the family.
@@ -245,7 +262,10 @@ impl Model {
         if let Some(proc) = stmt.kind.process() {
             let mm = self.machine.tasks.get(proc).map(|t| t.mm);
             if mm.is_some_and(|mm| killed.contains(&mm)) {
-                self.exit_task(stmt, proc, gone)?;
+                // Its whole thread group dies (the statement's task may be
+                // a thread).
+                let leader = self.machine.group_leader(proc).unwrap_or(proc).to_string();
+                self.exit_task(stmt, &leader, gone)?;
                 result = Err(BackendError::killed(
                     stmt,
                     proc,
@@ -259,6 +279,9 @@ impl Model {
             let names: Vec<String> = self.machine.tasks_of(id).map(str::to_string).collect();
             for name in &names {
                 let task = self.machine.tasks.remove(name).expect("just found");
+                if !task.leader {
+                    continue; // killed with its thread group, leaves nothing
+                }
                 crate::gup::release_pins(self, name);
                 self.retire_task(name, &task, gone);
                 outcome = Err(BackendError::killed(
@@ -306,7 +329,7 @@ impl Model {
             // the task's min_flt.
             faults -= 1;
         }
-        m.tasks.get_mut(proc).expect("found above").min_flt += faults;
+        m.account_min_flt(proc, faults);
         result
     }
 }
@@ -608,9 +631,15 @@ impl Model {
     /// At exit, after exit_mmap (the mm still in the table): what the
     /// process and its regions leave.
     fn retire_task(&mut self, proc: &str, task: &Task, gone: &mut Gone) {
+        self.retire_regions(proc, task, gone);
+        gone.add(self.counters_alone(proc, task));
+    }
+
+    /// After exit_mmap of `task`'s mm (still in the table): its regions
+    /// leave their counters, every one 0, and their names.
+    fn retire_regions(&mut self, proc: &str, task: &Task, gone: &mut Gone) {
         let mm = self.machine.mms.get(task.mm).expect("a task's mm");
         let Some(first) = mm.regions.keys().next().cloned() else {
-            gone.add(self.counters_alone(proc, task));
             return;
         };
         if let Ok(shape) = self.region_shape(proc, &first, task) {
@@ -619,7 +648,37 @@ impl Model {
                 gone.add_zeroed_region(proc, &region, &shape);
             }
         }
-        gone.add(self.counters_alone(proc, task));
+    }
+
+    /// `exec` (fs/exec.c): `de_thread` ends the process's other threads,
+    /// the io_uring rings it holds close (their files are O_CLOEXEC), and
+    /// `exec_mmap` gives it a new, empty mm, the old one torn down as at
+    /// exit; its regions leave as at exit, and the process keeps its name
+    /// and its minflt (`signal->min_flt` and its own survive exec).
+    fn exec_task(&mut self, stmt: &Stmt, proc: &str, gone: &mut Gone) -> Result<(), BackendError> {
+        use crate::reading_cache::Touches;
+        let m = &self.machine;
+        self.reading_cache
+            .invalidate(Touches::Family(proc), &m.tasks, &m.anon_vmas);
+        let task = match self.machine.tasks.get(proc) {
+            Some(t) if t.leader => *t,
+            Some(_) => {
+                return Err(failed(
+                    stmt,
+                    format!("'{proc}' is a thread: exec from a thread is not supported"),
+                ))
+            }
+            None => return Err(failed(stmt, format!("no process '{proc}'"))),
+        };
+        for thread in self.machine.threads_of(task.mm) {
+            self.machine.tasks.remove(&thread);
+        }
+        crate::gup::release_pins(self, proc);
+        let old = self.machine.exec_mmap(proc).expect("a live process");
+        let old_task = Task { mm: old, ..task };
+        self.retire_regions(proc, &old_task, gone);
+        self.machine.mms.free(old);
+        Ok(())
     }
 
     /// The statement's handler: a thin table from statement to the module
@@ -694,13 +753,29 @@ impl Model {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access_or_kill(stmt, proc, range, step, true, *zero, gone)
             }
-            StmtKind::Pin(stmt::Pin { proc, range }) => gup::sys_pin(self, stmt, proc, range),
-            StmtKind::Unpin(stmt::Unpin { proc, range }) => gup::sys_unpin(self, stmt, proc, range),
-            StmtKind::Fork(stmt::Fork { proc, child }) => fork::sys_fork(self, stmt, proc, child),
+            // The rings are the process's (files are shared by threads).
+            StmtKind::Pin(stmt::Pin { proc, range }) => {
+                let proc = &m.group_leader(proc).unwrap_or(proc).to_string();
+                gup::sys_pin(self, stmt, proc, range)
+            }
+            StmtKind::Unpin(stmt::Unpin { proc, range }) => {
+                let proc = &m.group_leader(proc).unwrap_or(proc).to_string();
+                gup::sys_unpin(self, stmt, proc, range)
+            }
+            // From a thread too: the child copies the process's mm and
+            // holds the process's rings.
+            StmtKind::Fork(stmt::Fork { proc, child }) => {
+                let proc = &m.group_leader(proc).unwrap_or(proc).to_string();
+                fork::sys_fork(self, stmt, proc, child)
+            }
             StmtKind::ThpDisable(stmt::ThpDisable { proc, on }) => {
                 huge_memory::sys_prctl_thp_disable(m, stmt, proc, *on)
             }
+            StmtKind::Thread(stmt::Thread { proc, thread }) => {
+                m.clone_thread(proc, thread).map_err(|e| failed(stmt, e))
+            }
             StmtKind::Exit(stmt::Exit { proc }) => self.exit_task(stmt, proc, gone),
+            StmtKind::Exec(stmt::Exec { proc }) => self.exec_task(stmt, proc, gone),
             StmtKind::Split(stmt::Split { proc, range }) => {
                 huge_memory::sys_split(m, stmt, proc, range)
             }

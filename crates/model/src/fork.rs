@@ -272,10 +272,7 @@ pub fn sys_fork(
         return Err(failed(stmt, "fork failed: no memory for the child"));
     }
     m.mms.put(dst);
-    let task = Task {
-        mm: dst_id,
-        min_flt: 0,
-    };
+    let task = Task::leader(dst_id);
     m.tasks.insert(child.to_string(), task);
     for pin in model.pins.iter_mut() {
         if pin.holders.iter().any(|h| h == parent) {

@@ -222,7 +222,7 @@ pub fn sys_pin(
         PinError::Oom => BackendError::errno(stmt, Errno::ENOMEM, "pin"),
     })?;
     let faults = m.stat.event(VmEvent::PgFault) - faults_before;
-    m.tasks.get_mut(proc).expect("the pinning task").min_flt += faults;
+    m.account_min_flt(proc, faults);
     model.pins.push(Pin {
         start,
         len: end - start,

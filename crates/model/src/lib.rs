@@ -18,7 +18,7 @@
 //! migration), `pagewalk` (the page mapped at an address), `fragment` (the
 //! unmovable-page generator of the `fragment` statement), `mms` (the
 //! address spaces by id and the tasks using them: mm_alloc, threads,
-//! mmput), `internal` (folio_pte_batch, from mm/internal.h), `pgtable`,
+//! mmput), `fs_exec` (exec's new mm, from fs/exec.c), `internal` (folio_pte_batch, from mm/internal.h), `pgtable`,
 //! `sparse` (memmap), `vmstat`, `task_mmu` (smaps), `reading_cache`
 //! (readings kept until a statement changes them), `thp_utilization` (folio
 //! causes and written subpages for the utilization report), `debug_vm`
@@ -55,6 +55,7 @@ pub mod deferred_split;
 mod exec;
 pub mod fork;
 pub mod fragment;
+pub mod fs_exec;
 pub mod gfp;
 pub mod gup;
 pub mod huge_memory;

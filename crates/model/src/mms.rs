@@ -3,7 +3,8 @@
 //! Follows Linux 6.18 `kernel/fork.c`: `mm_alloc` (a new `mm_struct` with
 //! its `mm_id` from the IDA, `mm_alloc_id`), `copy_mm` with `CLONE_VM` (a
 //! thread shares its parent's mm, `mmget`), and `mmput` (the last user of an
-//! mm tears it down: `exit_mmap`). The kernel reaches an mm from a folio
+//! mm tears it down: `exit_mmap`). exec's replacement of an mm is in
+//! [`crate::fs_exec`]. The kernel reaches an mm from a folio
 //! (anon_vma -> vma -> vm_mm) and from `init_task`'s task list; the model
 //! keeps every mm in [`Mms`], by id, so that reclaim, the OOM killer,
 //! HugeTLB's `unmap_ref_private`, compaction and rmap walks find any of them
@@ -20,7 +21,11 @@
 //! Simplifications: mm ids are never reused (the kernel's IDA reuses freed
 //! ones); an mm whose last task exits is torn down and freed at once (no
 //! lazy-TLB references keep it); the task list is ordered by name, not by
-//! creation (the workload's processes have names, not pids).
+//! creation (the workload's processes have names, not pids); a thread's
+//! faults are counted at its group leader at once, not in its own
+//! `min_flt` folded into `signal->min_flt` when it exits (the per-process
+//! sum, all the model reports, is the same); only a group leader execs
+//! (de_thread's leader switch is not modelled).
 
 use crate::mm_types::{MmId, MmStruct, MM_ID_DUMMY};
 use crate::syscall::failed;
@@ -34,9 +39,15 @@ use std::collections::BTreeMap;
 pub struct Task {
     /// `task_struct.mm`: several tasks share one mm when they are threads.
     pub mm: MmId,
-    /// Faults this task's accesses took (`task_struct.min_flt`, shown as
-    /// minflt in /proc/PID/stat).
+    /// For the thread group leader (the process), the faults its threads'
+    /// accesses took: minflt of /proc/PID/stat, the sum of `signal->min_flt`
+    /// (exited threads) and every live thread's `min_flt`, as
+    /// `do_task_stat` adds them. A thread's faults are counted at its
+    /// leader (the sum is all the model reports); a thread's own is 0.
     pub min_flt: u64,
+    /// `thread_group_leader()`: a process (spawned, forked), not a thread
+    /// made by `clone_thread`. Only leaders have per-process counters.
+    pub leader: bool,
 }
 
 /// The mm_structs of the machine by id. An mm an operation took out
@@ -216,15 +227,25 @@ pub fn sys_spawn(
         m.memcg.attach(id, memcg);
     }
     m.anon_vmas.alloc(id);
-    m.tasks
-        .insert(proc.to_string(), Task { mm: id, min_flt: 0 });
+    m.tasks.insert(proc.to_string(), Task::leader(id));
     Ok(())
+}
+
+impl Task {
+    /// A new process's task (spawn, fork) on mm `mm`.
+    pub fn leader(mm: MmId) -> Task {
+        Task {
+            mm,
+            min_flt: 0,
+            leader: true,
+        }
+    }
 }
 
 impl Machine {
     /// clone(CLONE_VM | CLONE_THREAD): task `thread` runs in `parent`'s mm
-    /// (`copy_mm` takes a reference, `mmget`). No statement makes threads
-    /// yet; the model's API does.
+    /// (`copy_mm` takes a reference, `mmget`), in `parent`'s thread group
+    /// (`parent` may be a thread of it). The `thread` statement.
     pub fn clone_thread(&mut self, parent: &str, thread: &str) -> Result<(), String> {
         if self.tasks.contains_key(thread) {
             return Err(format!("task '{thread}' already exists"));
@@ -234,8 +255,44 @@ impl Machine {
             .get(parent)
             .ok_or(format!("no task '{parent}'"))?
             .mm;
-        self.tasks
-            .insert(thread.to_string(), Task { mm, min_flt: 0 });
+        let task = Task {
+            mm,
+            min_flt: 0,
+            leader: false,
+        };
+        self.tasks.insert(thread.to_string(), task);
         Ok(())
+    }
+
+    /// The thread group leader of task `name` (the process a thread
+    /// belongs to; a process is its own), by name.
+    pub fn group_leader<'a>(&'a self, name: &'a str) -> Option<&'a str> {
+        let task = self.tasks.get(name)?;
+        if task.leader {
+            return Some(name);
+        }
+        self.tasks
+            .iter()
+            .find(|(_, t)| t.mm == task.mm && t.leader)
+            .map(|(n, _)| n.as_str())
+    }
+
+    /// Counts `faults` of task `name`'s accesses (`mm_account_fault`'s
+    /// `current->min_flt++`) where /proc/PID/stat shows them: at its
+    /// thread group leader (see [`Task::min_flt`]).
+    pub fn account_min_flt(&mut self, name: &str, faults: u64) {
+        let leader = self.group_leader(name).map(str::to_string);
+        if let Some(task) = leader.and_then(|l| self.tasks.get_mut(&l)) {
+            task.min_flt += faults;
+        }
+    }
+
+    /// The threads of mm `id` other than its leader, by name.
+    pub fn threads_of(&self, id: MmId) -> Vec<String> {
+        self.tasks
+            .iter()
+            .filter(|(_, t)| t.mm == id && !t.leader)
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 }

@@ -66,7 +66,11 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
             Touches::Nothing
         }
         // A new process has nothing cached yet.
-        StmtKind::Spawn { .. } | StmtKind::Cgroup { .. } => Touches::Nothing,
+        // A new process has nothing cached yet; a new thread changes no
+        // reading.
+        StmtKind::Spawn { .. } | StmtKind::Cgroup { .. } | StmtKind::Thread { .. } => {
+            Touches::Nothing
+        }
         StmtKind::Mmap(stmt::Mmap { proc, .. })
         | StmtKind::Munmap(stmt::Munmap { proc, .. })
         | StmtKind::Mprotect(stmt::Mprotect { proc, .. })
@@ -78,6 +82,7 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
         | StmtKind::Fork(stmt::Fork { proc, .. })
         | StmtKind::ThpDisable(stmt::ThpDisable { proc, .. })
         | StmtKind::Exit(stmt::Exit { proc })
+        | StmtKind::Exec(stmt::Exec { proc })
         | StmtKind::Split(stmt::Split { proc, .. }) => Touches::Family(proc),
         StmtKind::Read(stmt::Read { proc, .. }) | StmtKind::Write(stmt::Write { proc, .. }) => {
             Touches::FamilyIfFaulting(proc)

@@ -123,6 +123,11 @@ enum Op {
     Exit {
         proc: u8,
     },
+    /// Taken one time in `1 + skip % 2`: rare, as exec empties a process.
+    Exec {
+        proc: u8,
+        skip: u8,
+    },
     Khugepaged,
     Reclaim,
     /// Unmovable pages through memory: share in percent, clustered, seed.
@@ -196,6 +201,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (p(), span()).prop_map(|(proc, span)| Op::Split { proc, span }),
         1 => (p(), any::<bool>()).prop_map(|(proc, on)| Op::ThpDisable { proc, on }),
         1 => p().prop_map(|proc| Op::Exit { proc }),
+        1 => (p(), any::<u8>()).prop_map(|(proc, skip)| Op::Exec { proc, skip }),
         2 => Just(Op::Khugepaged),
         2 => Just(Op::Reclaim),
         1 => (0..15u8, any::<bool>(), any::<u8>())
@@ -388,6 +394,15 @@ impl Shadow {
                 let Some(p) = self.proc(proc) else { return };
                 let (owner, _) = self.procs.remove(p);
                 self.line(format!("{owner} exit"));
+            }
+            Op::Exec { proc, skip } => {
+                let Some(p) = self.proc(proc).filter(|_| skip % 2 == 0) else {
+                    return;
+                };
+                let owner = self.procs[p].0.clone();
+                self.procs[p].1.clear();
+                self.pins.retain(|(o, _)| *o != owner);
+                self.line(format!("{owner} exec"));
             }
             Op::Khugepaged => self.line("khugepaged".into()),
             Op::Reclaim => self.line("reclaim".into()),

@@ -81,6 +81,15 @@ pub(crate) struct Process {
     pub(crate) gone: BTreeMap<Name, Gone>,
 }
 
+/// A live thread of a process (`<proc> thread <name>`): a task name that
+/// statements may use as the process's, with its address space.
+#[derive(Clone, Debug)]
+pub(crate) struct Thread {
+    /// The process (thread group leader) it belongs to.
+    pub(crate) process: Name,
+    pub(crate) line: u32,
+}
+
 /// Why a region's name is free again, and from which line.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Gone {
@@ -111,6 +120,8 @@ pub(crate) struct Checker {
     pub(crate) started: Option<(u32, &'static str)>,
     pub(crate) cgroups: BTreeMap<Name, u32>,
     pub(crate) procs: BTreeMap<Name, Process>,
+    /// The live threads by name; one that exits is forgotten.
+    pub(crate) threads: BTreeMap<Name, Thread>,
     pub(crate) snapshots: BTreeMap<Name, u32>,
     /// The line of the last statement that runs something, which
     /// `expect errno` and `expect signal` check, and the process that ran it.
@@ -138,14 +149,43 @@ impl Checker {
             started: None,
             cgroups: BTreeMap::new(),
             procs: BTreeMap::new(),
+            threads: BTreeMap::new(),
             snapshots: BTreeMap::new(),
             last_call: None,
         }
     }
 
-    /// Whether `name` was spawned or forked so far (exited or not).
+    /// Whether `name` was spawned or forked so far (exited or not), or is
+    /// a live thread.
     pub(crate) fn has_process(&self, name: &str) -> bool {
-        self.procs.contains_key(name)
+        self.procs.contains_key(name) || self.threads.contains_key(name)
+    }
+
+    /// The process whose address space task `name` uses: itself, or the
+    /// process a live thread of that name belongs to.
+    fn group_of<'a>(&'a self, name: &'a str) -> &'a str {
+        self.threads.get(name).map_or(name, |t| t.process.as_str())
+    }
+
+    /// The live process task `name` belongs to (itself, or its thread's).
+    pub(crate) fn thread_group(&self, name: &str) -> Result<Name, Issue> {
+        let group = self.group_of(name).to_string();
+        self.live_ref(&group)?;
+        Ok(group)
+    }
+
+    /// Records thread `name` of live process `process`.
+    pub(crate) fn insert_thread(&mut self, name: &str, process: &str, line: u32) {
+        let t = Thread {
+            process: process.to_string(),
+            line,
+        };
+        self.threads.insert(name.to_string(), t);
+    }
+
+    /// Ends every thread of `process` (exit_group, exec's de_thread).
+    pub(crate) fn end_threads(&mut self, process: &str) {
+        self.threads.retain(|_, t| t.process != process);
     }
 
     pub(crate) fn base(&self) -> Size {
@@ -154,6 +194,7 @@ impl Checker {
 
     /// A process that exists and has not exited.
     pub(crate) fn live(&mut self, name: &str) -> Result<&mut Process, Issue> {
+        let name = &self.group_of(name).to_string();
         match self.procs.get(name) {
             Some(p) if p.exited.is_none() => {}
             _ => return Err(self.not_live(name)),
@@ -169,6 +210,7 @@ impl Checker {
 
     /// A process that exists and has not exited, to look at.
     pub(crate) fn live_ref(&self, name: &str) -> Result<&Process, Issue> {
+        let name = self.group_of(name);
         match self.procs.get(name) {
             Some(p) if p.exited.is_none() => Ok(p),
             _ => Err(self.not_live(name)),
@@ -220,6 +262,17 @@ impl Checker {
                 format!(
                     "{} is a statement keyword and cannot name a process",
                     quote(name)
+                ),
+            ));
+        }
+        if let Some(t) = self.threads.get(name) {
+            return Err(issue(
+                part,
+                format!(
+                    "{} already names a thread of process {} (at line {})",
+                    quote(name),
+                    quote(&t.process),
+                    t.line
                 ),
             ));
         }

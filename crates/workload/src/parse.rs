@@ -35,7 +35,7 @@ use std::path::Path;
 const KEYWORDS: &str = "set, machine, cgroup, spawn, split, khugepaged, reclaim, snapshot, expect";
 /// The verbs of `<proc> <verb> ...` statements, in the order error messages list them.
 const VERBS: &str =
-    "mmap, munmap, mprotect, mremap, madvise, brk, read, write, pin, unpin, fork, thp_disable, exit";
+    "mmap, munmap, mprotect, mremap, madvise, brk, read, write, pin, unpin, fork, thread, thp_disable, exit, exec";
 
 /// The longest line the parser reads (a file without newlines, such as a
 /// binary one, must not be read whole into memory).
@@ -349,7 +349,9 @@ fn parse_proc_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, Pars
         "unpin" => StmtKind::Unpin(Unpin::parse(l, proc)?),
         "fork" => StmtKind::Fork(Fork::parse(l, proc)?),
         "thp_disable" => StmtKind::ThpDisable(ThpDisable::parse(l, proc)?),
+        "thread" => StmtKind::Thread(stmt::Thread::parse(l, proc)?),
         "exit" => StmtKind::Exit(Exit::parse(l, proc)?),
+        "exec" => StmtKind::Exec(stmt::Exec::parse(l, proc)?),
         _ if !checker.has_process(first.text) => return Err(unknown_stmt(l)),
         _ => {
             return Err(l.err(

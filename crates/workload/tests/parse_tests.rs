@@ -474,6 +474,68 @@ fn a_region_fully_unmapped_is_gone_and_its_name_free() {
 }
 
 #[test]
+fn threads_share_their_process_regions() {
+    let k = kinds(
+        "spawn p\np mmap a 4K\np thread t\nt write a\nt mmap b 8K\np write b\n\
+         t thread u\nu munmap a\nt exit\nu exit\np thread t\np exec\n",
+    );
+    assert_eq!(
+        k[2],
+        StmtKind::Thread(stmt::Thread {
+            proc: "p".into(),
+            thread: "t".into()
+        })
+    );
+    assert_eq!(k[11], StmtKind::Exec(stmt::Exec { proc: "p".into() }));
+    // A thread's name is a task name: no process or thread may take it.
+    fails(
+        "spawn p\np thread t\nspawn t\n",
+        3,
+        7,
+        "'t' already names a thread of process 'p' (at line 2)",
+    );
+    fails(
+        "spawn p\nspawn t\np thread t\n",
+        3,
+        10,
+        "process 't' already exists",
+    );
+    fails("spawn p\np thread set\n", 2, 10, "statement keyword");
+    // The process's exit ends its threads; a thread's exit ends it alone.
+    fails(
+        "spawn p\np thread t\np exit\nt write a\n",
+        4,
+        1,
+        "unknown process 't'",
+    );
+    kinds("spawn p\np mmap a 4K\np thread t\nt exit\np write a\np thread t\n");
+    // exec: from the process only; its threads end, its regions go.
+    fails("spawn p\np thread t\nt exec\n", 3, 1, "exec from a thread");
+    fails(
+        "spawn p\np thread t\np exec\nt exit\n",
+        4,
+        1,
+        "unknown process 't'",
+    );
+    fails(
+        "spawn p\np mmap a 4K\np exec\np write a\n",
+        4,
+        9,
+        "unknown region 'a' of process 'p' (it was gone with its address space, which exec replaced at line 3)",
+    );
+    kinds("spawn p\np mmap a 4K\np write a\np exec\nexpect smaps.p.a.Rss == 0\np mmap a 8K\n");
+    // Threads have no counters of their own.
+    fails(
+        "spawn p\np thread t\nexpect stat.t.minflt == 0\n",
+        3,
+        8,
+        "names process 't'",
+    );
+    fails("spawn p\np thread\n", 2, 9, "missing thread name");
+    fails("spawn p\np exec now\n", 2, 8, "<proc> exec");
+}
+
+#[test]
 fn an_exited_process_name_is_free() {
     assert_eq!(
         kinds("spawn a\na mmap r 4K\na exit\nspawn a\na mmap r 8K\na write r\n").len(),

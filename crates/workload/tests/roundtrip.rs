@@ -308,10 +308,16 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
             }
             14 => {
                 let Some(&i) = pick(&live, r.a) else { continue };
-                match r.b % 4 {
+                match r.b % 5 {
                     0 => {
                         procs[i].alive = false;
                         StmtKind::Exit(stmt::Exit {
+                            proc: procs[i].name.clone(),
+                        })
+                    }
+                    4 => {
+                        procs[i].regions.clear();
+                        StmtKind::Exec(stmt::Exec {
                             proc: procs[i].name.clone(),
                         })
                     }

@@ -1,5 +1,7 @@
-//! `<proc> exit`: the process exits (kernel/exit.c), its address space torn
-//! down; its name and its regions' names are free again.
+//! `<task> exit`: a thread exits (kernel/exit.c `do_exit`: the address
+//! space stays with the process), or the process does (`do_group_exit`:
+//! its threads end, its address space is torn down); the names of what
+//! ended are free again.
 
 use crate::ast::Name;
 use crate::checker::{Checker, Gone, Issue};
@@ -21,6 +23,11 @@ impl Exit {
     }
 
     pub(crate) fn check(&self, c: &mut Checker, line: u32) -> Result<(), Issue> {
+        if c.threads.remove(&self.proc).is_some() {
+            return Ok(());
+        }
+        c.live(&self.proc)?;
+        c.end_threads(&self.proc);
         let p = c.live(&self.proc)?;
         p.exited = Some(line);
         let how = "gone with its process, which exited";

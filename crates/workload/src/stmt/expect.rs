@@ -194,7 +194,10 @@ impl ExpectSignal {
             return Ok(());
         }
         // A `<proc> exit` before it: the process is already gone.
-        let p = c.live(&proc)?;
+        // Killed by a signal: the whole thread group is.
+        let group = c.thread_group(&proc)?;
+        c.end_threads(&group);
+        let p = c.live(&group)?;
         p.exited = Some(line);
         p.killed = Some(signal);
         let how = "gone with its process, which was killed";

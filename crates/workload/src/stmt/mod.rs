@@ -28,6 +28,7 @@
 mod access;
 mod brk;
 mod cgroup;
+mod exec;
 mod exit;
 mod expect;
 mod fork;
@@ -44,10 +45,12 @@ mod snapshot;
 mod spawn;
 mod split;
 mod thp_disable;
+mod thread;
 
 pub use access::{Read, Write};
 pub use brk::Brk;
 pub use cgroup::Cgroup;
+pub use exec::Exec;
 pub use exit::Exit;
 pub use expect::{Expect, ExpectErrno, ExpectSignal};
 pub use fork::Fork;
@@ -64,6 +67,7 @@ pub use snapshot::Snapshot;
 pub use spawn::Spawn;
 pub use split::Split;
 pub use thp_disable::ThpDisable;
+pub use thread::Thread;
 
 pub(crate) use expect::parse as parse_expect;
 
@@ -115,7 +119,9 @@ pub enum StmtKind {
     Unpin(Unpin),
     Fork(Fork),
     ThpDisable(ThpDisable),
+    Thread(Thread),
     Exit(Exit),
+    Exec(Exec),
     Split(Split),
     Khugepaged,
     Reclaim,
@@ -146,7 +152,9 @@ impl StmtKind {
             StmtKind::Unpin(_) => "unpin",
             StmtKind::Fork(_) => "fork",
             StmtKind::ThpDisable(_) => "thp_disable",
+            StmtKind::Thread(_) => "thread",
             StmtKind::Exit(_) => "exit",
+            StmtKind::Exec(_) => "exec",
             StmtKind::Split(_) => "split",
             StmtKind::Khugepaged => "khugepaged",
             StmtKind::Reclaim => "reclaim",
@@ -174,7 +182,9 @@ impl StmtKind {
             StmtKind::Unpin(s) => Some(&s.proc),
             StmtKind::Fork(s) => Some(&s.proc),
             StmtKind::ThpDisable(s) => Some(&s.proc),
+            StmtKind::Thread(s) => Some(&s.proc),
             StmtKind::Exit(s) => Some(&s.proc),
+            StmtKind::Exec(s) => Some(&s.proc),
             StmtKind::Split(s) => Some(&s.proc),
             StmtKind::Set(_)
             | StmtKind::Machine(_)

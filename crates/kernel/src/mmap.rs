@@ -146,14 +146,10 @@ pub(crate) fn brk(
     let newbrk = (start + new).next_multiple_of(PAGE_SIZE);
     let req = if newbrk > oldbrk {
         crate::relocate::refuse_own_collision(stmt, p, oldbrk, newbrk - oldbrk)?;
-        let path = format!("/proc/{}/maps", p.agent.pid);
+        let path = format!("/proc/{}/smaps", p.agent.pid);
         let text =
             std::fs::read_to_string(&path).map_err(|e| failed(stmt, format!("{path}: {e}")))?;
-        let in_the_way = text
-            .lines()
-            .filter_map(crate::smaps::vma_header)
-            .any(|(lo, hi)| lo < newbrk + PAGE_SIZE && hi > oldbrk);
-        if in_the_way {
+        if brk_in_the_way(&text, oldbrk, newbrk) {
             return Err(BackendError::errno(
                 stmt,
                 Errno::ENOMEM,
@@ -199,6 +195,28 @@ pub(crate) fn brk(
         },
     );
     Ok(())
+}
+
+/// Whether brk's check refuses to grow the heap from `oldbrk` to `newbrk`
+/// (page-aligned), given the process's smaps text: a VMA overlaps the new
+/// part, or starts less than a page above it (`vm_start_gap`: a growsdown
+/// stack, VmFlags `gd`, less than a page plus its guard gap above it).
+fn brk_in_the_way(smaps: &str, oldbrk: u64, newbrk: u64) -> bool {
+    let mut vmas: Vec<(u64, u64, bool)> = Vec::new();
+    for line in smaps.lines() {
+        if let Some((lo, hi)) = crate::smaps::vma_header(line) {
+            vmas.push((lo, hi, false));
+        } else if let (Some(flags), Some(last)) = (line.strip_prefix("VmFlags:"), vmas.last_mut()) {
+            last.2 = flags.split_ascii_whitespace().any(|f| f == "gd");
+        }
+    }
+    // brk looks at the first VMA above the old break only (`vma_find`).
+    vmas.iter()
+        .find(|&&(_, hi, _)| hi > oldbrk)
+        .is_some_and(|&(lo, _, gd)| {
+            let gap = if gd { STACK_GUARD_GAP } else { 0 };
+            lo.saturating_sub(gap) < newbrk + PAGE_SIZE
+        })
 }
 
 /// stack_guard_gap (mm/mmap.c): 256 pages.
@@ -274,4 +292,28 @@ fn retire_region_if_unmapped(
     p.regions.remove(region);
     gone.add(m.judge(c, unknown));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn brk_is_refused_next_to_a_mapping_and_within_a_stacks_guard_gap() {
+        use super::brk_in_the_way;
+        let smaps = "\
+7e0000400000-7e0000500000 rw-p 00000000 00:00 0 
+Rss:                   0 kB
+VmFlags: rd wr mr mw me ac 
+7e0001000000-7e0001010000 rw-p 00000000 00:00 0 
+VmFlags: rd wr mr mw me gd ac 
+";
+        let (heap, m) = (0x7e00_0010_0000u64, 1u64 << 20);
+        assert!(!brk_in_the_way(smaps, heap, heap + m));
+        // Up to a page below the mapping, not closer.
+        assert!(!brk_in_the_way(smaps, heap, 0x7e00_003f_f000));
+        assert!(brk_in_the_way(smaps, heap, 0x7e00_0040_0000));
+        // Above it: the stack at 0x7e0001000000 keeps 256 pages clear.
+        let above = 0x7e00_0050_0000;
+        assert!(!brk_in_the_way(smaps, above, 0x7e00_00ef_f000));
+        assert!(brk_in_the_way(smaps, above, 0x7e00_00f0_0000));
+    }
 }

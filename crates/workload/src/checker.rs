@@ -61,8 +61,9 @@ pub(crate) struct Region {
     pub(crate) size: u64,
     pub(crate) line: u32,
     pub(crate) mapped: Mapped,
-    /// A heap made by `brk`, whose later `brk`s move its break.
-    pub(crate) brk: bool,
+    /// A heap made by `brk`, whose later `brk`s move its break: the start
+    /// of its brk area.
+    pub(crate) brk: Option<u64>,
 }
 
 #[derive(Clone, Debug)]

@@ -1702,6 +1702,18 @@ fn brk_errors() {
         "region 'heap' of process 'a' is not a heap made by brk (mapped at line 2)",
     );
     fails(
+        "spawn a\na brk heap 4K at=0x7ffffff00000\na brk heap 0xfffffffffffff000\n",
+        3,
+        12,
+        "brk 0xfffffffffffff000 from 0x7ffffff00000 ends above the user address-space limit",
+    );
+    fails(
+        "spawn a\na brk heap 0xffffffffffffffff at=0x10000\n",
+        2,
+        12,
+        "ends above the user address-space limit",
+    );
+    fails(
         "spawn a\na brk heap 0 at=0x555555a00000\na write heap\n",
         3,
         9,

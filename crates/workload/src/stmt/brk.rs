@@ -8,6 +8,7 @@ use crate::ast::{Name, Size};
 use crate::checker::{issue, Checker, Issue, Part, Region};
 use crate::line::{opt, Line, OptSpec};
 use crate::mapped::Mapped;
+use crate::placement::TASK_SIZE;
 use crate::stmt::mmap::{check_at, parse_addr};
 use crate::text::{quote, valid_name, ParseError};
 use std::fmt;
@@ -73,9 +74,20 @@ impl Brk {
                 format!("bad region name {}", quote(region)),
             ));
         }
-        let mapped = Mapped::whole(size.0.next_multiple_of(base));
+        let mapped = |start: u64| -> Result<Mapped, Issue> {
+            match start.checked_add(size.0) {
+                Some(end) if end <= TASK_SIZE => Ok(Mapped::whole(size.0.next_multiple_of(base))),
+                _ => Err(issue(
+                    Part::Size,
+                    format!(
+                        "brk {:#x} from {start:#x} ends above the user address-space limit ({TASK_SIZE:#x})",
+                        size.0
+                    ),
+                )),
+            }
+        };
         if let Some(r) = p.regions.get_mut(region) {
-            if !r.brk {
+            let Some(start) = r.brk else {
                 return Err(issue(
                     Part::Region,
                     format!(
@@ -85,7 +97,7 @@ impl Brk {
                         r.line
                     ),
                 ));
-            }
+            };
             if at.is_some() {
                 return Err(issue(
                     Part::At,
@@ -96,8 +108,8 @@ impl Brk {
                     ),
                 ));
             }
+            r.mapped = mapped(start)?;
             r.size = size.0;
-            r.mapped = mapped;
             return Ok(());
         }
         let Some(at) = at else {
@@ -109,6 +121,7 @@ impl Brk {
                 ),
             ));
         };
+        let mapped = mapped(*at)?;
         check_at(*at, size.0.next_multiple_of(base), base, false, false)?;
         p.gone.remove(region);
         p.regions.insert(
@@ -117,7 +130,7 @@ impl Brk {
                 size: size.0,
                 line,
                 mapped,
-                brk: true,
+                brk: Some(*at),
             },
         );
         Ok(())

@@ -206,7 +206,7 @@ impl Mmap {
                 size: size.0,
                 line,
                 mapped: Mapped::whole(size.0),
-                brk: false,
+                brk: None,
             },
         );
         Ok(())

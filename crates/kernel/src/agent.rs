@@ -64,9 +64,10 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t, thp_after_exec: Option<bool>) 
     RUNNER.store(runner, Relaxed);
     // SAFETY: plain syscalls on our own process.
     unsafe {
-        // Die with the runner, whatever kills it (SIGKILL included); a
-        // forked agent that executes keeps what it had (none: it dies
-        // with no one, as fork cleared the flag).
+        // Die with the runner, whatever kills it (SIGKILL included). An
+        // agent re-executed by `exec` keeps what it had: a spawned one the
+        // flag (execve keeps it), a forked one none (fork cleared it; it
+        // ends when its channel closes), and its parent is not the runner.
         if thp_after_exec.is_none() {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             if libc::getppid() != runner {

@@ -134,7 +134,7 @@ impl KernelBackend {
             StmtKind::ThpDisable(s) => task::thp_disable(m, a, stmt, s),
             StmtKind::Thread(s) => task::thread(a, stmt, s),
             StmtKind::Exit(s) => task::exit(m, a, stmt, s, gone),
-            StmtKind::Exec(s) => task::exec(m, a, stmt, s, gone),
+            StmtKind::Exec(s) => task::exec(m, a, &mut self.cgroups, stmt, s, gone),
             StmtKind::Split(s) => huge_memory::split(m, a, stmt, s),
             StmtKind::Khugepaged => {
                 khugepaged::khugepaged(&mut self.khugepaged, &mut self.guard, m, a, stmt)

@@ -72,6 +72,24 @@ pub fn hierarchy() -> Option<(PathBuf, Version)> {
     v1
 }
 
+/// The runner's own memory cgroup directory, in the hierarchy whose root
+/// holds `group` (a group is made at the root): /proc/self/cgroup's
+/// `0::<path>` line on v2, its `memory` line on v1.
+fn runner_memcg(group: &Path, version: Version) -> Option<PathBuf> {
+    let root = group.parent()?;
+    let text = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = text.lines().find_map(|line| {
+        let mut f = line.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        let ours = match version {
+            Version::V2 => controllers.is_empty(),
+            Version::V1 => controllers.split(',').any(|c| c == "memory"),
+        };
+        ours.then(|| path.trim_start_matches('/').to_string())
+    })?;
+    Some(root.join(path))
+}
+
 pub struct Memcg {
     pub name: String,
     dir: PathBuf,
@@ -182,6 +200,18 @@ impl Memcg {
             self.write_limit()?;
         }
         Ok(())
+    }
+
+    /// Moves a process out of the group, back to the runner's own memory
+    /// cgroup (where agents start): its later allocations are charged
+    /// there. For `exec`, whose new image sets itself up outside the group
+    /// and then joins it again ([`Memcg::attach`]), as at spawn.
+    pub fn detach(&self, pid: i32) -> Result<()> {
+        let own = runner_memcg(&self.dir, self.version).ok_or_else(|| {
+            KernelError::Refused("cannot find the runner's own memory cgroup".to_string())
+        })?;
+        let procs = own.join("cgroup.procs");
+        fs::write(&procs, pid.to_string()).map_err(|e| KernelError::io(procs, e))
     }
 
     /// (counter name, kB) of the group now: the registry's unit, whatever

@@ -141,6 +141,7 @@ pub(crate) fn exit(
 pub(crate) fn exec(
     m: &mut Measurement,
     agents: &mut Agents,
+    cgroups: &mut BTreeMap<String, Memcg>,
     stmt: &Stmt,
     s: &Exec,
     gone: &mut Gone,
@@ -153,7 +154,20 @@ pub(crate) fn exec(
     read_process(proc, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
         .map_err(|e| failed(stmt, e))?;
     gone.add(m.judge(c, unknown));
+    // The new image sets itself up outside the process's memory cgroup and
+    // joins it again, as a spawned agent does: its own memory is not the
+    // workload's.
+    let memcg = cgroups
+        .values_mut()
+        .find(|cg| p.memcg_dir.as_deref() == Some(cg.dir()));
+    let pid = p.agent.pid;
+    if let Some(cg) = &memcg {
+        cg.detach(pid).map_err(|e| failed(stmt, e))?;
+    }
     p.agent.exec().map_err(|e| failed(stmt, e))?;
+    if let Some(cg) = memcg {
+        cg.attach(pid).map_err(|e| failed(stmt, e))?;
+    }
     p.regions.clear();
     p.cursor = 0;
     settle_dead_mms(); // the old image's own page tables, as after spawn

@@ -36,6 +36,8 @@ pub(crate) struct Proc {
 /// statement runs against.
 pub(crate) struct Agents {
     pub(crate) procs: BTreeMap<String, Proc>,
+    /// The workload's files, as memfds the agents map (see `filemap`).
+    pub(crate) files: crate::filemap::Files,
 }
 
 /// Whether the memcg OOM killer killed in `p`'s group since it read
@@ -91,6 +93,17 @@ impl Agents {
         proc: &str,
         req: Request,
     ) -> Result<(i64, Call), BackendError> {
+        self.request_passing(stmt, proc, req, None)
+    }
+
+    /// [`Agents::request`], passing the descriptor `pass` with the request.
+    pub(crate) fn request_passing(
+        &mut self,
+        stmt: &Stmt,
+        proc: &str,
+        req: Request,
+        pass: Option<std::os::fd::RawFd>,
+    ) -> Result<(i64, Call), BackendError> {
         let p = self.get_mut(stmt, proc)?;
         let oom_kills_before = p.memcg_dir.as_deref().and_then(crate::memcg::oom_kills_at);
         let killed = |signal: i32, how: String| {
@@ -104,7 +117,7 @@ impl Agents {
                 message: format!("{proc} was killed by {signal} ({how})"),
             }))
         };
-        let reply = match p.agent.request(req) {
+        let reply = match p.agent.request_passing(req, pass) {
             Ok(reply) => reply,
             Err(KernelError::Killed {
                 signal,

@@ -64,6 +64,7 @@ impl KernelBackend {
             exe,
             guard,
             agents: Agents {
+                files: Default::default(),
                 procs: BTreeMap::new(),
             },
             measure: Measurement::new(),

@@ -31,6 +31,8 @@ pub(crate) fn mmap(
         align,
         hugetlb,
         shared,
+        file,
+        offset,
         prot,
         at,
     } = s;
@@ -50,16 +52,35 @@ pub(crate) fn mmap(
         }
         None => placement::place_region(&mut cursor, len, align),
     };
-    let req = Request::Mmap {
-        addr: start,
-        len,
-        prot: prot_bits(prot.unwrap_or(Prot::ReadWrite)),
-        shared: *shared,
-        hugetlb: *hugetlb,
+    let prot = prot_bits(prot.unwrap_or(Prot::ReadWrite));
+    let (req, pass) = match file {
+        // The file's pages are written before the window opens: they are
+        // in the page cache before the mapping, as a cached library's are.
+        Some(name) => {
+            let offset = offset.map_or(0, |o| o.bytes());
+            let fd = crate::filemap::map_file_request(agents, stmt, name, offset, len)?;
+            let req = Request::MmapFile {
+                addr: start,
+                len,
+                prot,
+                offset,
+            };
+            (req, Some(fd))
+        }
+        None => {
+            let req = Request::Mmap {
+                addr: start,
+                len,
+                prot,
+                shared: *shared,
+                hugetlb: *hugetlb,
+            };
+            (req, None)
+        }
     };
     let mut addr = 0;
     m.window(stmt, false, agents, |agents| {
-        let (a, faults) = agents.request(stmt, proc, req)?;
+        let (a, faults) = agents.request_passing(stmt, proc, req, pass)?;
         addr = a as u64;
         Ok(faults)
     })?;

@@ -27,6 +27,7 @@ mod op {
     pub const EXIT: u64 = 8;
     pub const PIN: u64 = 9;
     pub const UNPIN: u64 = 10;
+    pub const MMAP_FILE: u64 = 11;
 }
 
 /// MMAP flags (a3).
@@ -56,6 +57,16 @@ pub enum Request {
         prot: i32,
         shared: bool,
         hugetlb: Option<HugetlbSize>,
+    },
+    /// mmap(MAP_PRIVATE|MAP_FIXED_NOREPLACE) at exactly `addr` of the file
+    /// whose descriptor arrives with the request (SCM_RIGHTS; the agent
+    /// closes it once mapped), from byte `offset`; the reply's value is the
+    /// address.
+    MmapFile {
+        addr: u64,
+        len: u64,
+        prot: i32,
+        offset: u64,
     },
     Munmap {
         addr: u64,
@@ -148,6 +159,12 @@ impl Request {
                 };
                 [op::MMAP, addr, len, u64::from(prot as u32), flags]
             }
+            Request::MmapFile {
+                addr,
+                len,
+                prot,
+                offset,
+            } => [op::MMAP_FILE, addr, len, u64::from(prot as u32), offset],
             Request::Munmap { addr, len } => [op::MUNMAP, addr, len, 0, 0],
             Request::Mprotect { addr, len, prot } => {
                 [op::MPROTECT, addr, len, u64::from(prot as u32), 0]
@@ -196,6 +213,12 @@ impl Request {
                     map::HUGETLB_1G => Some(HugetlbSize::Size1G),
                     _ => return None,
                 },
+            },
+            op::MMAP_FILE => Request::MmapFile {
+                addr: a0,
+                len: a1,
+                prot: int(a2)?,
+                offset: a3,
             },
             op::MUNMAP => Request::Munmap { addr: a0, len: a1 },
             op::MPROTECT => Request::Mprotect {
@@ -297,6 +320,12 @@ mod tests {
             });
         }
         all.extend([
+            Request::MmapFile {
+                addr,
+                len,
+                prot: libc::PROT_READ,
+                offset: 1 << 20,
+            },
             Request::Munmap { addr, len },
             Request::Mprotect {
                 addr,
@@ -334,9 +363,10 @@ mod tests {
             Request::ThpDisable { .. } => 7,
             Request::Fork => 8,
             Request::Exit => 9,
+            Request::MmapFile { .. } => 10,
         };
         let variants: std::collections::BTreeSet<u32> = all.iter().map(variant).collect();
-        assert_eq!(variants, (0..10).collect());
+        assert_eq!(variants, (0..11).collect());
         for req in all {
             assert_eq!(Request::decode(&req.encode()), Some(req), "{req:?}");
         }

@@ -154,6 +154,15 @@ fn copy_pte_range(
         // A small folio nobody may have pinned (the fork hot path):
         // folio_try_dup_anon_rmap_pte and __copy_present_ptes inline.
         let p = m.zone.memmap.page_mut(page);
+        if !p.test(pg::ANON) {
+            // A page cache page of a private file VMA (folio_dup_file_rmap_pte):
+            // mapped read-only, as it is in the parent; not anon rss.
+            p.mapcount += 1;
+            p.private += 1;
+            dt.ptes[i] = pte;
+            i += 1;
+            continue;
+        }
         if p.is_small_folio() && (!has_pinned || p.private < rmap::GUP_PIN_COUNTING_BIAS) {
             p.clear(pg::ANON_EXCLUSIVE);
             p.mapcount += 1;

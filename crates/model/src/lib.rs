@@ -53,6 +53,7 @@ pub mod counters;
 pub mod debug_vm;
 pub mod deferred_split;
 mod exec;
+pub mod filemap;
 pub mod fork;
 pub mod fragment;
 pub mod gfp;
@@ -136,6 +137,8 @@ pub struct Machine {
     pub unmovable_pages: u64,
     /// Memory cgroups and what is charged to them (see memcontrol).
     pub memcg: memcontrol::Memcgs,
+    /// The page cache of the workload's files (see filemap).
+    pub page_cache: filemap::PageCache,
     /// A bug put in on purpose, to show the invariant checker catches it.
     #[doc(hidden)]
     pub injected_bug: Option<InjectedBug>,
@@ -174,6 +177,7 @@ impl Machine {
             kcompactd_max_order: 0,
             unmovable_pages: 0,
             memcg: memcontrol::Memcgs::default(),
+            page_cache: filemap::PageCache::default(),
             injected_bug: None,
         }
     }

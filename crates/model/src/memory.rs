@@ -51,6 +51,7 @@
 //! touches the bits only in a table that has a clean one (a test made once
 //! per table, outside the loop).
 
+use crate::filemap::{do_fault_around, folio_remove_file_rmap_pte, page_is_file};
 use crate::gfp::Gfp;
 use crate::huge_memory::{vma_thp_gfp_mask, PmdFault};
 use crate::huge_memory_fault::{
@@ -61,7 +62,7 @@ use crate::huge_mm::{
 };
 use crate::memcontrol_charge::mem_cgroup_charge;
 use crate::mm_types::{
-    pg, Fault, MmId, MmStruct, Pfn, Vma, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
+    pg, Fault, FileVma, MmId, MmStruct, Pfn, Vma, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
 };
 use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
@@ -164,6 +165,9 @@ fn handle_pte_fault(
 ) -> Result<(), Fault> {
     let pte = table(mm, addr).ptes[pte_index(addr)];
     if pte.is_none() {
+        if let Some(file) = vma.file {
+            return do_fault(m, mm, vma, &file, addr, write);
+        }
         return do_anonymous_page(m, mm, vma, addr, write);
     }
     debug_assert!(write && !pte.is_writable(), "fault on a usable PTE");
@@ -175,6 +179,40 @@ fn table(mm: &mut MmStruct, addr: u64) -> &mut PteTable {
         Some(Pmd::Table(t)) => t,
         _ => unreachable!("PTE-level fault without a page table"),
     }
+}
+
+/// do_fault for a private file VMA: a read maps the page cache page and
+/// its neighbours (do_read_fault, with do_fault_around); a write copies the
+/// page cache page into a new anon order-0 folio (do_cow_fault:
+/// folio_prealloc, __do_fault, copy_mc_user_highpage, finish_fault).
+fn do_fault(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    file: &FileVma,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    if !write {
+        do_fault_around(m, table(mm, addr), vma, file, addr);
+        return Ok(());
+    }
+    let index = file.linear_page_index(vma, addr);
+    let page = m
+        .page_cache
+        .find_get_page(file.inode, index)
+        .expect("a file VMA lies inside its file");
+    let mm_id = mm.mm_id;
+    let (new, _) = folio_prealloc(m, mm, mm_id)?;
+    m.trace(|| Step::Mapped { order: 0 });
+    copy_content(m, page, new);
+    rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, addr);
+    mm.anon_rss += 1;
+    let writable = vma.flags & Vma::VM_WRITE != 0;
+    let t = table(mm, addr);
+    t.ptes[pte_index(addr)] = Pte::new(new, writable);
+    t.pte_mkdirty(pte_index(addr));
+    Ok(())
 }
 
 /// do_anonymous_page: a fault on an empty PTE. Reads map the shared zero page;
@@ -335,8 +373,10 @@ fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Resul
         return wp_page_copy(m, mm, vma, addr, None);
     };
     let folio = page_folio(m, page);
-    let reused =
-        m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio);
+    // Only an anon folio can be reused; a page cache page is copied.
+    let anon = !page_is_file(m, page);
+    let reused = anon
+        && (m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio));
     m.trace(|| Step::Wp {
         huge: false,
         zero: false,
@@ -397,6 +437,10 @@ fn wp_page_copy(
     t.ptes[pte_index(addr)] = Pte::new(new, writable);
     t.pte_mkdirty(pte_index(addr));
     match old {
+        Some((_, page)) if page_is_file(m, page) => {
+            folio_remove_file_rmap_pte(m, page);
+            mm.anon_rss += 1;
+        }
         Some((folio, page)) => {
             if rmap::folio_remove_rmap_ptes(m, folio, page, 1, mm.mm_id) {
                 free_folio(m, folio);
@@ -462,6 +506,8 @@ pub fn access_range(
     let small_only = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd) == 0
         && !m.memcg.limited(m.memcg.mm_memcg(mm.mm_id));
     let writable = vma.flags & Vma::VM_WRITE != 0;
+    // A file VMA's empty PTEs fault the long way (do_fault).
+    let file = vma.file.is_some();
     let mm_id = mm.mm_id;
     let mut addr = start;
     while addr < end {
@@ -501,7 +547,7 @@ pub fn access_range(
                     }
                     // A traced run takes every fault the long way, where
                     // its decisions are recorded.
-                    if (write && !small_only) || m.tracing() {
+                    if (write && !small_only) || file || m.tracing() {
                         break;
                     }
                     // handle_mm_fault -> do_anonymous_page at order 0, inline:

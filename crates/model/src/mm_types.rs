@@ -194,6 +194,9 @@ pub struct Vma {
     /// A HugeTLB mapping (VM_HUGETLB): its file, offset and reservation
     /// state (see `hugetlb`).
     pub hugetlb: Option<HugetlbVma>,
+    /// A private mapping of a file of the workload (`vm_file`, `vm_pgoff`;
+    /// see `filemap`); None for anonymous memory.
+    pub file: Option<FileVma>,
 }
 
 impl Vma {
@@ -279,6 +282,30 @@ impl MmStruct {
     pub fn vmas_in(&self, start: u64, end: u64) -> Vec<Vma> {
         let first = self.find_vma(start).map_or(start, |v| v.start);
         self.vmas.range(first..end).map(|(_, v)| *v).collect()
+    }
+}
+
+/// A file VMA's file and offset (`vm_file`, `vm_pgoff`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileVma {
+    /// The file's inode (`PageCache::inode`).
+    pub inode: u32,
+    /// vm_pgoff: the file page the VMA's first page maps.
+    pub pgoff: u64,
+}
+
+impl FileVma {
+    /// The same file, for the part of `vma` that starts at `addr`.
+    pub fn at(&self, vma: &Vma, addr: u64) -> FileVma {
+        FileVma {
+            pgoff: self.pgoff + ((addr - vma.start) >> PAGE_SHIFT),
+            ..*self
+        }
+    }
+
+    /// linear_page_index: the file page `addr` of `vma` maps.
+    pub fn linear_page_index(&self, vma: &Vma, addr: u64) -> u64 {
+        self.pgoff + ((addr - vma.start) >> PAGE_SHIFT)
     }
 }
 

@@ -36,7 +36,9 @@
 
 use crate::hugetlb;
 use crate::memory_zap::zap_page_range;
-use crate::mm_types::{HugetlbVma, MmStruct, Region, Vma, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{
+    FileVma, HugetlbVma, MmStruct, Region, Vma, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
+};
 use crate::pgtable::Pmd;
 use crate::syscall::{failed, mm_id_of, resolve_range, unsupported, vm_prot};
 use crate::Machine;
@@ -44,9 +46,16 @@ use hugelab_workload::{placement, stmt, BackendError, Errno, Prot, Range, Stmt};
 
 impl MmStruct {
     /// do_mmap of an anonymous private region; returns its start address.
-    pub fn do_mmap(&mut self, name: &str, len: u64, align: Option<u64>, prot: u32) -> u64 {
+    pub fn do_mmap(
+        &mut self,
+        name: &str,
+        len: u64,
+        align: Option<u64>,
+        prot: u32,
+        file: Option<FileVma>,
+    ) -> u64 {
         let align = align.unwrap_or(placement::default_align(len));
-        self.map_region(name, len, align, prot, None)
+        self.map_region(name, len, align, prot, None, file)
     }
 
     /// do_mmap of a HugeTLB region (MAP_HUGETLB; its file and reservation
@@ -61,7 +70,7 @@ impl MmStruct {
         prot: u32,
         hv: HugetlbVma,
     ) -> u64 {
-        self.map_region(name, len, align, prot, Some(hv))
+        self.map_region(name, len, align, prot, Some(hv), None)
     }
 
     /// A new region in a VMA of its own, placed by hugelab's rule.
@@ -72,6 +81,7 @@ impl MmStruct {
         align: u64,
         prot: u32,
         hugetlb: Option<HugetlbVma>,
+        file: Option<FileVma>,
     ) -> u64 {
         let start = placement::place_region(&mut self.mmap_cursor, len, align);
         self.vmas.insert(
@@ -83,6 +93,7 @@ impl MmStruct {
                 anon_vma: false,
                 fork_child: false,
                 hugetlb,
+                file,
             },
         );
         self.regions.insert(name.to_string(), Region { start, len });
@@ -106,6 +117,7 @@ pub fn do_mmap_fixed(
     start: u64,
     len: u64,
     prot: u32,
+    file: Option<FileVma>,
 ) -> Result<(), Overlaps> {
     let end = start + len;
     if !mm.vmas_in(start, end).is_empty() {
@@ -118,6 +130,7 @@ pub fn do_mmap_fixed(
         anon_vma: false,
         fork_child: false,
         hugetlb: None,
+        file,
     };
     placement::after_fixed_region(&mut mm.mmap_cursor, start, len);
     mm.regions.insert(name.to_string(), Region { start, len });
@@ -132,10 +145,29 @@ pub fn do_mmap_fixed(
 /// (`vma_had_uncowed_parents`). Anonymous private VMAs' pgoff is their
 /// address (no mremap in the model), so adjacency makes it continuous.
 fn can_merge_new(vma: &Vma, tgt: &Vma) -> bool {
-    tgt.flags == vma.flags
+    let continuous = if tgt.end == vma.start {
+        files_continuous(tgt, vma)
+    } else {
+        files_continuous(vma, tgt)
+    };
+    continuous
+        && tgt.flags == vma.flags
         && tgt.hugetlb.is_none()
         && vma.hugetlb.is_none()
         && !(tgt.anon_vma && tgt.fork_child)
+}
+
+/// Whether `next` continues `prev`'s mapping (the vm_file and vm_pgoff
+/// tests of `can_vma_merge_after`): both anonymous, or both of one file
+/// with `next`'s offset where `prev`'s ends.
+fn files_continuous(prev: &Vma, next: &Vma) -> bool {
+    match (prev.file, next.file) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.inode == b.inode && a.pgoff + ((prev.end - prev.start) >> PAGE_SHIFT) == b.pgoff
+        }
+        _ => false,
+    }
 }
 
 /// vma_merge_new_range (mm/vma.c) for a new anonymous VMA: merged with the
@@ -168,6 +200,12 @@ fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) {
         mm.vmas.remove(&old.start);
         m.anon_vmas.avc_unlink(mm.mm_id, old.start);
         merged = Vma {
+            // The merged VMA's offset is that of its first part.
+            file: if old.start < merged.start {
+                old.file
+            } else {
+                merged.file
+            },
             start: merged.start.min(old.start),
             end: merged.end.max(old.end),
             anon_vma: merged.anon_vma || old.anon_vma,
@@ -208,7 +246,15 @@ pub fn split_vma(m: &mut Machine, mm: &mut MmStruct, addr: u64) {
         crate::huge_memory::split_huge_pmd(m, mm, addr & !(PMD_SIZE - 1));
     }
     mm.vmas.insert(vma.start, Vma { end: addr, ..vma });
-    mm.vmas.insert(addr, Vma { start: addr, ..vma });
+    let file = vma.file.map(|f| f.at(&vma, addr));
+    mm.vmas.insert(
+        addr,
+        Vma {
+            start: addr,
+            file,
+            ..vma
+        },
+    );
     // anon_vma_clone links the new VMA; vma_complete re-inserts the old one.
     m.anon_vmas.avc_reinsert(mm.mm_id, addr);
     m.anon_vmas.avc_reinsert(mm.mm_id, vma.start);
@@ -238,6 +284,7 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
                     && p.flags == vma.flags
                     && p.hugetlb.is_none()
                     && vma.hugetlb.is_none()
+                    && files_continuous(&p, &vma)
                     && anon_vmas_mergeable(&p, &vma) =>
             {
                 mm.vmas.remove(&key);
@@ -425,10 +472,23 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         ));
     }
     let prot = vm_prot(s.prot.unwrap_or(Prot::ReadWrite));
+    let file = match &s.file {
+        Some(name) => {
+            let len = size.bytes().next_multiple_of(PAGE_SIZE);
+            let pgoff = s.offset.map_or(0, |o| o.bytes()) >> PAGE_SHIFT;
+            let pages = pgoff + (len >> PAGE_SHIFT);
+            let inode = crate::filemap::file_at_least(m, name, pages)
+                .map_err(|_| failed(stmt, format!("out of memory filling file '{name}'")))?;
+            Some(FileVma { inode, pgoff })
+        }
+        None => None,
+    };
     if let Some(at) = s.at {
         let len = size.bytes().next_multiple_of(PAGE_SIZE);
         return m
-            .with_mm(id, |m, mm| do_mmap_fixed(m, mm, region, at, len, prot))
+            .with_mm(id, |m, mm| {
+                do_mmap_fixed(m, mm, region, at, len, prot, file)
+            })
             .map_err(|Overlaps| {
                 BackendError::errno(
                     stmt,
@@ -443,7 +503,7 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         m.mms
             .get_mut(id)
             .expect("a task's mm")
-            .do_mmap(region, len, align, prot);
+            .do_mmap(region, len, align, prot, file);
         return Ok(());
     };
     let bytes = hsize.bytes().bytes();

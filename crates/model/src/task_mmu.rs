@@ -16,7 +16,7 @@
 
 use crate::internal::folio_pte_batch;
 use crate::mm_types::{
-    MmStruct, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
+    pg, MmStruct, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
 };
 use crate::pgtable::Pmd;
 use crate::rmap::{folio_entire_mapcount, folio_nr_pages_mapped, folio_ref_count};
@@ -207,10 +207,13 @@ pub fn walk_range(
                     let page = m.zone.memmap.page(pfn);
                     if page.is_small_folio() {
                         // smaps_account for a small folio: one page says it all.
+                        // A page cache page (filemap) is not anonymous and
+                        // is PG_dirty (shmem).
+                        let file = !page.test(pg::ANON);
                         mss.resident += PAGE_SIZE;
-                        mss.anonymous += PAGE_SIZE;
+                        mss.anonymous += if file { 0 } else { PAGE_SIZE };
                         let lru = m.lru.flags(pfn);
-                        let dirty = t.pte_dirty(i) || lru & crate::swap::DIRTY != 0;
+                        let dirty = t.pte_dirty(i) || file || lru & crate::swap::DIRTY != 0;
                         if lru & crate::swap::LAZYFREE != 0 && !dirty {
                             mss.lazyfree += PAGE_SIZE;
                         }

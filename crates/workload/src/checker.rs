@@ -24,6 +24,10 @@ pub(crate) enum Part {
     Align,
     /// `at=` of an mmap.
     At,
+    /// `file=` of an mmap.
+    File,
+    /// `offset=` of an mmap.
+    Offset,
     Step,
     Label,
     /// The i-th counter of an `expect` (0 unless it sums several).

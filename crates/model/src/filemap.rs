@@ -1,0 +1,154 @@
+//! The page cache of the workload's files (`mmap ... file=<name>`), and the
+//! fault-around that maps it.
+//!
+//! Follows Linux 6.18 `mm/filemap.c` (`filemap_map_pages`) and `mm/shmem.c`
+//! (the kernel backend's files are memfds: shmem), with `do_fault_around`
+//! from `mm/memory.c`:
+//! - a file is one inode whose page cache every mapping of its name shares;
+//!   it is as long as the largest offset + size any mapping of it used so
+//!   far, and every page of it is in the page cache (written by the kernel
+//!   backend's runner, before the mapping that first covers it exists): the
+//!   pages come to exist at that `mmap`, order 0 (shmem_enabled `never`);
+//! - the page cache holds one reference on each page, each PTE mapping one
+//!   more and a mapcount; pages are PG_dirty (shmem's pages are: written
+//!   through write(2), and never cleaned without swap), which is what smaps
+//!   shows (`Private_Dirty`, `Shared_Dirty`), and not anonymous: they are in
+//!   `Rss` but not `Anonymous`, nor in `nr_anon_pages` / `AnonPages`;
+//! - `do_fault_around`: a read fault maps, besides its own page, the page
+//!   cache pages of the `fault_around_bytes` (64 KiB) window around it whose
+//!   PTEs are empty, the window aligned down, moved up to the VMA's start
+//!   and then cut at the VMA's end and the page table's (PMD) end; only the
+//!   faulting access counts as a fault.
+//!
+//! Simplifications: no readahead, writeback, truncation or reclaim of the
+//! page cache (no statement shrinks a file or drops its pages; `reclaim`
+//! drops slab only on the kernel too); the pages are not charged to any
+//! memory cgroup (the kernel backend's runner, outside every group of the
+//! workload, writes them); the files stay until the end of the run, as the
+//! runner's memfds do; the gauges of the page cache (`Shmem`, `Cached`,
+//! `nr_file_pages`, `nr_mapped`) are not modelled; fault_around_bytes is
+//! the default (debugfs, which could change it, is locked down here).
+
+use crate::mm_types::{pg, Fault, FileVma, Pfn, Vma, PAGE_SHIFT, PAGE_SIZE};
+use crate::page_alloc::alloc_folio;
+use crate::pgtable::{pte_index, Pte, PteTable, PTRS_PER_PTE};
+use crate::Machine;
+use std::collections::BTreeMap;
+
+/// fault_around_bytes' default (mm/memory.c), in pages.
+pub const FAULT_AROUND_PAGES: u64 = 65536 / PAGE_SIZE;
+
+/// The page cache of every file of the workload.
+#[derive(Default)]
+pub struct PageCache {
+    /// Inodes by file name.
+    names: BTreeMap<String, u32>,
+    /// Each inode's pages, by file page index (`i_pages`).
+    pages: Vec<Vec<Pfn>>,
+}
+
+impl PageCache {
+    /// The inode of `name`, if a mapping created it.
+    pub fn inode(&self, name: &str) -> Option<u32> {
+        self.names.get(name).copied()
+    }
+
+    /// filemap_get_entry: the page of file page `index`.
+    pub fn find_get_page(&self, inode: u32, index: u64) -> Option<Pfn> {
+        self.pages
+            .get(inode as usize)?
+            .get(usize::try_from(index).ok()?)
+            .copied()
+    }
+
+    /// Every page cache page, for the invariant checks.
+    pub fn all_pages(&self) -> impl Iterator<Item = Pfn> + '_ {
+        self.pages.iter().flatten().copied()
+    }
+}
+
+/// The file `name`, made at least `pages` pages long with every page in the
+/// page cache (what the kernel backend's runner does before the mapping):
+/// its inode, or VM_FAULT_OOM-like failure when memory runs out.
+pub fn file_at_least(m: &mut Machine, name: &str, pages: u64) -> Result<u32, Fault> {
+    let inode = match m.page_cache.names.get(name) {
+        Some(&i) => i,
+        None => {
+            let i = m.page_cache.pages.len() as u32;
+            m.page_cache.names.insert(name.to_string(), i);
+            m.page_cache.pages.push(Vec::new());
+            i
+        }
+    };
+    while (m.page_cache.pages[inode as usize].len() as u64) < pages {
+        let pfn = alloc_folio(m, 0).ok_or(Fault::Oom)?;
+        // filemap_add_folio: the page cache's reference; written data,
+        // not zeroes; PG_dirty (shmem).
+        let page = m.zone.memmap.page_mut(pfn);
+        page.clear(pg::ZEROED);
+        page.private = 1;
+        m.page_cache.pages[inode as usize].push(pfn);
+    }
+    Ok(inode)
+}
+
+/// Whether `page` (mapped by a PTE) is a page cache page: not anonymous,
+/// and a normal page (the zero page has no frame in the model).
+#[inline]
+pub fn page_is_file(m: &Machine, page: Pfn) -> bool {
+    !m.zone.memmap.page(page).test(pg::ANON)
+}
+
+/// folio_add_file_rmap_ptes + the reference the PTE takes: one more
+/// mapping of a page cache page.
+#[inline]
+pub fn folio_add_file_rmap_pte(m: &mut Machine, page: Pfn) {
+    let p = m.zone.memmap.page_mut(page);
+    p.mapcount += 1;
+    p.private += 1;
+}
+
+/// folio_remove_rmap_ptes + folio_put of a page cache page: the page cache
+/// keeps its own reference, so the page stays.
+#[inline]
+pub fn folio_remove_file_rmap_pte(m: &mut Machine, page: Pfn) {
+    let p = m.zone.memmap.page_mut(page);
+    debug_assert!(
+        p.mapcount > 0 && p.private > 1,
+        "unmapping an unmapped page cache page"
+    );
+    p.mapcount -= 1;
+    p.private -= 1;
+}
+
+/// do_fault_around + filemap_map_pages for a read fault at `addr` of the
+/// file VMA `vma` whose page table is `t`: maps, read-only, the page cache
+/// pages of the window around `addr` whose PTEs are empty (the faulting
+/// page among them).
+pub fn do_fault_around(m: &mut Machine, t: &mut PteTable, vma: &Vma, file: &FileVma, addr: u64) {
+    let nr_pages = FAULT_AROUND_PAGES;
+    let pte_off = pte_index(addr) as u64;
+    let vma_off = (addr - vma.start) >> PAGE_SHIFT;
+    let vma_pages = (vma.end - vma.start) >> PAGE_SHIFT;
+    // The window's first PTE, aligned down, but not below the VMA's start.
+    let from_pte = (pte_off & !(nr_pages - 1)).max(pte_off - pte_off.min(vma_off));
+    // Its end: nr_pages on, cut at the page table's end and the VMA's.
+    let to_pte = (from_pte + nr_pages)
+        .min(PTRS_PER_PTE as u64)
+        .min(pte_off + vma_pages - vma_off);
+    let pgoff = file.linear_page_index(vma, addr);
+    for i in from_pte..to_pte {
+        let idx = i as usize;
+        if !t.ptes[idx].is_none() {
+            continue;
+        }
+        // filemap_map_pages stops at the end of the file's page cache.
+        let Some(page) = m.page_cache.find_get_page(file.inode, pgoff + i - pte_off) else {
+            continue;
+        };
+        folio_add_file_rmap_pte(m, page);
+        // set_pte_range of a read fault: not writable (a private mapping
+        // copies on write), not dirty.
+        t.ptes[idx] = Pte::new(page, false);
+    }
+}

@@ -224,7 +224,10 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     size: Size(size),
                     align,
                     hugetlb,
-                    shared: (r.b / 32) % 2 == 0,
+                    shared: (r.b / 32) % 2 == 0 && r.c % 5 != 1,
+                    // A file mapping now and then (private, no hugetlb=).
+                    file: (hugetlb.is_none() && r.c % 5 == 1).then(|| "libc.so.6".to_string()),
+                    offset: (hugetlb.is_none() && r.c % 10 == 1).then(|| Size((r.a % 64) * base)),
                     prot,
                     // A fixed address where neither align= nor hugetlb=
                     // excludes it: base-page aligned, well below the limit.

@@ -15,7 +15,6 @@
 //! and mapping go, and the runner's descriptors close with the runner, on
 //! every exit path (SIGKILL too), the agents' mappings with the agents.
 
-use crate::agents::Agents;
 use crate::call::failed;
 use hugelab_workload::{BackendError, Stmt};
 use std::collections::BTreeMap;
@@ -30,7 +29,7 @@ pub(crate) struct Files {
 
 /// What a new file's pages are written with (anything: the counters do not
 /// look at contents; not zero, as a program's text is not).
-const FILL: [u8; 1 << 16] = [0x5a; 1 << 16];
+static FILL: [u8; 1 << 16] = [0x5a; 1 << 16];
 
 impl Files {
     /// The descriptor of `name`, created (or grown) so that it is at least
@@ -131,16 +130,4 @@ fn refusal(stmt: &Stmt, file: &str, value: &str) -> BackendError {
              {value} here; set it to never to run this workload"
         ),
     )
-}
-
-/// `<proc> mmap <region> <size> file=<name> ...`: the request that maps the
-/// file, with its descriptor, once the file covers the mapping.
-pub(crate) fn map_file_request(
-    agents: &mut Agents,
-    stmt: &Stmt,
-    name: &str,
-    offset: u64,
-    len: u64,
-) -> Result<RawFd, BackendError> {
-    agents.files.at_least(stmt, name, offset + len)
 }

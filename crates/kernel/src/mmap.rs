@@ -58,7 +58,7 @@ pub(crate) fn mmap(
         // in the page cache before the mapping, as a cached library's are.
         Some(name) => {
             let offset = offset.map_or(0, |o| o.bytes());
-            let fd = crate::filemap::map_file_request(agents, stmt, name, offset, len)?;
+            let fd = agents.files.at_least(stmt, name, offset + len)?;
             let req = Request::MmapFile {
                 addr: start,
                 len,

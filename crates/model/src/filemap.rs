@@ -152,3 +152,39 @@ pub fn do_fault_around(m: &mut Machine, t: &mut PteTable, vma: &Vma, file: &File
         t.ptes[idx] = Pte::new(page, false);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::end_counters;
+
+    #[test]
+    fn fault_around_moves_up_to_the_vma_start_and_stops_at_its_end() {
+        // 3 pages into a 64K window: the window runs 16 pages from the
+        // VMA's start; at the VMA's end it is cut there.
+        let w = hugelab_workload::parse(
+            "t.hlw",
+            "spawn a\na mmap lib 256K file=f at=0x7e0000203000\na read lib:4K\n\
+             expect smaps.a.lib.Rss == 64\na read lib+252K:4K\nexpect smaps.a.lib.Rss == 76\n",
+        )
+        .unwrap();
+        let obs = hugelab_workload::run(&mut crate::Model::default(), &w).unwrap();
+        assert_eq!(obs.expects.len(), 2);
+        assert_eq!(obs.failed_expects().count(), 0);
+        let end = &obs.snapshots.last().unwrap().counters;
+        assert_eq!(end["vmstat.pgfault"], 2);
+    }
+
+    #[test]
+    fn the_page_cache_is_shared_and_never_anonymous() {
+        let c = end_counters(
+            "spawn a\nspawn b\na mmap lib 64K align=64K file=libc.so.6\n\
+             b mmap lib 64K align=64K file=libc.so.6\na read lib\nb read lib\nb write lib:4K\n",
+        );
+        assert_eq!(c["smaps.a.lib.Rss"], 64);
+        assert_eq!(c["smaps.a.lib.Shared_Dirty"], 60);
+        assert_eq!(c["smaps.a.lib.Private_Dirty"], 4);
+        assert_eq!(c["smaps.b.lib.Anonymous"], 4);
+        assert_eq!(c["vmstat.nr_anon_pages"], 1);
+        assert_eq!(c["vmstat.pgfault"], 3);
+    }
+}

@@ -61,6 +61,17 @@ pub fn sys_madvise(
     advice: Advice,
 ) -> Result<(), BackendError> {
     let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    match advice {
+        // madvise_free_single_vma: only anonymous VMAs can be freed lazily.
+        Advice::Free if crate::syscall::refuse_file_range(m, stmt, id, start, end, "").is_err() => {
+            let msg = "madvise(MADV_FREE) of a file mapping";
+            return Err(BackendError::errno(stmt, Errno::EINVAL, msg));
+        }
+        Advice::Cold | Advice::Pageout => {
+            crate::syscall::refuse_file_range(m, stmt, id, start, end, "madvise COLD or PAGEOUT")?
+        }
+        _ => {}
+    }
     // The LRU advice's rmap walks (splits, reclaim) reach every mm.
     let lru = |m: &mut Machine, advice| {
         m.with_mms(None, |m, mms| madvise_lru(m, mms, id, start, end, advice))

@@ -194,6 +194,8 @@ fn do_fault(
     write: bool,
 ) -> Result<(), Fault> {
     if !write {
+        // The page cache page, order 0, and its neighbours.
+        m.trace(|| Step::Mapped { order: 0 });
         do_fault_around(m, table(mm, addr), vma, file, addr);
         return Ok(());
     }

@@ -921,7 +921,12 @@ fn mmap_file_errors() {
         20,
         "bad file name '/usr/lib/libc.so.6'",
     );
-    fails("spawn a\na mmap lib 4K offset=4K\n", 2, 22, "offset= needs file=");
+    fails(
+        "spawn a\na mmap lib 4K offset=4K\n",
+        2,
+        22,
+        "offset= needs file=",
+    );
     fails(
         "spawn a\na mmap lib 8K file=f offset=100\n",
         2,

@@ -92,8 +92,9 @@ fn fill(fd: RawFd, from: u64, to: u64) -> std::io::Result<()> {
 
 /// A memfd's page cache holds large folios unless shmem_enabled is `never`
 /// (or `deny`) and no size's own `shmem_enabled` says otherwise; the model
-/// has order-0 page cache only, so anything else is refused.
-fn refuse_large_shmem_folios(stmt: &Stmt) -> Result<(), BackendError> {
+/// has order-0 page cache only, so anything else is refused (for a shared
+/// anonymous mapping too: its shmem object follows the same settings).
+pub(crate) fn refuse_large_shmem_folios(stmt: &Stmt) -> Result<(), BackendError> {
     let dir = "/sys/kernel/mm/transparent_hugepage";
     let chosen = |path: &str| -> Option<String> {
         let text = std::fs::read_to_string(path).ok()?;
@@ -126,7 +127,7 @@ fn refusal(stmt: &Stmt, file: &str, value: &str) -> BackendError {
     failed(
         stmt,
         format!(
-            "file= mappings need order-0 shmem page cache, but transparent_hugepage/{file} is \
+            "file= and shared anonymous mappings need order-0 shmem page cache, but transparent_hugepage/{file} is \
              {value} here; set it to never to run this workload"
         ),
     )

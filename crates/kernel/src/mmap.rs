@@ -68,6 +68,9 @@ pub(crate) fn mmap(
             (req, Some(fd))
         }
         None => {
+            if *shared && hugetlb.is_none() {
+                crate::filemap::refuse_large_shmem_folios(stmt)?;
+            }
             let req = Request::Mmap {
                 addr: start,
                 len,

@@ -38,13 +38,16 @@ use std::collections::BTreeMap;
 /// fault_around_bytes' default (mm/memory.c), in pages.
 pub const FAULT_AROUND_PAGES: u64 = 65536 / PAGE_SIZE;
 
-/// The page cache of every file of the workload.
+/// The page cache of every file of the workload, and of every shared
+/// anonymous mapping's shmem object.
 #[derive(Default)]
 pub struct PageCache {
-    /// Inodes by file name.
+    /// Inodes of the workload's files by name.
     names: BTreeMap<String, u32>,
-    /// Each inode's pages, by file page index (`i_pages`).
-    pages: Vec<Vec<Pfn>>,
+    /// Each inode's pages, by file page index (`i_pages`); None where no
+    /// page exists (a shmem object's page never faulted, or an inode
+    /// evicted).
+    pages: Vec<Vec<Option<Pfn>>>,
 }
 
 impl PageCache {
@@ -55,16 +58,35 @@ impl PageCache {
 
     /// filemap_get_entry: the page of file page `index`.
     pub fn find_get_page(&self, inode: u32, index: u64) -> Option<Pfn> {
-        self.pages
+        *self
+            .pages
             .get(inode as usize)?
-            .get(usize::try_from(index).ok()?)
-            .copied()
+            .get(usize::try_from(index).ok()?)?
+    }
+
+    /// Whether no file and no shared anonymous mapping was ever made.
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
     }
 
     /// Every page cache page, for the invariant checks.
     pub fn all_pages(&self) -> impl Iterator<Item = Pfn> + '_ {
-        self.pages.iter().flatten().copied()
+        self.pages.iter().flatten().flatten().copied()
     }
+
+    fn new_inode(&mut self, pages: u64) -> u32 {
+        let inode = self.pages.len() as u32;
+        self.pages.push(vec![None; pages as usize]);
+        inode
+    }
+}
+
+/// filemap_add_folio of a new order-0 page: the page cache's reference.
+fn add_page(m: &mut Machine, inode: u32, index: u64) -> Result<Pfn, Fault> {
+    let pfn = alloc_folio(m, 0).ok_or(Fault::Oom)?;
+    m.zone.memmap.page_mut(pfn).private = 1;
+    m.page_cache.pages[inode as usize][index as usize] = Some(pfn);
+    Ok(pfn)
 }
 
 /// The file `name`, made at least `pages` pages long with every page in the
@@ -74,22 +96,50 @@ pub fn file_at_least(m: &mut Machine, name: &str, pages: u64) -> Result<u32, Fau
     let inode = match m.page_cache.names.get(name) {
         Some(&i) => i,
         None => {
-            let i = m.page_cache.pages.len() as u32;
+            let i = m.page_cache.new_inode(0);
             m.page_cache.names.insert(name.to_string(), i);
-            m.page_cache.pages.push(Vec::new());
             i
         }
     };
-    while (m.page_cache.pages[inode as usize].len() as u64) < pages {
-        let pfn = alloc_folio(m, 0).ok_or(Fault::Oom)?;
-        // filemap_add_folio: the page cache's reference; written data,
-        // not zeroes; PG_dirty (shmem).
-        let page = m.zone.memmap.page_mut(pfn);
-        page.clear(pg::ZEROED);
-        page.private = 1;
-        m.page_cache.pages[inode as usize].push(pfn);
+    let have = m.page_cache.pages[inode as usize].len() as u64;
+    if have < pages {
+        m.page_cache.pages[inode as usize].resize(pages as usize, None);
+        for index in have..pages {
+            let pfn = add_page(m, inode, index)?;
+            // Written data, not zeroes; PG_dirty, as shmem's written pages are.
+            m.zone.memmap.page_mut(pfn).set_clear(pg::DIRTY, pg::ZEROED);
+        }
     }
     Ok(inode)
+}
+
+/// shmem_zero_setup: the shmem object of a new shared anonymous mapping of
+/// `pages` pages, with no page yet; its inode.
+pub fn shmem_zero_setup(m: &mut Machine, pages: u64) -> u32 {
+    m.page_cache.new_inode(pages)
+}
+
+/// shmem_get_folio (SGP_CACHE) for shmem_fault: the page of `index`,
+/// allocated zeroed (order 0: shmem_enabled never) when it has none yet.
+/// Not charged to a memory cgroup (a simplification, see the module doc).
+pub fn shmem_fault(m: &mut Machine, inode: u32, index: u64) -> Result<Pfn, Fault> {
+    match m.page_cache.find_get_page(inode, index) {
+        Some(pfn) => Ok(pfn),
+        None => add_page(m, inode, index),
+    }
+}
+
+/// shmem_evict_inode (through fput of the last VMA mapping a shared
+/// anonymous region's object): its pages, none mapped, are freed.
+pub fn shmem_evict_inode(m: &mut Machine, inode: u32) {
+    let pages = std::mem::take(&mut m.page_cache.pages[inode as usize]);
+    for pfn in pages.into_iter().flatten() {
+        debug_assert!(
+            m.zone.memmap.page(pfn).mapcount == 0,
+            "evicting a mapped page"
+        );
+        m.zone.free_pages(pfn, 0);
+    }
 }
 
 /// Whether `page` (mapped by a PTE) is a page cache page: not anonymous,
@@ -121,6 +171,17 @@ pub fn folio_remove_file_rmap_pte(m: &mut Machine, page: Pfn) {
     p.private -= 1;
 }
 
+/// set_pte_range of a read fault: a private mapping's PTE is read-only (it
+/// copies on write); a shared one's is as writable as the VMA
+/// (vm_page_prot: shmem needs no write notification) and clean.
+pub fn set_pte_read(t: &mut PteTable, vma: &Vma, file: &FileVma, idx: usize, page: Pfn) {
+    let writable = file.shared && vma.flags & Vma::VM_WRITE != 0;
+    t.ptes[idx] = Pte::new(page, writable);
+    if file.shared {
+        t.pte_mkclean(idx, 1);
+    }
+}
+
 /// do_fault_around + filemap_map_pages for a read fault at `addr` of the
 /// file VMA `vma` whose page table is `t`: maps, read-only, the page cache
 /// pages of the window around `addr` whose PTEs are empty (the faulting
@@ -147,9 +208,7 @@ pub fn do_fault_around(m: &mut Machine, t: &mut PteTable, vma: &Vma, file: &File
             continue;
         };
         folio_add_file_rmap_pte(m, page);
-        // set_pte_range of a read fault: not writable (a private mapping
-        // copies on write), not dirty.
-        t.ptes[idx] = Pte::new(page, false);
+        set_pte_read(t, vma, file, idx, page);
     }
 }
 

@@ -51,7 +51,10 @@
 //! touches the bits only in a table that has a clean one (a test made once
 //! per table, outside the loop).
 
-use crate::filemap::{do_fault_around, folio_remove_file_rmap_pte, page_is_file};
+use crate::filemap::{
+    do_fault_around, folio_add_file_rmap_pte, folio_remove_file_rmap_pte, page_is_file,
+    set_pte_read, shmem_fault,
+};
 use crate::gfp::Gfp;
 use crate::huge_memory::{vma_thp_gfp_mask, PmdFault};
 use crate::huge_memory_fault::{
@@ -181,10 +184,13 @@ fn table(mm: &mut MmStruct, addr: u64) -> &mut PteTable {
     }
 }
 
-/// do_fault for a private file VMA: a read maps the page cache page and
-/// its neighbours (do_read_fault, with do_fault_around); a write copies the
-/// page cache page into a new anon order-0 folio (do_cow_fault:
-/// folio_prealloc, __do_fault, copy_mc_user_highpage, finish_fault).
+/// do_fault for a file VMA. A read maps the page cache page and its
+/// neighbours (do_read_fault, with do_fault_around; a shared anonymous
+/// mapping's page that is not there yet is allocated by shmem_fault). A
+/// write to a private mapping copies the page cache page into a new anon
+/// order-0 folio (do_cow_fault: folio_prealloc, __do_fault,
+/// copy_mc_user_highpage, finish_fault); to a shared one, maps the shmem
+/// page writable and dirties it (do_shared_fault, fault_dirty_shared_page).
 fn do_fault(
     m: &mut Machine,
     mm: &mut MmStruct,
@@ -193,27 +199,42 @@ fn do_fault(
     addr: u64,
     write: bool,
 ) -> Result<(), Fault> {
+    let index = file.linear_page_index(vma, addr);
+    let i = pte_index(addr);
     if !write {
         // The page cache page, order 0, and its neighbours.
         m.trace(|| Step::Mapped { order: 0 });
         do_fault_around(m, table(mm, addr), vma, file, addr);
+        if table(mm, addr).ptes[i].is_none() {
+            let page = shmem_fault(m, file.inode, index)?;
+            folio_add_file_rmap_pte(m, page);
+            set_pte_read(table(mm, addr), vma, file, i, page);
+        }
         return Ok(());
     }
-    let index = file.linear_page_index(vma, addr);
+    m.trace(|| Step::Mapped { order: 0 });
+    let writable = vma.flags & Vma::VM_WRITE != 0;
+    if file.shared {
+        let page = shmem_fault(m, file.inode, index)?;
+        folio_add_file_rmap_pte(m, page);
+        m.zone.memmap.page_mut(page).set(pg::DIRTY);
+        let t = table(mm, addr);
+        t.ptes[i] = Pte::new(page, writable);
+        t.pte_mkdirty(i);
+        return Ok(());
+    }
     let page = m
         .page_cache
         .find_get_page(file.inode, index)
         .expect("a file VMA lies inside its file");
     let mm_id = mm.mm_id;
     let (new, _) = folio_prealloc(m, mm, mm_id)?;
-    m.trace(|| Step::Mapped { order: 0 });
     copy_content(m, page, new);
     rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, addr);
     mm.anon_rss += 1;
-    let writable = vma.flags & Vma::VM_WRITE != 0;
     let t = table(mm, addr);
-    t.ptes[pte_index(addr)] = Pte::new(new, writable);
-    t.pte_mkdirty(pte_index(addr));
+    t.ptes[i] = Pte::new(new, writable);
+    t.pte_mkdirty(i);
     Ok(())
 }
 
@@ -366,6 +387,19 @@ fn folio_prealloc(m: &mut Machine, mm: &mut MmStruct, mm_id: MmId) -> Result<(Pf
 /// and copied otherwise.
 fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Result<(), Fault> {
     let pte = table(mm, addr).ptes[pte_index(addr)];
+    if let (Some(page), Some(FileVma { shared: true, .. })) = (pte.pfn(), vma.file) {
+        // wp_page_shared: the shared page itself becomes writable, dirty.
+        m.trace(|| Step::Wp {
+            huge: false,
+            zero: false,
+            reused: true,
+        });
+        m.zone.memmap.page_mut(page).set(pg::DIRTY);
+        let t = table(mm, addr);
+        t.ptes[pte_index(addr)] = pte.mkwrite();
+        t.pte_mkdirty(pte_index(addr));
+        return Ok(());
+    }
     let Some(page) = pte.pfn() else {
         m.trace(|| Step::Wp {
             huge: false,
@@ -496,7 +530,8 @@ pub fn access_range(
     if !vma.allows(write) {
         return Err(Fault::Sigsegv { addr: start, write });
     }
-    if write && !vma.anon_vma {
+    let shared = vma.file.is_some_and(|f| f.shared);
+    if write && !vma.anon_vma && !shared {
         // Every write fault needs one (vmf_anon_prepare); a write that
         // faults nowhere finds it there already.
         mm.anon_vma_prepare(start);

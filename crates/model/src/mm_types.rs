@@ -76,6 +76,9 @@ pub mod pg {
     /// two bits; 0 on order-0 folios and on every other page.
     pub const CAUSE_SHIFT: u32 = 10;
     pub const CAUSE_MASK: u16 = 0b11 << CAUSE_SHIFT;
+    /// An order-0 page cache page (`filemap`): PG_dirty. It shares the bit
+    /// of `DEFERRED`, which only the heads of large anon folios use.
+    pub const DIRTY: u16 = DEFERRED;
     /// Bits 12..16 hold the order of a head or free block.
     pub const ORDER_SHIFT: u32 = 12;
     pub const FLAGS_MASK: u16 = (1 << ORDER_SHIFT) - 1;
@@ -292,6 +295,10 @@ pub struct FileVma {
     pub inode: u32,
     /// vm_pgoff: the file page the VMA's first page maps.
     pub pgoff: u64,
+    /// VM_SHARED: a shared anonymous mapping, whose file is the shmem
+    /// object `shmem_zero_setup` made for it; false for a MAP_PRIVATE
+    /// mapping of a workload file.
+    pub shared: bool,
 }
 
 impl FileVma {

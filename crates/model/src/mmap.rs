@@ -397,6 +397,24 @@ fn unmap_vmas(m: &mut Machine, mm: &mut MmStruct, vmas: &[Vma]) {
             hugetlb::hugetlb_vm_op_close(m, vma, &hv);
         }
     }
+    for vma in vmas {
+        if let Some(f) = vma.file.filter(|f| f.shared) {
+            shmem_fput(m, mm, f.inode);
+        }
+    }
+}
+
+/// fput of a shared anonymous mapping's shmem object as a VMA of it goes:
+/// the last VMA (in any mm) evicts it and frees its pages.
+fn shmem_fput(m: &mut Machine, mm: &MmStruct, inode: u32) {
+    let maps = |mm: &MmStruct| {
+        mm.vmas
+            .values()
+            .any(|v| v.file.is_some_and(|f| f.inode == inode))
+    };
+    if !maps(mm) && !m.mms.iter().any(|other| maps(other)) {
+        crate::filemap::shmem_evict_inode(m, inode);
+    }
 }
 
 /// free_pgtables: frees the page tables of PMD slots around `[start, end)` that
@@ -456,9 +474,6 @@ pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
 /// `MAP_SHARED`) whose pages the pool reserves at once.
 pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), BackendError> {
     let (proc, region, size, align, shared) = (&s.proc, &s.region, s.size, s.align, s.shared);
-    if shared && s.hugetlb.is_none() {
-        return Err(unsupported(stmt, "mmap shared without hugetlb="));
-    }
     let id = mm_id_of(m, stmt, proc)?;
     if m.mms
         .get(id)
@@ -479,7 +494,21 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
             let pages = pgoff + (len >> PAGE_SHIFT);
             let inode = crate::filemap::file_at_least(m, name, pages)
                 .map_err(|_| failed(stmt, format!("out of memory filling file '{name}'")))?;
-            Some(FileVma { inode, pgoff })
+            Some(FileVma {
+                inode,
+                pgoff,
+                shared: false,
+            })
+        }
+        // shmem_zero_setup: a shared anonymous mapping is of a shmem object
+        // of its own.
+        None if shared && s.hugetlb.is_none() => {
+            let pages = size.bytes().next_multiple_of(PAGE_SIZE) >> PAGE_SHIFT;
+            Some(FileVma {
+                inode: crate::filemap::shmem_zero_setup(m, pages),
+                pgoff: 0,
+                shared: true,
+            })
         }
         None => None,
     };

@@ -207,13 +207,18 @@ pub fn walk_range(
                     let page = m.zone.memmap.page(pfn);
                     if page.is_small_folio() {
                         // smaps_account for a small folio: one page says it all.
-                        // A page cache page (filemap) is not anonymous and
-                        // is PG_dirty (shmem).
+                        // A page cache page (filemap) is not anonymous; its
+                        // PG_dirty is its own flag.
                         let file = !page.test(pg::ANON);
                         mss.resident += PAGE_SIZE;
                         mss.anonymous += if file { 0 } else { PAGE_SIZE };
                         let lru = m.lru.flags(pfn);
-                        let dirty = t.pte_dirty(i) || file || lru & crate::swap::DIRTY != 0;
+                        let folio_dirty = if file {
+                            page.test(pg::DIRTY)
+                        } else {
+                            lru & crate::swap::DIRTY != 0
+                        };
+                        let dirty = t.pte_dirty(i) || folio_dirty;
                         if lru & crate::swap::LAZYFREE != 0 && !dirty {
                             mss.lazyfree += PAGE_SIZE;
                         }

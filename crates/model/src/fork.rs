@@ -10,6 +10,8 @@
 //! - a PMD-mapped THP stays PMD-mapped in both, a PTE-mapped folio stays
 //!   PTE-mapped, both write-protected and no longer PageAnonExclusive, with
 //!   one reference and one mapcount more per mapping;
+//! - a page cache page of a private file VMA with an anon_vma is mapped in
+//!   the child too, read-only as in the parent (folio_dup_file_rmap_ptes);
 //! - a private HugeTLB mapping's pages are shared write-protected
 //!   (`hugetlb::copy_hugetlb_page_range`); the child owns no reservation;
 //! - when the parent has ever pinned (MMF_HAS_PINNED) and a folio may be

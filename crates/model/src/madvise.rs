@@ -67,8 +67,11 @@ pub fn sys_madvise(
             let msg = "madvise(MADV_FREE) of a file mapping";
             return Err(BackendError::errno(stmt, Errno::EINVAL, msg));
         }
-        Advice::Cold | Advice::Pageout => {
-            crate::syscall::refuse_file_range(m, stmt, id, start, end, "madvise COLD or PAGEOUT")?
+        // MADV_COLLAPSE of a file VMA is collapse_file of its page cache
+        // (forced, so even under shmem_enabled never): not modelled.
+        Advice::Cold | Advice::Pageout | Advice::Collapse => {
+            let what = "madvise COLD, PAGEOUT or COLLAPSE";
+            crate::syscall::refuse_file_range(m, stmt, id, start, end, what)?
         }
         _ => {}
     }

@@ -36,8 +36,12 @@
 //! VM_FAULT_OOM. The inline order-0 path is taken only where a charge
 //! cannot fail (no memcg limit).
 //!
-//! Simplifications: no userfaultfd, no swap; no fault-around
-//! or retries (the model has no concurrency, so the rechecks under the PTE lock
+//! File VMAs (`filemap`): `do_fault` is do_read_fault (with
+//! do_fault_around), do_cow_fault and do_shared_fault; `do_wp_page` copies
+//! a page cache page of a private mapping and makes a shared mapping's
+//! page writable in place (wp_page_shared).
+//!
+//! Simplifications: no userfaultfd, no swap; no retries (the model has no concurrency, so the rechecks under the PTE lock
 //! always pass); a write to memory the VMA does not allow, or to no VMA, is a
 //! SIGSEGV reported as an error rather than a signal; no LRU batches (the
 //! extra reference they hold is what `lru_add_drain` in the reuse check

@@ -5,8 +5,11 @@
 //! and `vma_adjust_trans_huge` from `mm/huge_memory.c`, which splits a PMD
 //! mapping that a new VMA boundary would cut.
 //!
-//! Simplifications: anonymous private mappings and HugeTLB mappings
-//! (`hugetlb`) only; a VMA records only
+//! Simplifications: anonymous private mappings, HugeTLB mappings
+//! (`hugetlb`), private mappings of the workload's files and shared
+//! anonymous mappings (`filemap`: a file VMA's `vm_file`/`vm_pgoff` are
+//! its `FileVma`; a shared anonymous VMA's object is evicted when its last
+//! VMA goes, `shmem_fput`) only; a VMA records only
 //! whether it has an anon_vma — the anon_vma itself is one per mm
 //! (`rmap::AnonVmas`), so two neighbouring VMAs of one region merge when
 //! their flags match, which is when the kernel merges them too, as they share
@@ -412,7 +415,7 @@ fn shmem_fput(m: &mut Machine, mm: &MmStruct, inode: u32) {
             .values()
             .any(|v| v.file.is_some_and(|f| f.inode == inode))
     };
-    if !maps(mm) && !m.mms.iter().any(|other| maps(other)) {
+    if !maps(mm) && !m.mms.iter().any(maps) {
         crate::filemap::shmem_evict_inode(m, inode);
     }
 }

@@ -11,8 +11,12 @@
 //! counts in LazyFree.
 //! Pss is kept in the kernel's fixed point (PSS_SHIFT = 12) and truncated to
 //! kB at the end, as `SEQ_PUT_DEC` does.
+//! A page cache page (`filemap`) is in Rss and Pss but not Anonymous; its
+//! PG_dirty is its own `pg::DIRTY`.
 //! `folios` is hugelab's own summary of what pagemap + kpageflags reveal: how
-//! many folios of each size map into the range, and whether by PMD or by PTEs.
+//! many folios of each size map into the range (page cache pages too, as
+//! the kernel backend counts every present page), and whether by PMD or by
+//! PTEs.
 
 use crate::internal::folio_pte_batch;
 use crate::mm_types::{

@@ -216,9 +216,9 @@ fn do_fault(
         }
         return Ok(());
     }
-    m.trace(|| Step::Mapped { order: 0 });
     let writable = vma.flags & Vma::VM_WRITE != 0;
     if file.shared {
+        m.trace(|| Step::Mapped { order: 0 });
         let page = shmem_fault(m, file.inode, index)?;
         folio_add_file_rmap_pte(m, page);
         m.zone.memmap.page_mut(page).set(pg::DIRTY);
@@ -233,6 +233,7 @@ fn do_fault(
         .expect("a file VMA lies inside its file");
     let mm_id = mm.mm_id;
     let (new, _) = folio_prealloc(m, mm, mm_id)?;
+    m.trace(|| Step::Mapped { order: 0 });
     copy_content(m, page, new);
     rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, addr);
     mm.anon_rss += 1;

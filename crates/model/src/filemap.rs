@@ -132,14 +132,16 @@ pub fn shmem_fault(m: &mut Machine, inode: u32, index: u64) -> Result<Pfn, Fault
 /// shmem_evict_inode (through fput of the last VMA mapping a shared
 /// anonymous region's object): its pages, none mapped, are freed.
 pub fn shmem_evict_inode(m: &mut Machine, inode: u32) {
-    let pages = std::mem::take(&mut m.page_cache.pages[inode as usize]);
-    for pfn in pages.into_iter().flatten() {
-        debug_assert!(
-            m.zone.memmap.page(pfn).mapcount == 0,
-            "evicting a mapped page"
-        );
+    let mut pages = std::mem::take(&mut m.page_cache.pages[inode as usize]);
+    for slot in pages.iter_mut() {
+        // A page still mapped stays (none is, when the last VMA went).
+        let Some(pfn) = slot.filter(|p| m.zone.memmap.page(*p).mapcount == 0) else {
+            continue;
+        };
         m.zone.free_pages(pfn, 0);
+        *slot = None;
     }
+    m.page_cache.pages[inode as usize] = pages;
 }
 
 /// Whether `page` (mapped by a PTE) is a page cache page: not anonymous,

@@ -30,11 +30,8 @@ pub(crate) fn mmap(
         size,
         align,
         hugetlb,
-        shared,
-        file,
-        offset,
-        prot,
         at,
+        ..
     } = s;
     let len = size.bytes().next_multiple_of(PAGE_SIZE);
     let align = match (align, hugetlb) {
@@ -52,35 +49,7 @@ pub(crate) fn mmap(
         }
         None => placement::place_region(&mut cursor, len, align),
     };
-    let prot = prot_bits(prot.unwrap_or(Prot::ReadWrite));
-    let (req, pass) = match file {
-        // The file's pages are written before the window opens: they are
-        // in the page cache before the mapping, as a cached library's are.
-        Some(name) => {
-            let offset = offset.map_or(0, |o| o.bytes());
-            let fd = agents.files.at_least(stmt, name, offset + len)?;
-            let req = Request::MmapFile {
-                addr: start,
-                len,
-                prot,
-                offset,
-            };
-            (req, Some(fd))
-        }
-        None => {
-            if *shared && hugetlb.is_none() {
-                crate::filemap::refuse_large_shmem_folios(stmt)?;
-            }
-            let req = Request::Mmap {
-                addr: start,
-                len,
-                prot,
-                shared: *shared,
-                hugetlb: *hugetlb,
-            };
-            (req, None)
-        }
-    };
+    let (req, pass) = mmap_request(agents, stmt, s, start, len)?;
     let mut addr = 0;
     m.window(stmt, false, agents, |agents| {
         let (a, faults) = agents.request_passing(stmt, proc, req, pass)?;
@@ -114,6 +83,42 @@ pub(crate) fn mmap(
         ));
     }
     Ok(())
+}
+
+/// The request that maps `s` at `start`: anonymous memory, or a file's
+/// memfd (passed with the request), whose pages are written before the
+/// statement's window opens: they are in the page cache before the
+/// mapping, as a cached library's are.
+fn mmap_request(
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &Mmap,
+    start: u64,
+    len: u64,
+) -> Result<(Request, Option<std::os::fd::RawFd>), BackendError> {
+    let prot = prot_bits(s.prot.unwrap_or(Prot::ReadWrite));
+    if let Some(name) = &s.file {
+        let offset = s.offset.map_or(0, |o| o.bytes());
+        let fd = agents.files.at_least(stmt, name, offset + len)?;
+        let req = Request::MmapFile {
+            addr: start,
+            len,
+            prot,
+            offset,
+        };
+        return Ok((req, Some(fd)));
+    }
+    if s.shared && s.hugetlb.is_none() {
+        crate::filemap::refuse_large_shmem_folios(stmt)?;
+    }
+    let req = Request::Mmap {
+        addr: start,
+        len,
+        prot,
+        shared: s.shared,
+        hugetlb: s.hugetlb,
+    };
+    Ok((req, None))
 }
 
 /// An `at=` region may not overlap, nor touch (it could merge with), a

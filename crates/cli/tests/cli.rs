@@ -65,11 +65,13 @@ fn passing_run_prints_table_and_json() {
 
 #[test]
 fn unsupported_statement_is_refused_not_ignored() {
-    let (code, _, err) = run_text("spawn a\na mmap buf 2M\na mmap sh 2M shared\n");
+    let (code, _, err) = run_text("spawn a\na mmap buf 2M\na mmap sh 2M shared\na mprotect sh r\n");
     assert_eq!(code, Some(2));
     assert!(
-        err.contains(":3:")
-            && err.contains("mmap shared without hugetlb= is not supported by the model backend"),
+        err.contains(":4:")
+            && err.contains(
+                "mprotect of a shared anonymous region is not supported by the model backend"
+            ),
         "{err}"
     );
 }

@@ -156,6 +156,12 @@ fn serve(fd: RawFd, first: bool) {
                 let e = agent_task::exec_self(fd, RUNNER.load(Relaxed));
                 done(e, 0, 0)
             }
+            Some(Request::MmapFile {
+                addr,
+                len,
+                prot,
+                offset,
+            }) => map_file(addr, len, prot, offset, passed_fd),
             Some(req) => execute(req),
             None => done(Errno(libc::ENOSYS), 0, 0),
         };
@@ -320,9 +326,11 @@ fn execute(req: Request) -> Reply {
                 Ok(addr) => done(Errno::OK, addr as i64, 0),
                 Err(e) => done(e, 0, 0),
             },
-            Request::Fork | Request::Exit | Request::Thread | Request::Exec => {
-                done(Errno(libc::ENOSYS), 0, 0)
-            }
+            Request::Fork
+            | Request::Exit
+            | Request::Thread
+            | Request::Exec
+            | Request::MmapFile { .. } => done(Errno(libc::ENOSYS), 0, 0),
         }
     }
 }
@@ -435,6 +443,26 @@ unsafe fn map_region(
         return Err(errno());
     }
     Ok(got as u64)
+}
+
+/// MAP_PRIVATE of the file `fd` (passed with the request, closed here once
+/// mapped: the mapping holds the file) at exactly `addr`, from `offset`.
+fn map_file(addr: u64, len: u64, prot: i32, offset: u64, fd: RawFd) -> Reply {
+    if fd < 0 {
+        return done(Errno(libc::EBADF), 0, 0);
+    }
+    let flags = libc::MAP_PRIVATE | libc::MAP_FIXED_NOREPLACE;
+    // SAFETY: a new mapping at an address the runner chose clear of this
+    // agent's own mappings; the fd is ours to close.
+    unsafe {
+        let got = libc::mmap(addr as *mut _, len as usize, prot, flags, fd, offset as i64);
+        let e = errno();
+        libc::close(fd);
+        if got == libc::MAP_FAILED {
+            return done(e, 0, 0);
+        }
+        done(Errno::OK, got as i64, 0)
+    }
 }
 
 /// The ranges pinned so far, each by an io_uring of its own: (start, len, ring fd).

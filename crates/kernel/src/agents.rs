@@ -59,6 +59,8 @@ pub(crate) struct Agents {
     pub(crate) procs: BTreeMap<String, Proc>,
     /// The process of each live thread, by the thread's name.
     pub(crate) thread_of: BTreeMap<String, String>,
+    /// The workload's files, as memfds the agents map (see `filemap`).
+    pub(crate) files: crate::filemap::Files,
 }
 
 /// Whether the memcg OOM killer killed in `p`'s group since it read
@@ -130,6 +132,17 @@ impl Agents {
         proc: &str,
         req: Request,
     ) -> Result<(i64, Call), BackendError> {
+        self.request_passing(stmt, proc, req, None)
+    }
+
+    /// [`Agents::request`], passing the descriptor `pass` with the request.
+    pub(crate) fn request_passing(
+        &mut self,
+        stmt: &Stmt,
+        proc: &str,
+        req: Request,
+        pass: Option<std::os::fd::RawFd>,
+    ) -> Result<(i64, Call), BackendError> {
         let p = self.get_mut(stmt, proc)?;
         let oom_kills_before = p.memcg_dir.as_deref().and_then(crate::memcg::oom_kills_at);
         let killed = |signal: i32, how: String| {
@@ -143,7 +156,7 @@ impl Agents {
                 message: format!("{proc} was killed by {signal} ({how})"),
             }))
         };
-        let reply = match p.channel(proc).request(req) {
+        let reply = match p.channel(proc).request_passing(req, pass) {
             Ok(reply) => reply,
             Err(KernelError::Killed {
                 signal,

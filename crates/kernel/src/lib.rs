@@ -25,6 +25,7 @@ pub mod backend;
 mod call;
 pub mod command;
 pub mod error;
+mod filemap;
 pub mod guard;
 mod gup;
 mod huge_memory;

@@ -30,11 +30,7 @@ pub(crate) fn mmap(
         size,
         align,
         hugetlb,
-        shared,
-        prot,
         at,
-        populate,
-        stack,
         growsdown,
         ..
     } = s;
@@ -65,19 +61,10 @@ pub(crate) fn mmap(
     if below > 0 {
         refuse_taken_stack_range(stmt, p, start, below)?;
     }
-    let req = Request::Mmap {
-        addr: start + below,
-        len: len - below,
-        prot: prot_bits(prot.unwrap_or(Prot::ReadWrite)),
-        shared: *shared,
-        hugetlb: *hugetlb,
-        populate: *populate,
-        stack: *stack,
-        growsdown: *growsdown,
-    };
+    let (req, pass) = mmap_request(agents, stmt, s, start + below, len - below)?;
     let mut addr = 0;
     m.window(stmt, false, agents, |agents| {
-        let (a, faults) = agents.request(stmt, proc, req)?;
+        let (a, faults) = agents.request_passing(stmt, proc, req, pass)?;
         addr = (a as u64).wrapping_sub(below);
         Ok(faults)
     })?;
@@ -108,6 +95,45 @@ pub(crate) fn mmap(
         ));
     }
     Ok(())
+}
+
+/// The request that maps `s` at `start`: anonymous memory, or a file's
+/// memfd (passed with the request), whose pages are written before the
+/// statement's window opens: they are in the page cache before the
+/// mapping, as a cached library's are.
+fn mmap_request(
+    agents: &mut Agents,
+    stmt: &Stmt,
+    s: &Mmap,
+    start: u64,
+    len: u64,
+) -> Result<(Request, Option<std::os::fd::RawFd>), BackendError> {
+    let prot = prot_bits(s.prot.unwrap_or(Prot::ReadWrite));
+    if let Some(name) = &s.file {
+        let offset = s.offset.map_or(0, |o| o.bytes());
+        let fd = agents.files.at_least(stmt, name, offset + len)?;
+        let req = Request::MmapFile {
+            addr: start,
+            len,
+            prot,
+            offset,
+        };
+        return Ok((req, Some(fd)));
+    }
+    if s.shared && s.hugetlb.is_none() {
+        crate::filemap::refuse_large_shmem_folios(stmt)?;
+    }
+    let req = Request::Mmap {
+        addr: start,
+        len,
+        prot,
+        shared: s.shared,
+        hugetlb: s.hugetlb,
+        populate: s.populate,
+        stack: s.stack,
+        growsdown: s.growsdown,
+    };
+    Ok((req, None))
 }
 
 /// `<proc> brk <region> <new-size> [at=]`. The agent cannot move its own

@@ -155,10 +155,16 @@ impl AgentProc {
     /// the agent's last word (it is dying of the signal): it is returned
     /// once the agent is gone, its memory freed.
     pub fn request(&mut self, req: Request) -> Result<Reply> {
+        self.request_passing(req, None)
+    }
+
+    /// [`AgentProc::request`], passing the descriptor `pass` with it
+    /// (SCM_RIGHTS): the file a [`Request::MmapFile`] maps.
+    pub fn request_passing(&mut self, req: Request, pass: Option<RawFd>) -> Result<Reply> {
         if self.child.is_some() {
             self.minflt_at_request = proc_minflt(self.pid);
         }
-        self.send(&req, None)?;
+        self.send(&req, pass)?;
         let reply = self.recv()?;
         if reply.signal != 0 {
             self.wait_gone(Duration::from_secs(30))?;

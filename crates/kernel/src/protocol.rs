@@ -30,6 +30,7 @@ mod op {
     pub const MREMAP: u64 = 11;
     pub const THREAD: u64 = 12;
     pub const EXEC: u64 = 13;
+    pub const MMAP_FILE: u64 = 14;
 }
 
 /// MREMAP modes (a4).
@@ -73,6 +74,16 @@ pub enum Request {
         populate: bool,
         stack: bool,
         growsdown: bool,
+    },
+    /// mmap(MAP_PRIVATE|MAP_FIXED_NOREPLACE) at exactly `addr` of the file
+    /// whose descriptor arrives with the request (SCM_RIGHTS; the agent
+    /// closes it once mapped), from byte `offset`; the reply's value is the
+    /// address.
+    MmapFile {
+        addr: u64,
+        len: u64,
+        prot: i32,
+        offset: u64,
     },
     Munmap {
         addr: u64,
@@ -206,6 +217,12 @@ impl Request {
                 }
                 [op::MMAP, addr, len, u64::from(prot as u32), flags]
             }
+            Request::MmapFile {
+                addr,
+                len,
+                prot,
+                offset,
+            } => [op::MMAP_FILE, addr, len, u64::from(prot as u32), offset],
             Request::Munmap { addr, len } => [op::MUNMAP, addr, len, 0, 0],
             Request::Mprotect { addr, len, prot } => {
                 [op::MPROTECT, addr, len, u64::from(prot as u32), 0]
@@ -274,6 +291,12 @@ impl Request {
                 populate: a3 & map::POPULATE != 0,
                 stack: a3 & map::STACK != 0,
                 growsdown: a3 & map::GROWSDOWN != 0,
+            },
+            op::MMAP_FILE => Request::MmapFile {
+                addr: a0,
+                len: a1,
+                prot: int(a2)?,
+                offset: a3,
             },
             op::MUNMAP => Request::Munmap { addr: a0, len: a1 },
             op::MPROTECT => Request::Mprotect {
@@ -403,6 +426,12 @@ mod tests {
             });
         }
         all.extend([
+            Request::MmapFile {
+                addr,
+                len,
+                prot: libc::PROT_READ,
+                offset: 1 << 20,
+            },
             Request::Munmap { addr, len },
             Request::Mprotect {
                 addr,
@@ -463,9 +492,10 @@ mod tests {
             Request::Mremap { .. } => 10,
             Request::Thread => 11,
             Request::Exec => 12,
+            Request::MmapFile { .. } => 13,
         };
         let variants: std::collections::BTreeSet<u32> = all.iter().map(variant).collect();
-        assert_eq!(variants, (0..13).collect());
+        assert_eq!(variants, (0..14).collect());
         for req in all {
             assert_eq!(Request::decode(&req.encode()), Some(req), "{req:?}");
         }

@@ -33,7 +33,11 @@
 //! down and freed; threads share one mm).
 //! Each process's cached readings (`reading_cache`), where still taken as
 //! fresh, equal a fresh computation.
-//! With no process left, every frame but the huge zero folio is free.
+//! Page cache pages (`filemap`): each is order 0, not anonymous, its
+//! mapcount the PTEs found mapping it and its refcount one more (the page
+//! cache's); their frames count as in use for as long as the run.
+//! With no process left, every frame but the huge zero folio and the page
+//! cache is free.
 //! Slow (a full walk): for tests and `--check`, not for benchmarks.
 
 use crate::mm_types::{
@@ -68,7 +72,8 @@ pub fn check(model: &Model) -> Vec<String> {
     crate::hugetlb::check(m, names.iter().map(|(n, mm)| (n.as_str(), *mm)), &mut bad);
     let zero = m.huge_zero_folio.map_or(0, |_| HPAGE_PMD_NR);
     let hugetlb = m.hugetlb.frames() + m.vmemmap.zone_frames();
-    let used = found.frames + walk.tables as u64 + zero + hugetlb + m.unmovable_pages;
+    let cache = check_page_cache(m, &walk, &mut bad);
+    let used = found.frames + walk.tables as u64 + zero + hugetlb + m.unmovable_pages + cache;
     let total = m.zone.spanned_pages();
     if used + m.zone.nr_free_pages() != total {
         bad.push(format!(
@@ -116,6 +121,8 @@ fn check_memcg(m: &Machine, bad: &mut Vec<String>) {
 #[derive(Default)]
 struct Walk {
     pte_maps: BTreeMap<Pfn, u32>,
+    /// PTE mappings of page cache pages (filemap).
+    file_maps: BTreeMap<Pfn, u32>,
     pmd_maps: BTreeMap<Pfn, u32>,
     /// Page-table pages found.
     tables: i64,
@@ -150,6 +157,10 @@ fn walk_page_tables(m: &Machine, bad: &mut Vec<String>) -> Walk {
                 Pmd::Table(t) => {
                     for (i, pte) in t.ptes.iter().enumerate() {
                         let Some(pfn) = pte.pfn() else { continue };
+                        if !m.zone.memmap.page(pfn).test(pg::ANON) {
+                            *w.file_maps.entry(pfn).or_default() += 1;
+                            continue;
+                        }
                         *w.pte_maps.entry(pfn).or_default() += 1;
                         let folio = page_folio(m, pfn);
                         *w.by_mm
@@ -179,6 +190,32 @@ fn walk_page_tables(m: &Machine, bad: &mut Vec<String>) -> Walk {
         }
     }
     w
+}
+
+/// Every page cache page against the PTEs found mapping it; returns how
+/// many frames the page cache holds.
+fn check_page_cache(m: &Machine, walk: &Walk, bad: &mut Vec<String>) -> u64 {
+    let mut frames = 0;
+    for page in m.page_cache.all_pages() {
+        frames += 1;
+        let p = m.zone.memmap.page(page);
+        let maps = walk.file_maps.get(&page).copied().unwrap_or(0);
+        if !p.is_small_folio() || p.test(pg::ANON) {
+            bad.push(format!(
+                "{page}: a page cache page that is no order-0 file folio"
+            ));
+        }
+        if u32::from(p.mapcount) != maps || p.private != maps + 1 {
+            bad.push(format!(
+                "{page}: page cache page with mapcount {} and refcount {} but {maps} PTEs map it",
+                p.mapcount, p.private
+            ));
+        }
+    }
+    if walk.file_maps.len() as u64 > frames {
+        bad.push("a PTE maps a non-anonymous page outside the page cache".to_string());
+    }
+    frames
 }
 
 /// What the folios mapped or pinned add up to.

@@ -462,8 +462,10 @@ impl Backend for Model {
 
     fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         use crate::reading_cache::{touches, Touches};
-        // Limit reclaim and the OOM killer reach every process of a memcg.
-        let touches = if self.machine.memcg.is_active() {
+        // Limit reclaim and the OOM killer reach every process of a memcg;
+        // a page cache page is shared by processes of any family (and a
+        // store through a shared mapping's clean PTE dirties it, no fault).
+        let touches = if self.machine.memcg.is_active() || !self.machine.page_cache.is_empty() {
             Touches::Everything
         } else {
             touches(&stmt.kind)

@@ -10,6 +10,8 @@
 //! - a PMD-mapped THP stays PMD-mapped in both, a PTE-mapped folio stays
 //!   PTE-mapped, both write-protected and no longer PageAnonExclusive, with
 //!   one reference and one mapcount more per mapping;
+//! - a page cache page of a private file VMA with an anon_vma is mapped in
+//!   the child too, read-only as in the parent (folio_dup_file_rmap_ptes);
 //! - a private HugeTLB mapping's pages are shared write-protected
 //!   (`hugetlb::copy_hugetlb_page_range`); the child owns no reservation;
 //! - when the parent has ever pinned (MMF_HAS_PINNED) and a folio may be
@@ -155,6 +157,15 @@ fn copy_pte_range(
         // A small folio nobody may have pinned (the fork hot path):
         // folio_try_dup_anon_rmap_pte and __copy_present_ptes inline.
         let p = m.zone.memmap.page_mut(page);
+        if !p.test(pg::ANON) {
+            // A page cache page of a private file VMA (folio_dup_file_rmap_pte):
+            // mapped read-only, as it is in the parent; not anon rss.
+            p.mapcount += 1;
+            p.private += 1;
+            dt.ptes[i] = pte;
+            i += 1;
+            continue;
+        }
         if p.is_small_folio() && (!has_pinned || p.private < rmap::GUP_PIN_COUNTING_BIAS) {
             p.clear(pg::ANON_EXCLUSIVE);
             p.mapcount += 1;

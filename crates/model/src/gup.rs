@@ -202,6 +202,7 @@ pub fn sys_pin(
 ) -> Result<(), BackendError> {
     let m = &mut model.machine;
     let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    crate::syscall::refuse_file_range(m, stmt, id, start, end, "pin")?;
     // io_buffer_validate (io_uring/rsrc.c): "arbitrary limit, but we
     // need something".
     if end - start > IO_URING_MAX_BUFFER {

@@ -405,6 +405,7 @@ pub fn sys_split(
     range: &Range,
 ) -> Result<(), BackendError> {
     let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    crate::syscall::refuse_file_range(m, stmt, id, start, end, "split")?;
     m.with_mms(None, |m, mms| split_huge_pages_pid(m, mms, id, start, end));
     Ok(())
 }

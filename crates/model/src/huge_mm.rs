@@ -80,7 +80,11 @@ impl ThpSettings {
 /// mask, then the VMA and process vetoes. The fit-in-VMA check is left to the
 /// caller, as the fault path does it per address.
 pub fn thp_vma_allowable_orders(thp: &ThpSettings, mm: &MmStruct, vma: &Vma, orders: u32) -> u32 {
-    if vma.hugetlb.is_some() {
+    // A file VMA's huge orders are its file's (shmem_allowable_huge_orders
+    // for the kernel backend's memfds), none while shmem_enabled is never
+    // (the only setting the model has; see filemap): anonymous THP does not
+    // apply to it, at fault, khugepaged or MADV_COLLAPSE.
+    if vma.hugetlb.is_some() || vma.file.is_some() {
         return 0;
     }
     let hugepage = vma.flags & Vma::VM_HUGEPAGE != 0;

@@ -8,7 +8,8 @@
 //! shrinker) with `huge_memory_fault` (the PMD fault paths) and
 //! `deferred_split` (the queue), `hugetlb` (HugeTLB pools, reservations,
 //! faults), `hugetlb_vmemmap` (HVO), `khugepaged`, `rmap`, `mmap`,
-//! `mprotect`, `madvise` (also MADV_FREE, COLD, PAGEOUT), `memcontrol`
+//! `mprotect`, `filemap` (the page cache of `file=` mappings and shared
+//! anonymous memory, fault-around), `madvise` (also MADV_FREE, COLD, PAGEOUT), `memcontrol`
 //! (memory cgroups: page counters, uncharge, migration) with
 //! `memcontrol_charge` (the charge, its limit reclaim and OOM) and
 //! `oom_kill` (the memcg OOM killer), `swap` (the LRU flags of anon folios),
@@ -35,7 +36,8 @@
 //! leaves out.
 //!
 //! Machine-wide simplifications: x86_64 with 4 KiB pages and one NUMA node; no
-//! swap, page cache or concurrency yet; statements the model
+//! swap or concurrency yet; a page cache only for the workload's files and
+//! shared anonymous mappings (`filemap`: order 0, never reclaimed); statements the model
 //! cannot execute are refused with an error naming them, never ignored.
 //!
 //! One machine owns every address space: `Machine::mms` holds each
@@ -53,6 +55,7 @@ pub mod counters;
 pub mod debug_vm;
 pub mod deferred_split;
 mod exec;
+pub mod filemap;
 pub mod fork;
 pub mod fragment;
 pub mod fs_exec;
@@ -138,6 +141,8 @@ pub struct Machine {
     pub unmovable_pages: u64,
     /// Memory cgroups and what is charged to them (see memcontrol).
     pub memcg: memcontrol::Memcgs,
+    /// The page cache of the workload's files (see filemap).
+    pub page_cache: filemap::PageCache,
     /// A bug put in on purpose, to show the invariant checker catches it.
     #[doc(hidden)]
     pub injected_bug: Option<InjectedBug>,
@@ -176,6 +181,7 @@ impl Machine {
             kcompactd_max_order: 0,
             unmovable_pages: 0,
             memcg: memcontrol::Memcgs::default(),
+            page_cache: filemap::PageCache::default(),
             injected_bug: None,
         }
     }

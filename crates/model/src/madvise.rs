@@ -62,9 +62,23 @@ pub fn sys_madvise(
     advice: Advice,
 ) -> Result<(), BackendError> {
     let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
-    if let Advice::PopulateRead | Advice::PopulateWrite = advice {
-        let write = advice == Advice::PopulateWrite;
-        return madvise_populate(m, stmt, proc, id, start, end, write);
+    match advice {
+        Advice::PopulateRead | Advice::PopulateWrite => {
+            let write = advice == Advice::PopulateWrite;
+            return madvise_populate(m, stmt, proc, id, start, end, write);
+        }
+        // madvise_free_single_vma: only anonymous VMAs can be freed lazily.
+        Advice::Free if crate::syscall::refuse_file_range(m, stmt, id, start, end, "").is_err() => {
+            let msg = "madvise(MADV_FREE) of a file mapping";
+            return Err(BackendError::errno(stmt, Errno::EINVAL, msg));
+        }
+        // MADV_COLLAPSE of a file VMA is collapse_file of its page cache
+        // (forced, so even under shmem_enabled never): not modelled.
+        Advice::Cold | Advice::Pageout | Advice::Collapse => {
+            let what = "madvise COLD, PAGEOUT or COLLAPSE";
+            crate::syscall::refuse_file_range(m, stmt, id, start, end, what)?
+        }
+        _ => {}
     }
     // The LRU advice's rmap walks (splits, reclaim) reach every mm.
     let lru = |m: &mut Machine, advice| {

@@ -36,8 +36,12 @@
 //! VM_FAULT_OOM. The inline order-0 path is taken only where a charge
 //! cannot fail (no memcg limit).
 //!
-//! Simplifications: no userfaultfd, no swap; no fault-around
-//! or retries (the model has no concurrency, so the rechecks under the PTE lock
+//! File VMAs (`filemap`): `do_fault` is do_read_fault (with
+//! do_fault_around), do_cow_fault and do_shared_fault; `do_wp_page` copies
+//! a page cache page of a private mapping and makes a shared mapping's
+//! page writable in place (wp_page_shared).
+//!
+//! Simplifications: no userfaultfd, no swap; no retries (the model has no concurrency, so the rechecks under the PTE lock
 //! always pass); a write to memory the VMA does not allow, or to no VMA, is a
 //! SIGSEGV reported as an error rather than a signal; no LRU batches (the
 //! extra reference they hold is what `lru_add_drain` in the reuse check
@@ -51,6 +55,10 @@
 //! touches the bits only in a table that has a clean one (a test made once
 //! per table, outside the loop).
 
+use crate::filemap::{
+    do_fault_around, folio_add_file_rmap_pte, folio_remove_file_rmap_pte, page_is_file,
+    set_pte_read, shmem_fault,
+};
 use crate::gfp::Gfp;
 use crate::huge_memory::{vma_thp_gfp_mask, PmdFault};
 use crate::huge_memory_fault::{
@@ -61,7 +69,7 @@ use crate::huge_mm::{
 };
 use crate::memcontrol_charge::mem_cgroup_charge;
 use crate::mm_types::{
-    pg, Fault, MmId, MmStruct, Pfn, Vma, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
+    pg, Fault, FileVma, MmId, MmStruct, Pfn, Vma, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
 };
 use crate::page_alloc::{alloc_folio, free_folio, vma_alloc_folio};
 use crate::pgtable::{pte_index, Pmd, Pte, PteTable};
@@ -164,6 +172,9 @@ fn handle_pte_fault(
 ) -> Result<(), Fault> {
     let pte = table(mm, addr).ptes[pte_index(addr)];
     if pte.is_none() {
+        if let Some(file) = vma.file {
+            return do_fault(m, mm, vma, &file, addr, write);
+        }
         return do_anonymous_page(m, mm, vma, addr, write);
     }
     debug_assert!(write && !pte.is_writable(), "fault on a usable PTE");
@@ -175,6 +186,61 @@ fn table(mm: &mut MmStruct, addr: u64) -> &mut PteTable {
         Some(Pmd::Table(t)) => t,
         _ => unreachable!("PTE-level fault without a page table"),
     }
+}
+
+/// do_fault for a file VMA. A read maps the page cache page and its
+/// neighbours (do_read_fault, with do_fault_around; a shared anonymous
+/// mapping's page that is not there yet is allocated by shmem_fault). A
+/// write to a private mapping copies the page cache page into a new anon
+/// order-0 folio (do_cow_fault: folio_prealloc, __do_fault,
+/// copy_mc_user_highpage, finish_fault); to a shared one, maps the shmem
+/// page writable and dirties it (do_shared_fault, fault_dirty_shared_page).
+fn do_fault(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    vma: &Vma,
+    file: &FileVma,
+    addr: u64,
+    write: bool,
+) -> Result<(), Fault> {
+    let index = file.linear_page_index(vma, addr);
+    let i = pte_index(addr);
+    if !write {
+        // The page cache page, order 0, and its neighbours.
+        m.trace(|| Step::Mapped { order: 0 });
+        do_fault_around(m, table(mm, addr), vma, file, addr);
+        if table(mm, addr).ptes[i].is_none() {
+            let page = shmem_fault(m, file.inode, index)?;
+            folio_add_file_rmap_pte(m, page);
+            set_pte_read(table(mm, addr), vma, file, i, page);
+        }
+        return Ok(());
+    }
+    let writable = vma.flags & Vma::VM_WRITE != 0;
+    if file.shared {
+        m.trace(|| Step::Mapped { order: 0 });
+        let page = shmem_fault(m, file.inode, index)?;
+        folio_add_file_rmap_pte(m, page);
+        m.zone.memmap.page_mut(page).set(pg::DIRTY);
+        let t = table(mm, addr);
+        t.ptes[i] = Pte::new(page, writable);
+        t.pte_mkdirty(i);
+        return Ok(());
+    }
+    let page = m
+        .page_cache
+        .find_get_page(file.inode, index)
+        .expect("a file VMA lies inside its file");
+    let mm_id = mm.mm_id;
+    let (new, _) = folio_prealloc(m, mm, mm_id)?;
+    m.trace(|| Step::Mapped { order: 0 });
+    copy_content(m, page, new);
+    rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, addr);
+    mm.anon_rss += 1;
+    let t = table(mm, addr);
+    t.ptes[i] = Pte::new(new, writable);
+    t.pte_mkdirty(i);
+    Ok(())
 }
 
 /// do_anonymous_page: a fault on an empty PTE. Reads map the shared zero page;
@@ -326,6 +392,19 @@ fn folio_prealloc(m: &mut Machine, mm: &mut MmStruct, mm_id: MmId) -> Result<(Pf
 /// and copied otherwise.
 fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Result<(), Fault> {
     let pte = table(mm, addr).ptes[pte_index(addr)];
+    if let (Some(page), Some(FileVma { shared: true, .. })) = (pte.pfn(), vma.file) {
+        // wp_page_shared: the shared page itself becomes writable, dirty.
+        m.trace(|| Step::Wp {
+            huge: false,
+            zero: false,
+            reused: true,
+        });
+        m.zone.memmap.page_mut(page).set(pg::DIRTY);
+        let t = table(mm, addr);
+        t.ptes[pte_index(addr)] = pte.mkwrite();
+        t.pte_mkdirty(pte_index(addr));
+        return Ok(());
+    }
     let Some(page) = pte.pfn() else {
         m.trace(|| Step::Wp {
             huge: false,
@@ -335,8 +414,10 @@ fn do_wp_page(m: &mut Machine, mm: &mut MmStruct, vma: &Vma, addr: u64) -> Resul
         return wp_page_copy(m, mm, vma, addr, None);
     };
     let folio = page_folio(m, page);
-    let reused =
-        m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio);
+    // Only an anon folio can be reused; a page cache page is copied.
+    let anon = !page_is_file(m, page);
+    let reused = anon
+        && (m.zone.memmap.page(page).test(pg::ANON_EXCLUSIVE) || wp_can_reuse_anon_folio(m, folio));
     m.trace(|| Step::Wp {
         huge: false,
         zero: false,
@@ -397,6 +478,10 @@ fn wp_page_copy(
     t.ptes[pte_index(addr)] = Pte::new(new, writable);
     t.pte_mkdirty(pte_index(addr));
     match old {
+        Some((_, page)) if page_is_file(m, page) => {
+            folio_remove_file_rmap_pte(m, page);
+            mm.anon_rss += 1;
+        }
         Some((folio, page)) => {
             if rmap::folio_remove_rmap_ptes(m, folio, page, 1, mm.mm_id) {
                 free_folio(m, folio);
@@ -450,7 +535,8 @@ pub fn access_range(
     if !vma.allows(write) {
         return Err(Fault::Sigsegv { addr: start, write });
     }
-    if write && !vma.anon_vma {
+    let shared = vma.file.is_some_and(|f| f.shared);
+    if write && !vma.anon_vma && !shared {
         // Every write fault needs one (vmf_anon_prepare); a write that
         // faults nowhere finds it there already.
         mm.anon_vma_prepare(start);
@@ -462,6 +548,8 @@ pub fn access_range(
     let small_only = thp_vma_allowable_orders(&m.thp, mm, vma, below_pmd) == 0
         && !m.memcg.limited(m.memcg.mm_memcg(mm.mm_id));
     let writable = vma.flags & Vma::VM_WRITE != 0;
+    // A file VMA's empty PTEs fault the long way (do_fault).
+    let file = vma.file.is_some();
     let mm_id = mm.mm_id;
     let mut addr = start;
     while addr < end {
@@ -501,7 +589,7 @@ pub fn access_range(
                     }
                     // A traced run takes every fault the long way, where
                     // its decisions are recorded.
-                    if (write && !small_only) || m.tracing() {
+                    if (write && !small_only) || file || m.tracing() {
                         break;
                     }
                     // handle_mm_fault -> do_anonymous_page at order 0, inline:

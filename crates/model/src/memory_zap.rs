@@ -74,6 +74,16 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
         };
         // A small folio (the exit hot path): its one page is the folio.
         let page = m.zone.memmap.page_mut(pfn);
+        if !page.test(crate::mm_types::pg::ANON) {
+            // A page cache page (filemap): the page cache keeps it; a
+            // dirty PTE dirties it (zap_present_folio_ptes).
+            if t.pte_dirty(i) {
+                page.set(crate::mm_types::pg::DIRTY);
+            }
+            crate::filemap::folio_remove_file_rmap_pte(m, pfn);
+            i += 1;
+            continue;
+        }
         if page.is_small_folio() {
             debug_assert!(page.mapcount > 0 && page.private > 0);
             page.mapcount -= 1;

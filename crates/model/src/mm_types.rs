@@ -76,6 +76,9 @@ pub mod pg {
     /// two bits; 0 on order-0 folios and on every other page.
     pub const CAUSE_SHIFT: u32 = 10;
     pub const CAUSE_MASK: u16 = 0b11 << CAUSE_SHIFT;
+    /// An order-0 page cache page (`filemap`): PG_dirty. It shares the bit
+    /// of `DEFERRED`, which only the heads of large anon folios use.
+    pub const DIRTY: u16 = DEFERRED;
     /// Bits 12..16 hold the order of a head or free block.
     pub const ORDER_SHIFT: u32 = 12;
     pub const FLAGS_MASK: u16 = (1 << ORDER_SHIFT) - 1;
@@ -203,6 +206,9 @@ pub struct Vma {
     /// A HugeTLB mapping (VM_HUGETLB): its file, offset and reservation
     /// state (see `hugetlb`).
     pub hugetlb: Option<HugetlbVma>,
+    /// A private mapping of a file of the workload (`vm_file`, `vm_pgoff`;
+    /// see `filemap`); None for anonymous memory.
+    pub file: Option<FileVma>,
 }
 
 impl Vma {
@@ -305,6 +311,34 @@ impl MmStruct {
     pub fn vmas_in(&self, start: u64, end: u64) -> Vec<Vma> {
         let first = self.find_vma(start).map_or(start, |v| v.start);
         self.vmas.range(first..end).map(|(_, v)| *v).collect()
+    }
+}
+
+/// A file VMA's file and offset (`vm_file`, `vm_pgoff`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileVma {
+    /// The file's inode (`PageCache::inode`).
+    pub inode: u32,
+    /// vm_pgoff: the file page the VMA's first page maps.
+    pub pgoff: u64,
+    /// VM_SHARED: a shared anonymous mapping, whose file is the shmem
+    /// object `shmem_zero_setup` made for it; false for a MAP_PRIVATE
+    /// mapping of a workload file.
+    pub shared: bool,
+}
+
+impl FileVma {
+    /// The same file, for the part of `vma` that starts at `addr`.
+    pub fn at(&self, vma: &Vma, addr: u64) -> FileVma {
+        FileVma {
+            pgoff: self.pgoff + ((addr - vma.start) >> PAGE_SHIFT),
+            ..*self
+        }
+    }
+
+    /// linear_page_index: the file page `addr` of `vma` maps.
+    pub fn linear_page_index(&self, vma: &Vma, addr: u64) -> u64 {
+        self.pgoff + ((addr - vma.start) >> PAGE_SHIFT)
     }
 }
 

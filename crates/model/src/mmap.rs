@@ -6,8 +6,11 @@
 //! and `vma_adjust_trans_huge` from `mm/huge_memory.c`, which splits a PMD
 //! mapping that a new VMA boundary would cut.
 //!
-//! Simplifications: anonymous private mappings and HugeTLB mappings
-//! (`hugetlb`) only; a VMA records only
+//! Simplifications: anonymous private mappings, HugeTLB mappings
+//! (`hugetlb`), private mappings of the workload's files and shared
+//! anonymous mappings (`filemap`: a file VMA's `vm_file`/`vm_pgoff` are
+//! its `FileVma`; a shared anonymous VMA's object is evicted when its last
+//! VMA goes, `shmem_fput`) only; a VMA records only
 //! whether it has an anon_vma — the anon_vma itself is one per mm
 //! (`rmap::AnonVmas`), so two neighbouring VMAs of one region merge when
 //! their flags match, which is when the kernel merges them too, as they share
@@ -49,7 +52,7 @@
 use crate::hugetlb;
 use crate::memory_zap::zap_page_range;
 use crate::mm_types::{
-    HugetlbVma, MmStruct, Region, Vma, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
+    FileVma, HugetlbVma, MmStruct, Region, Vma, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PUD_SIZE,
 };
 use crate::pgtable::Pmd;
 use crate::syscall::{failed, mm_id_of, resolve_range, unsupported, vm_prot};
@@ -58,9 +61,16 @@ use hugelab_workload::{placement, stmt, BackendError, Errno, Prot, Range, Stmt};
 
 impl MmStruct {
     /// do_mmap of an anonymous private region; returns its start address.
-    pub fn do_mmap(&mut self, name: &str, len: u64, align: Option<u64>, prot: u32) -> u64 {
+    pub fn do_mmap(
+        &mut self,
+        name: &str,
+        len: u64,
+        align: Option<u64>,
+        prot: u32,
+        file: Option<FileVma>,
+    ) -> u64 {
         let align = align.unwrap_or(placement::default_align(len));
-        self.map_region(name, len, align, prot, None)
+        self.map_region(name, len, align, prot, None, file)
     }
 
     /// do_mmap of an anonymous private region whose VMA is only its top
@@ -73,9 +83,10 @@ impl MmStruct {
         mapped: u64,
         align: Option<u64>,
         flags: u32,
+        file: Option<FileVma>,
     ) -> u64 {
         let align = align.unwrap_or(placement::default_align(len));
-        let start = self.map_region(name, len, align, flags, None);
+        let start = self.map_region(name, len, align, flags, None, file);
         if mapped < len {
             let vma = self.vmas.remove(&start).expect("just mapped");
             let top = start + len - mapped;
@@ -96,7 +107,7 @@ impl MmStruct {
         prot: u32,
         hv: HugetlbVma,
     ) -> u64 {
-        self.map_region(name, len, align, prot, Some(hv))
+        self.map_region(name, len, align, prot, Some(hv), None)
     }
 
     /// A new region in a VMA of its own, placed by hugelab's rule.
@@ -107,6 +118,7 @@ impl MmStruct {
         align: u64,
         prot: u32,
         hugetlb: Option<HugetlbVma>,
+        file: Option<FileVma>,
     ) -> u64 {
         let start = placement::place_region(&mut self.mmap_cursor, len, align);
         self.vmas.insert(
@@ -115,10 +127,13 @@ impl MmStruct {
                 start,
                 end: start + len,
                 flags: prot,
-                pgoff: start >> PAGE_SHIFT,
+                // A file's offset; a private anonymous mapping's address;
+                // a shared anonymous one's 0 (do_mmap).
+                pgoff: file.map_or(start >> PAGE_SHIFT, |f| f.pgoff),
                 anon_vma: false,
                 fork_child: false,
                 hugetlb,
+                file,
             },
         );
         self.regions.insert(name.to_string(), Region { start, len });
@@ -148,6 +163,7 @@ pub fn do_mmap_fixed(
     len: u64,
     mapped: u64,
     flags: u32,
+    file: Option<FileVma>,
 ) -> Result<(), Overlaps> {
     let end = start + len;
     if !mm.vmas_in(start, end).is_empty() {
@@ -157,10 +173,11 @@ pub fn do_mmap_fixed(
         start: end - mapped,
         end,
         flags,
-        pgoff: (end - mapped) >> PAGE_SHIFT,
+        pgoff: file.map_or((end - mapped) >> PAGE_SHIFT, |f| f.pgoff),
         anon_vma: false,
         fork_child: false,
         hugetlb: None,
+        file,
     };
     placement::after_fixed_region(&mut mm.mmap_cursor, start, len);
     mm.regions.insert(name.to_string(), Region { start, len });
@@ -183,12 +200,26 @@ pub(crate) fn can_merge_new(vma: &Vma, tgt: &Vma) -> bool {
     } else {
         (vma, tgt)
     };
-    tgt.flags == vma.flags
+    files_continuous(lo, hi)
+        && tgt.flags == vma.flags
         && tgt.hugetlb.is_none()
         && vma.hugetlb.is_none()
         && lo.pgoff + lo.pages() == hi.pgoff
         && !(vma.anon_vma && tgt.anon_vma)
         && anon_vmas_mergeable(vma, tgt)
+}
+
+/// Whether `next` continues `prev`'s mapping (the vm_file and vm_pgoff
+/// tests of `can_vma_merge_after`): both anonymous, or both of one file
+/// with `next`'s offset where `prev`'s ends.
+fn files_continuous(prev: &Vma, next: &Vma) -> bool {
+    match (prev.file, next.file) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            a.inode == b.inode && a.pgoff + ((prev.end - prev.start) >> PAGE_SHIFT) == b.pgoff
+        }
+        _ => false,
+    }
 }
 
 /// vma_merge_new_range (mm/vma.c) for a new anonymous VMA: merged with the
@@ -222,6 +253,12 @@ pub(crate) fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) 
         mm.vmas.remove(&old.start);
         m.anon_vmas.avc_unlink(mm.mm_id, old.start);
         merged = Vma {
+            // The merged VMA's offset is that of its first part.
+            file: if old.start < merged.start {
+                old.file
+            } else {
+                merged.file
+            },
             start: merged.start.min(old.start),
             pgoff: if old.start < merged.start {
                 old.pgoff
@@ -269,11 +306,13 @@ pub fn split_vma(m: &mut Machine, mm: &mut MmStruct, addr: u64) {
         crate::huge_memory::split_huge_pmd(m, mm, addr & !(PMD_SIZE - 1));
     }
     mm.vmas.insert(vma.start, Vma { end: addr, ..vma });
+    let file = vma.file.map(|f| f.at(&vma, addr));
     mm.vmas.insert(
         addr,
         Vma {
             start: addr,
             pgoff: vma.linear_page_index(addr),
+            file,
             ..vma
         },
     );
@@ -307,6 +346,7 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
                     && p.pgoff + p.pages() == vma.pgoff
                     && p.hugetlb.is_none()
                     && vma.hugetlb.is_none()
+                    && files_continuous(&p, &vma)
                     && anon_vmas_mergeable(&p, &vma) =>
             {
                 mm.vmas.remove(&key);
@@ -419,6 +459,24 @@ fn unmap_vmas(m: &mut Machine, mm: &mut MmStruct, vmas: &[Vma]) {
             hugetlb::hugetlb_vm_op_close(m, vma, &hv);
         }
     }
+    for vma in vmas {
+        if let Some(f) = vma.file.filter(|f| f.shared) {
+            shmem_fput(m, mm, f.inode);
+        }
+    }
+}
+
+/// fput of a shared anonymous mapping's shmem object as a VMA of it goes:
+/// the last VMA (in any mm) evicts it and frees its pages.
+fn shmem_fput(m: &mut Machine, mm: &MmStruct, inode: u32) {
+    let maps = |mm: &MmStruct| {
+        mm.vmas
+            .values()
+            .any(|v| v.file.is_some_and(|f| f.inode == inode))
+    };
+    if !maps(mm) && !m.mms.iter().any(maps) {
+        crate::filemap::shmem_evict_inode(m, inode);
+    }
 }
 
 /// free_pgtables: frees the page tables of PMD slots around `[start, end)` that
@@ -480,9 +538,6 @@ pub fn exit_mmap(m: &mut Machine, mm: &mut MmStruct) {
 /// the caller's (`exec`): it is GUP's, which this module stays below.
 pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), BackendError> {
     let (proc, region, size, align, shared) = (&s.proc, &s.region, s.size, s.align, s.shared);
-    if shared && s.hugetlb.is_none() {
-        return Err(unsupported(stmt, "mmap shared without hugetlb="));
-    }
     let id = mm_id_of(m, stmt, proc)?;
     if m.mms
         .get(id)
@@ -497,11 +552,36 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
     }
     let prot = vm_prot(s.prot.unwrap_or(Prot::ReadWrite));
     let flags = prot | calc_vm_flag_bits(s);
+    let file = match &s.file {
+        Some(name) => {
+            let len = size.bytes().next_multiple_of(PAGE_SIZE);
+            let pgoff = s.offset.map_or(0, |o| o.bytes()) >> PAGE_SHIFT;
+            let pages = pgoff + (len >> PAGE_SHIFT);
+            let inode = crate::filemap::file_at_least(m, name, pages)
+                .map_err(|_| failed(stmt, format!("out of memory filling file '{name}'")))?;
+            Some(FileVma {
+                inode,
+                pgoff,
+                shared: false,
+            })
+        }
+        // shmem_zero_setup: a shared anonymous mapping is of a shmem object
+        // of its own.
+        None if shared && s.hugetlb.is_none() => {
+            let pages = size.bytes().next_multiple_of(PAGE_SIZE) >> PAGE_SHIFT;
+            Some(FileVma {
+                inode: crate::filemap::shmem_zero_setup(m, pages),
+                pgoff: 0,
+                shared: true,
+            })
+        }
+        None => None,
+    };
     if let Some(at) = s.at {
         let len = size.bytes().next_multiple_of(PAGE_SIZE);
         let mapped = s.mapped_at_first(PAGE_SIZE);
         m.with_mm(id, |m, mm| {
-            do_mmap_fixed(m, mm, region, at, len, mapped, flags)
+            do_mmap_fixed(m, mm, region, at, len, mapped, flags, file)
         })
         .map_err(|Overlaps| {
             BackendError::errno(
@@ -522,7 +602,7 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         let align = align.map(|a| a.bytes().max(PAGE_SIZE));
         let mapped = s.mapped_at_first(PAGE_SIZE);
         let mm = m.mms.get_mut(id).expect("a task's mm");
-        mm.do_mmap_top(region, len, mapped, align, flags);
+        mm.do_mmap_top(region, len, mapped, align, flags, file);
         if s.growsdown {
             mm.stack_regions
                 .insert(region.clone(), hugelab_workload::mapped::Mapped::whole(len));
@@ -703,6 +783,7 @@ fn do_brk_flags(
         anon_vma: false,
         fork_child: false,
         hugetlb: None,
+        file: None,
     };
     let brkvma = mm
         .vmas

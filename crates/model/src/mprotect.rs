@@ -22,6 +22,19 @@ pub fn sys_mprotect(
     prot: Prot,
 ) -> Result<(), BackendError> {
     let (id, start, end) = resolve_range_no_hugetlb(m, stmt, proc, range)?;
+    // A shared mapping's PTEs follow vm_page_prot (and the dirty bit, for
+    // write upgrades): not modelled.
+    let mm = m.mms.get(id).expect("a task's mm exists");
+    if mm
+        .vmas_in(start, end)
+        .iter()
+        .any(|v| v.file.is_some_and(|f| f.shared))
+    {
+        return Err(crate::syscall::unsupported(
+            stmt,
+            "mprotect of a shared anonymous region",
+        ));
+    }
     if !m.with_mm(id, |m, mm| do_mprotect(m, mm, start, end, vm_prot(prot))) {
         return Err(BackendError::errno(
             stmt,

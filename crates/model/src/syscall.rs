@@ -101,3 +101,21 @@ pub fn resolve_range_no_hugetlb(
     }
     Ok((id, start, end))
 }
+
+/// Refuses a statement the model does not run on `file=` regions (page
+/// cache pages: pin, split, MADV_COLD, MADV_PAGEOUT) when `[start, end)`
+/// of mm `id` touches one.
+pub fn refuse_file_range(
+    m: &Machine,
+    stmt: &Stmt,
+    id: MmId,
+    start: u64,
+    end: u64,
+    what: &str,
+) -> Result<(), BackendError> {
+    let mm = m.mms.get(id).expect("a task's mm exists");
+    if mm.vmas_in(start, end).iter().any(|v| v.file.is_some()) {
+        return Err(unsupported(stmt, format!("{what} of a file= region")));
+    }
+    Ok(())
+}

@@ -11,12 +11,16 @@
 //! counts in LazyFree.
 //! Pss is kept in the kernel's fixed point (PSS_SHIFT = 12) and truncated to
 //! kB at the end, as `SEQ_PUT_DEC` does.
+//! A page cache page (`filemap`) is in Rss and Pss but not Anonymous; its
+//! PG_dirty is its own `pg::DIRTY`.
 //! `folios` is hugelab's own summary of what pagemap + kpageflags reveal: how
-//! many folios of each size map into the range, and whether by PMD or by PTEs.
+//! many folios of each size map into the range (page cache pages too, as
+//! the kernel backend counts every present page), and whether by PMD or by
+//! PTEs.
 
 use crate::internal::folio_pte_batch;
 use crate::mm_types::{
-    MmStruct, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
+    pg, MmStruct, Pfn, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE, PTRS_PER_PTE,
 };
 use crate::pgtable::Pmd;
 use crate::rmap::{folio_entire_mapcount, folio_nr_pages_mapped, folio_ref_count};
@@ -207,10 +211,18 @@ pub fn walk_range(
                     let page = m.zone.memmap.page(pfn);
                     if page.is_small_folio() {
                         // smaps_account for a small folio: one page says it all.
+                        // A page cache page (filemap) is not anonymous; its
+                        // PG_dirty is its own flag.
+                        let file = !page.test(pg::ANON);
                         mss.resident += PAGE_SIZE;
-                        mss.anonymous += PAGE_SIZE;
+                        mss.anonymous += if file { 0 } else { PAGE_SIZE };
                         let lru = m.lru.flags(pfn);
-                        let dirty = t.pte_dirty(i) || lru & crate::swap::DIRTY != 0;
+                        let folio_dirty = if file {
+                            page.test(pg::DIRTY)
+                        } else {
+                            lru & crate::swap::DIRTY != 0
+                        };
+                        let dirty = t.pte_dirty(i) || folio_dirty;
                         if lru & crate::swap::LAZYFREE != 0 && !dirty {
                             mss.lazyfree += PAGE_SIZE;
                         }

@@ -78,6 +78,9 @@ enum Op {
         align: u8,
         prot: u8,
         hugepage: bool,
+        /// 0: anonymous private, 1: a private mapping of a file (`file=`),
+        /// 2: shared anonymous.
+        kind: u8,
     },
     Read {
         proc: u8,
@@ -168,28 +171,38 @@ fn span() -> impl Strategy<Value = Span> {
 }
 
 /// An mmap, mostly PMD-aligned, mostly writable, often MADV_HUGEPAGE.
-fn mmap() -> impl Strategy<Value = Op> {
+///
+/// With `files`, now and then a file or a shared anonymous mapping; without,
+/// the kind draws nothing (`Just`), so the workloads are those of before.
+fn mmap(files: bool) -> impl Strategy<Value = Op> {
+    let kind = if files {
+        prop::sample::select(vec![0u8, 0, 0, 0, 1, 2]).boxed()
+    } else {
+        Just(0u8).boxed()
+    };
     (
         any::<u8>(),
         0..SIZES.len() as u8,
         prop::sample::select(vec![0u8, 1, 2, 2]),
         prop::sample::select(vec![0u8, 0, 0, 0, 1, 2]),
         any::<bool>(),
+        kind,
     )
-        .prop_map(|(proc, size, align, prot, hugepage)| Op::Mmap {
+        .prop_map(|(proc, size, align, prot, hugepage, kind)| Op::Mmap {
             proc,
             size,
             align,
             prot,
             hugepage,
+            kind,
         })
 }
 
-fn op() -> impl Strategy<Value = Op> {
+fn op(files: bool) -> impl Strategy<Value = Op> {
     let p = any::<u8>;
     prop_oneof![
         1 => Just(Op::Spawn),
-        3 => mmap(),
+        3 => mmap(files),
         2 => (p(), span()).prop_map(|(proc, span)| Op::Read { proc, span }),
         6 => (p(), span(), prop::bool::weighted(0.2)).prop_map(|(proc, span, zero)| Op::Write { proc, span, zero }),
         2 => p().prop_map(|proc| Op::Fork { proc }),
@@ -213,7 +226,7 @@ fn op() -> impl Strategy<Value = Op> {
 /// `op()`, with mremap among the operations.
 fn op_or_mremap() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => op(),
+        8 => op(false),
         1 => (any::<u8>(), any::<u8>(), 0..SIZES.len() as u8, 0..8u8)
             .prop_map(|(proc, region, size, to)| Op::Mremap { proc, region, size, to }),
     ]
@@ -221,16 +234,19 @@ fn op_or_mremap() -> impl Strategy<Value = Op> {
 
 /// A workload: the tunables it starts with (a THP mode first) and its
 /// operations, the first of which map memory.
-fn workload() -> impl Strategy<Value = (Vec<u8>, Vec<Op>)> {
-    workload_of(op())
+fn workload(files: bool) -> impl Strategy<Value = (Vec<u8>, Vec<Op>)> {
+    workload_of(files, op(files))
 }
 
 /// A workload whose operations after the first mmaps are `ops`'.
-fn workload_of(ops: impl Strategy<Value = Op>) -> impl Strategy<Value = (Vec<u8>, Vec<Op>)> {
+fn workload_of(
+    files: bool,
+    ops: impl Strategy<Value = Op>,
+) -> impl Strategy<Value = (Vec<u8>, Vec<Op>)> {
     (
         prop::sample::select(vec![0u8, 0, 1, 1, 2]),
         prop::collection::vec(0..SETTINGS.len() as u8, 0..5),
-        prop::collection::vec(mmap(), 1..3),
+        prop::collection::vec(mmap(files), 1..3),
         prop::collection::vec(ops, 1..40),
     )
         .prop_map(|(mode, mut settings, mut ops, more)| {
@@ -300,6 +316,7 @@ impl Shadow {
                 align,
                 prot,
                 hugepage,
+                kind,
             } => {
                 let Some(p) = self.proc(proc) else { return };
                 let n = self.procs[p].1.len();
@@ -308,8 +325,10 @@ impl Shadow {
                 }
                 let pages = SIZES[usize::from(size)];
                 // The first free name: a gone region's name is used again.
+                // The name says the kind: r anonymous, f file, s shared.
+                let letter = ["r", "f", "s"][usize::from(kind % 3)];
                 let name = (0..)
-                    .map(|i| format!("r{i}"))
+                    .map(|i| format!("{letter}{i}"))
                     .find(|name| self.procs[p].1.iter().all(|(n, _, _)| n != name))
                     .expect("a free name");
                 let prot = match prot {
@@ -318,7 +337,15 @@ impl Shadow {
                 };
                 let owner = self.procs[p].0.clone();
                 let align = ALIGNS[usize::from(align)];
-                self.line(format!("{owner} mmap {name} {}K{align}{prot}", pages * 4));
+                let kind = match kind % 3 {
+                    1 => format!(" file=lib{}.so offset={}K", pages % 3, (pages % 5) * 64),
+                    2 => " shared".to_string(),
+                    _ => String::new(),
+                };
+                self.line(format!(
+                    "{owner} mmap {name} {}K{align}{kind}{prot}",
+                    pages * 4
+                ));
                 if hugepage {
                     self.line(format!("{owner} madvise {name} HUGEPAGE"));
                 }
@@ -352,19 +379,29 @@ impl Shadow {
                         .retain(|(o, range)| *o != owner || !range.starts_with(&prefix));
                 }
             }
-            Op::Mprotect { proc, span, prot } => self.on_range(
+            // The model refuses mprotect of shared anonymous memory, and
+            // pin, split, COLD, PAGEOUT and COLLAPSE of file and shared
+            // regions (their names start with f and s).
+            Op::Mprotect { proc, span, prot } if !self.picks(proc, span, "s") => self.on_range(
                 proc,
                 span,
                 "mprotect",
                 &format!(" {}", PROTS[usize::from(prot)]),
             ),
-            Op::Madvise { proc, span, advice } => self.on_range(
-                proc,
-                span,
-                "madvise",
-                &format!(" {}", ADVICE[usize::from(advice)]),
-            ),
-            Op::Pin { proc, span } => {
+            Op::Madvise { proc, span, advice }
+                if matches!(advice, 0 | 1 | 2 | 4)
+                    || !(self.picks(proc, span, "f") || self.picks(proc, span, "s")) =>
+            {
+                self.on_range(
+                    proc,
+                    span,
+                    "madvise",
+                    &format!(" {}", ADVICE[usize::from(advice)]),
+                )
+            }
+            Op::Pin { proc, span }
+                if !(self.picks(proc, span, "f") || self.picks(proc, span, "s")) =>
+            {
                 let Some((owner, range)) = self.owner_range(proc, span) else {
                     return;
                 };
@@ -377,7 +414,9 @@ impl Shadow {
                     self.line(format!("{owner} unpin {range}"));
                 }
             }
-            Op::Split { proc, span } => {
+            Op::Split { proc, span }
+                if !(self.picks(proc, span, "f") || self.picks(proc, span, "s")) =>
+            {
                 if let Some((owner, range)) = self.owner_range(proc, span) {
                     self.line(format!("split {owner} {range}"));
                 }
@@ -456,6 +495,13 @@ impl Shadow {
         let p = self.proc(proc)?;
         let range = self.range(p, span)?;
         Some((self.procs[p].0.clone(), range))
+    }
+
+    /// Whether the region `span` picks in `proc` is named with `letter`.
+    fn picks(&self, proc: u8, span: Span, letter: &str) -> bool {
+        self.proc(proc)
+            .and_then(|p| self.pages(p, span))
+            .is_some_and(|(name, _, _)| name.starts_with(letter))
     }
 
     fn on_range(&mut self, proc: u8, span: Span, verb: &str, tail: &str) {
@@ -610,7 +656,7 @@ fn invariants_hold_in_random_workloads() {
     let cases = env_u64("HUGELAB_RANDOM_WORKLOADS", 10_000) as u32;
     let started = std::time::Instant::now();
     let coverage = RefCell::new(Coverage::default());
-    let result = runner(cases).run(&workload(), |(settings, ops)| {
+    let result = runner(cases).run(&workload(false), |(settings, ops)| {
         run_checked(&render(&settings, &ops), None, &coverage)
     });
     if let Err(e) = result {
@@ -654,7 +700,7 @@ fn invariants_hold_in_random_workloads() {
 fn invariants_hold_in_random_workloads_with_mremap() {
     let cases = env_u64("HUGELAB_RANDOM_WORKLOADS", 10_000) as u32 / 4;
     let coverage = RefCell::new(Coverage::default());
-    let result = runner(cases).run(&workload_of(op_or_mremap()), |(settings, ops)| {
+    let result = runner(cases).run(&workload_of(false, op_or_mremap()), |(settings, ops)| {
         run_checked(&render(&settings, &ops), None, &coverage)
     });
     if let Err(e) = result {
@@ -667,10 +713,25 @@ fn invariants_hold_in_random_workloads_with_mremap() {
     );
 }
 
+/// Random workloads with private file mappings and shared anonymous
+/// mappings among the anonymous ones (a quarter of the default count):
+/// every invariant after every statement, the page cache's among them.
+#[test]
+fn invariants_hold_with_file_and_shared_mappings() {
+    let cases = (env_u64("HUGELAB_RANDOM_WORKLOADS", 10_000) / 4).max(1) as u32;
+    let coverage = RefCell::new(Coverage::default());
+    let result = runner(cases).run(&workload(true), |(settings, ops)| {
+        run_checked(&render(&settings, &ops), None, &coverage)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
 /// Runs the random workloads with `bug` injected: they must fail, with a
 /// message `caught` accepts, and shrink to a short workload. The message.
 fn assert_injected_bug_caught(bug: InjectedBug, caught: fn(&str) -> bool) -> String {
-    let result = runner(10_000).run(&workload(), |(settings, ops)| {
+    let result = runner(10_000).run(&workload(false), |(settings, ops)| {
         run_checked(&render(&settings, &ops), Some(bug), &RefCell::default())
     });
     match result {
@@ -741,7 +802,7 @@ fn sparse(text: &str) -> String {
 fn utilization_prediction_comes_true_in_random_workloads() {
     let cases = env_u64("HUGELAB_RANDOM_WORKLOADS", 10_000) as u32;
     let totals = RefCell::new((0u64, 0u64, 0u64));
-    let result = runner(cases).run(&workload(), |(settings, ops)| {
+    let result = runner(cases).run(&workload(false), |(settings, ops)| {
         let text = sparse(&render(&settings, &ops));
         let out = prediction::check_predictions(&text);
         if let Some(check) = out.mismatches().next() {

@@ -145,8 +145,10 @@ fn invariants_hold_after_every_statement() {
         }
         let m = &model.machine;
         let zero = m.huge_zero_folio.map_or(0, |_| 512);
-        // The fragmentation generator's unmovable pages stay to the end.
-        let kept = zero + m.vmemmap.zone_frames() + m.unmovable_pages;
+        // The fragmentation generator's unmovable pages stay to the end,
+        // and so do the page cache pages of the workload's files (filemap).
+        let cache = m.page_cache.all_pages().count() as u64;
+        let kept = zero + m.vmemmap.zone_frames() + m.unmovable_pages + cache;
         if m.zone.nr_free_pages() + kept != m.zone.spanned_pages() {
             failures.push(format!(
                 "{}: {} frames still allocated after every process exited and the pools emptied",

@@ -28,6 +28,10 @@ pub(crate) enum Part {
     Initial,
     /// A flag of an mmap (`populate`, `stack`, `growsdown`).
     Flag(&'static str),
+    /// `file=` of an mmap.
+    File,
+    /// `offset=` of an mmap.
+    Offset,
     Step,
     Label,
     /// The i-th counter of an `expect` (0 unless it sums several).

@@ -86,6 +86,14 @@ pub(crate) fn valid_name(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
+/// A file name of the workload (`file=` of mmap): `[A-Za-z0-9_][A-Za-z0-9_.+-]*`,
+/// so that `libc.so.6` and `ld-linux-x86-64.so.2` are names; never a path.
+pub(crate) fn valid_file_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphanumeric() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'+' | b'-'))
+}
+
 /// A dotted counter name of `[A-Za-z0-9_.-]`, with no empty dotted part.
 pub(crate) fn valid_counter(s: &str) -> bool {
     !s.is_empty()

@@ -209,6 +209,8 @@ fn mmap_options_in_any_order() {
         align: Some(Size(1 << 30)),
         hugetlb: Some(HugetlbSize::Size1G),
         shared: true,
+        file: None,
+        offset: None,
         prot: Some(Prot::Read),
         at: None,
         populate: false,
@@ -233,6 +235,8 @@ fn mmap_options_in_any_order() {
             align: None,
             hugetlb: None,
             shared: false,
+            file: None,
+            offset: None,
             prot: None,
             at: None,
             populate: false,
@@ -250,6 +254,8 @@ fn mmap_options_in_any_order() {
             align: None,
             hugetlb: None,
             shared: false,
+            file: None,
+            offset: None,
             prot: Some(Prot::Read),
             at: Some(0x7e00_0010_0000),
             populate: false,
@@ -257,6 +263,36 @@ fn mmap_options_in_any_order() {
             growsdown: false,
             initial: None,
         })
+    );
+    assert_eq!(
+        one("spawn a
+a mmap lib 64K prot=r offset=8K file=ld-linux-x86-64.so.2"),
+        StmtKind::Mmap(stmt::Mmap {
+            proc: "a".into(),
+            region: "lib".into(),
+            size: Size(64 << 10),
+            align: None,
+            hugetlb: None,
+            shared: false,
+            file: Some("ld-linux-x86-64.so.2".into()),
+            offset: Some(Size(8 << 10)),
+            prot: Some(Prot::Read),
+            at: None,
+            populate: false,
+            stack: false,
+            growsdown: false,
+            initial: None,
+        })
+    );
+    // The canonical order: file= and offset= after shared, before prot=.
+    let w = hugelab_workload::parse(
+        "t.hlw",
+        "spawn a\na mmap lib 64K prot=r offset=8K file=libc.so.6\n",
+    )
+    .unwrap();
+    assert_eq!(
+        w.stmts[1].kind.to_string(),
+        "a mmap lib 64K file=libc.so.6 offset=8K prot=r"
     );
     // A process may be called like a verb.
     assert!(matches!(
@@ -956,12 +992,46 @@ fn mmap_at_errors() {
 }
 
 #[test]
+fn mmap_file_errors() {
+    fails(
+        "spawn a\na mmap lib 4K file=/usr/lib/libc.so.6\n",
+        2,
+        20,
+        "bad file name '/usr/lib/libc.so.6'",
+    );
+    fails(
+        "spawn a\na mmap lib 4K offset=4K\n",
+        2,
+        22,
+        "offset= needs file=",
+    );
+    fails(
+        "spawn a\na mmap lib 8K file=f offset=100\n",
+        2,
+        29,
+        "offset=0x64 is not a multiple of the base page",
+    );
+    fails(
+        "spawn a\na mmap lib 2M hugetlb=2M file=f\n",
+        2,
+        31,
+        "with hugetlb= is not supported",
+    );
+    fails(
+        "spawn a\na mmap lib 4K shared file=f\n",
+        2,
+        27,
+        "with shared is not supported yet",
+    );
+}
+
+#[test]
 fn unknown_and_duplicate_options() {
     fails(
         "spawn a\na mmap buf 4K huge\n",
         2,
         15,
-        "unknown option 'huge' for mmap; expected one of align=<size>, hugetlb=2M|1G, shared, prot=rw|r|none, at=<hex address>",
+        "unknown option 'huge' for mmap; expected one of align=<size>, hugetlb=2M|1G, shared, file=<name>, offset=<size>, prot=rw|r|none, at=<hex address>",
     );
     fails(
         "spawn a\na mmap buf 4K shared shared\n",

@@ -218,23 +218,29 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                 procs[i]
                     .regions
                     .push((region.clone(), size, mapped::Mapped::whole(size)));
+                // A file mapping now and then (private, no hugetlb=), the
+                // anonymous mmap flags elsewhere.
+                let file = hugetlb.is_none() && r.c % 5 == 1;
+                let grows = !file && growsdown(hugetlb, r);
                 StmtKind::Mmap(stmt::Mmap {
                     proc: procs[i].name.clone(),
                     region,
                     size: Size(size),
                     align,
                     hugetlb,
-                    shared: (r.b / 32) % 2 == 0,
+                    shared: (r.b / 32) % 2 == 0 && r.c % 5 != 1,
+                    file: file.then(|| "libc.so.6".to_string()),
+                    offset: (hugetlb.is_none() && r.c % 10 == 1).then(|| Size((r.a % 64) * base)),
                     prot,
                     // A fixed address where neither align= nor hugetlb=
                     // excludes it: base-page aligned, well below the limit.
                     at: (align.is_none() && hugetlb.is_none() && r.c % 4 == 0)
                         .then(|| 0x1000_0000_0000 + (r.a % 4096) * base),
                     // The anonymous mmap flags, where the checker allows them.
-                    populate: hugetlb.is_none() && prot != Some(Prot::None) && r.c % 5 == 1,
-                    stack: hugetlb.is_none() && r.c % 7 == 2,
-                    growsdown: growsdown(hugetlb, r),
-                    initial: (growsdown(hugetlb, r) && r.a % 2 == 0)
+                    populate: hugetlb.is_none() && prot != Some(Prot::None) && r.c % 5 == 3,
+                    stack: !file && hugetlb.is_none() && r.c % 7 == 2,
+                    growsdown: grows,
+                    initial: (grows && r.a % 2 == 0)
                         .then(|| Size(base * (1 + r.a % (size / base)))),
                 })
             }

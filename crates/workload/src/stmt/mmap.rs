@@ -1,16 +1,18 @@
-//! `<proc> mmap <region> <size> [align=] [hugetlb=] [shared] [prot=] [at=]
-//! [populate] [stack] [growsdown] [initial=]`: a new region (mm/mmap.c `mmap`;
-//! with `hugetlb=`, a MAP_HUGETLB mapping; with `at=`, at that address
-//! exactly, as MAP_FIXED_NOREPLACE places it; `populate` is MAP_POPULATE,
-//! `stack` MAP_STACK, `growsdown` a MAP_GROWSDOWN stack whose VMA is at
-//! first the region's top `initial` bytes and grows down on faults).
+//! `<proc> mmap <region> <size> [align=] [hugetlb=] [shared] [file=] [offset=]
+//! [prot=] [at=] [populate] [stack] [growsdown] [initial=]`: a new region
+//! (mm/mmap.c `mmap`; with `hugetlb=`, a MAP_HUGETLB mapping; with `file=`, a
+//! MAP_PRIVATE mapping of that file of the workload from `offset=`; with
+//! `at=`, at that address exactly, as MAP_FIXED_NOREPLACE places it;
+//! `populate` is MAP_POPULATE, `stack` MAP_STACK, `growsdown` a
+//! MAP_GROWSDOWN stack whose VMA is at first the region's top `initial`
+//! bytes and grows down on faults).
 
 use crate::ast::{HugetlbSize, Name, Prot, Size};
 use crate::checker::{issue, Checker, Issue, Part, Region};
 use crate::line::{flag, opt, parse_prot, Line, OptSpec};
 use crate::mapped::Mapped;
 use crate::placement::{MMAP_MIN_ADDR, TASK_SIZE};
-use crate::text::{quote, valid_name, ParseError};
+use crate::text::{quote, valid_file_name, valid_name, ParseError};
 use std::fmt;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +23,13 @@ pub struct Mmap {
     pub align: Option<Size>,
     pub hugetlb: Option<HugetlbSize>,
     pub shared: bool,
+    /// `file=`: a MAP_PRIVATE mapping of this file of the workload (files
+    /// are global to the workload: every process mapping a name maps the
+    /// same page cache), instead of anonymous memory.
+    pub file: Option<Name>,
+    /// `offset=`: where in the file the mapping starts (bytes, a multiple
+    /// of the base page; only with `file=`).
+    pub offset: Option<Size>,
     pub prot: Option<Prot>,
     /// `at=`: the region's start address (MAP_FIXED_NOREPLACE), instead of
     /// the placement rule's.
@@ -37,12 +46,14 @@ pub struct Mmap {
 }
 
 const USAGE: &str = "<proc> mmap <region> <size> [align=<size>] [hugetlb=2M|1G] [shared] \
-                     [prot=rw|r|none] [at=<hex address>] [populate] [stack] [growsdown] \
-                     [initial=<size>]";
-const OPTS: &[OptSpec; 9] = &[
+                     [file=<name>] [offset=<size>] [prot=rw|r|none] [at=<hex address>] \
+                     [populate] [stack] [growsdown] [initial=<size>]";
+const OPTS: &[OptSpec; 11] = &[
     opt("align", "<size>"),
     opt("hugetlb", "2M|1G"),
     flag("shared"),
+    opt("file", "<name>"),
+    opt("offset", "<size>"),
     opt("prot", "rw|r|none"),
     opt("at", "<hex address>"),
     flag("populate"),
@@ -92,11 +103,34 @@ impl Mmap {
             }
             None => None,
         };
-        let prot = match opts[3] {
+        let file = match opts[3] {
+            Some(v) if valid_file_name(v.text) => {
+                l.mark(Part::File, v.col);
+                Some(v.text.to_string())
+            }
+            Some(v) => {
+                return Err(l.err(
+                    v.col,
+                    format!(
+                        "bad file name {}; expected [A-Za-z0-9_][A-Za-z0-9_.+-]* (no '/')",
+                        quote(v.text)
+                    ),
+                ))
+            }
+            None => None,
+        };
+        let offset = match opts[4] {
+            Some(v) => {
+                l.mark(Part::Offset, v.col);
+                Some(l.size_at(v.text, v.col)?)
+            }
+            None => None,
+        };
+        let prot = match opts[5] {
             Some(v) => Some(parse_prot(l, v)?),
             None => None,
         };
-        let at = match opts[4] {
+        let at = match opts[6] {
             Some(v) => {
                 l.mark(Part::At, v.col);
                 Some(parse_addr(v.text).ok_or_else(|| {
@@ -111,14 +145,14 @@ impl Mmap {
             }
             None => None,
         };
-        let initial = match opts[8] {
+        let initial = match opts[10] {
             Some(v) => {
                 l.mark(Part::Initial, v.col);
                 Some(l.size_at(v.text, v.col)?)
             }
             None => None,
         };
-        for (i, name) in [(5, "populate"), (6, "stack"), (7, "growsdown")] {
+        for (i, name) in [(7, "populate"), (8, "stack"), (9, "growsdown")] {
             if let Some(t) = opts[i] {
                 l.mark(Part::Flag(name), t.col);
             }
@@ -130,11 +164,13 @@ impl Mmap {
             align,
             hugetlb,
             shared: opts[2].is_some(),
+            file,
+            offset,
             prot,
             at,
-            populate: opts[5].is_some(),
-            stack: opts[6].is_some(),
-            growsdown: opts[7].is_some(),
+            populate: opts[7].is_some(),
+            stack: opts[8].is_some(),
+            growsdown: opts[9].is_some(),
             initial,
         })
     }
@@ -195,6 +231,7 @@ impl Mmap {
                 ));
             }
         }
+        check_file(self, base.0)?;
         if let Some(at) = self.at {
             check_at(at, size.0, base.0, align.is_some(), hugetlb.is_some())?;
         }
@@ -269,6 +306,66 @@ impl Mmap {
     }
 }
 
+/// `file=` and `offset=`: a file mapping is neither HugeTLB nor shared (a
+/// private mapping of the file), its offset is a multiple of the base page
+/// and the mapping ends where a file size can (64 bits).
+fn check_file(s: &Mmap, base: u64) -> Result<(), Issue> {
+    let Some(file) = &s.file else {
+        return match s.offset {
+            Some(_) => Err(issue(
+                Part::Offset,
+                "offset= needs file=: it is an offset into the file mapped",
+            )),
+            None => Ok(()),
+        };
+    };
+    if s.hugetlb.is_some() {
+        return Err(issue(
+            Part::File,
+            format!("file={file} with hugetlb= is not supported: a file mapping is of the file's page cache"),
+        ));
+    }
+    if let Some(flag) = [
+        (s.populate, "populate"),
+        (s.stack, "stack"),
+        (s.growsdown, "growsdown"),
+    ]
+    .into_iter()
+    .find_map(|(on, name)| on.then_some(name))
+    {
+        return Err(issue(
+            Part::Flag(flag),
+            format!("{flag} is for anonymous memory; with file= it is not supported yet"),
+        ));
+    }
+    if s.shared {
+        return Err(issue(
+            Part::File,
+            format!("file={file} with shared is not supported yet: file mappings are MAP_PRIVATE"),
+        ));
+    }
+    let offset = s.offset.map_or(0, |o| o.0);
+    if !offset.is_multiple_of(base) {
+        return Err(issue(
+            Part::Offset,
+            format!("offset={offset:#x} is not a multiple of the base page ({base:#x})"),
+        ));
+    }
+    if offset
+        .checked_add(s.size.0)
+        .is_none_or(|end| end > i64::MAX as u64)
+    {
+        return Err(issue(
+            Part::Offset,
+            format!(
+                "offset={offset:#x} with size {} ends beyond the largest file size",
+                s.size
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// What the checker can know of an `at=` address: its alignment, the
 /// address-space limits and the options it excludes (whether it overlaps a
 /// mapping only the backend knows: EEXIST there).
@@ -325,6 +422,12 @@ impl fmt::Display for Mmap {
         }
         if self.shared {
             f.write_str(" shared")?;
+        }
+        if let Some(name) = &self.file {
+            write!(f, " file={name}")?;
+        }
+        if let Some(o) = self.offset {
+            write!(f, " offset={o}")?;
         }
         if let Some(p) = self.prot {
             write!(f, " prot={p}")?;

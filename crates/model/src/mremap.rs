@@ -369,12 +369,14 @@ fn check_movable(m: &Machine, mm: &MmStruct, addr: u64, len: u64) -> Result<Vec<
 ///
 /// No kernel function: the model's `folio->index` is an address (see the module doc).
 fn relocate_folios(m: &mut Machine, mm: u32, moved: &[Pfn], addr: u64, len: u64, new_addr: u64) {
+    // Downwards too: wrapping arithmetic, in bytes and in pages apart.
     let delta = new_addr.wrapping_sub(addr);
+    let pages = (new_addr >> PAGE_SHIFT).wrapping_sub(addr >> PAGE_SHIFT);
     for &folio in moved {
         let head = m.zone.memmap.page(folio);
         if head.order() > 0 && head.test(pg::ANON) {
             let ext = m.zone.memmap.folio_ext_mut(folio);
-            ext.index = ext.index.wrapping_add(delta >> PAGE_SHIFT);
+            ext.index = ext.index.wrapping_add(pages);
         }
         let mut e = m.lru.get(folio);
         let size = PAGE_SIZE << m.zone.memmap.page(folio).order();
@@ -600,6 +602,21 @@ mod tests {
         assert_eq!(c["vmstat.thp_split_pmd"], 1);
         assert_eq!(c["vmstat.thp_split_page"], 1);
         assert_eq!(c["smaps.a.buf.Rss"], 1020);
+    }
+
+    #[test]
+    fn a_thp_moved_down_and_split_keeps_its_reverse_map() {
+        // Up, then down again: the folio's index follows it both ways.
+        let (failures, c, _) = run_a(
+            "a mmap buf 2M at=0x7e1000000000\n\
+             a write buf\n\
+             a mremap buf 4K at=0x7e2000000000\n\
+             a mremap buf 4K at=0x7e1000600000\n\
+             reclaim\n",
+        );
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_eq!(c["vmstat.thp_split_page"], 1);
+        assert_eq!(c["smaps.a.buf.Rss"], 4);
     }
 
     #[test]

@@ -57,9 +57,10 @@ pub(crate) fn mremap(
     if moved {
         p.cursor = cursor;
     }
-    // As the checker keeps it: a shrink keeps the holes of what stays.
+    // As the checker keeps it: a shrink, or a move of the same size, keeps
+    // the holes of what stays.
     let mapped = match p.regions.get(&s.range.region) {
-        Some(r) if new_len < old_len => {
+        Some(r) if new_len <= old_len => {
             let mut m = r.mapped.clone();
             m.unmap(new_len, old_len);
             m

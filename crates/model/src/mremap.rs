@@ -28,6 +28,8 @@
 //!   there (`try_realign_addr`).
 //! - MREMAP_FIXED (`at=`) first unmaps whatever the new range holds
 //!   (`do_munmap`), as MAP_FIXED does: mremap never fails with EEXIST.
+//!   Without a resize it moves every VMA of the range, gaps kept
+//!   (`remap_move`, Linux 6.17), as one move each.
 //!
 //! Where the model places a move without `at=` is hugelab's placement rule
 //! (`hugelab_workload::placement`), not `get_unmapped_area`: the kernel
@@ -37,9 +39,7 @@
 //! `mm_types::FolioExt`), so a move of a large folio that is also mapped
 //! outside the moved range (by a fork relative, or by the part of its VMA
 //! that stays) is refused as not modelled, as is a move of a lazily-freed
-//! small folio a fork shares; HugeTLB regions are refused; a move of the
-//! same size with `at=` over more than one VMA or past its VMA's end
-//! (Linux 6.17's multi-VMA move) is refused; the PUD-level moves
+//! small folio a fork shares; HugeTLB regions are refused; the PUD-level moves
 //! (`move_normal_pud`, 1 GiB extents) are made PMD by PMD (the same pages
 //! mapped; only a 1 GiB-aligned move of 1 GiB or more would move a PMD
 //! table page the model allocates anew); VM_ACCOUNT, mlock and the map count
@@ -127,7 +127,7 @@ fn do_mremap(m: &mut Machine, mm: &mut MmStruct, vrm: Vrm) -> Result<u64, Refuse
             ));
         }
         if old_len == new_len {
-            refuse_multi_vma_move(mm, addr, old_len)?;
+            return remap_move(m, mm, addr, old_len, new_addr);
         }
     }
     let vma = mm.find_vma(addr).ok_or(Refused::Errno(
@@ -157,22 +157,39 @@ fn do_mremap(m: &mut Machine, mm: &mut MmStruct, vrm: Vrm) -> Result<u64, Refuse
     expand_vma(m, mm, vrm, vma)
 }
 
-/// remap_move's cases the model does not take: a move of the same size
-/// with MREMAP_FIXED over more than one VMA, or past its VMA's end
-/// (Linux 6.17 moves each piece; no gap is allowed at the start: EFAULT).
-fn refuse_multi_vma_move(mm: &MmStruct, addr: u64, len: u64) -> Result<(), Refused> {
-    let vmas = mm.vmas_in(addr, addr + len);
-    match vmas.first() {
-        Some(v) if v.start <= addr && v.end >= addr + len => Ok(()),
-        Some(v) if v.start <= addr => Err(Refused::Unsupported(
-            "mremap at= of the same size over more than one VMA or a hole \
-             (Linux 6.17's multi-VMA move)",
-        )),
-        _ => Err(Refused::Errno(
+/// remap_move (MREMAP_FIXED without a resize, Linux 6.17): every VMA
+/// piece of `[addr, addr + len)` moves to the same offset from `new_addr`
+/// (mremap_to each), so the gaps between them stay; EFAULT when nothing is
+/// mapped at `addr` (a gap at the end is allowed).
+fn remap_move(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    addr: u64,
+    len: u64,
+    new_addr: u64,
+) -> Result<u64, Refused> {
+    if mm.find_vma(addr).is_none() {
+        return Err(Refused::Errno(
             Errno::EFAULT,
             "no mapping at the old address",
-        )),
+        ));
     }
+    if crate::mm_types::range_has_hugetlb(mm, new_addr, new_addr + len) {
+        return Err(Refused::Unsupported("mremap at= over a HugeTLB region"));
+    }
+    // Each piece moves on its own, but a folio may be mapped across two.
+    let moved = check_movable(m, mm, addr, len)?;
+    let (end, mut from) = (addr + len, addr);
+    while let Some(vma) = mm.vmas_in(from, end).first().copied() {
+        let start = vma.start.max(from);
+        let piece = vma.end.min(end) - start;
+        let to = new_addr + (start - addr);
+        unmap(m, mm, to, to + piece);
+        copy_vma_and_data(m, mm, start, piece, to, piece)?;
+        from = start + piece;
+    }
+    relocate_folios(m, mm.mm_id, &moved, addr, len, new_addr);
+    Ok(new_addr)
 }
 
 /// do_munmap of a range the model can always unmap (no HugeTLB VMA in it).
@@ -244,8 +261,9 @@ fn vma_merge_extend(m: &mut Machine, mm: &mut MmStruct, vma: Vma, delta: u64) {
     m.anon_vmas.avc_reinsert(mm.mm_id, grown.start);
 }
 
-/// move_vma: copy_vma (merging at the destination), move_page_tables, and
-/// the old range unmapped (`unmap_source_vma`). The new address.
+/// move_vma: the range checked movable, copied with its page tables
+/// (`copy_vma_and_data`), and its folios' reverse map following them.
+/// The new address.
 fn move_vma(
     m: &mut Machine,
     mm: &mut MmStruct,
@@ -254,8 +272,24 @@ fn move_vma(
     new_addr: u64,
     new_len: u64,
 ) -> Result<u64, Refused> {
-    let vma = mm.find_vma(old_addr).expect("checked by do_mremap");
     let moved = check_movable(m, mm, old_addr, old_len)?;
+    copy_vma_and_data(m, mm, old_addr, old_len, new_addr, new_len)?;
+    relocate_folios(m, mm.mm_id, &moved, old_addr, old_len, new_addr);
+    Ok(new_addr)
+}
+
+/// move_vma's part for one VMA piece once checked: copy_vma (merging at
+/// the destination), move_page_tables, and the old range unmapped
+/// (`unmap_source_vma`).
+fn copy_vma_and_data(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    old_addr: u64,
+    old_len: u64,
+    new_addr: u64,
+    new_len: u64,
+) -> Result<(), Refused> {
+    let vma = mm.find_vma(old_addr).expect("checked by do_mremap");
     // copy_vma: an anonymous VMA never faulted takes the new address's pgoff.
     let pgoff = if vma.anon_vma {
         vma.linear_page_index(old_addr)
@@ -273,9 +307,8 @@ fn move_vma(
         m.anon_vmas.avc_reinsert(mm.mm_id, new_addr);
     }
     move_page_tables(m, mm, old_addr, new_addr, old_len)?;
-    relocate_folios(m, mm.mm_id, &moved, old_addr, old_len, new_addr);
     unmap(m, mm, old_addr, old_addr + old_len);
-    Ok(new_addr)
+    Ok(())
 }
 
 /// The folios mapped in `[addr, addr + len)` whose reverse map the move
@@ -336,12 +369,14 @@ fn check_movable(m: &Machine, mm: &MmStruct, addr: u64, len: u64) -> Result<Vec<
 ///
 /// No kernel function: the model's `folio->index` is an address (see the module doc).
 fn relocate_folios(m: &mut Machine, mm: u32, moved: &[Pfn], addr: u64, len: u64, new_addr: u64) {
+    // Downwards too: wrapping arithmetic, in bytes and in pages apart.
     let delta = new_addr.wrapping_sub(addr);
+    let pages = (new_addr >> PAGE_SHIFT).wrapping_sub(addr >> PAGE_SHIFT);
     for &folio in moved {
         let head = m.zone.memmap.page(folio);
         if head.order() > 0 && head.test(pg::ANON) {
             let ext = m.zone.memmap.folio_ext_mut(folio);
-            ext.index = ext.index.wrapping_add(delta >> PAGE_SHIFT);
+            ext.index = ext.index.wrapping_add(pages);
         }
         let mut e = m.lru.get(folio);
         let size = PAGE_SIZE << m.zone.memmap.page(folio).order();
@@ -567,6 +602,21 @@ mod tests {
         assert_eq!(c["vmstat.thp_split_pmd"], 1);
         assert_eq!(c["vmstat.thp_split_page"], 1);
         assert_eq!(c["smaps.a.buf.Rss"], 1020);
+    }
+
+    #[test]
+    fn a_thp_moved_down_and_split_keeps_its_reverse_map() {
+        // Up, then down again: the folio's index follows it both ways.
+        let (failures, c, _) = run_a(
+            "a mmap buf 2M at=0x7e1000000000\n\
+             a write buf\n\
+             a mremap buf 4K at=0x7e2000000000\n\
+             a mremap buf 4K at=0x7e1000600000\n\
+             reclaim\n",
+        );
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_eq!(c["vmstat.thp_split_page"], 1);
+        assert_eq!(c["smaps.a.buf.Rss"], 4);
     }
 
     #[test]

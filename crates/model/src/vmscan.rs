@@ -170,7 +170,7 @@ pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> b
             split_huge_pmd(m, mm, index * PMD_SIZE);
         }
         for (index, first, lo, hi) in folio_pte_spans(addr, nr) {
-            if !unmap_lazyfree_ptes(m, mm, id, folio, index, first - lo, lo..hi) {
+            if !unmap_lazyfree_ptes(m, mm, id, folio, index, first, lo..hi) {
                 return true;
             }
         }
@@ -178,9 +178,8 @@ pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> b
     rmap::folio_mapcount(m, folio) > 0
 }
 
-/// try_to_unmap_lazyfree's work in one PTE table of `mm` (at PMD `index`),
-/// where page `i` of the folio sits at PTE `base + i`, for the pages
-/// `pages`: false when the walk must stop there (a dirty PTE or folio made
+/// try_to_unmap_lazyfree's work in one PTE table of `mm` (at PMD `index`)
+/// for the folio's pages `pages`, the first of which sits at PTE `first`: false when the walk must stop there (a dirty PTE or folio made
 /// the folio dirty and swapbacked again, or an extra reference keeps it).
 ///
 /// No kernel function: the body of try_to_unmap_one's loop for one page table.
@@ -190,19 +189,22 @@ fn unmap_lazyfree_ptes(
     id: MmId,
     folio: Pfn,
     index: u64,
-    base: usize,
+    first: usize,
     pages: std::ops::Range<usize>,
 ) -> bool {
     let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
         return true;
     };
+    // Page i of the folio is at PTE `first + (i - base)`.
+    let base = pages.start;
+    let at = |i: usize| first + (i - base);
     let mapped: Vec<usize> = pages
-        .filter(|&i| t.ptes[base + i].pfn() == Some(Pfn(folio.0 + i as u64)))
+        .filter(|&i| t.ptes[at(i)].pfn() == Some(Pfn(folio.0 + i as u64)))
         .collect();
     if mapped.is_empty() {
         return true;
     }
-    let dirty = mapped.iter().any(|&i| t.pte_dirty(base + i));
+    let dirty = mapped.iter().any(|&i| t.pte_dirty(at(i)));
     if dirty || swap::folio_test_dirty(m, folio) {
         swap::folio_mark_dirty(m, folio);
         swap::folio_set_swapbacked(m, folio);
@@ -212,7 +214,7 @@ fn unmap_lazyfree_ptes(
         return false;
     }
     for &i in &mapped {
-        t.ptes[base + i] = Pte::NONE;
+        t.ptes[at(i)] = Pte::NONE;
     }
     // One run per stretch of consecutive pages.
     let mut k = 0;

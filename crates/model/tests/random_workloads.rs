@@ -481,8 +481,14 @@ impl Shadow {
             k => format!(" at={:#x}", MREMAP_AT[usize::from(k - 2) % MREMAP_AT.len()]),
         };
         let line = format!("{owner} mremap {} {}K{tail}", regions[i].0, pages * 4);
+        // As the checker: a shrink or a same-size move keeps the holes.
+        let old = regions[i].1;
+        if pages <= old {
+            regions[i].2.unmap(pages, old);
+        } else {
+            regions[i].2 = Mapped::whole(pages);
+        }
         regions[i].1 = pages;
-        regions[i].2 = Mapped::whole(pages);
         // Its pins' ranges may not be in it any more.
         let (owner, prefix) = (owner.clone(), format!("{}+", regions[i].0));
         self.pins

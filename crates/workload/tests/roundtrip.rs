@@ -257,7 +257,14 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     let new = base * (1 + r.a % 1024);
                     let regions = &mut procs[i].regions;
                     let at = regions.iter().position(|(n, ..)| *n == region).unwrap();
-                    regions[at] = (region.clone(), new, mapped::Mapped::whole(new));
+                    // As the checker: a shrink or a same-size move keeps the holes.
+                    let mut m = regions[at].2.clone();
+                    if new <= size {
+                        m.unmap(new, size);
+                    } else {
+                        m = mapped::Mapped::whole(new);
+                    }
+                    regions[at] = (region.clone(), new, m);
                     let range = Range {
                         region,
                         offset: None,

@@ -95,10 +95,10 @@ impl Mremap {
         // What the kernel does, if it succeeds: the checker cannot know
         // whether it will (a failed call leaves the region as it was on the
         // backends, which resolve ranges against what they have).
-        // A shrink keeps the holes of what stays (it may cross them); a
-        // growth or a move needs the old range to be one VMA, so all of the
-        // region is mapped after it.
-        if new < r.size {
+        // A shrink, or a move of the same size, keeps the holes of what
+        // stays (it may cross them); a growth needs the old range to be one
+        // VMA, so all of the region is mapped after it.
+        if new <= r.size {
             r.mapped.unmap(new, r.size);
         } else {
             r.mapped = Mapped::whole(new);

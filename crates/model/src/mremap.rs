@@ -78,6 +78,8 @@ enum Refused {
 /// region names the new place and size.
 pub fn sys_mremap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mremap) -> Result<(), BackendError> {
     let (id, start, end) = resolve_range(m, stmt, &s.proc, &s.range)?;
+    // Page cache pages moved with their PTEs are not modelled.
+    crate::syscall::refuse_file_range(m, stmt, id, start, end, "mremap")?;
     let vrm = Vrm {
         addr: start,
         old_len: end - start,

@@ -785,6 +785,9 @@ impl Model {
                 crate::khugepaged::khugepaged_do_scan(m);
                 Ok(())
             }
+            // Time passes; khugepaged runs only at `khugepaged` statements,
+            // as on the kernel backend, which holds it still (stmt::Sleep).
+            StmtKind::Sleep(_) => Ok(()),
             StmtKind::Fragment(stmt::Fragment {
                 permille,
                 pattern,

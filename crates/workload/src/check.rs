@@ -59,7 +59,7 @@ pub(crate) fn stmt(c: &mut Checker, stmt: &Stmt) -> Result<(), Issue> {
         StmtKind::Exit(s) => s.check(c, line),
         StmtKind::Exec(s) => s.check(c, line),
         StmtKind::Split(s) => s.check(c, line),
-        StmtKind::Khugepaged | StmtKind::Reclaim => Ok(()),
+        StmtKind::Khugepaged | StmtKind::Reclaim | StmtKind::Sleep(_) => Ok(()),
         StmtKind::Fragment(s) => s.check(c, line),
         StmtKind::Snapshot(s) => s.check(c, line),
         StmtKind::Expect(s) => s.check(c, line),

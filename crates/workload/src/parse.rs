@@ -32,7 +32,8 @@ use std::io::{BufRead, Read as _};
 use std::path::Path;
 
 /// The top-level statement keywords, in the order error messages list them.
-const KEYWORDS: &str = "set, machine, cgroup, spawn, split, khugepaged, reclaim, snapshot, expect";
+const KEYWORDS: &str =
+    "set, machine, cgroup, spawn, split, khugepaged, reclaim, fragment, sleep, snapshot, expect";
 /// The verbs of `<proc> <verb> ...` statements, in the order error messages list them.
 const VERBS: &str =
     "mmap, munmap, mprotect, mremap, madvise, brk, read, write, pin, unpin, fork, thread, thp_disable, exit, exec";
@@ -299,6 +300,7 @@ fn parse_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, ParseErro
             StmtKind::Reclaim
         }
         "fragment" => StmtKind::Fragment(Fragment::parse(l)?),
+        "sleep" => StmtKind::Sleep(stmt::Sleep::parse(l)?),
         "snapshot" => StmtKind::Snapshot(Snapshot::parse(l)?),
         "expect" => stmt::parse_expect(l)?.into(),
         _ => return parse_proc_stmt(l, checker),

@@ -173,6 +173,7 @@ impl fmt::Display for StmtKind {
             StmtKind::Exec(s) => s.fmt(f),
             StmtKind::Split(s) => s.fmt(f),
             StmtKind::Khugepaged => f.write_str("khugepaged"),
+            StmtKind::Sleep(s) => s.fmt(f),
             StmtKind::Reclaim => f.write_str("reclaim"),
             StmtKind::Fragment(s) => s.fmt(f),
             StmtKind::Snapshot(s) => s.fmt(f),

@@ -66,7 +66,7 @@ pub(crate) fn quote(s: &str) -> String {
 
 /// The top-level keywords: a line starting with one is that statement, so
 /// none of them can name a process.
-pub(crate) const RESERVED: [&str; 10] = [
+pub(crate) const RESERVED: [&str; 11] = [
     "set",
     "machine",
     "cgroup",
@@ -75,6 +75,7 @@ pub(crate) const RESERVED: [&str; 10] = [
     "khugepaged",
     "reclaim",
     "fragment",
+    "sleep",
     "snapshot",
     "expect",
 ];

@@ -1856,3 +1856,21 @@ fn mremap_statements() {
     )
     .unwrap();
 }
+
+/// `sleep <duration>`: read in any unit, printed in the largest that divides
+/// it; a bad duration is refused at its column.
+#[test]
+fn sleep_statements() {
+    let w = hugelab_workload::parse("t.hlw", "spawn a\nsleep 1.5ms\nsleep 2000000us\n").unwrap();
+    assert_eq!(w.stmts[1].kind.to_string(), "sleep 1500us");
+    assert_eq!(w.stmts[2].kind.to_string(), "sleep 2s");
+    fails(
+        "sleep 3 ms\n",
+        1,
+        7,
+        "bad duration '3'; expected a number with ns, us, ms or s",
+    );
+    fails("sleep -1s\n", 1, 7, "bad duration '-1s'");
+    fails("sleep\n", 1, 6, "duration");
+    fails("spawn sleep\n", 1, 7, "sleep");
+}

@@ -41,6 +41,7 @@ mod mprotect;
 mod mremap;
 mod munmap;
 mod set;
+mod sleep;
 mod snapshot;
 mod spawn;
 mod split;
@@ -63,6 +64,7 @@ pub use mprotect::Mprotect;
 pub use mremap::Mremap;
 pub use munmap::Munmap;
 pub use set::Set;
+pub use sleep::{parse_duration, Sleep};
 pub use snapshot::Snapshot;
 pub use spawn::Spawn;
 pub use split::Split;
@@ -126,6 +128,7 @@ pub enum StmtKind {
     Khugepaged,
     Reclaim,
     Fragment(Fragment),
+    Sleep(Sleep),
     Snapshot(Snapshot),
     Expect(Expect),
     ExpectErrno(ExpectErrno),
@@ -159,6 +162,7 @@ impl StmtKind {
             StmtKind::Khugepaged => "khugepaged",
             StmtKind::Reclaim => "reclaim",
             StmtKind::Fragment(_) => "fragment",
+            StmtKind::Sleep(_) => "sleep",
             StmtKind::Snapshot(_) => "snapshot",
             StmtKind::Expect(_) | StmtKind::ExpectErrno(_) | StmtKind::ExpectSignal(_) => "expect",
         }
@@ -192,6 +196,7 @@ impl StmtKind {
             | StmtKind::Khugepaged
             | StmtKind::Reclaim
             | StmtKind::Fragment(_)
+            | StmtKind::Sleep(_)
             | StmtKind::Snapshot(_)
             | StmtKind::Expect(_)
             | StmtKind::ExpectErrno(_)

@@ -569,11 +569,13 @@ fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
         // now, or its first request would fault on it.
         populate_own_mappings();
         unshare_own_writable();
+        agent_task::unshare_running_slots();
         pretouch_stack();
         send(child_fd, &hello());
         return Forked::Child(child_fd);
     }
     unshare_own_writable();
+    agent_task::unshare_running_slots();
     pretouch_stack();
     unsafe { libc::close(child_fd) };
     Forked::Parent(pid)
@@ -581,8 +583,8 @@ fn do_fork(old_fd: RawFd, child_fd: RawFd) -> Forked {
 
 /// Touches the stack the agent will ever use, so that no later request faults
 /// on it (and, after fork, so that the COW copies happen inside the fork).
-/// A thread's stack is smaller, populated at start-up and unshared after
-/// fork with the rest of the agent's writable memory: nothing to do there.
+/// A thread's stack is smaller, populated at start-up, and unshared after a
+/// fork when a thread runs on it (`agent_task::unshare_running_slots`).
 fn pretouch_stack() {
     // The check is outside the function with the buffer, whose frame is
     // probed page by page on entry.
@@ -697,10 +699,14 @@ fn populate_own_mappings() {
 fn unshare_own_writable() {
     // SAFETY: read-only use of the table filled at start-up; advice on our
     // own mappings.
+    // The threads' stacks are unshared by their own rule (agent_task).
+    let (s0, s1) = agent_task::stacks_range();
     unsafe {
         for &(a, b) in (*std::ptr::addr_of!(OWN_WRITABLE)).iter() {
-            if b > a {
-                libc::madvise(a as *mut _, (b - a) as usize, libc::MADV_POPULATE_WRITE);
+            for (lo, hi) in [(a, b.min(s0.max(a))), (a.max(s1), b)] {
+                if hi > lo && !(s0 < s1 && lo >= s0 && hi <= s1) {
+                    libc::madvise(lo as *mut _, (hi - lo) as usize, libc::MADV_POPULATE_WRITE);
+                }
             }
         }
     }

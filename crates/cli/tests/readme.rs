@@ -550,6 +550,16 @@ fn every_root_readme_example_runs_on_this_machine() {
                 assert!(out.starts_with("| pid/tid"), "a table first: {out}");
                 assert!(out.contains(" dd ") && out.contains(" 0 lost"), "{out}");
             }
+            "hugelab record -o prog.hlw.zst -- CMD ARGS" => {
+                let file = std::env::temp_dir().join(format!("hugelab-readme-{}.hlw.zst", std::process::id()));
+                let path = file.to_str().unwrap();
+                let out = ok(&["record", "-o", path, "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=1M", "count=4"]);
+                assert!(out.starts_with(&format!("wrote {path} (")), "what it wrote: {out}");
+                // What it wrote is a workload the model replays: dd's 1M buffer written.
+                let run = ok(&["run", "--counter", "vmstat.pgfault", path]);
+                assert!(run.contains("vmstat.pgfault"), "{run}");
+                let _ = std::fs::remove_file(&file);
+            }
             c if c.starts_with("hugelab scan ") => {
                 scans.push(c.to_string());
                 continue;

@@ -491,6 +491,11 @@ fn a_recorded_program_becomes_its_workload_statement_by_statement() {
         w[1] == "mmap" && w.contains(&"file=libc.so.6")
     });
     assert_eq!(*lines.last().unwrap(), "known exit");
+    // The workload replays on the model, statement by statement: every
+    // mapping, touch, fork, thread, mremap, brk and exec of it is one the
+    // language has.
+    let run = common::run(&["run", "--counter", "vmstat.pgfault", file.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", common::stderr(&run));
     let _ = std::fs::remove_dir_all(state);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -513,6 +513,17 @@ fn store(m: &mut Machine, page: Pfn, zero: bool) {
     m.zone.memmap.page_mut(page).set_clear(pg::WRITTEN, clear);
 }
 
+/// Before writes to `vma` from `start`: its anon_vma, which every write
+/// fault of a private mapping needs (vmf_anon_prepare); a write that faults
+/// nowhere finds it there already.
+#[inline]
+fn write_anon_vma_prepare(mm: &mut MmStruct, vma: &Vma, start: u64) {
+    let shared = vma.file.is_some_and(|f| f.shared);
+    if !vma.anon_vma && !shared {
+        mm.anon_vma_prepare(start);
+    }
+}
+
 /// Loads or stores one byte every `step` bytes of `[start, end)` inside `vma`,
 /// faulting as needed. A store of non-zero data marks the page's content dirty
 /// (no longer all zeroes); a store of zero leaves it as it was.
@@ -535,11 +546,8 @@ pub fn access_range(
     if !vma.allows(write) {
         return Err(Fault::Sigsegv { addr: start, write });
     }
-    let shared = vma.file.is_some_and(|f| f.shared);
-    if write && !vma.anon_vma && !shared {
-        // Every write fault needs one (vmf_anon_prepare); a write that
-        // faults nowhere finds it there already.
-        mm.anon_vma_prepare(start);
+    if write {
+        write_anon_vma_prepare(mm, vma, start);
     }
     let stores = write && stores;
     // Whether a write fault on an empty PTE can only get an order-0 folio

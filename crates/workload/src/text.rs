@@ -66,7 +66,7 @@ pub(crate) fn quote(s: &str) -> String {
 
 /// The top-level keywords: a line starting with one is that statement, so
 /// none of them can name a process.
-pub(crate) const RESERVED: [&str; 11] = [
+pub const RESERVED: [&str; 11] = [
     "set",
     "machine",
     "cgroup",

@@ -9,7 +9,7 @@ use crate::checker::{issue, Checker, Issue, Part, Region};
 use crate::line::{opt, Line, OptSpec};
 use crate::mapped::Mapped;
 use crate::placement::TASK_SIZE;
-use crate::stmt::mmap::{check_at, parse_addr};
+use crate::stmt::mmap::check_at;
 use crate::text::{quote, valid_name, ParseError};
 use std::fmt;
 
@@ -36,21 +36,7 @@ impl Brk {
         let size = l.size_at(s.text, s.col)?;
         l.mark(Part::Size, s.col);
         let opts = l.options(4, "brk", OPTS)?;
-        let at = match opts[0] {
-            Some(v) => {
-                l.mark(Part::At, v.col);
-                Some(parse_addr(v.text).ok_or_else(|| {
-                    l.err(
-                        v.col,
-                        format!(
-                            "bad address {}; expected a hex address such as 0x555555a00000",
-                            quote(v.text)
-                        ),
-                    )
-                })?)
-            }
-            None => None,
-        };
+        let at = super::mmap::at_option(l, opts[0])?;
         Ok(Brk {
             proc,
             region,

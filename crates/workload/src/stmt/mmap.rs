@@ -71,6 +71,27 @@ pub(crate) fn parse_addr(text: &str) -> Option<u64> {
     u64::from_str_radix(&digits, 16).ok()
 }
 
+/// The value of an `at=<hex address>` option (mmap, mremap, brk), its
+/// column marked for the checker's errors.
+pub(crate) fn at_option(
+    l: &mut Line<'_>,
+    v: Option<crate::line::Tok<'_>>,
+) -> Result<Option<u64>, ParseError> {
+    let Some(v) = v else {
+        return Ok(None);
+    };
+    l.mark(Part::At, v.col);
+    parse_addr(v.text).map(Some).ok_or_else(|| {
+        l.err(
+            v.col,
+            format!(
+                "bad address {}; expected a hex address such as 0x7e0000200000",
+                quote(v.text)
+            ),
+        )
+    })
+}
+
 impl Mmap {
     pub(crate) fn parse(l: &mut Line<'_>, proc: Name) -> Result<Mmap, ParseError> {
         let r = l.arg(2, "region name", USAGE)?;
@@ -130,21 +151,7 @@ impl Mmap {
             Some(v) => Some(parse_prot(l, v)?),
             None => None,
         };
-        let at = match opts[6] {
-            Some(v) => {
-                l.mark(Part::At, v.col);
-                Some(parse_addr(v.text).ok_or_else(|| {
-                    l.err(
-                        v.col,
-                        format!(
-                            "bad address {}; expected a hex address such as 0x7e0000200000",
-                            quote(v.text)
-                        ),
-                    )
-                })?)
-            }
-            None => None,
-        };
+        let at = at_option(l, opts[6])?;
         let initial = match opts[10] {
             Some(v) => {
                 l.mark(Part::Initial, v.col);

@@ -32,21 +32,7 @@ impl Mremap {
         let new_size = l.size_at(s.text, s.col)?;
         l.mark(Part::Size, s.col);
         let opts = l.options(4, "mremap", OPTS)?;
-        let at = match opts[0] {
-            Some(v) => {
-                l.mark(Part::At, v.col);
-                Some(super::mmap::parse_addr(v.text).ok_or_else(|| {
-                    l.err(
-                        v.col,
-                        format!(
-                            "bad address {}; expected a hex address such as 0x7e0000200000",
-                            quote(v.text)
-                        ),
-                    )
-                })?)
-            }
-            None => None,
-        };
+        let at = super::mmap::at_option(l, opts[0])?;
         Ok(Mremap {
             proc,
             range,

@@ -5,22 +5,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-/// Words a process may not be named (a line starting with one is that
-/// statement).
-const KEYWORDS: [&str; 11] = [
-    "set",
-    "machine",
-    "cgroup",
-    "spawn",
-    "split",
-    "khugepaged",
-    "reclaim",
-    "fragment",
-    "snapshot",
-    "expect",
-    "sleep",
-];
-
 /// A name of the language (`[A-Za-z_][A-Za-z0-9_-]*`) close to `s`.
 pub fn ident(s: &str) -> String {
     let mut out: String = s
@@ -36,7 +20,8 @@ pub fn ident(s: &str) -> String {
     if !out.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
         out.insert(0, '_');
     }
-    if KEYWORDS.contains(&out.as_str()) {
+    // A line starting with a top-level keyword is that statement.
+    if hugelab_workload::text::RESERVED.contains(&out.as_str()) {
         out.push('_');
     }
     out

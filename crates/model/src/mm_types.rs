@@ -218,6 +218,11 @@ impl Vma {
     pub const VM_NOHUGEPAGE: u32 = 1 << 3;
     /// MAP_GROWSDOWN: a stack that a fault below it grows (expand_downwards).
     pub const VM_GROWSDOWN: u32 = 1 << 4;
+    /// A private writable mapping's memory counted in the commit charge
+    /// (`accountable_mapping`); it keeps a VMA from merging with one
+    /// without it, as any flag does. mprotect to read-only keeps it, but
+    /// on an anonymous VMA with no anon_vma yet (`mprotect_fixup`).
+    pub const VM_ACCOUNT: u32 = 1 << 5;
     pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
 
     /// vma_pages.

@@ -388,6 +388,17 @@ pub fn update_vma_flags(
     end: u64,
     mut update: impl FnMut(u32) -> u32,
 ) -> bool {
+    update_vmas(m, mm, start, end, |vma| update(vma.flags))
+}
+
+/// `update_vma_flags` with each VMA's new flags computed from all of it.
+pub fn update_vmas(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    start: u64,
+    end: u64,
+    mut update: impl FnMut(&Vma) -> u32,
+) -> bool {
     split_vma(m, mm, start);
     split_vma(m, mm, end);
     let mut covered = start;
@@ -397,7 +408,7 @@ pub fn update_vma_flags(
         } else {
             covered
         };
-        let flags = update(vma.flags);
+        let flags = update(&vma);
         mm.vmas.insert(vma.start, Vma { flags, ..vma });
     }
     vma_merge_range(m, mm, start, end);
@@ -636,6 +647,12 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
 /// MAP_STACK is VM_NOHUGEPAGE (glibc maps thread stacks with it).
 fn calc_vm_flag_bits(s: &stmt::Mmap) -> u32 {
     let mut flags = 0;
+    // accountable_mapping: private and writable (a HugeTLB mapping, which
+    // takes its own path, is not).
+    let writable = s.prot.unwrap_or(Prot::ReadWrite) == Prot::ReadWrite;
+    if writable && !s.shared && s.hugetlb.is_none() {
+        flags |= Vma::VM_ACCOUNT;
+    }
     if s.growsdown {
         flags |= Vma::VM_GROWSDOWN;
     }
@@ -778,7 +795,7 @@ fn do_brk_flags(
     let vma = Vma {
         start: oldbrk,
         end: newbrk,
-        flags: Vma::VM_READ | Vma::VM_WRITE,
+        flags: Vma::VM_READ | Vma::VM_WRITE | Vma::VM_ACCOUNT,
         pgoff: oldbrk >> PAGE_SHIFT,
         anon_vma: false,
         fork_child: false,

@@ -7,7 +7,7 @@
 //! (MM_CP_TRY_CHANGE_WRITABLE with `can_change_pte_writable`), so no write fault follows.
 
 use crate::mm_types::{pg, MmStruct, Vma, PMD_SIZE, PTRS_PER_PTE};
-use crate::mmap::update_vma_flags;
+use crate::mmap::update_vmas;
 use crate::pgtable::Pmd;
 use crate::syscall::{resolve_range_no_hugetlb, vm_prot};
 use crate::Machine;
@@ -49,9 +49,26 @@ pub fn sys_mprotect(
 ///
 /// Named for do_mprotect_pkey, without the protection key.
 pub fn do_mprotect(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64, prot: u32) -> bool {
-    let covered = update_vma_flags(m, mm, start, end, |flags| (flags & !Vma::PROT_MASK) | prot);
+    let covered = update_vmas(m, mm, start, end, |vma| mprotect_flags(vma, prot));
     change_protection(m, mm, start, end, prot & Vma::VM_WRITE != 0);
     covered
+}
+
+/// mprotect_fixup's new flags: the protection, and VM_ACCOUNT gained by a
+/// private mapping made writable, lost when made read-only only by an
+/// anonymous VMA with no anon_vma yet (a commit charge is not given back
+/// once pages may have been written).
+fn mprotect_flags(vma: &Vma, prot: u32) -> u32 {
+    let mut flags = (vma.flags & !Vma::PROT_MASK) | prot;
+    let shared = vma.file.is_some_and(|f| f.shared);
+    if prot & Vma::VM_WRITE != 0 {
+        if !shared && vma.hugetlb.is_none() {
+            flags |= Vma::VM_ACCOUNT;
+        }
+    } else if vma.file.is_none() && !vma.anon_vma {
+        flags &= !Vma::VM_ACCOUNT;
+    }
+    flags
 }
 
 fn change_protection(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64, write: bool) {

@@ -454,8 +454,13 @@ impl Mm {
             return Ok(());
         }
         let e = p.extent.clone();
+        if e.base != from {
+            // The language moves whole regions only.
+            c.stats.skip("mremap of part of a region");
+            return Ok(());
+        }
         self.space.remove(from, from + old_len);
-        let base = to - (from - e.base);
+        let base = to;
         self.space.insert(
             to,
             Extent {

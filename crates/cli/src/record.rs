@@ -179,7 +179,6 @@ pub fn main(args: RecordArgs) -> Result<ExitCode> {
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "(unknown)".into()),
         interrupted: outcome.interrupted,
-        seconds: outcome.seconds,
         snapshot_at_exit: args.snapshot_at_exit,
     };
     let mut out = Output::create(&output)?;

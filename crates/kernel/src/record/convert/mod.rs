@@ -43,7 +43,6 @@ pub struct Header {
     pub kernel: String,
     /// Stopped by a signal before the command ended.
     pub interrupted: bool,
-    pub seconds: f64,
     /// A `snapshot <proc>-exit` before each process's exit, to compare its
     /// memory at its largest (a recorded program's `end` is after every exit).
     pub snapshot_at_exit: bool,
@@ -217,7 +216,7 @@ fn header(h: &Header, census: &census::Census) -> String {
     s += &format!(
         "{} events in {:.3} s: {} page faults, {} processes, {} threads, {} execs.\n",
         census.events,
-        seconds.max(h.seconds.min(seconds)),
+        seconds,
         census.faults,
         census.processes(),
         census.threads,

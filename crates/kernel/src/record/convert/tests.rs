@@ -90,7 +90,6 @@ impl Stream {
             date: "today".into(),
             kernel: "6.18".into(),
             interrupted: false,
-            seconds: 0.1,
             snapshot_at_exit: false,
         };
         let mut out = Vec::new();

@@ -54,8 +54,11 @@ impl Census {
         };
         let generation = self.tracker.procs[task.mm].execs;
         match &e.kind {
+            // The first is exec's; later ones are the stack growing.
             Kind::Mmap2 { addr, filename, .. } if filename == "[stack]" => {
-                self.stacks.insert((task.mm, generation), (*addr, None));
+                self.stacks
+                    .entry((task.mm, generation))
+                    .or_insert((*addr, None));
             }
             Kind::Fault { addr, .. } => {
                 self.faults += 1;

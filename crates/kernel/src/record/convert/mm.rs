@@ -90,6 +90,15 @@ impl Mm {
         !self.exec_maps.is_empty()
     }
 
+    /// Whether a mapping record made outside any syscall is the kernel
+    /// growing a stack this mm already has (expand_downwards calls
+    /// perf_event_mmap with the grown VMA): no new region, since the
+    /// replay's growsdown region grows by the same faults.
+    pub fn stack_grown(&self, addr: u64, len: u64) -> bool {
+        let last = (addr + len).saturating_sub(1);
+        matches!(self.space.find(last), Some((_, e)) if e.what == What::Stack)
+    }
+
     /// A mapping exec made: kept until the image runs, a later one cutting
     /// an earlier one it overlaps (the ELF loader maps a whole image first
     /// and unmaps what its first segment does not use without a record).

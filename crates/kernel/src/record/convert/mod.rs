@@ -149,6 +149,7 @@ impl Convert<'_> {
             } => match pending.get_mut(&e.tid) {
                 Some(p) if p.nr == MMAP => p.file = Some(filename.clone()),
                 Some(_) => {}
+                None if mm.stack_grown(*addr, *len) => {}
                 None => mm.exec_mapping(Mapping {
                     addr: *addr,
                     len: *len,

@@ -253,3 +253,58 @@ fn fork_thread_vfork_spawn_brk_mremap_and_mprotect() {
         "{w:#?}"
     );
 }
+
+/// A stack growing below its start: the kernel's mapping record of the grown
+/// stack (expand_downwards) is no new region, and the first pass's reach
+/// counts the faults on both sides of it. Exec's mappings after a fault of
+/// exec's own (padzero clearing the bss) are still exec's: the interpreter.
+#[test]
+fn a_stack_growing_is_the_same_region() {
+    let len = STACK.1;
+    let interp = |addr| Kind::Mmap2 {
+        addr,
+        len: 0x1000,
+        pgoff: 0,
+        prot: 3,
+        flags: 2,
+        filename: "/lib/ld.so".into(),
+    };
+    let mut s = Stream::new();
+    s.exec(
+        10,
+        "prog",
+        &[STACK, (0x5555_0000_0000, 0x1000, 0, 3, "/usr/bin/prog")],
+    )
+    .fault(10, 10, 0x5555_0000_0010, 2)
+    .at(10, 10, interp(0x7f00_0000_0000))
+    .fault(10, 10, STACK.0 - 8, 6);
+    s.at(
+        10,
+        10,
+        Kind::Mmap2 {
+            addr: STACK.0 - 0x1000,
+            len: len + 0x1000,
+            pgoff: 0,
+            prot: 3,
+            flags: 2,
+            filename: "[stack]".into(),
+        },
+    )
+    .fault(10, 10, STACK.0 - 0x2000, 6)
+    .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    let low = STACK.0 - 0x2000;
+    assert_eq!(
+        s.workload(),
+        [
+            "spawn prog".to_string(),
+            format!("prog mmap stack 140K at={low:#x} growsdown initial=132K"),
+            "prog madvise stack+136K:4K POPULATE_WRITE".into(),
+            "prog mmap prog-data 4K file=prog at=0x555500000000".into(),
+            "prog write prog-data:4K".into(),
+            "prog mmap ld_so-data 4K file=ld.so at=0x7f0000000000".into(),
+            // Two faults going down, coalesced.
+            "prog write stack:8K".into(),
+            "prog exit".into(),
+        ]
+    );
+}

@@ -23,7 +23,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const BUILTIN: &str = include_str!("../workloads/builtin.hlw");
+/// The built-in workload: a recorded part of a tinyconfig kernel build
+/// (`make -j2 mm/`: make, 49 cc1 and as, the shell and tools around them),
+/// up to its moment of most anonymous memory (scripts/compare-workload).
+const BUILTIN: &[u8] = include_bytes!("../workloads/kbuild-mm.hlw.zst");
+const BUILTIN_NAME: &str = "kbuild-mm.hlw.zst";
 
 /// The multi-size THP series' configurations: 4K pages only, then 16K,
 /// 32K+16K, 64K+32K+16K small-order THP, then PMD THP.
@@ -59,7 +63,9 @@ pub struct CompareArgs {
     /// Print JSON instead of tables: the summary and every counter.
     #[arg(long)]
     json: bool,
-    /// The workload (.hlw). Default: a built-in compiler-like workload.
+    /// The workload (.hlw, .hlw.gz, .hlw.zst). Default: a built-in recording
+    /// of a part of a kernel build (make, cc1, as), up to its peak of
+    /// anonymous memory.
     file: Option<PathBuf>,
 }
 
@@ -184,7 +190,7 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
     let file = args
         .file
         .as_ref()
-        .map_or("builtin.hlw".to_string(), |f| f.display().to_string());
+        .map_or(BUILTIN_NAME.to_string(), |f| f.display().to_string());
     // The snapshot to compare: the first one the workload takes, else `end`.
     let mut label = args.snapshot.clone();
     let mut snapshots: Vec<String> = Vec::new();
@@ -263,7 +269,8 @@ fn run_under(
             run_stream(&mut model, file, &none, sets.chain(under))
         }
         None => {
-            let stmts = Statements::new(file, BUILTIN.as_bytes());
+            let text = zstd::stream::read::Decoder::new(BUILTIN)?;
+            let stmts = Statements::new(file, std::io::BufReader::new(text));
             let under = UnderSetting::new(stmts, file, &setting.name, tunables, &mut effect);
             run_stream(&mut model, file, &none, sets.chain(under))
         }

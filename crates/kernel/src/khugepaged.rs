@@ -278,7 +278,7 @@ impl KhugepagedHold {
             .trim()
             .parse()
             .ok()?;
-        if pages % HPAGE_PMD_NR != 0 {
+        if !pages.is_multiple_of(HPAGE_PMD_NR) {
             return Some(format!(
                 "khugepaged passed with pages_to_scan {pages}, not a multiple of 512: the cost of the sentinel's and the agents' own VMAs (1 each a visit) may change how many PMD ranges a pass scans"
             ));
@@ -324,7 +324,7 @@ pub(crate) fn khugepaged(
     m.window(stmt, true, agents, |_| hold.scan(stmt, guard))
 }
 
-//// One pass of khugepaged, which `wake` (a write of one of its sleeps)
+/// One pass of khugepaged, which `wake` (a write of one of its sleeps)
 /// starts: returns once khugepaged is back in its wait, and whether the
 /// pass backed off after a failed allocation (thp_collapse_alloc_failed
 /// moved).

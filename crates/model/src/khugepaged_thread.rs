@@ -282,4 +282,45 @@ mod tests {
         assert_eq!(failed("sleep 1s\nsleep 60999ms\n"), 2);
         assert_eq!(failed("sleep 1s\nsleep 61s\n"), 4);
     }
+
+    #[test]
+    fn the_cursor_goes_on_to_the_next_process_and_wraps_once() {
+        // 1536 pages: three ranges a pass. Pass 1: a's two, b's first.
+        // Pass 2: b's second, then from the head: a's two, PMD-mapped now,
+        // use up the budget (512 each) without collapsing.
+        let collapsed = |sleeps: &str| {
+            crate::end_counters(&format!(
+                "set transparent_hugepage/enabled madvise\n\
+                 set transparent_hugepage/hugepages-2048kB/enabled inherit\n\
+                 set transparent_hugepage/khugepaged/max_ptes_none 511\n\
+                 set transparent_hugepage/khugepaged/pages_to_scan 1536\n\
+                 set transparent_hugepage/khugepaged/scan_sleep_millisecs 400\n\
+                 spawn a\nspawn b\n\
+                 a mmap buf 4M align=2M\nb mmap buf 4M align=2M\n\
+                 a write buf\nb write buf\n\
+                 a madvise buf HUGEPAGE\nb madvise buf HUGEPAGE\n\
+                 {sleeps}"
+            ))["khugepaged.pages_collapsed"]
+        };
+        assert_eq!(collapsed("sleep 500ms\n"), 3);
+        assert_eq!(collapsed("sleep 900ms\n"), 4);
+        let k = {
+            let w = hugelab_workload::parse(
+                "t.hlw",
+                "set transparent_hugepage/khugepaged/pages_to_scan 1536\n\
+                 set transparent_hugepage/khugepaged/scan_sleep_millisecs 400\n\
+                 spawn a\na mmap buf 4M align=2M\na write buf\na madvise buf HUGEPAGE\n\
+                 sleep 900ms\n",
+            )
+            .unwrap();
+            let mut model = crate::Model::default();
+            hugelab_workload::run(&mut model, &w).unwrap();
+            model.machine.khugepaged.clone()
+        };
+        // a alone: each pass starts at the head and reaches the end of the
+        // list (a full scan), where passing the head a second time ends it,
+        // the budget not used up: the cursor is left at the head.
+        assert_eq!(k.full_scans, 2);
+        assert_eq!(k.mm_slot, None);
+    }
 }

@@ -140,12 +140,8 @@ impl KernelBackend {
                 khugepaged::khugepaged(&mut self.khugepaged, &mut self.guard, m, a, stmt)
             }
             StmtKind::Reclaim => vmscan::reclaim(m, a, stmt),
-            // Time passes, outside any measurement window; khugepaged stays
-            // held (see khugepaged.rs).
-            StmtKind::Sleep(s) => {
-                std::thread::sleep(std::time::Duration::from_nanos(s.ns));
-                Ok(())
-            }
+            // Time passes, and khugepaged makes the passes due in it.
+            StmtKind::Sleep(s) => self.khugepaged.sleep(&mut self.guard, m, a, stmt, s.ns),
             StmtKind::Fragment(_) => machine::fragment(stmt),
             StmtKind::Snapshot(_)
             | StmtKind::Expect(_)

@@ -156,6 +156,12 @@ impl Measurement {
         self.close(stmt, collapse_allowed, opened, call, agents)
     }
 
+    /// Every counter from now on is unknown, for `why` (the first reason
+    /// given stays).
+    pub(crate) fn distrust_all(&mut self, why: String) {
+        self.unstable.get_or_insert(why);
+    }
+
     /// The reading before a statement.
     fn open(&mut self, stmt: &Stmt, agents: &Agents) -> Result<Opened, BackendError> {
         if matches!(stmt.kind, StmtKind::Fork { .. }) {

@@ -24,12 +24,19 @@ pub(crate) fn set(
 ) -> Result<(), BackendError> {
     let (tunable, value) = (&s.tunable, s.value.to_string());
     let pmd_before = pmd_enabled();
-    if *tunable == Tunable::Khugepaged(KhugepagedKnob::ScanSleepMillisecs) {
-        // The workload's own choice: khugepaged may then run on its own,
-        // which the windows detect.
-        khugepaged.set_scan_sleep(&value);
-    }
     guard.journal(tunable).map_err(|e| failed(stmt, e))?;
+    if matches!(
+        tunable,
+        Tunable::Khugepaged(
+            KhugepagedKnob::ScanSleepMillisecs | KhugepagedKnob::AllocSleepMillisecs
+        )
+    ) {
+        // The write wakes khugepaged for a pass (see khugepaged.rs).
+        m.window(stmt, true, agents, |_| {
+            khugepaged.sleep_store(stmt, guard, tunable, &value)
+        })?;
+        return Ok(());
+    }
     m.window(stmt, false, agents, |_| {
         guard.set(tunable, &value).map_err(|e| failed(stmt, e))?;
         Ok(Call::ok(0))

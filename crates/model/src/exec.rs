@@ -67,6 +67,14 @@ fn set_tunable(
                 KhugepagedKnob::ScanSleepMillisecs => k.scan_sleep_millisecs = v,
                 KhugepagedKnob::AllocSleepMillisecs => k.alloc_sleep_millisecs = v,
             }
+            // scan_sleep_millisecs_store, alloc_sleep_millisecs_store: wake
+            // khugepaged for a pass now.
+            if matches!(
+                knob,
+                KhugepagedKnob::ScanSleepMillisecs | KhugepagedKnob::AllocSleepMillisecs
+            ) {
+                crate::khugepaged_thread::khugepaged_sleep_store(m);
+            }
         }
         (Tunable::HugetlbNrHugepages { size_kb }, SetValue::Num(v)) => {
             let h = hstate_of(stmt, *size_kb)?;
@@ -782,12 +790,14 @@ impl Model {
                 huge_memory::sys_split(m, stmt, proc, range)
             }
             StmtKind::Khugepaged => {
-                crate::khugepaged::khugepaged_do_scan(m);
+                crate::khugepaged_thread::khugepaged_statement(m);
                 Ok(())
             }
-            // Time passes; khugepaged runs only at `khugepaged` statements,
-            // as on the kernel backend, which holds it still (stmt::Sleep).
-            StmtKind::Sleep(_) => Ok(()),
+            // Time passes, and khugepaged makes the passes due in it.
+            StmtKind::Sleep(stmt::Sleep { ns }) => {
+                crate::khugepaged_thread::khugepaged_sleep(m, *ns);
+                Ok(())
+            }
             StmtKind::Fragment(stmt::Fragment {
                 permille,
                 pattern,

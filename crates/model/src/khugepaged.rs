@@ -10,6 +10,10 @@
 //!   each aligned 2 MiB range of each eligible VMA goes through
 //!   `hpage_collapse_scan_pmd` and, when it qualifies, `collapse_huge_page`.
 //!   Nothing happens while the PMD size is disabled (the thread is stopped).
+//!   `khugepaged_scan_mm_slot` counts the progress toward pages_to_scan and
+//!   moves the scan cursor; the passes that time (`sleep`) brings, with
+//!   their budget and the cursor carried between them, are in
+//!   [`crate::khugepaged_thread`].
 //! - MADV_COLLAPSE (`madvise_collapse`) runs the same scan and collapse at
 //!   once over the advised range, without khugepaged's limits, and reports
 //!   the last failing scan result as an errno (`madvise_collapse_errno`).
@@ -39,7 +43,8 @@
 //! - The mm list (`khugepaged_scan.mm_head`) is in the order of the task
 //!   list (by process name, see `mms`), not in the order of registration.
 //! - No swap (max_ptes_swap never applies), every mapped page counts as young (referenced), no NUMA node
-//!   choice, synchronous allocation with no alloc_sleep back-off.
+//!   choice. The `khugepaged` statement does not back off after a failed
+//!   allocation (the paced passes do: alloc_sleep_millisecs).
 //!
 //! With tracing on (`hugelab explain`), every range scanned, every VMA
 //! passed over and MADV_COLLAPSE's return are recorded
@@ -51,7 +56,7 @@ use crate::gfp::Gfp;
 use crate::huge_mm::{thp_vma_allowable_orders, thp_vma_suitable_order, ThpSettings};
 use crate::memory_zap::zap_pte_range;
 use crate::mm_types::{
-    MmStruct, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
+    MmId, MmStruct, Vma, HPAGE_PMD_NR, HPAGE_PMD_ORDER, PMD_SIZE, PTRS_PER_PTE, PUD_SIZE,
 };
 use crate::pgtable::Pmd;
 use crate::rmap;
@@ -87,42 +92,108 @@ pub fn hugepage_pmd_enabled(m: &Machine) -> bool {
     m.thp.size_enabled[HPAGE_PMD_ORDER as usize].resolve(m.thp.enabled) != ThpEnabled::Never
 }
 
-/// khugepaged_do_scan until every registered mm of the machine was scanned
-/// to its end, in the order of the task list (see the module doc).
+/// The `khugepaged` statement: khugepaged_do_scan until every registered mm
+/// of the machine was scanned to its end, in the order of the task list (see
+/// the module doc), without pages_to_scan's budget. The paced passes of
+/// `sleep` are in [`crate::khugepaged_thread`].
 pub fn khugepaged_do_scan(m: &mut Machine) {
     if !hugepage_pmd_enabled(m) {
         m.trace_collapse(|| CollapseStep::Stopped);
         return;
     }
-    for id in m.mm_ids_by_task() {
-        if m.mms.get(id).is_some_and(|mm| mm.khugepaged_registered) {
-            m.with_mm(id, khugepaged_scan_mm_slot);
-        }
+    for id in khugepaged_mm_head(m) {
+        let mut address = 0;
+        // Each collapse drops the mmap lock and ends the visit: the next
+        // visit goes on from the cursor.
+        while !m.with_mm(id, |m, mm| {
+            khugepaged_scan_mm_slot(m, mm, &mut address, u64::MAX).done
+        }) {}
     }
 }
 
-/// khugepaged_scan_mm_slot: every aligned 2 MiB range of every VMA that is
-/// still eligible (hugepage_vma_revalidate).
-fn khugepaged_scan_mm_slot(m: &mut Machine, mm: &mut MmStruct) {
-    let vmas: Vec<Vma> = mm.vmas.values().copied().collect();
+/// khugepaged_scan.mm_head: the registered mms, in the order of the task
+/// list (see the module doc).
+pub fn khugepaged_mm_head(m: &Machine) -> Vec<MmId> {
+    m.mm_ids_by_task()
+        .into_iter()
+        .filter(|id| m.mms.get(*id).is_some_and(|mm| mm.khugepaged_registered))
+        .collect()
+}
+
+/// What one visit of khugepaged_scan_mm_slot did.
+pub struct SlotScan {
+    /// The progress it made toward pages_to_scan: 1 for taking the mm, 1
+    /// per VMA passed over, HPAGE_PMD_NR per PMD range scanned.
+    pub progress: u64,
+    /// Every VMA was scanned (`vma == NULL` at the end): the cursor moves to
+    /// the next mm.
+    pub done: bool,
+    /// The last range's result, if it scanned one
+    /// (SCAN_ALLOC_HUGE_PAGE_FAIL makes khugepaged back off).
+    pub result: Option<Scan>,
+}
+
+/// khugepaged_scan_mm_slot: the VMAs of `mm` from `address` (the cursor,
+/// moved as ranges are scanned) on, until the mm's end, `pages` of progress,
+/// or a collapse attempt (collapse_huge_page drops the mmap lock, which ends
+/// the visit). A VMA khugepaged may not collapse (hugepage_vma_revalidate's
+/// checks) costs 1; an mm with THP disabled is left at once.
+pub fn khugepaged_scan_mm_slot(
+    m: &mut Machine,
+    mm: &mut MmStruct,
+    address: &mut u64,
+    pages: u64,
+) -> SlotScan {
+    let mut out = SlotScan {
+        progress: 1,
+        done: true,
+        result: None,
+    };
+    // hpage_collapse_test_exit_or_disable: MMF_DISABLE_THP.
+    if mm.thp_disabled {
+        return out;
+    }
+    let vmas: Vec<Vma> = mm
+        .vmas
+        .values()
+        .filter(|v| v.end > *address)
+        .copied()
+        .collect();
     for vma in vmas {
         // __thp_vma_allowable_orders under TVA_KHUGEPAGED.
         let allowed = thp_vma_allowable_orders(&m.thp, mm, &vma, 1 << HPAGE_PMD_ORDER) != 0;
         if vma_passed_over(m, Collapser::Khugepaged, mm, &vma, allowed) {
+            out.progress += 1;
             continue;
         }
-        let mut haddr = vma.start.next_multiple_of(PMD_SIZE);
-        while haddr + PMD_SIZE <= vma.end {
+        let (hstart, hend) = (
+            vma.start.next_multiple_of(PMD_SIZE),
+            vma.end & !(PMD_SIZE - 1),
+        );
+        if *address > hend {
+            out.progress += 1;
+            continue;
+        }
+        *address = (*address).max(hstart);
+        while *address < hend {
+            let haddr = *address;
             let (scan, counts) = hpage_collapse_scan_pmd(m, mm, haddr, true);
             let mut collapse = None;
+            out.result = Some(scan);
             if scan == Scan::Succeed {
-                // SCAN_ALLOC_HUGE_PAGE_FAIL only makes khugepaged back off.
                 collapse = Some(collapse_huge_page(m, mm, &vma, haddr, true));
+                out.result = collapse;
             }
             trace_range(m, Collapser::Khugepaged, mm, haddr, scan, counts, collapse);
-            haddr += PMD_SIZE;
+            *address += PMD_SIZE;
+            out.progress += HPAGE_PMD_NR;
+            if collapse.is_some() || out.progress >= pages {
+                out.done = false;
+                return out;
+            }
         }
     }
+    out
 }
 
 /// Whether `vma` cannot hold a collapse, checked in

@@ -68,6 +68,7 @@ pub mod hugetlb;
 pub mod hugetlb_vmemmap;
 pub mod internal;
 pub mod khugepaged;
+pub mod khugepaged_thread;
 pub mod madvise;
 pub mod memcontrol;
 pub mod memcontrol_charge;
@@ -137,6 +138,8 @@ pub struct Machine {
     /// pgdat->kcompactd_max_order: the order kcompactd was woken for, run
     /// when the statement ends (0: not woken).
     pub kcompactd_max_order: u32,
+    /// khugepaged's scan cursor and the model's clock (see khugepaged_thread).
+    pub khugepaged: khugepaged_thread::KhugepagedScan,
     /// Pages the fragmentation generator holds (unmovable kernel pages).
     pub unmovable_pages: u64,
     /// Memory cgroups and what is charged to them (see memcontrol).
@@ -179,6 +182,7 @@ impl Machine {
             tasks: BTreeMap::new(),
             current: None,
             kcompactd_max_order: 0,
+            khugepaged: khugepaged_thread::KhugepagedScan::default(),
             unmovable_pages: 0,
             memcg: memcontrol::Memcgs::default(),
             page_cache: filemap::PageCache::default(),

@@ -62,12 +62,9 @@ pub enum Touches<'a> {
 /// touches.
 pub fn touches(kind: &StmtKind) -> Touches<'_> {
     match kind {
-        // Time passing changes nothing the model keeps (khugepaged is not
-        // paced by it: see `stmt::Sleep`).
-        StmtKind::Snapshot { .. }
-        | StmtKind::Expect { .. }
-        | StmtKind::ExpectErrno { .. }
-        | StmtKind::Sleep(_) => Touches::Nothing,
+        StmtKind::Snapshot { .. } | StmtKind::Expect { .. } | StmtKind::ExpectErrno { .. } => {
+            Touches::Nothing
+        }
         // A new process has nothing cached yet.
         // A new process has nothing cached yet; a new thread changes no
         // reading.
@@ -94,6 +91,8 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
         | StmtKind::Machine(_)
         | StmtKind::Fragment(_)
         | StmtKind::Khugepaged
+        // khugepaged's passes, paced by time (see khugepaged_thread).
+        | StmtKind::Sleep(_)
         | StmtKind::Reclaim
         | StmtKind::ExpectSignal(_) => Touches::Everything,
     }

@@ -1,11 +1,9 @@
 //! `sleep <duration>`: time passes between two statements, as it did
 //! between two events of a recorded program.
 //!
-//! On both backends nothing else happens meanwhile: the kernel backend holds
-//! khugepaged still for the whole run (it collapses only at a `khugepaged`
-//! statement), and the model, likewise, runs khugepaged only there. Pacing
-//! khugepaged by the time that passes (`pages_to_scan` every
-//! `scan_sleep_millisecs`) is not modelled yet.
+//! Time passes only here, and khugepaged makes the passes its tunables
+//! (`scan_sleep_millisecs`, `pages_to_scan`, `alloc_sleep_millisecs`) set
+//! for it, on both backends (docs/language.md says how).
 
 use crate::line::Line;
 use crate::text::{quote, ParseError};

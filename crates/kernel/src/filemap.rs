@@ -4,10 +4,17 @@
 //! runner passes the descriptor with the request, SCM_RIGHTS), so that every
 //! process mapping `libc.so.6` maps the same page cache, as on the machine the
 //! program was recorded on. A file is as long as the largest offset + size
-//! any mapping of it used so far, and fully written: every page of it is in
-//! the page cache before the mapping that first covers it is made (the
-//! recorded program's libraries were cached; a memfd's pages exist once
-//! written). Its pages are order 0 because shmem_enabled is `never` (and
+//! any mapping of it used so far (`ftruncate` before the mapping that first
+//! needs it), and nothing is written to it: its page cache starts empty and
+//! a page comes in, zero-filled, at the first fault on it from any process
+//! (shmem_fault allocates in a hole, for a read fault and for the source
+//! page of a write's do_cow_fault), so fault-around (filemap_map_pages maps
+//! only pages already in the page cache) maps only pages some earlier fault
+//! brought in, and a recorded program's replayed reads fault where it did.
+//! The recorded program's contents are not needed: the counters do not look
+//! at them. Each page is charged to the memory cgroup of the process whose
+//! fault brought it in (shmem_alloc_and_add_folio), not to the runner's.
+//! Its pages are order 0 because shmem_enabled is `never` (and
 //! every `hugepages-<N>kB/shmem_enabled` `never`, or `inherit` of it): the
 //! backend checks that before it creates a file and refuses otherwise.
 //!
@@ -27,13 +34,9 @@ pub(crate) struct Files {
     files: BTreeMap<String, (OwnedFd, u64)>,
 }
 
-/// What a new file's pages are written with (anything: the counters do not
-/// look at contents; not zero, as a program's text is not).
-static FILL: [u8; 1 << 16] = [0x5a; 1 << 16];
-
 impl Files {
-    /// The descriptor of `name`, created (or grown) so that it is at least
-    /// `end` bytes long and every page of it is in the page cache.
+    /// The descriptor of `name`, created (or grown: `ftruncate`, no page
+    /// written) so that it is at least `end` bytes long.
     pub(crate) fn at_least(
         &mut self,
         stmt: &Stmt,
@@ -47,10 +50,10 @@ impl Files {
         }
         let (fd, len) = self.files.get_mut(name).expect("just inserted");
         if *len < end {
-            fill(fd.as_raw_fd(), *len, end).map_err(|e| {
+            truncate(fd.as_raw_fd(), end).map_err(|e| {
                 failed(
                     stmt,
-                    format!("writing file '{name}' (a memfd) to {end} bytes: {e}"),
+                    format!("growing file '{name}' (a memfd) to {end} bytes: {e}"),
                 )
             })?;
             *len = end;
@@ -71,21 +74,12 @@ fn memfd(name: &str) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Writes `[from, to)` of the file, which then holds every page of it.
-fn fill(fd: RawFd, from: u64, to: u64) -> std::io::Result<()> {
-    let mut at = from;
-    while at < to {
-        let n = (to - at).min(FILL.len() as u64) as usize;
-        // SAFETY: pwrite from a static buffer.
-        let w = unsafe { libc::pwrite(fd, FILL.as_ptr().cast(), n, at as i64) };
-        if w < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        at += w as u64;
+/// ftruncate(fd, len): the file grows by holes, no page of it comes in.
+fn truncate(fd: RawFd, len: u64) -> std::io::Result<()> {
+    let len = i64::try_from(len).map_err(std::io::Error::other)?;
+    // SAFETY: a plain syscall on our descriptor.
+    if unsafe { libc::ftruncate(fd, len) } < 0 {
+        return Err(std::io::Error::last_os_error());
     }
     Ok(())
 }

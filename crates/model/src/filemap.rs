@@ -6,13 +6,18 @@
 //! from `mm/memory.c`:
 //! - a file is one inode whose page cache every mapping of its name shares;
 //!   it is as long as the largest offset + size any mapping of it used so
-//!   far, and every page of it is in the page cache (written by the kernel
-//!   backend's runner, before the mapping that first covers it exists): the
-//!   pages come to exist at that `mmap`, order 0 (shmem_enabled `never`);
+//!   far (the kernel backend's runner `ftruncate`s its memfd), and its page
+//!   cache starts empty: a page comes in at the first fault on it, from any
+//!   process (`shmem_fault`: shmem_get_folio_gfp with SGP_CACHE allocates a
+//!   zeroed, uptodate order-0 folio in a hole, shmem_enabled `never`), for
+//!   a read fault and for the source page of a write's do_cow_fault alike.
+//!   So fault-around (which maps only pages already in the page cache, as
+//!   `next_uptodate_folio` does) maps only pages some earlier fault brought
+//!   in, and a replayed recording faults where the recorded program did;
 //! - the page cache holds one reference on each page, each PTE mapping one
-//!   more and a mapcount; pages are PG_dirty (shmem's pages are: written
-//!   through write(2), and never cleaned without swap), which is what smaps
-//!   shows (`Private_Dirty`, `Shared_Dirty`), and not anonymous: they are in
+//!   more and a mapcount; a page is PG_dirty only once written through a
+//!   shared mapping (a private mapping's write copies it), which is what
+//!   smaps shows (`*_Clean` else); pages are not anonymous: they are in
 //!   `Rss` but not `Anonymous`, nor in `nr_anon_pages` / `AnonPages`;
 //! - `do_fault_around`: a read fault maps, besides its own page, the page
 //!   cache pages of the `fault_around_bytes` (64 KiB) window around it whose
@@ -23,9 +28,10 @@
 //! Simplifications: no readahead, writeback, truncation or reclaim of the
 //! page cache (no statement shrinks a file or drops its pages; `reclaim`
 //! drops slab only on the kernel too); the pages are not charged to any
-//! memory cgroup (the kernel backend's runner, outside every group of the
-//! workload, writes them); the files stay until the end of the run, as the
-//! runner's memfds do; the gauges of the page cache (`Shmem`, `Cached`,
+//! memory cgroup (the kernel charges a page to the memcg of the process
+//! whose fault brought it in, shmem_alloc_and_add_folio's
+//! mem_cgroup_charge; the model charges no page cache page); the files
+//! stay until the end of the run, as the runner's memfds do; the gauges of the page cache (`Shmem`, `Cached`,
 //! `nr_file_pages`, `nr_mapped`) are not modelled; fault_around_bytes is
 //! the default (debugfs, which could change it, is locked down here).
 
@@ -89,10 +95,11 @@ fn add_page(m: &mut Machine, inode: u32, index: u64) -> Result<Pfn, Fault> {
     Ok(pfn)
 }
 
-/// The file `name`, made at least `pages` pages long with every page in the
-/// page cache (what the kernel backend's runner does before the mapping):
-/// its inode, or VM_FAULT_OOM-like failure when memory runs out.
-pub fn file_at_least(m: &mut Machine, name: &str, pages: u64) -> Result<u32, Fault> {
+/// The file `name`, made at least `pages` pages long (what the kernel
+/// backend's runner does with `ftruncate` before the mapping): its inode.
+/// The new pages are holes: a page comes into the page cache at the first
+/// fault on it (`shmem_fault`), zero-filled.
+pub fn file_at_least(m: &mut Machine, name: &str, pages: u64) -> u32 {
     let inode = match m.page_cache.names.get(name) {
         Some(&i) => i,
         None => {
@@ -101,16 +108,11 @@ pub fn file_at_least(m: &mut Machine, name: &str, pages: u64) -> Result<u32, Fau
             i
         }
     };
-    let have = m.page_cache.pages[inode as usize].len() as u64;
-    if have < pages {
-        m.page_cache.pages[inode as usize].resize(pages as usize, None);
-        for index in have..pages {
-            let pfn = add_page(m, inode, index)?;
-            // Written data, not zeroes; PG_dirty, as shmem's written pages are.
-            m.zone.memmap.page_mut(pfn).set_clear(pg::DIRTY, pg::ZEROED);
-        }
+    let file = &mut m.page_cache.pages[inode as usize];
+    if (file.len() as u64) < pages {
+        file.resize(pages as usize, None);
     }
-    Ok(inode)
+    inode
 }
 
 /// shmem_zero_setup: the shmem object of a new shared anonymous mapping of
@@ -120,8 +122,11 @@ pub fn shmem_zero_setup(m: &mut Machine, pages: u64) -> u32 {
 }
 
 /// shmem_get_folio (SGP_CACHE) for shmem_fault: the page of `index`,
-/// allocated zeroed (order 0: shmem_enabled never) when it has none yet.
-/// Not charged to a memory cgroup (a simplification, see the module doc).
+/// allocated zeroed and marked uptodate (order 0: shmem_enabled never)
+/// when it has none yet, for a file's read fault, the source page of its
+/// do_cow_fault and a shared anonymous mapping's fault alike. Not PG_dirty
+/// (only a write through a shared mapping dirties it). Not charged to a
+/// memory cgroup (a simplification, see the module doc).
 pub fn shmem_fault(m: &mut Machine, inode: u32, index: u64) -> Result<Pfn, Fault> {
     match m.page_cache.find_get_page(inode, index) {
         Some(pfn) => Ok(pfn),
@@ -175,13 +180,12 @@ pub fn folio_remove_file_rmap_pte(m: &mut Machine, page: Pfn) {
 
 /// set_pte_range of a read fault: a private mapping's PTE is read-only (it
 /// copies on write); a shared one's is as writable as the VMA
-/// (vm_page_prot: shmem needs no write notification) and clean.
+/// (vm_page_prot: shmem needs no write notification); both are clean (only
+/// a write fault makes its PTE dirty).
 pub fn set_pte_read(t: &mut PteTable, vma: &Vma, file: &FileVma, idx: usize, page: Pfn) {
     let writable = file.shared && vma.flags & Vma::VM_WRITE != 0;
     t.ptes[idx] = Pte::new(page, writable);
-    if file.shared {
-        t.pte_mkclean(idx, 1);
-    }
+    t.pte_mkclean(idx, 1);
 }
 
 /// do_fault_around + filemap_map_pages for a read fault at `addr` of the
@@ -220,19 +224,40 @@ mod tests {
 
     #[test]
     fn fault_around_moves_up_to_the_vma_start_and_stops_at_its_end() {
+        // c brings every page into the page cache (64 faults) and exits.
         // 3 pages into a 64K window: the window runs 16 pages from the
         // VMA's start; at the VMA's end it is cut there.
         let w = hugelab_workload::parse(
             "t.hlw",
-            "spawn a\na mmap lib 256K file=f at=0x7e0000203000\na read lib:4K\n\
+            "spawn c\nc mmap all 256K file=f\nc read all\nexpect stat.c.minflt == 64\nc exit\n\
+             spawn a\na mmap lib 256K file=f at=0x7e0000203000\na read lib:4K\n\
              expect smaps.a.lib.Rss == 64\na read lib+252K:4K\nexpect smaps.a.lib.Rss == 76\n",
         )
         .unwrap();
         let obs = hugelab_workload::run(&mut crate::Model::default(), &w).unwrap();
-        assert_eq!(obs.expects.len(), 2);
+        assert_eq!(obs.expects.len(), 3);
         assert_eq!(obs.failed_expects().count(), 0);
         let end = &obs.snapshots.last().unwrap().counters;
-        assert_eq!(end["vmstat.pgfault"], 2);
+        assert_eq!(end["vmstat.pgfault"], 66);
+    }
+
+    #[test]
+    fn the_page_cache_starts_empty_and_fills_at_faults() {
+        // a's read faults on every page: nothing is in the page cache for
+        // fault-around; a's write-first fault (do_cow_fault) brings its page
+        // in too. b's reads then map what a's faults brought in.
+        let c = end_counters(
+            "spawn a\nspawn b\na mmap lib 64K align=64K file=f\na read lib:4K\n\
+             a write lib+12K:4K\nb mmap lib 64K align=64K file=f\nb read lib+4K:4K\n",
+        );
+        assert_eq!(c["stat.a.minflt"], 2);
+        assert_eq!(c["smaps.a.lib.Rss"], 8);
+        assert_eq!(c["smaps.a.lib.Anonymous"], 4);
+        // b: page 1 faulted in, pages 0 and 3 mapped around it.
+        assert_eq!(c["stat.b.minflt"], 1);
+        assert_eq!(c["smaps.b.lib.Rss"], 12);
+        assert_eq!(c["smaps.b.lib.Private_Clean"], 8);
+        assert_eq!(c["smaps.b.lib.Shared_Clean"], 4);
     }
 
     #[test]
@@ -242,10 +267,13 @@ mod tests {
              b mmap lib 64K align=64K file=libc.so.6\na read lib\nb read lib\nb write lib:4K\n",
         );
         assert_eq!(c["smaps.a.lib.Rss"], 64);
-        assert_eq!(c["smaps.a.lib.Shared_Dirty"], 60);
-        assert_eq!(c["smaps.a.lib.Private_Dirty"], 4);
+        assert_eq!(c["smaps.a.lib.Shared_Clean"], 60);
+        assert_eq!(c["smaps.a.lib.Private_Clean"], 4);
+        assert_eq!(c["smaps.a.lib.Shared_Dirty"], 0);
         assert_eq!(c["smaps.b.lib.Anonymous"], 4);
+        assert_eq!(c["smaps.b.lib.Private_Dirty"], 4);
         assert_eq!(c["vmstat.nr_anon_pages"], 1);
-        assert_eq!(c["vmstat.pgfault"], 3);
+        // a: 16 faults (one a page), b: 1 read fault maps all 16, 1 write.
+        assert_eq!(c["vmstat.pgfault"], 18);
     }
 }

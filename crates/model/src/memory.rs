@@ -227,12 +227,17 @@ fn do_fault(
         t.pte_mkdirty(i);
         return Ok(());
     }
-    let page = m
-        .page_cache
-        .find_get_page(file.inode, index)
-        .expect("a file VMA lies inside its file");
+    // do_cow_fault: the anon folio first, then __do_fault's page cache page
+    // (shmem_fault brings it in when the file has a hole there).
     let mm_id = mm.mm_id;
     let (new, _) = folio_prealloc(m, mm, mm_id)?;
+    let page = match shmem_fault(m, file.inode, index) {
+        Ok(page) => page,
+        Err(e) => {
+            free_folio(m, new);
+            return Err(e);
+        }
+    };
     m.trace(|| Step::Mapped { order: 0 });
     copy_content(m, page, new);
     rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, addr);

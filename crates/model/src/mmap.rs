@@ -568,8 +568,7 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
             let len = size.bytes().next_multiple_of(PAGE_SIZE);
             let pgoff = s.offset.map_or(0, |o| o.bytes()) >> PAGE_SHIFT;
             let pages = pgoff + (len >> PAGE_SHIFT);
-            let inode = crate::filemap::file_at_least(m, name, pages)
-                .map_err(|_| failed(stmt, format!("out of memory filling file '{name}'")))?;
+            let inode = crate::filemap::file_at_least(m, name, pages);
             Some(FileVma {
                 inode,
                 pgoff,

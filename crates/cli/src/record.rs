@@ -2,6 +2,9 @@
 //! writes what it did to anonymous memory as a workload (`-o FILE.hlw.zst`),
 //! or prints a summary of the capture (`--summary`).
 
+#[path = "record_exits.rs"]
+mod exits;
+
 use crate::record_write::Output;
 use crate::table;
 use anyhow::{bail, Context, Result};
@@ -21,7 +24,9 @@ pub struct RecordArgs {
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
     /// A `snapshot <proc>-exit` before each process's exit in the workload
-    /// (its memory at the end of its life; `end` comes after every exit).
+    /// (its memory at the end of its life; `end` comes after every exit),
+    /// with `expect` lines of the anonymous memory and minor faults the
+    /// recorded run had then.
     #[arg(long)]
     snapshot_at_exit: bool,
     /// Print what was captured, per task, instead of writing a workload.
@@ -182,7 +187,23 @@ pub fn main(args: RecordArgs) -> Result<ExitCode> {
         snapshot_at_exit: args.snapshot_at_exit,
     };
     let mut out = Output::create(&output)?;
-    let stats = match convert::convert(&mut spool, &header, out.writer()) {
+    let mut named = Vec::new();
+    let converted = {
+        let mut w = exits::ExpectWriter::new(out.writer());
+        let figures = w.figures.clone();
+        let snapshot_at_exit = args.snapshot_at_exit;
+        let r = convert::convert_named(&mut spool, &header, &mut w, |n| {
+            named = n.to_vec();
+            if snapshot_at_exit {
+                *figures.borrow_mut() = exits::by_process(n, &outcome.exits)
+                    .into_iter()
+                    .map(|m| (m.process.clone(), m))
+                    .collect();
+            }
+        });
+        r.and_then(|s| std::io::Write::flush(&mut w).map(|()| s))
+    };
+    let stats = match converted {
         Ok(s) => s,
         Err(e) => {
             out.discard();
@@ -190,7 +211,15 @@ pub fn main(args: RecordArgs) -> Result<ExitCode> {
         }
     };
     let bytes = out.commit()?;
-    report(&args, &output, &outcome, &stats, bytes, spool.bytes);
+    let measured = exits::by_process(&named, &outcome.exits);
+    report(
+        &args,
+        &output,
+        &outcome,
+        &stats,
+        &measured,
+        (bytes, spool.bytes),
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -199,8 +228,8 @@ fn report(
     output: &std::path::Path,
     o: &record::Outcome,
     s: &convert::Stats,
-    bytes: u64,
-    spool_bytes: u64,
+    measured: &[exits::Measured],
+    (bytes, spool_bytes): (u64, u64),
 ) {
     let skipped: u64 = s.skipped.values().sum();
     if args.json {
@@ -213,6 +242,7 @@ fn report(
             "files": s.files,
             "faults": s.faults,
             "faults_by_process": s.faults_by_process,
+            "measured_by_process": measured,
             "not_replayed": s.skipped,
             "interrupted": o.interrupted,
             "spool_bytes": spool_bytes,
@@ -245,6 +275,12 @@ fn report(
         skipped,
         o.status.map_or("no status".into(), |s| s.to_string()),
     );
+    if !measured.is_empty() {
+        println!(
+            "\nWhat each process measured at its exit (minflt over its mms; RssAnon and RssShmem of its last):"
+        );
+        print!("{}", exits::table(measured, &s.faults_by_process));
+    }
 }
 
 fn totals(o: &record::Outcome) -> serde_json::Value {
@@ -261,7 +297,7 @@ fn totals(o: &record::Outcome) -> serde_json::Value {
 }
 
 fn to_json(s: &Summary, o: &record::Outcome) -> String {
-    json!({ "tasks": s.tasks, "totals": totals(o) }).to_string()
+    json!({ "tasks": s.tasks, "mms": o.exits, "totals": totals(o) }).to_string()
 }
 
 fn to_text(s: &Summary, o: &record::Outcome) -> String {
@@ -314,5 +350,9 @@ fn to_text(s: &Summary, o: &record::Outcome) -> String {
         table::human(o.buffer),
         o.status.map_or("no status".into(), |s| s.to_string()),
     ));
+    if !o.exits.is_empty() {
+        out.push_str("\nEach mm as it ended (exit or exec), read by the recorder:\n");
+        out.push_str(&exits::mm_table(&o.exits));
+    }
     out
 }

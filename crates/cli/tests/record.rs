@@ -556,3 +556,157 @@ fn a_recording_stopped_by_ctrl_c_is_still_a_workload_and_says_so() {
     );
     let _ = std::fs::remove_dir_all(state);
 }
+
+/// The known program's workload with `expect` lines of the anonymous memory
+/// the recorder measured, after each process's exit snapshot (as `record
+/// --snapshot-at-exit` writes them), and the replayed faults per process.
+fn workload_with_measured_expects(
+    events: &[Event],
+    exits: &[record::MmStat],
+) -> (String, std::collections::BTreeMap<String, u64>) {
+    use record::{convert, spool};
+    let mut w = spool::Writer::create(&std::env::temp_dir()).unwrap();
+    for e in events {
+        w.push(e).unwrap();
+    }
+    let mut spool = w.finish().unwrap();
+    let header = convert::Header {
+        command: vec!["known".into()],
+        date: "now".into(),
+        kernel: "test".into(),
+        interrupted: false,
+        snapshot_at_exit: true,
+    };
+    let mut names = Vec::new();
+    let mut text = Vec::new();
+    let stats =
+        convert::convert_named(&mut spool, &header, &mut text, |n| names = n.to_vec()).unwrap();
+    let mut out = String::new();
+    for line in String::from_utf8(text).unwrap().lines() {
+        out += line;
+        out.push('\n');
+        let Some(name) = line
+            .strip_prefix("snapshot ")
+            .and_then(|l| l.strip_suffix("-exit"))
+        else {
+            continue;
+        };
+        let pid = names.iter().find(|(_, n)| n == name).unwrap().0;
+        let last = exits
+            .iter()
+            .filter(|s| s.pid == pid)
+            .max_by_key(|s| s.generation);
+        let anon = last.unwrap().anon_kb;
+        out += &format!("expect smaps.{name}.Anonymous == {anon}\n");
+    }
+    (out, stats.faults_by_process)
+}
+
+/// The faults recorded in process `pid` (all its tasks), in its mm number
+/// `generation` (counted by its execs after the first).
+fn faults_in_mm(events: &[Event], pid: u32, generation: usize) -> u64 {
+    let mut execs = 0;
+    let mut n = 0;
+    for e in events.iter().filter(|e| e.pid == pid) {
+        match e.kind {
+            Kind::Comm { exec: true, .. } => execs += 1,
+            Kind::Fault { .. } if execs.max(1) - 1 == generation => n += 1,
+            _ => {}
+        }
+    }
+    n
+}
+
+#[test]
+fn each_process_is_measured_at_its_exit_and_exec() {
+    let Some((_one, bin)) = recordable_program() else {
+        return;
+    };
+    let (events, outcome) = record_known(&bin);
+    assert!(no_children_left());
+    let root = events[0].pid;
+    let mm = |pid: u32, generation: u32| {
+        outcome
+            .exits
+            .iter()
+            .find(|s| s.pid == pid && s.generation == generation)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no reading of {pid}'s mm {generation}: {:#?}",
+                    outcome.exits
+                )
+            })
+    };
+    let child = events
+        .iter()
+        .find_map(|e| match e.kind {
+            Kind::NewTask {
+                child, clone_flags, ..
+            } if clone_flags & summary::CLONE_VM == 0 => Some(child),
+            _ => None,
+        })
+        .expect("the fork");
+    assert_eq!(outcome.exits.len(), 3, "{:#?}", outcome.exits);
+    // Anonymous memory. The program's own: r1 256K, r2 64K (grown to 128K,
+    // untouched beyond), r3 16K; the C runtime's: ld.so's and libc's data
+    // and bss, the stack, the heap, the thread's stack (what /bin/true,
+    // the same runtime without the program, has at its exit: ~100K here).
+    let known = mm(root, 0);
+    let true_ = mm(root, 1);
+    let forked = mm(child, 0);
+    let runtime = true_.anon_kb;
+    assert!((16..=256).contains(&runtime), "{true_:?}");
+    assert_eq!((known.ended_by, known.comm.as_str()), ("exec", "known"));
+    assert_eq!((true_.ended_by, true_.comm.as_str()), ("exit", "true"));
+    assert_eq!(forked.ended_by, "exit");
+    // At its exec: r1 dropped (DONTNEED), r2 64K, r3 16K, the runtime (its
+    // size varies by a few pages with the environment and the stack) and
+    // the thread's stack and TLS (a few pages).
+    assert!(
+        known.anon_kb >= 64 + 16 + runtime / 2 && known.anon_kb <= 64 + 16 + runtime + 64,
+        "{known:?} runtime {runtime}"
+    );
+    // The fork child maps all its parent had at the fork (r1 and r2
+    // written, shared or copied) and copies 8 pages of r1: no more pages.
+    assert!(
+        forked.anon_kb >= 256 + 64 + runtime / 2 && forked.anon_kb <= 256 + 64 + runtime + 64,
+        "{forked:?}"
+    );
+    // Minor faults: every fault recorded in the mm, and the kernel's own
+    // faults that raise no page-fault event: an exec copies argv and the
+    // environment into the new stack through get_user_pages (a page or
+    // two), which counts in the exec'ing task's minflt.
+    for (s, execd) in [(known, true), (true_, true), (forked, false)] {
+        let recorded = faults_in_mm(&events, s.pid, s.generation as usize);
+        let extra = s.minflt as i64 - recorded as i64;
+        let allowed = if execd { 1..=3 } else { 0..=0 };
+        assert!(allowed.contains(&extra), "{s:?}: {recorded} recorded");
+    }
+    assert!(
+        known.minflt >= 64 + 16 + 16 + 4,
+        "the program's own: {known:?}"
+    );
+    assert!(forked.minflt >= 8, "the child's COW: {forked:?}");
+    // The tree's minflt: these, and hugelab's own child before its exec.
+    let sum: u64 = outcome.exits.iter().map(|s| s.minflt).sum();
+    assert!(
+        outcome.minflt >= sum && outcome.minflt < sum + 64,
+        "{} {sum}",
+        outcome.minflt
+    );
+
+    // The replay: the model's anonymous memory at each exit snapshot is
+    // the measured one (the `expect` lines `record --snapshot-at-exit`
+    // writes).
+    let (text, _) = workload_with_measured_expects(&events, &outcome.exits);
+    let file = bin.parent().unwrap().join("measured.hlw");
+    std::fs::write(&file, &text).unwrap();
+    let run = common::run(&["run", "--json", file.to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    let expects = doc["expects"].as_array().unwrap();
+    assert_eq!(expects.len(), 2, "{text}");
+    for e in expects {
+        assert_eq!(e["passed"], true, "{e:#}");
+    }
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
+}

@@ -1,9 +1,12 @@
 //! The recorded command: found on PATH, forked with THP disabled for its
 //! whole tree (PR_SET_THP_DISABLE is inherited by fork and kept across
-//! exec), as the invoking user under sudo, held before exec until the
-//! recorder's events are open, and waited for with every descendant
-//! (hugelab is the tree's child subreaper).
+//! exec) and under the seccomp filter that stops each exec at its entry
+//! for the tracer ([`super::exits`]), as the invoking user under sudo, held
+//! before exec until the recorder's events are open and it is traced, and
+//! waited for with every descendant (hugelab is the tree's child subreaper
+//! and its tracer).
 
+use super::exits::{self, Tracer};
 use crate::error::{KernelError, Result};
 use std::ffi::{CString, OsStr};
 use std::io;
@@ -112,6 +115,20 @@ unsafe fn child(
     if libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0 {
         fail(*libc::__errno_location());
     }
+    // While still root (CAP_SYS_ADMIN: no need for no_new_privs, so setuid
+    // programs keep working in the tree).
+    let prog = libc::sock_fprog {
+        len: exits::EXEC_FILTER.len() as libc::c_ushort,
+        filter: exits::EXEC_FILTER.as_ptr().cast_mut(),
+    };
+    if libc::prctl(
+        libc::PR_SET_SECCOMP,
+        libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+        &prog as *const libc::sock_fprog,
+    ) != 0
+    {
+        fail(*libc::__errno_location());
+    }
     if let Some(u) = user {
         if libc::setgroups(u.groups.len(), u.groups.as_ptr()) != 0
             || libc::setgid(u.gid) != 0
@@ -130,9 +147,11 @@ unsafe fn child(
 }
 
 impl Child {
-    /// Lets the child exec; an exec that fails is an error (the child has
+    /// Seizes the child with `tracer` and lets it exec, following it until
+    /// its exec is reported; an exec that fails is an error (the child has
     /// then exited and been reaped).
-    pub fn start(mut self) -> Result<libc::pid_t> {
+    pub fn start(mut self, tracer: &mut Tracer) -> Result<libc::pid_t> {
+        tracer.seize(self.pid)?;
         let byte = 1u8;
         // SAFETY: writes one byte to our pipe, then closes it.
         unsafe {
@@ -140,11 +159,13 @@ impl Child {
             libc::close(self.go);
         }
         self.go = -1;
+        while !tracer.root_execed && tracer.wait_root() {}
         let mut errno = 0i32;
         // SAFETY: reads at most 4 bytes into errno.
         let n = unsafe { libc::read(self.failed, (&mut errno as *mut i32).cast(), 4) };
         if n == 4 {
-            reap(self.pid);
+            // Its exit is reaped by now (or it is killed and reaped here).
+            while tracer.wait_root() {}
             return Err(KernelError::Refused(format!(
                 "cannot run {}: {}",
                 self.program,
@@ -241,34 +262,6 @@ pub fn set_subreaper(on: bool) {
     };
 }
 
-/// Reaps every child that has exited; returns whether any are left, and
-/// the exit status of `root` if it was among them.
-pub fn reap_exited(root: libc::pid_t, root_status: &mut Option<i32>, minflt: &mut u64) -> bool {
-    loop {
-        let mut status = 0;
-        // SAFETY: a zeroed rusage is a valid one to fill.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: waits for any of our children without blocking.
-        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG | libc::__WALL, &mut usage) };
-        if pid == 0 {
-            return true;
-        }
-        if pid < 0 {
-            return io::Error::last_os_error().raw_os_error() != Some(libc::ECHILD);
-        }
-        // Its own faults and those of the descendants it waited for: over
-        // every child we reap (orphans come to us), the whole tree's.
-        *minflt += usage.ru_minflt as u64;
-        if pid == root {
-            *root_status = Some(if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                128 + libc::WTERMSIG(status)
-            });
-        }
-    }
-}
-
 /// Sends SIGKILL to every child of this process, without waiting: an
 /// interrupted recording's round, repeated until the tree is gone (orphans
 /// come to us, the subreaper, and are killed at the next round).
@@ -279,25 +272,29 @@ pub fn kill_children() {
         // SAFETY: signals our own child.
         unsafe { libc::kill(pid, libc::SIGKILL) };
     }
+    exits::kill_traced();
 }
 
-/// Kills and reaps every child of this process, and the orphans that then
-/// become its children, until none is left (the signal path's cleanup).
+/// Kills and reaps every child and tracee of this process, and the orphans
+/// that then become its children, until none is left (the signal path's
+/// cleanup, on another thread than the tracer's: it may reap but not
+/// resume; a killed tracee needs no resuming). Gives up after about two
+/// seconds: the tracees left die with hugelab (PTRACE_O_EXITKILL).
 pub fn kill_all_children() {
-    // SAFETY: getpid has no preconditions.
-    let me = unsafe { libc::getpid() };
-    for _ in 0..100 {
-        let children = children_of(me);
-        if children.is_empty() {
-            return;
-        }
-        for pid in children {
-            // SAFETY: signals and reaps our own child.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), libc::__WALL);
+    for _ in 0..400 {
+        kill_children();
+        loop {
+            // SAFETY: reaps any child or tracee that is gone, without blocking.
+            let r =
+                unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG | libc::__WALL) };
+            if r < 0 {
+                return;
+            }
+            if r == 0 {
+                break;
             }
         }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

@@ -20,6 +20,8 @@
 //! - [`event`]: records parsed into typed [`Event`]s;
 //! - [`child`]: the command, with THP disabled, as the sudo user, waited
 //!   for with every descendant;
+//! - [`exits`]: every process traced (ptrace) to read its minor faults and
+//!   anonymous and shmem memory as each of its mms ends (exit or exec);
 //! - [`summary`]: per task counts of faults by error code and mm syscalls;
 //! - [`spool`]: the events on disk, compressed; [`convert`]: the spooled
 //!   events written as a workload.
@@ -31,6 +33,7 @@
 mod child;
 pub mod convert;
 pub mod event;
+pub mod exits;
 mod merge;
 mod perf;
 mod ring;
@@ -39,6 +42,7 @@ pub mod summary;
 pub mod tracefs;
 
 pub use event::{Event, Kind};
+pub use exits::MmStat;
 pub use summary::Summary;
 
 use crate::error::{KernelError, Result};
@@ -69,7 +73,7 @@ pub struct Progress {
 }
 
 /// How a recording ended.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Outcome {
     pub events: u64,
     /// Bytes of records read from the rings.
@@ -84,8 +88,11 @@ pub struct Outcome {
     /// A signal stopped it before the command ended.
     pub interrupted: bool,
     /// The minor faults of the whole tree as the kernel counted them
-    /// (wait4's rusage of every child reaped).
+    /// (getrusage(RUSAGE_CHILDREN) over the recording: every process of
+    /// the tree reaped by its parent or by us, its subreaper).
     pub minflt: u64,
+    /// Each process's figures at the end of each of its mms.
+    pub exits: Vec<MmStat>,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -206,11 +213,13 @@ pub fn record(
     INTERRUPTED.store(false, Ordering::SeqCst);
     child::resolve(&opts.command[0])?;
     let _subreaper = Subreaper::set();
+    let children_minflt = children_minflt();
+    let mut tracer = exits::Tracer::new()?;
     let pending = child::spawn(&opts.command)?;
     let tracefs = tracefs::Tracefs::open()?;
     let mut cap = open_capture(&tracefs, pending.pid, opts.buffer)?;
     let start = Instant::now();
-    let root = pending.start()?;
+    pending.start(&mut tracer)?;
     let mut out = Outcome {
         buffer: cap.rings.first().map_or(0, |r| r.capacity()),
         ..Outcome::default()
@@ -223,7 +232,8 @@ pub fn record(
             out.interrupted = true;
             child::kill_children();
         }
-        let running = child::reap_exited(root, &mut out.status, &mut out.minflt);
+        tracer.drain_wake();
+        let running = tracer.reap();
         for ring in &mut cap.rings {
             let ids = cap.ids;
             out.bytes += ring.drain(|r| {
@@ -250,8 +260,11 @@ pub fn record(
         if !running {
             break;
         }
-        wait_for_data(&cap);
+        wait_for_data(&cap, tracer.wake_fd());
     }
+    out.status = tracer.root_status;
+    out.minflt = children_minflt_since(children_minflt);
+    out.exits = tracer.finish();
     // The losses no LOST record reported (a ring full at the end of the
     // run): the events' own counts, which include the records' too.
     let mut counted = 0;
@@ -267,9 +280,29 @@ pub fn record(
     Ok(out)
 }
 
-/// Sleeps until a ring passes its watermark or the poll timeout. A leader
-/// whose task has exited polls as hung up at once: then a short sleep.
-fn wait_for_data(cap: &Capture) {
+/// The minor faults of this process's reaped children so far.
+fn children_minflt() -> u64 {
+    // SAFETY: a zeroed rusage is a valid one to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: fills usage.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    usage.ru_minflt as u64
+}
+
+fn children_minflt_since(before: u64) -> u64 {
+    children_minflt().saturating_sub(before)
+}
+
+/// Sleeps until a ring passes its watermark, a tracee stops or exits
+/// (`wake`, written by SIGCHLD), or the poll timeout. A leader whose task
+/// has exited polls as hung up at once: then only `wake` is waited on, a
+/// short while.
+fn wait_for_data(cap: &Capture, wake: libc::c_int) {
+    let wake = libc::pollfd {
+        fd: wake,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let mut fds: Vec<libc::pollfd> = cap
         .fds
         .iter()
@@ -280,13 +313,18 @@ fn wait_for_data(cap: &Capture) {
             events: libc::POLLIN,
             revents: 0,
         })
+        .chain([wake])
         .collect();
     // SAFETY: fds is a valid array of pollfd.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
-    if fds
-        .iter()
-        .any(|p| p.revents & (libc::POLLHUP | libc::POLLERR) != 0)
+    let woken = fds.last().is_some_and(|p| p.revents != 0);
+    if !woken
+        && fds
+            .iter()
+            .any(|p| p.revents & (libc::POLLHUP | libc::POLLERR) != 0)
     {
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut only = [wake];
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(only.as_mut_ptr(), 1, 20) };
     }
 }

@@ -22,6 +22,8 @@ pub struct Census {
     stacks: HashMap<(ProcId, u32), (u64, Option<u64>)>,
     /// Per process: each program it ran (its comm), with its faults.
     programs: Vec<Vec<(String, u64)>>,
+    /// Per process: its pid.
+    pids: Vec<u32>,
     pub events: u64,
     pub faults: u64,
     pub threads: u64,
@@ -45,6 +47,10 @@ impl Census {
             Change::Spawn(p) | Change::Fork { child: p, .. } => {
                 let comm = self.tracker.procs[p].comm.clone();
                 self.programs.push(vec![(comm, 0)]);
+                self.pids.push(match e.kind {
+                    Kind::NewTask { child, .. } => child,
+                    _ => e.pid,
+                });
                 debug_assert_eq!(self.programs.len(), p + 1);
             }
             _ => {}
@@ -90,6 +96,11 @@ impl Census {
                 unique.take(&ident(most.map_or("proc", |(comm, _)| comm)))
             })
             .collect()
+    }
+
+    /// The processes' pids, by [`ProcId`].
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
     }
 
     /// The lowest page the main stack of `proc` after `execs` execs reached.

@@ -232,10 +232,23 @@ fn header(h: &Header, census: &census::Census) -> String {
 
 /// Writes the workload of the events in `spool` to `w`.
 pub fn convert(spool: &mut Spool, h: &Header, w: &mut dyn Write) -> io::Result<Stats> {
+    convert_named(spool, h, w, |_| {})
+}
+
+/// [`convert`], telling `names` each process's pid and name (in order of
+/// creation) before anything is written.
+pub fn convert_named(
+    spool: &mut Spool,
+    h: &Header,
+    w: &mut dyn Write,
+    names: impl FnOnce(&[(u32, String)]),
+) -> io::Result<Stats> {
     let mut census = census::Census::default();
     for e in spool.events()? {
         census.add(&e?);
     }
+    let named: Vec<(u32, String)> = census.pids().iter().copied().zip(census.names()).collect();
+    names(&named);
     let mut out = Out::new(w);
     out.comment(&header(h, &census))?;
     let mut conv = Convert {

@@ -17,6 +17,7 @@ mod hugetlb;
 mod hugetlb_measure;
 mod hugetlb_measure_report;
 mod record;
+mod record_exits;
 mod record_write;
 mod run;
 mod scan;

@@ -2,9 +2,7 @@
 //! writes what it did to anonymous memory as a workload (`-o FILE.hlw.zst`),
 //! or prints a summary of the capture (`--summary`).
 
-#[path = "record_exits.rs"]
-mod exits;
-
+use crate::record_exits as exits;
 use crate::record_write::Output;
 use crate::table;
 use anyhow::{bail, Context, Result};

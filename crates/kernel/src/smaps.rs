@@ -196,6 +196,24 @@ pub fn parse_smaps_vmas(
 mod tests {
     use super::*;
 
+    #[test]
+    fn status_rss_anon_is_smaps_rollup_anonymous() {
+        // A process asleep does not change its memory between the readings.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let pid = child.id() as i32;
+        let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+        let (anon, pte) = status_anon_pte_kb(pid).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let path = "smaps_rollup";
+        assert_eq!(anon, status_field_kb(path, &rollup, "Anonymous").unwrap());
+        assert!(anon > 0 && pte > 0, "RssAnon {anon} kB, VmPTE {pte} kB");
+    }
+
     const SAMPLE: &str = "\
 7f0000000000-7f0000200000 rw-p 00000000 00:00 0 
 Size:               2048 kB

@@ -40,13 +40,12 @@
 use crate::agents::Agents;
 use crate::call::{failed, Call};
 use crate::error::KernelError;
+use crate::modes::{Modes, ThpModes};
 use crate::vmstat::{is_absolute, SystemReader};
-use crate::{pagemap, smaps, sysfs};
+use crate::{pagemap, smaps};
 use hugelab_workload::counters::{self, Reported, Scope};
 use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB, PMD_SIZE};
-use hugelab_workload::{
-    BackendError, Counters, Errno, Reading, Stmt, StmtKind, ThpEnabled, Tunable, VmSysctl,
-};
+use hugelab_workload::{BackendError, Counters, Errno, Reading, Stmt, StmtKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -57,6 +56,8 @@ pub(crate) struct Measurement {
     /// after the reading after it.
     before: SystemReader,
     after: SystemReader,
+    /// The THP modes and HVO, read around each window.
+    modes: Modes,
     /// Sum of the windows' changes, per system-wide counter.
     totals: Counters,
     /// Latest value of the counters reported as read.
@@ -107,7 +108,7 @@ struct Opened {
 struct Own {
     /// The live agents, sorted.
     pids: Vec<i32>,
-    /// The sum of their smaps_rollup Anonymous, kB.
+    /// The sum of their RssAnon, kB.
     anon_kb: i64,
     /// The sum of their VmPTE, kB.
     pte_kb: i64,
@@ -118,6 +119,7 @@ impl Measurement {
         Measurement {
             before: SystemReader::new(),
             after: SystemReader::new(),
+            modes: Modes::new(),
             totals: Counters::new(),
             absolute: Counters::new(),
             last: None,
@@ -167,7 +169,7 @@ impl Measurement {
         if matches!(stmt.kind, StmtKind::Fork { .. }) {
             self.forked.get_or_insert(stmt.pos.line);
         }
-        if self.hvo_on.is_none() && hvo_enabled() {
+        if self.hvo_on.is_none() && self.modes.hvo_enabled() {
             self.hvo_on = Some(stmt.pos.line);
         }
         // The runner's own faults around the two readings (first use of a
@@ -175,7 +177,8 @@ impl Measurement {
         // after the second: an upper bound, reported with the noise.
         let runner_minflt = crate::agent::own_minflt();
         let own = agents_own(agents);
-        self.mthp_sizes_used.extend(mthp_sizes_enabled());
+        let sizes = self.mthp_sizes_enabled();
+        self.mthp_sizes_used.extend(sizes);
         self.before.capture(false).map_err(|e| failed(stmt, e))?;
         Ok(Opened { runner_minflt, own })
     }
@@ -244,7 +247,8 @@ impl Measurement {
         // readings, so it cannot be subtracted; it is reported.)
         let faulted = sys_faults > agent_faults;
         let mut noisy = faulted;
-        self.foreign_sizes(stmt, &before, &after);
+        let modes = self.modes.thp();
+        self.foreign_sizes(stmt, modes.as_ref(), &before, &after);
         self.own_changes(
             stmt,
             (&opened.own, &own_after),
@@ -253,7 +257,7 @@ impl Measurement {
         );
         // While a THP size is `always`, whoever disturbed this window may
         // have got THPs too: every system-wide counter is in doubt.
-        let wide = noisy && thp_always().unwrap_or(true);
+        let wide = noisy && modes.as_ref().is_none_or(|m| m.always());
         let narrower = self.noise.as_ref().is_some_and(|n| !n.wide);
         if !faulted && wide && narrower {
             if let Some(n) = self.noise.as_mut() {
@@ -296,11 +300,18 @@ impl Measurement {
     /// mTHPs below the PMD size come only from faults while their size is
     /// enabled: a size never enabled in this workload that changes in the
     /// window is another process's folio (see `close`).
-    fn foreign_sizes(&mut self, stmt: &Stmt, before: &Counters, after: &Counters) {
+    fn foreign_sizes(
+        &mut self,
+        stmt: &Stmt,
+        modes: Option<&ThpModes>,
+        before: &Counters,
+        after: &Counters,
+    ) {
         // Freed, say, when MADV_COLLAPSE drains the LRU caches. A `set`
         // that enables a size enables it inside its own window: other
         // processes' faults may take one there.
-        self.mthp_sizes_used.extend(mthp_sizes_enabled());
+        self.mthp_sizes_used
+            .extend(modes.map(ThpModes::sizes_enabled).unwrap_or_default());
         let foreign = after.iter().find(|(name, v)| {
             mthp_size_kb(name).is_some_and(|kb| {
                 kb < PMD_SIZE >> 10
@@ -381,14 +392,17 @@ impl Measurement {
     }
 }
 
-/// The live agents' own Anonymous memory and page tables; None when one
-/// cannot be read.
+/// The live agents' own anonymous memory and page tables; None when one
+/// cannot be read. From /proc/PID/status, which counts them as
+/// smaps_rollup's Anonymous does without walking the page tables (see
+/// [`smaps::status_anon_pte_kb`]).
 fn agents_own(agents: &Agents) -> Option<Own> {
     let pids = agents.pids();
     let (mut anon_kb, mut pte_kb) = (0, 0);
     for pid in &pids {
-        anon_kb += smaps::rollup_anonymous_kb(*pid).ok()?;
-        pte_kb += smaps::status_vm_pte_kb(*pid).ok()?;
+        let (anon, pte) = smaps::status_anon_pte_kb(*pid).ok()?;
+        anon_kb += anon;
+        pte_kb += pte;
     }
     Some(Own {
         pids,
@@ -480,27 +494,14 @@ fn mthp_size_kb(name: &str) -> Option<u64> {
         .size_kb
 }
 
-/// The mTHP sizes the page-fault path may allocate now.
-fn mthp_sizes_enabled() -> Vec<u64> {
-    let Some(top) = sysfs::thp_enabled() else {
-        return Vec::new();
-    };
-    let dir = std::path::Path::new(sysfs::SYS_MM).join("transparent_hugepage");
-    sysfs::size_dirs(&dir)
-        .into_iter()
-        .filter(|&kb| {
-            sysfs::thp_size_enabled(kb).is_some_and(|v| v.resolve(top) != ThpEnabled::Never)
-        })
-        .collect()
-}
-
-/// Whether some anonymous THP size is `always` (so any process faulting may get one).
-fn thp_always() -> Option<bool> {
-    let top = sysfs::thp_enabled()?;
-    let dir = std::path::Path::new(sysfs::SYS_MM).join("transparent_hugepage");
-    Some(sysfs::size_dirs(&dir).into_iter().any(|kb| {
-        sysfs::thp_size_enabled(kb).is_some_and(|v| v.resolve(top) == ThpEnabled::Always)
-    }))
+impl Measurement {
+    /// The mTHP sizes the page-fault path may allocate now.
+    fn mthp_sizes_enabled(&mut self) -> Vec<u64> {
+        self.modes
+            .thp()
+            .map(|m| m.sizes_enabled())
+            .unwrap_or_default()
+    }
 }
 
 impl Measurement {
@@ -693,9 +694,4 @@ pub(crate) fn insert_region(
             unknown.insert(k.clone(), why.clone());
         }
     }
-}
-
-/// Whether vm.hugetlb_optimize_vmemmap is 1 now (absent: no HVO here).
-fn hvo_enabled() -> bool {
-    sysfs::read_tunable(&Tunable::Sysctl(VmSysctl::HugetlbOptimizeVmemmap)).is_ok_and(|v| v == "1")
 }

@@ -68,23 +68,25 @@ pub(crate) fn vma_header(line: &str) -> Option<(u64, u64)> {
     Some((a, b))
 }
 
-/// Anonymous of /proc/PID/smaps_rollup, kB.
-pub fn rollup_anonymous_kb(pid: i32) -> Result<i64> {
-    proc_field_kb(
-        &format!("/proc/{pid}/smaps_rollup"),
-        SmapsField::Anonymous.name(),
-    )
+/// RssAnon and VmPTE of /proc/PID/status, kB: the process's anonymous
+/// pages (MM_ANONPAGES, as smaps_rollup's Anonymous counts them: every
+/// mapped anonymous page, a PMD-mapped THP as its 512 pages, the zero page
+/// and HugeTLB pages not) and its page tables (mm->pgtables_bytes: its PTE,
+/// PMD and PUD tables, deposited ones too). Since Linux 6.16 `task_mem`
+/// reads the RSS counters with `get_mm_counter_sum`, exact at the reading
+/// like the page walk of smaps_rollup, which costs a walk of every page
+/// table of the process.
+pub fn status_anon_pte_kb(pid: i32) -> Result<(i64, i64)> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
+    Ok((
+        status_field_kb(&path, &text, "RssAnon")?,
+        status_field_kb(&path, &text, "VmPTE")?,
+    ))
 }
 
-/// VmPTE of /proc/PID/status: the page tables of the process's mm
-/// (mm->pgtables_bytes: its PTE, PMD and PUD tables, deposited ones too), kB.
-pub fn status_vm_pte_kb(pid: i32) -> Result<i64> {
-    proc_field_kb(&format!("/proc/{pid}/status"), "VmPTE")
-}
-
-/// One `Name:   123 kB` line of a /proc file.
-fn proc_field_kb(path: &str, name: &str) -> Result<i64> {
-    let text = std::fs::read_to_string(path).map_err(|e| KernelError::io(path, e))?;
+/// One `Name:   123 kB` line of the /proc file `path` read as `text`.
+fn status_field_kb(path: &str, text: &str, name: &str) -> Result<i64> {
     text.lines()
         .filter_map(field)
         .find(|(n, _)| *n == name)
@@ -193,6 +195,24 @@ pub fn parse_smaps_vmas(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_rss_anon_is_smaps_rollup_anonymous() {
+        // A process asleep does not change its memory between the readings.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let pid = child.id() as i32;
+        let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap();
+        let (anon, pte) = status_anon_pte_kb(pid).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let path = "smaps_rollup";
+        assert_eq!(anon, status_field_kb(path, &rollup, "Anonymous").unwrap());
+        assert!(anon > 0 && pte > 0, "RssAnon {anon} kB, VmPTE {pte} kB");
+    }
 
     const SAMPLE: &str = "\
 7f0000000000-7f0000200000 rw-p 00000000 00:00 0 

@@ -26,7 +26,7 @@ pub fn read_value(file: &Path) -> Result<String> {
     Ok(selected(&text))
 }
 
-fn selected(text: &str) -> String {
+pub(crate) fn selected(text: &str) -> String {
     let text = text.trim();
     match (text.find('['), text.find(']')) {
         (Some(a), Some(b)) if a < b => text[a + 1..b].to_string(),

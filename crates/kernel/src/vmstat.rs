@@ -10,12 +10,11 @@
 //! last on the way into a statement and first on the way out.
 
 use crate::error::{KernelError, Result};
+use crate::procfile::ProcFile;
 use crate::sysfs::{size_dirs, SYS_MM};
 use hugelab_workload::counters::{self, Reported};
 use hugelab_workload::Counters;
-use std::fs::File;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Registry fields the kernel backend leaves out: total and free memory on
 /// these VMs follow vendor semantics (lazy init, free page reporting to the
@@ -39,7 +38,7 @@ pub fn is_absolute(name: &str) -> bool {
 }
 
 struct Source {
-    path: PathBuf,
+    file: ProcFile,
     name: String,
     buf: Vec<u8>,
 }
@@ -50,6 +49,10 @@ pub struct SystemReader {
     meminfo_fields: Vec<&'static str>,
     vmstat: Vec<u8>,
     meminfo: Vec<u8>,
+    /// The files, kept open (see [`ProcFile`]).
+    vmstat_file: ProcFile,
+    meminfo_file: ProcFile,
+    refresh: ProcFile,
     /// One file, one counter: mthp stats, pages_collapsed, hugetlb pools.
     files: Vec<Source>,
 }
@@ -64,7 +67,7 @@ impl SystemReader {
                 let path = stats.join(stat);
                 if path.exists() && thp.join(format!("hugepages-{kb}kB/enabled")).exists() {
                     files.push(Source {
-                        path,
+                        file: ProcFile::single(path),
                         name: format!("mthp.{kb}kB.{stat}"),
                         buf: touched(64),
                     });
@@ -73,7 +76,7 @@ impl SystemReader {
         }
         for f in fields("khugepaged") {
             files.push(Source {
-                path: thp.join("khugepaged").join(f),
+                file: ProcFile::single(thp.join("khugepaged").join(f)),
                 name: format!("khugepaged.{f}"),
                 buf: touched(64),
             });
@@ -82,7 +85,7 @@ impl SystemReader {
         for kb in size_dirs(&pools) {
             for f in fields("hugetlb") {
                 files.push(Source {
-                    path: pools.join(format!("hugepages-{kb}kB/{f}")),
+                    file: ProcFile::single(pools.join(format!("hugepages-{kb}kB/{f}"))),
                     name: format!("hugetlb.{kb}kB.{f}"),
                     buf: touched(64),
                 });
@@ -93,6 +96,9 @@ impl SystemReader {
             meminfo_fields: fields("meminfo").collect(),
             vmstat: touched(64 << 10),
             meminfo: touched(16 << 10),
+            vmstat_file: ProcFile::new(VMSTAT),
+            meminfo_file: ProcFile::single(MEMINFO),
+            refresh: ProcFile::writable(STAT_REFRESH),
             files,
         }
     }
@@ -107,20 +113,20 @@ impl SystemReader {
             self.read_files()?;
         }
         // Folded once, then both node-counter files read back to back.
-        stat_refresh()?;
+        self.refresh.write(b"1\n")?;
         if vmstat_first {
-            read_into(Path::new(VMSTAT), &mut self.vmstat)?;
-            read_into(Path::new(MEMINFO), &mut self.meminfo)?;
+            self.vmstat_file.read_into(&mut self.vmstat)?;
+            self.meminfo_file.read_into(&mut self.meminfo)?;
             self.read_files()
         } else {
-            read_into(Path::new(MEMINFO), &mut self.meminfo)?;
-            read_into(Path::new(VMSTAT), &mut self.vmstat)
+            self.meminfo_file.read_into(&mut self.meminfo)?;
+            self.vmstat_file.read_into(&mut self.vmstat)
         }
     }
 
     fn read_files(&mut self) -> Result<()> {
         for s in &mut self.files {
-            read_into(&s.path, &mut s.buf)?;
+            s.file.read_into(&mut s.buf)?;
         }
         Ok(())
     }
@@ -142,7 +148,7 @@ impl SystemReader {
             let text = String::from_utf8_lossy(&s.buf);
             c.insert(
                 s.name.clone(),
-                number(&s.path.display().to_string(), &text)?,
+                number(&s.file.path().display().to_string(), &text)?,
             );
         }
         Ok(c)
@@ -173,14 +179,6 @@ fn number(file: &str, v: &str) -> Result<i64> {
     v.parse::<i64>()
         .or_else(|_| v.parse::<u64>().map(|u| u as i64))
         .map_err(|_| KernelError::Refused(format!("{file}: unexpected value {v:?}")))
-}
-
-fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<()> {
-    buf.clear();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(buf))
-        .map_err(|e| KernelError::io(path, e))?;
-    Ok(())
 }
 
 /// The `name value` lines of /proc/vmstat.
@@ -254,9 +252,10 @@ fn pick<'a>(
 
 /// Folds the per-cpu vmstat deltas into the global counters (root only).
 pub fn stat_refresh() -> Result<()> {
-    const PATH: &str = "/proc/sys/vm/stat_refresh";
-    std::fs::write(PATH, "1\n").map_err(|e| KernelError::io(PATH, e))
+    std::fs::write(STAT_REFRESH, "1\n").map_err(|e| KernelError::io(STAT_REFRESH, e))
 }
+
+const STAT_REFRESH: &str = "/proc/sys/vm/stat_refresh";
 
 #[cfg(test)]
 mod tests {

@@ -79,6 +79,8 @@ struct Pending {
 
 const MMAP: i64 = 9;
 const MM_SYSCALLS: [i64; 6] = [9, 10, 11, 12, 25, 28];
+/// execve and execveat.
+const EXECVE: [i64; 2] = [59, 322];
 
 /// The second pass's state.
 struct Convert<'c> {
@@ -124,7 +126,10 @@ impl Convert<'_> {
             mm.write_exec_maps(&mut c, &proc, e.time, census.stack_low(task.mm, execs))?;
         }
         match &e.kind {
-            Kind::SysEnter { nr, args } if MM_SYSCALLS.contains(nr) => {
+            // An execve's mapping records before its point of no return
+            // are the new mm's, still being built: get_arg_page growing
+            // the temporary stack it copies the arguments into.
+            Kind::SysEnter { nr, args } if MM_SYSCALLS.contains(nr) || EXECVE.contains(nr) => {
                 pending.insert(
                     e.tid,
                     Pending {
@@ -136,8 +141,14 @@ impl Convert<'_> {
             }
             Kind::SysExit { nr, ret } => {
                 if let Some(p) = pending.remove(&e.tid).filter(|p| p.nr == *nr) {
-                    mm.syscall(&mut c, &proc, e.time, p.nr, p.args, *ret, p.file)?;
+                    if !EXECVE.contains(&p.nr) {
+                        mm.syscall(&mut c, &proc, e.time, p.nr, p.args, *ret, p.file)?;
+                    }
                 }
+            }
+            // The new image: its mappings from here on are exec's.
+            Kind::Comm { exec: true, .. } => {
+                pending.remove(&e.tid);
             }
             Kind::Mmap2 {
                 addr,

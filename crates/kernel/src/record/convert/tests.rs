@@ -308,3 +308,47 @@ fn a_stack_growing_is_the_same_region() {
         ]
     );
 }
+
+/// An exec whose arguments need more than a page: get_arg_page grows the
+/// new mm's temporary stack at the top of the address space, and perf
+/// reports that mapping before the exec's point of no return, from the
+/// task still in the old image: it is not the old image's mapping.
+#[test]
+fn an_execs_argument_stack_is_not_a_mapping_of_the_old_image() {
+    let mut s = Stream::new();
+    s.exec(10, "prog", &[STACK])
+        .fault(10, 10, STACK.0 + 0x20000, 6)
+        .at(
+            10,
+            10,
+            Kind::SysEnter {
+                nr: 59,
+                args: [0; 6],
+            },
+        )
+        .at(
+            10,
+            10,
+            Kind::Mmap2 {
+                addr: 0x7fff_ffff_d000,
+                len: 0x2000,
+                pgoff: 0,
+                prot: 3,
+                flags: 2,
+                filename: "//anon".into(),
+            },
+        )
+        // copy_strings reading the next argument from the old image.
+        .fault(10, 10, STACK.0 + 0x20000, 0);
+    s.exec(10, "next", &[STACK])
+        .at(10, 10, Kind::SysExit { nr: 59, ret: 0 })
+        .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    let w = s.workload();
+    assert!(w.iter().all(|l| !l.contains("0x7fffffffd000")), "{w:#?}");
+    assert_eq!(
+        w.iter().filter(|l| l.contains(" mmap ")).count(),
+        2,
+        "{w:#?}"
+    );
+    assert!(w.iter().any(|l| l == "prog exec"), "{w:#?}");
+}

@@ -58,7 +58,8 @@ pub struct Stats {
     pub files: usize,
     /// Events not replayed, by reason.
     pub skipped: BTreeMap<&'static str, u64>,
-    /// Page faults replayed (as first touches), by process (the workload's
+    /// Page faults replayed (as first touches, and the populate of the
+    /// pages exec wrote the arguments into), by process (the workload's
     /// name): with THP off, the `stat.<proc>.minflt` the replay must give.
     pub faults_by_process: BTreeMap<String, u64>,
 }

@@ -80,6 +80,11 @@ impl Stream {
     }
 
     fn workload(&self) -> Vec<String> {
+        self.converted().0
+    }
+
+    /// The workload's statements and the conversion's stats.
+    fn converted(&self) -> (Vec<String>, super::Stats) {
         let mut w = spool::Writer::create(&std::env::temp_dir()).unwrap();
         for e in &self.events {
             w.push(e).unwrap();
@@ -93,13 +98,14 @@ impl Stream {
             snapshot_at_exit: false,
         };
         let mut out = Vec::new();
-        convert(&mut s, &h, &mut out).unwrap();
-        String::from_utf8(out)
+        let stats = convert(&mut s, &h, &mut out).unwrap();
+        let lines = String::from_utf8(out)
             .unwrap()
             .lines()
             .filter(|l| !l.starts_with('#'))
             .map(String::from)
-            .collect()
+            .collect();
+        (lines, stats)
     }
 }
 
@@ -139,12 +145,16 @@ fn exec_segments_faults_and_an_anonymous_mapping() {
     .fault(10, 10, 0x7f00_0000_3000, 4)
     .syscall(10, 10, 11, [0x7f00_0000_1000, 0x1000, 0, 0, 0, 0], 0)
     .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    let (workload, stats) = s.converted();
+    // 5 fault events replayed (the vdso's is not), and the page exec wrote
+    // the arguments into (its GUP fault counts in min_flt without an event).
+    assert_eq!(stats.faults_by_process["prog"], 6);
     assert_eq!(
-        s.workload(),
+        workload,
         [
             "spawn prog",
             "prog mmap prog-ro 4K file=prog prot=r at=0x555500000000",
-            "prog mmap prog-text 4K file=prog offset=4K prot=r at=0x555500001000",
+            "prog mmap prog-text 4K file=prog offset=4K prot=rx at=0x555500001000",
             "prog mmap prog-data 4K file=prog offset=8K at=0x555500002000",
             "prog mmap prog-bss 8K at=0x555500003000",
             "prog mmap stack 140K at=0x7ffcffffe000 growsdown initial=132K",

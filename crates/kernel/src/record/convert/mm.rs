@@ -48,6 +48,9 @@ pub struct Mm {
     brk: Option<(u64, u64)>,
     /// Mappings exec made, written once the new image runs.
     exec_maps: Vec<Mapping>,
+    /// The last fault if it was taken in kernel mode and nothing but faults
+    /// came after it: its task, page and whether a write.
+    last_kernel_fault: Option<(String, u64, bool)>,
 }
 
 fn page_up(n: u64) -> u64 {
@@ -502,8 +505,23 @@ impl Mm {
         c.out.stmt(time, &s)
     }
 
+    /// Something other than a fault happened in this mm (a syscall, a fork,
+    /// an exit): a fault after it is not the retry of one before.
+    pub fn not_a_fault(&mut self) {
+        self.last_kernel_fault = None;
+    }
+
     /// A page fault at `addr` with x86 `error_code`, by task `task`:
     /// whether it is replayed (as a first touch).
+    ///
+    /// A kernel access with page faults disabled (`faulthandler_disabled`:
+    /// the XSAVE of a signal frame onto the stack, `copy_fpstate_to_sigframe`,
+    /// a futex op) raises the fault event but is not handled, nor counted
+    /// in min_flt (`do_user_addr_fault` gives up before
+    /// `handle_mm_fault`); the kernel then faults the page in with faults
+    /// enabled and retries. So a task's fault on the page its previous
+    /// fault, a kernel one, was on, needing no more access, with nothing
+    /// between them in the mm, is that retry: one fault, replayed once.
     pub fn fault(
         &mut self,
         c: &mut Ctx,
@@ -515,6 +533,15 @@ impl Mm {
         let write = error_code & 2 != 0;
         let present = error_code & 1 != 0;
         let page = addr & !(PAGE - 1);
+        let retry = matches!(&self.last_kernel_fault,
+            Some((t, p, w)) if t == task && *p == page && (*w || !write));
+        self.last_kernel_fault =
+            (error_code & 4 == 0 && !retry).then(|| (task.to_string(), page, write));
+        if retry {
+            c.stats
+                .skip("kernel faults with page faults disabled (retried)");
+            return Ok(false);
+        }
         let Some((_, e)) = self.space.find(page) else {
             c.stats
                 .skip("faults outside the mappings the recording knows");

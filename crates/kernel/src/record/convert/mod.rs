@@ -124,6 +124,9 @@ impl Convert<'_> {
         if mm.has_exec_maps() && !matches!(e.kind, Kind::Mmap2 { .. } | Kind::Comm { .. }) {
             mm.write_exec_maps(&mut c, &proc, e.time, census.stack_low(task.mm, execs))?;
         }
+        if !matches!(e.kind, Kind::Fault { .. }) {
+            mm.not_a_fault();
+        }
         match &e.kind {
             Kind::SysEnter { nr, args } if MM_SYSCALLS.contains(nr) => {
                 pending.insert(

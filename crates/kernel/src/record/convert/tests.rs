@@ -318,3 +318,46 @@ fn a_stack_growing_is_the_same_region() {
         ]
     );
 }
+
+#[test]
+fn a_kernel_fault_with_faults_disabled_and_its_retry_are_one_fault() {
+    let page = STACK.0 + 0x1000;
+    let mut s = Stream::new();
+    s.exec(10, "prog", &[STACK])
+        // The XSAVE of a signal frame onto the stack (not handled, page
+        // faults disabled), then __clear_user's fault that maps the page.
+        .fault(10, 10, page + 8, 2)
+        .fault(10, 10, page + 16, 2)
+        // A fault on the page after a syscall of the mm is a fault again.
+        .syscall(
+            10,
+            10,
+            9,
+            [0, 0x1000, RW, PRIVATE_ANON, u64::MAX, 0],
+            0x7f00_0000_0000,
+        )
+        .fault(10, 10, page + 8, 2)
+        // A user fault on the page of a user fault before is kept.
+        .fault(10, 10, page + 0x1000, 6)
+        .fault(10, 10, page + 0x1000, 6)
+        .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    let (workload, stats) = s.converted();
+    assert_eq!(
+        workload,
+        [
+            "spawn prog",
+            "prog mmap stack 132K at=0x7ffd00000000 growsdown initial=132K",
+            "prog madvise stack+128K:4K POPULATE_WRITE",
+            "prog write stack+4K:4K",
+            "prog mmap anon1 4K at=0x7f0000000000",
+            "prog write stack+4K:8K",
+            "prog write stack+8K:4K",
+            "prog exit",
+        ]
+    );
+    assert_eq!(
+        stats.skipped["kernel faults with page faults disabled (retried)"],
+        1
+    );
+    assert_eq!(stats.faults_by_process["prog"], 5);
+}

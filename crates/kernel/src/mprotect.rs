@@ -26,9 +26,12 @@ pub(crate) fn mprotect(
 
 /// The PROT_ bits of a protection.
 pub(crate) fn prot_bits(p: Prot) -> i32 {
-    match p {
-        Prot::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
-        Prot::Read => libc::PROT_READ,
-        Prot::None => libc::PROT_NONE,
-    }
+    [
+        (p.read(), libc::PROT_READ),
+        (p.write(), libc::PROT_WRITE),
+        (p.exec(), libc::PROT_EXEC),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .fold(libc::PROT_NONE, |bits, (_, bit)| bits | bit)
 }

@@ -21,7 +21,7 @@ use hugelab_workload::gone::{Gone, Shape};
 use hugelab_workload::units::PAGE_KB;
 use hugelab_workload::{
     stmt, Arch, Backend, BackendError, BackendErrorKind, Errno, HvoRuleName, KhugepagedKnob,
-    MachineParam, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable, VmSysctl,
+    MachineParam, Prot, Range, Reading, SetValue, Signal, Stmt, StmtKind, Tunable, VmSysctl,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -428,11 +428,9 @@ fn access_task(
 }
 
 fn prot_name(flags: u32) -> &'static str {
-    match flags & Vma::PROT_MASK {
-        f if f == Vma::VM_READ | Vma::VM_WRITE => "rw",
-        Vma::VM_READ => "r",
-        _ => "none",
-    }
+    let bit = |b: u32| flags & b != 0;
+    let (r, w, x) = (bit(Vma::VM_READ), bit(Vma::VM_WRITE), bit(Vma::VM_EXEC));
+    Prot::from_bits(u64::from(r) | u64::from(w) << 1 | u64::from(x) << 2).name()
 }
 
 impl Model {

@@ -134,7 +134,7 @@ pub fn faultin_page_range(
     let mut addr = start;
     while addr < end {
         let vma = mm.find_vma(addr).ok_or(PopulateError::NoVma)?;
-        if !vma.allows(write) {
+        if !vma.gup_allows(write) {
             return Err(PopulateError::Permission);
         }
         let piece_end = end.min(vma.end);

@@ -223,7 +223,13 @@ impl Vma {
     /// without it, as any flag does. mprotect to read-only keeps it, but
     /// on an anonymous VMA with no anon_vma yet (`mprotect_fixup`).
     pub const VM_ACCOUNT: u32 = 1 << 5;
-    pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE;
+    /// PROT_EXEC (calc_vm_prot_bits). Nothing the model runs looks at it
+    /// but VMA merging, which it keeps apart as any flag does: the
+    /// workload's files are memfds, whose THP eligibility does not depend
+    /// on it in 6.18 (`file_thp_enabled`), and the page protection it
+    /// changes (x86's NX bit, `vm_get_page_prot`) changes no fault.
+    pub const VM_EXEC: u32 = 1 << 6;
+    pub const PROT_MASK: u32 = Self::VM_READ | Self::VM_WRITE | Self::VM_EXEC;
 
     /// vma_pages.
     pub fn pages(&self) -> u64 {
@@ -235,9 +241,23 @@ impl Vma {
         self.pgoff + ((addr - self.start) >> PAGE_SHIFT)
     }
 
-    /// Whether the VMA's protection allows a read, or a write (else the
-    /// access faults with SIGSEGV).
+    /// Whether the VMA's protection allows a user read, or a write, to
+    /// fault in (else the access is SIGSEGV): x86's `access_error` lets a
+    /// read of a page not present through on any accessible VMA
+    /// (`vma_is_accessible`: VM_READ, VM_WRITE or VM_EXEC; an exec-only
+    /// VMA is readable without protection keys, which the model has not).
     pub fn allows(&self, write: bool) -> bool {
+        let need = if write {
+            Self::VM_WRITE
+        } else {
+            Self::PROT_MASK
+        };
+        self.flags & need != 0
+    }
+
+    /// Whether GUP without FOLL_FORCE may read, or write, the VMA
+    /// (`check_vma_flags` in mm/gup.c): a read needs VM_READ.
+    pub fn gup_allows(&self, write: bool) -> bool {
         let need = if write { Self::VM_WRITE } else { Self::VM_READ };
         self.flags & need != 0
     }

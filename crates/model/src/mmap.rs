@@ -648,7 +648,7 @@ fn calc_vm_flag_bits(s: &stmt::Mmap) -> u32 {
     let mut flags = 0;
     // accountable_mapping: private and writable (a HugeTLB mapping, which
     // takes its own path, is not).
-    let writable = s.prot.unwrap_or(Prot::ReadWrite) == Prot::ReadWrite;
+    let writable = s.prot.unwrap_or(Prot::ReadWrite).write();
     if writable && !s.shared && s.hugetlb.is_none() {
         flags |= Vma::VM_ACCOUNT;
     }

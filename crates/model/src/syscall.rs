@@ -75,13 +75,16 @@ pub fn resolve_range(
     Ok((id, start, end))
 }
 
-/// The VMA flags of a protection.
+/// The VMA flags of a protection (calc_vm_prot_bits).
 pub fn vm_prot(prot: Prot) -> u32 {
-    match prot {
-        Prot::ReadWrite => Vma::VM_READ | Vma::VM_WRITE,
-        Prot::Read => Vma::VM_READ,
-        Prot::None => 0,
-    }
+    [
+        (prot.read(), Vma::VM_READ),
+        (prot.write(), Vma::VM_WRITE),
+        (prot.exec(), Vma::VM_EXEC),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .fold(0, |flags, (_, bit)| flags | bit)
 }
 
 /// `resolve_range` for a statement the model does not run on HugeTLB

@@ -62,12 +62,75 @@ impl Range {
     }
 }
 
-/// Page protection for `mmap prot=` and `mprotect`.
+/// Page protection for `mmap prot=` and `mprotect`: the PROT_READ,
+/// PROT_WRITE and PROT_EXEC combinations the language has (`rw`, `r`,
+/// `none`, `rx`, `rwx`, `x`; PROT_WRITE without PROT_READ is not one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Prot {
     ReadWrite,
     Read,
     None,
+    ReadExec,
+    ReadWriteExec,
+    /// PROT_EXEC alone: VM_EXEC without VM_READ.
+    Exec,
+}
+
+impl Prot {
+    /// Every protection, in the order the language names them.
+    pub const ALL: [Prot; 6] = [
+        Prot::ReadWrite,
+        Prot::Read,
+        Prot::None,
+        Prot::ReadExec,
+        Prot::ReadWriteExec,
+        Prot::Exec,
+    ];
+
+    /// The language's name of the protection (`prot=NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Prot::ReadWrite => "rw",
+            Prot::Read => "r",
+            Prot::None => "none",
+            Prot::ReadExec => "rx",
+            Prot::ReadWriteExec => "rwx",
+            Prot::Exec => "x",
+        }
+    }
+
+    /// PROT_READ.
+    pub fn read(self) -> bool {
+        matches!(
+            self,
+            Prot::ReadWrite | Prot::Read | Prot::ReadExec | Prot::ReadWriteExec
+        )
+    }
+
+    /// PROT_WRITE.
+    pub fn write(self) -> bool {
+        matches!(self, Prot::ReadWrite | Prot::ReadWriteExec)
+    }
+
+    /// PROT_EXEC.
+    pub fn exec(self) -> bool {
+        matches!(self, Prot::ReadExec | Prot::ReadWriteExec | Prot::Exec)
+    }
+
+    /// The protection of PROT_* bits (PROT_READ 1, PROT_WRITE 2, PROT_EXEC
+    /// 4); PROT_WRITE without PROT_READ, which the language has not, is
+    /// taken as with it (x86 cannot map a page writable and not readable).
+    pub fn from_bits(bits: u64) -> Prot {
+        let (write, exec) = (bits & 2 != 0, bits & 4 != 0);
+        match (bits & 1 != 0 || write, write, exec) {
+            (true, true, false) => Prot::ReadWrite,
+            (true, true, true) => Prot::ReadWriteExec,
+            (true, false, false) => Prot::Read,
+            (true, false, true) => Prot::ReadExec,
+            (false, _, true) => Prot::Exec,
+            (false, _, false) => Prot::None,
+        }
+    }
 }
 
 /// `madvise` advice, by the kernel's MADV_ names without the prefix.

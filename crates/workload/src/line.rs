@@ -361,14 +361,12 @@ impl<'a> Line<'a> {
 }
 
 pub(crate) fn parse_prot(l: &Line<'_>, t: Tok<'_>) -> Result<Prot, ParseError> {
-    match t.text {
-        "rw" => Ok(Prot::ReadWrite),
-        "r" => Ok(Prot::Read),
-        "none" => Ok(Prot::None),
-        _ => Err(l.err(
+    match Prot::ALL.into_iter().find(|p| p.name() == t.text) {
+        Some(p) => Ok(p),
+        None => Err(l.err(
             t.col,
             format!(
-                "bad protection {}; expected one of rw, r, none",
+                "bad protection {}; expected one of rw, r, none, rx, rwx, x",
                 quote(t.text)
             ),
         )),

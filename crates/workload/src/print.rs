@@ -60,11 +60,7 @@ impl fmt::Display for Range {
 
 impl fmt::Display for Prot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Prot::ReadWrite => "rw",
-            Prot::Read => "r",
-            Prot::None => "none",
-        })
+        f.write_str(self.name())
     }
 }
 

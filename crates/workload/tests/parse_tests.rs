@@ -1031,7 +1031,7 @@ fn unknown_and_duplicate_options() {
         "spawn a\na mmap buf 4K huge\n",
         2,
         15,
-        "unknown option 'huge' for mmap; expected one of align=<size>, hugetlb=2M|1G, shared, file=<name>, offset=<size>, prot=rw|r|none, at=<hex address>",
+        "unknown option 'huge' for mmap; expected one of align=<size>, hugetlb=2M|1G, shared, file=<name>, offset=<size>, prot=rw|r|none|rx|rwx|x, at=<hex address>",
     );
     fails(
         "spawn a\na mmap buf 4K shared shared\n",
@@ -1061,7 +1061,7 @@ fn unknown_and_duplicate_options() {
         "spawn a\na mmap buf 4K prot=wx\n",
         2,
         20,
-        "bad protection 'wx'; expected one of rw, r, none",
+        "bad protection 'wx'; expected one of rw, r, none, rx, rwx, x",
     );
     fails(
         &format!("{PRE}a read buf zero\n"),
@@ -1873,4 +1873,29 @@ fn sleep_statements() {
     fails("sleep -1s\n", 1, 7, "bad duration '-1s'");
     fails("sleep\n", 1, 6, "duration");
     fails("spawn sleep\n", 1, 7, "sleep");
+}
+
+#[test]
+fn every_protection_parses_and_prints_back() {
+    for p in Prot::ALL {
+        let text = format!("{PRE}a mprotect buf:64K {p}");
+        let want = StmtKind::Mprotect(stmt::Mprotect {
+            proc: "a".into(),
+            range: range("buf", None, Some(64 << 10)),
+            prot: p,
+        });
+        assert_eq!(one(&text), want);
+        assert_eq!(want.to_string(), format!("a mprotect buf:64K {p}"));
+        let StmtKind::Mmap(m) = one(&format!("spawn a\na mmap t 8K file=lib prot={p}")) else {
+            panic!("not an mmap");
+        };
+        assert_eq!(m.prot, Some(p));
+    }
+    let names: Vec<_> = Prot::ALL.iter().map(|p| p.name()).collect();
+    assert_eq!(names, ["rw", "r", "none", "rx", "rwx", "x"]);
+    assert_eq!(Prot::from_bits(5), Prot::ReadExec);
+    assert_eq!(Prot::from_bits(7), Prot::ReadWriteExec);
+    assert_eq!(Prot::from_bits(4), Prot::Exec);
+    assert_eq!(Prot::from_bits(2), Prot::ReadWrite);
+    assert_eq!(Prot::from_bits(0), Prot::None);
 }

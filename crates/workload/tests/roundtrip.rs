@@ -209,12 +209,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                     None => base * (1 + r.c % 1024),
                 };
                 let align = (r.b % 3 == 0).then(|| Size(base << (r.a % 10)));
-                let prot = match (r.b / 8) % 4 {
-                    0 => Some(Prot::ReadWrite),
-                    1 => Some(Prot::Read),
-                    2 => Some(Prot::None),
-                    _ => None,
-                };
+                let prot = Prot::ALL.get(((r.b / 8) % 7) as usize).copied();
                 procs[i]
                     .regions
                     .push((region.clone(), size, mapped::Mapped::whole(size)));
@@ -296,7 +291,7 @@ fn build(machine: Option<(u8, u8, u64)>, raws: &[Raw]) -> Workload {
                 match op {
                     7 => StmtKind::Munmap(stmt::Munmap { proc, range }),
                     8 => {
-                        let prot = [Prot::ReadWrite, Prot::Read, Prot::None][(r.c % 3) as usize];
+                        let prot = Prot::ALL[(r.c % 6) as usize];
                         StmtKind::Mprotect(stmt::Mprotect { proc, range, prot })
                     }
                     9 => {

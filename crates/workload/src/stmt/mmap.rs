@@ -46,7 +46,7 @@ pub struct Mmap {
 }
 
 const USAGE: &str = "<proc> mmap <region> <size> [align=<size>] [hugetlb=2M|1G] [shared] \
-                     [file=<name>] [offset=<size>] [prot=rw|r|none] [at=<hex address>] \
+                     [file=<name>] [offset=<size>] [prot=rw|r|none|rx|rwx|x] [at=<hex address>] \
                      [populate] [stack] [growsdown] [initial=<size>]";
 const OPTS: &[OptSpec; 11] = &[
     opt("align", "<size>"),
@@ -54,7 +54,7 @@ const OPTS: &[OptSpec; 11] = &[
     flag("shared"),
     opt("file", "<name>"),
     opt("offset", "<size>"),
-    opt("prot", "rw|r|none"),
+    opt("prot", "rw|r|none|rx|rwx|x"),
     opt("at", "<hex address>"),
     flag("populate"),
     flag("stack"),

@@ -1,4 +1,4 @@
-//! `<proc> mprotect <range> rw|r|none`: a range's protection changed
+//! `<proc> mprotect <range> rw|r|none|rx|rwx|x`: a range's protection changed
 //! (mm/mprotect.c `mprotect`).
 
 use crate::ast::{Name, Prot, Range};
@@ -14,7 +14,7 @@ pub struct Mprotect {
     pub prot: Prot,
 }
 
-const USAGE: &str = "<proc> mprotect <range> rw|r|none";
+const USAGE: &str = "<proc> mprotect <range> rw|r|none|rx|rwx|x";
 
 impl Mprotect {
     pub(crate) fn parse(l: &mut Line<'_>, proc: Name) -> Result<Mprotect, ParseError> {

@@ -4,7 +4,7 @@
 
 use super::names::{ident, Files, Unique};
 use super::out::{range, size, Out, PAGE};
-use super::space::{Extent, Piece, Prot, Space, What};
+use super::space::{allows, Extent, Piece, Prot, Space, What};
 use super::Stats;
 use std::io;
 use std::rc::Rc;
@@ -48,6 +48,9 @@ pub struct Mm {
     brk: Option<(u64, u64)>,
     /// Mappings exec made, written once the new image runs.
     exec_maps: Vec<Mapping>,
+    /// The last fault if it was taken in kernel mode and nothing but faults
+    /// came after it: its task, page and whether a write.
+    last_kernel_fault: Option<(String, u64, bool)>,
 }
 
 fn page_up(n: u64) -> u64 {
@@ -126,7 +129,7 @@ impl Mm {
                 region,
                 base: start,
                 what: What::Skip(why),
-                prot: Prot::Rw,
+                prot: Prot::ReadWrite,
             },
         );
     }
@@ -148,7 +151,7 @@ impl Mm {
                     self.brk = Some((start, end));
                     let heap = self.region("heap");
                     self.space
-                        .insert(start, extent(end, heap, start, What::Heap, Prot::Rw));
+                        .insert(start, extent(end, heap, start, What::Heap, Prot::ReadWrite));
                     c.out.stmt(
                         time,
                         &format!("{proc} brk heap {} at={start:#x}", size(end - start)),
@@ -187,8 +190,10 @@ impl Mm {
     ) -> io::Result<()> {
         let low = low.map_or(start, |l| l.min(start));
         let name = self.region("stack");
-        self.space
-            .insert(low, extent(end, name.clone(), low, What::Stack, Prot::Rw));
+        self.space.insert(
+            low,
+            extent(end, name.clone(), low, What::Stack, Prot::ReadWrite),
+        );
         c.out.stmt(
             time,
             &format!(
@@ -198,8 +203,16 @@ impl Mm {
             ),
         )?;
         // The pages exec wrote the arguments and environment into are
-        // there without a fault: the stack was grown by STACK_EXPAND below them.
+        // there without a fault event: the stack was grown by STACK_EXPAND
+        // below them. exec faulted each in by GUP (get_arg_page), which
+        // counts in the task's min_flt (mm_account_fault) but raises no
+        // perf event; the replay's POPULATE_WRITE takes the same faults, so
+        // the process's count includes them.
         let args = (end - start).saturating_sub(STACK_EXPAND).max(PAGE);
+        *c.stats
+            .faults_by_process
+            .entry(proc.to_string())
+            .or_default() += args / PAGE;
         c.out.stmt(
             time,
             &format!(
@@ -223,7 +236,7 @@ impl Mm {
         let prot = Prot::from_bits(prot);
         // The ELF loader's bss, or ld.so's, right after a file's data.
         let base = match self.space.find(start.wrapping_sub(1)) {
-            Some((_, e)) if e.what == What::File && e.end == start && e.prot == Prot::Rw => {
+            Some((_, e)) if e.what == What::File && e.end == start && e.prot == Prot::ReadWrite => {
                 match e.region.rsplit_once('-') {
                     Some((file, _)) => format!("{file}-bss"),
                     None => format!("{}-bss", e.region),
@@ -240,8 +253,8 @@ impl Mm {
         self.space
             .insert(start, extent(end, name.clone(), start, what, prot));
         let mut s = format!("{proc} mmap {name} {} at={start:#x}", size(end - start));
-        if prot != Prot::Rw {
-            s += &format!(" prot={}", prot.name());
+        if prot != Prot::ReadWrite {
+            s += &format!(" prot={}", prot);
         }
         for (bit, word) in [
             (MAP_SHARED, " shared"),
@@ -268,10 +281,10 @@ impl Mm {
     ) -> io::Result<()> {
         let prot = Prot::from_bits(prot_bits);
         let seg = match prot {
-            Prot::Rw => "data",
-            Prot::R if prot_bits & 4 != 0 => "text",
-            Prot::R => "ro",
-            Prot::None => "none",
+            _ if prot.write() => "data",
+            _ if prot.exec() => "text",
+            Prot::Read => "ro",
+            _ => "none",
         };
         let name = self.region(&format!("{}-{seg}", ident(file)));
         self.space
@@ -280,8 +293,8 @@ impl Mm {
         if offset != 0 {
             s += &format!(" offset={}", size(offset));
         }
-        if prot != Prot::Rw {
-            s += &format!(" prot={}", prot.name());
+        if prot != Prot::ReadWrite {
+            s += &format!(" prot={}", prot);
         }
         s += &format!(" at={start:#x}");
         c.out.stmt(time, &s)
@@ -340,7 +353,7 @@ impl Mm {
                 let prot = Prot::from_bits(a[2]);
                 let changed = self.space.protect(a[0], a[0] + page_up(a[1]), prot);
                 self.each_piece(c, time, &changed, |r| {
-                    format!("{proc} mprotect {r} {}", prot.name())
+                    format!("{proc} mprotect {r} {}", prot)
                 })
             }
             28 => match advice(a[2]) {
@@ -430,7 +443,7 @@ impl Mm {
                 _ => "heap".into(),
             };
             self.space
-                .insert(end, extent(now, heap, start, What::Heap, Prot::Rw));
+                .insert(end, extent(now, heap, start, What::Heap, Prot::ReadWrite));
         } else {
             self.space.remove(now, end);
         }
@@ -492,8 +505,23 @@ impl Mm {
         c.out.stmt(time, &s)
     }
 
+    /// Something other than a fault happened in this mm (a syscall, a fork,
+    /// an exit): a fault after it is not the retry of one before.
+    pub fn not_a_fault(&mut self) {
+        self.last_kernel_fault = None;
+    }
+
     /// A page fault at `addr` with x86 `error_code`, by task `task`:
     /// whether it is replayed (as a first touch).
+    ///
+    /// A kernel access with page faults disabled (`faulthandler_disabled`:
+    /// the XSAVE of a signal frame onto the stack, `copy_fpstate_to_sigframe`,
+    /// a futex op) raises the fault event but is not handled, nor counted
+    /// in min_flt (`do_user_addr_fault` gives up before
+    /// `handle_mm_fault`); the kernel then faults the page in with faults
+    /// enabled and retries. So a task's fault on the page its previous
+    /// fault, a kernel one, was on, needing no more access, with nothing
+    /// between them in the mm, is that retry: one fault, replayed once.
     pub fn fault(
         &mut self,
         c: &mut Ctx,
@@ -505,6 +533,15 @@ impl Mm {
         let write = error_code & 2 != 0;
         let present = error_code & 1 != 0;
         let page = addr & !(PAGE - 1);
+        let retry = matches!(&self.last_kernel_fault,
+            Some((t, p, w)) if t == task && *p == page && (*w || !write));
+        self.last_kernel_fault =
+            (error_code & 4 == 0 && !retry).then(|| (task.to_string(), page, write));
+        if retry {
+            c.stats
+                .skip("kernel faults with page faults disabled (retried)");
+            return Ok(false);
+        }
         let Some((_, e)) = self.space.find(page) else {
             c.stats
                 .skip("faults outside the mappings the recording knows");
@@ -514,7 +551,7 @@ impl Mm {
             c.stats.skip(why);
             return Ok(false);
         }
-        if (present && !write) || !e.prot.allows(write) {
+        if (present && !write) || !allows(e.prot, write) {
             c.stats
                 .skip("faults the program took a signal on (protection)");
             return Ok(false);

@@ -58,7 +58,8 @@ pub struct Stats {
     pub files: usize,
     /// Events not replayed, by reason.
     pub skipped: BTreeMap<&'static str, u64>,
-    /// Page faults replayed (as first touches), by process (the workload's
+    /// Page faults replayed (as first touches, and the populate of the
+    /// pages exec wrote the arguments into), by process (the workload's
     /// name): with THP off, the `stat.<proc>.minflt` the replay must give.
     pub faults_by_process: BTreeMap<String, u64>,
 }
@@ -124,6 +125,9 @@ impl Convert<'_> {
         let mut c = Ctx { out, files, stats };
         if mm.has_exec_maps() && !matches!(e.kind, Kind::Mmap2 { .. } | Kind::Comm { .. }) {
             mm.write_exec_maps(&mut c, &proc, e.time, census.stack_low(task.mm, execs))?;
+        }
+        if !matches!(e.kind, Kind::Fault { .. }) {
+            mm.not_a_fault();
         }
         match &e.kind {
             // An execve's mapping records before its point of no return

@@ -6,40 +6,15 @@
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Prot {
-    Rw,
-    R,
-    None,
-}
+pub use hugelab_workload::Prot;
 
-impl Prot {
-    /// From PROT_* bits: write → rw, read or exec → r (the language has no
-    /// exec bit), nothing → none.
-    pub fn from_bits(prot: u64) -> Prot {
-        if prot & 2 != 0 {
-            Prot::Rw
-        } else if prot & 5 != 0 {
-            Prot::R
-        } else {
-            Prot::None
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Prot::Rw => "rw",
-            Prot::R => "r",
-            Prot::None => "none",
-        }
-    }
-
-    pub fn allows(self, write: bool) -> bool {
-        match self {
-            Prot::Rw => true,
-            Prot::R => !write,
-            Prot::None => false,
-        }
+/// Whether a user access with protection `prot` faults in a page
+/// (x86's `access_error`: a write needs PROT_WRITE, a read any access).
+pub fn allows(prot: Prot, write: bool) -> bool {
+    if write {
+        prot.write()
+    } else {
+        prot != Prot::None
     }
 }
 
@@ -167,7 +142,7 @@ mod tests {
             region: name.into(),
             base,
             what: What::Anon,
-            prot: Prot::Rw,
+            prot: Prot::ReadWrite,
         }
     }
 
@@ -186,10 +161,10 @@ mod tests {
             (start, e.end, e.base, &*e.region),
             (0x5000, 0x9000, 0x1000, "a")
         );
-        let changed = s.protect(0x8000, 0xa000, Prot::R);
+        let changed = s.protect(0x8000, 0xa000, Prot::Read);
         assert_eq!(changed.len(), 2);
-        assert_eq!(s.find(0x7fff).unwrap().1.prot, Prot::Rw);
-        assert_eq!(s.find(0x8000).unwrap().1.prot, Prot::R);
+        assert_eq!(s.find(0x7fff).unwrap().1.prot, Prot::ReadWrite);
+        assert_eq!(s.find(0x8000).unwrap().1.prot, Prot::Read);
         assert_eq!(s.pieces(0, u64::MAX).len(), 4);
         assert!(s.has_region("b"));
         s.remove(0x9000, 0xa000);

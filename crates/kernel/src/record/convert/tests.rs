@@ -80,6 +80,11 @@ impl Stream {
     }
 
     fn workload(&self) -> Vec<String> {
+        self.converted().0
+    }
+
+    /// The workload's statements and the conversion's stats.
+    fn converted(&self) -> (Vec<String>, super::Stats) {
         let mut w = spool::Writer::create(&std::env::temp_dir()).unwrap();
         for e in &self.events {
             w.push(e).unwrap();
@@ -93,13 +98,14 @@ impl Stream {
             snapshot_at_exit: false,
         };
         let mut out = Vec::new();
-        convert(&mut s, &h, &mut out).unwrap();
-        String::from_utf8(out)
+        let stats = convert(&mut s, &h, &mut out).unwrap();
+        let lines = String::from_utf8(out)
             .unwrap()
             .lines()
             .filter(|l| !l.starts_with('#'))
             .map(String::from)
-            .collect()
+            .collect();
+        (lines, stats)
     }
 }
 
@@ -139,12 +145,16 @@ fn exec_segments_faults_and_an_anonymous_mapping() {
     .fault(10, 10, 0x7f00_0000_3000, 4)
     .syscall(10, 10, 11, [0x7f00_0000_1000, 0x1000, 0, 0, 0, 0], 0)
     .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    let (workload, stats) = s.converted();
+    // 5 fault events replayed (the vdso's is not), and the page exec wrote
+    // the arguments into (its GUP fault counts in min_flt without an event).
+    assert_eq!(stats.faults_by_process["prog"], 6);
     assert_eq!(
-        s.workload(),
+        workload,
         [
             "spawn prog",
             "prog mmap prog-ro 4K file=prog prot=r at=0x555500000000",
-            "prog mmap prog-text 4K file=prog offset=4K prot=r at=0x555500001000",
+            "prog mmap prog-text 4K file=prog offset=4K prot=rx at=0x555500001000",
             "prog mmap prog-data 4K file=prog offset=8K at=0x555500002000",
             "prog mmap prog-bss 8K at=0x555500003000",
             "prog mmap stack 140K at=0x7ffcffffe000 growsdown initial=132K",
@@ -351,4 +361,47 @@ fn an_execs_argument_stack_is_not_a_mapping_of_the_old_image() {
         "{w:#?}"
     );
     assert!(w.iter().any(|l| l == "prog exec"), "{w:#?}");
+}
+
+#[test]
+fn a_kernel_fault_with_faults_disabled_and_its_retry_are_one_fault() {
+    let page = STACK.0 + 0x1000;
+    let mut s = Stream::new();
+    s.exec(10, "prog", &[STACK])
+        // The XSAVE of a signal frame onto the stack (not handled, page
+        // faults disabled), then __clear_user's fault that maps the page.
+        .fault(10, 10, page + 8, 2)
+        .fault(10, 10, page + 16, 2)
+        // A fault on the page after a syscall of the mm is a fault again.
+        .syscall(
+            10,
+            10,
+            9,
+            [0, 0x1000, RW, PRIVATE_ANON, u64::MAX, 0],
+            0x7f00_0000_0000,
+        )
+        .fault(10, 10, page + 8, 2)
+        // A user fault on the page of a user fault before is kept.
+        .fault(10, 10, page + 0x1000, 6)
+        .fault(10, 10, page + 0x1000, 6)
+        .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    let (workload, stats) = s.converted();
+    assert_eq!(
+        workload,
+        [
+            "spawn prog",
+            "prog mmap stack 132K at=0x7ffd00000000 growsdown initial=132K",
+            "prog madvise stack+128K:4K POPULATE_WRITE",
+            "prog write stack+4K:4K",
+            "prog mmap anon1 4K at=0x7f0000000000",
+            "prog write stack+4K:8K",
+            "prog write stack+8K:4K",
+            "prog exit",
+        ]
+    );
+    assert_eq!(
+        stats.skipped["kernel faults with page faults disabled (retried)"],
+        1
+    );
+    assert_eq!(stats.faults_by_process["prog"], 5);
 }

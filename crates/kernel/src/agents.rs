@@ -33,6 +33,10 @@ pub(crate) struct Proc {
     /// How far its fixed (`at=`) addresses are moved on the kernel, decided
     /// at its first one ([`crate::relocate`]); a fork inherits it.
     pub(crate) shift: Option<i64>,
+    /// Why its page tables are not its own alone: a fixed address of it
+    /// shares page-table pages with the agent's own mappings
+    /// ([`crate::relocate`]).
+    pub(crate) shared_tables: Option<String>,
     /// Its live threads by name, each with a channel of its own.
     pub(crate) threads: BTreeMap<String, AgentProc>,
 }
@@ -48,6 +52,7 @@ impl Proc {
             memcg_dir: None,
             threads: BTreeMap::new(),
             shift: None,
+            shared_tables: None,
         }
     }
 }
@@ -246,6 +251,12 @@ impl Agents {
             .resolve(region.start, region.len)
             .map_err(|e| failed(stmt, e))?;
         Ok((lo, hi - lo))
+    }
+
+    /// Why some live agent's page tables are shared with the agent's own
+    /// (see [`Proc::shared_tables`]), if one's are.
+    pub(crate) fn shared_tables(&self) -> Option<&String> {
+        self.procs.values().find_map(|p| p.shared_tables.as_ref())
     }
 
     /// The live agents' pids, sorted.

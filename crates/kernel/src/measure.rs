@@ -73,6 +73,9 @@ pub(crate) struct Measurement {
     /// The line of the first `fork`: the anonymous-memory and page-table
     /// gauges are unknown after it.
     forked: Option<u32>,
+    /// Why the page-table gauges are unknown: a process's fixed address
+    /// shares page-table pages with the agent's own mappings.
+    shared_tables: Option<String>,
     /// The first window that ran with vm.hugetlb_optimize_vmemmap 1: the
     /// page-table gauges are unknown after it (see `distrust`).
     hvo_on: Option<u32>,
@@ -126,6 +129,7 @@ impl Measurement {
             noise: None,
             unstable: None,
             forked: None,
+            shared_tables: None,
             hvo_on: None,
             mthp_sizes_used: BTreeSet::new(),
             killed: None,
@@ -196,6 +200,9 @@ impl Measurement {
     ) -> Result<(), BackendError> {
         let kerr = |e: KernelError| failed(stmt, e);
         let agent_faults = call.faults;
+        if self.shared_tables.is_none() {
+            self.shared_tables = agents.shared_tables().cloned();
+        }
         if let Some(k) = &call.killed {
             self.killed.get_or_insert((stmt.pos.line, k.proc.clone()));
             if k.signal == hugelab_workload::Signal::SIGKILL {
@@ -565,6 +572,9 @@ impl Measurement {
             return Some(format!(
                 "HVO is on from line {line}: optimizing a HugeTLB page in a 128 MiB range whose vmemmap is still PMD-mapped splits that PMD (vmemmap_split_pmd: a kernel page table, in NR_PAGETABLE), and which ranges are split is the machine's history"
             ));
+        }
+        if let (Some(why), true) = (&self.shared_tables, page_tables) {
+            return Some(why.clone());
         }
         if let Some(line) = self.forked {
             return Some(format!(

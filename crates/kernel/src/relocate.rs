@@ -10,12 +10,23 @@
 //! is what decides THP eligibility, HugeTLB alignment and VMA merging. A
 //! forked process inherits its parent's relocation. A later fixed address
 //! that still meets an own mapping is refused with one sentence.
+//!
+//! Apart from its mappings, an address can share page-table pages with the
+//! agent's own: a PUD table covers 512 GiB, and every recorded stack sits in
+//! the top 512 GiB, where the agent's stack and libraries are too. The
+//! kernel then allocates fewer page tables than the program did alone; the
+//! page-table counters of such a process are unknown from then on, said
+//! with the reason (moving every address out of those spans would need one
+//! shift for all of a process's addresses, known only at its first).
 
 use crate::agents::Proc;
 use crate::call::failed;
 use hugelab_workload::{BackendError, Stmt};
 
 const GIB: u64 = 1 << 30;
+/// What one PUD table maps (x86-64, 4-level page tables): addresses in the
+/// same span share its page, and the PMD and PTE tables of smaller spans.
+const PUD_TABLE_SPAN: u64 = 512 * GIB;
 /// vm.mmap_min_addr's default.
 const LOWEST: u64 = 0x1_0000;
 /// The end of the user address space (x86-64, 4-level page tables).
@@ -42,6 +53,14 @@ pub(crate) fn own_mappings(maps: &str, regions: &[(u64, u64)]) -> Vec<(u64, u64,
 /// The first own mapping `[at, at + len)` overlaps or touches.
 fn collision(own: &[(u64, u64, String)], at: u64, len: u64) -> Option<&(u64, u64, String)> {
     own.iter().find(|(lo, hi, _)| *lo <= at + len && *hi >= at)
+}
+
+/// The first own mapping in a PUD table span `[at, at + len)` is in too.
+fn table_neighbour(own: &[(u64, u64, String)], at: u64, len: u64) -> Option<&(u64, u64, String)> {
+    let span = |a: u64| a / PUD_TABLE_SPAN;
+    let (first, last) = (span(at), span(at + len - 1));
+    own.iter()
+        .find(|(lo, hi, _)| span(*lo) <= last && span(hi - 1) >= first)
 }
 
 /// The shift in bytes (0, then -1 GiB, +1 GiB, -2 GiB...) that takes
@@ -88,6 +107,14 @@ pub(crate) fn fixed_address(
         }
     };
     let addr = (at as i64 + shift) as u64;
+    if p.shared_tables.is_none() {
+        if let Some((lo, hi, what)) = table_neighbour(&own, addr, len) {
+            p.shared_tables = Some(format!(
+                "{proc}'s fixed address {addr:#x} (line {}) is in the same 512 GiB as the agent's own mapping {lo:#x}-{hi:#x} ({what}): they share page-table pages the program alone would have allocated",
+                stmt.pos.line
+            ));
+        }
+    }
     match collision(&own, addr, len) {
         None => Ok(addr),
         Some((lo, hi, what)) => Err(failed(
@@ -167,5 +194,18 @@ mod tests {
         // At the bottom it cannot go down.
         let own = vec![(0x1_0000, 0x2_0000, "x".to_string())];
         assert_eq!(choose_shift(&own, 0x1_0000, 0x1000), Some(GIB as i64));
+    }
+
+    #[test]
+    fn an_address_in_the_agents_512_gib_shares_its_page_tables() {
+        let own = own_mappings(MAPS, &[]);
+        // A recorded stack: the top 512 GiB, the agent's stack's.
+        let near = table_neighbour(&own, 0x7ffd_8164_4000, 0x21000);
+        assert_eq!(near.map(|m| m.2.as_str()), Some("[vdso]"));
+        // A recorded library below 0x7f8000000000: a PUD table of its own.
+        assert!(table_neighbour(&own, 0x7f5e_9941_c000, 0x2000).is_none());
+        // A recorded PIE binary in the agent binary's 512 GiB.
+        assert!(table_neighbour(&own, 0x5570_0000_0000, 0x1000).is_some());
+        assert!(table_neighbour(&own, 0x5600_0000_0000, 0x1000).is_none());
     }
 }

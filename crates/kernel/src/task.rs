@@ -67,6 +67,7 @@ pub(crate) fn fork(
         child.cursor = p.cursor;
         child.memcg_dir = p.memcg_dir.clone();
         child.shift = p.shift;
+        child.shared_tables.clone_from(&p.shared_tables);
         forked = Some(child);
         Ok(Call::ok(faults))
     })?;

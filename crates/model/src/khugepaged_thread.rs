@@ -80,8 +80,13 @@ pub fn khugepaged_sleep(m: &mut Machine, ns: u64) {
         m.khugepaged.next_pass = Some(m.khugepaged.now);
         return;
     }
+    if due <= m.khugepaged.now && !hugepage_pmd_enabled(m) {
+        // No thread: every pass due in the sleep is skipped at once, so a
+        // long sleep costs nothing (the schedule is kept).
+        due += (m.khugepaged.now - due) / scan_sleep * scan_sleep + scan_sleep;
+    }
     while due <= m.khugepaged.now {
-        let backed_off = hugepage_pmd_enabled(m) && khugepaged_pass(m);
+        let backed_off = khugepaged_pass(m);
         let took = if backed_off {
             m.thp.khugepaged.alloc_sleep_millisecs * NS_PER_MS
         } else {

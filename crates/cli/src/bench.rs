@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_kernel::command::run_in_memcg;
 use hugelab_kernel::guard::SettingsGuard;
-use hugelab_kernel::{memcg, sysfs};
+use hugelab_kernel::{damon, memcg, sysfs};
 use hugelab_workload::Tunable;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -337,6 +337,11 @@ struct DryRun {
     command: Vec<String>,
     settings: Vec<PlannedSetting>,
     cgroup_root: Option<CgroupRoot>,
+    /// The DAMON kdamonds the settings guard turns off for the bench.
+    damon: Vec<damon::Planned>,
+    /// Why they cannot be listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    damon_unreadable: Option<String>,
     runs: Vec<PlannedRun>,
 }
 
@@ -372,6 +377,7 @@ struct PlannedRun {
 
 impl DryRun {
     fn new(settings: &[Applied], original: &Originals, schedule: &[Step], argv: &[String]) -> Self {
+        let damon = damon::planned();
         DryRun {
             dry_run: true,
             command: argv.to_vec(),
@@ -395,6 +401,8 @@ impl DryRun {
                 dir,
                 version: format!("{v:?}"),
             }),
+            damon_unreadable: damon.as_ref().err().map(|e| e.to_string()),
+            damon: damon.unwrap_or_default(),
             runs: schedule
                 .iter()
                 .map(|st| PlannedRun {
@@ -420,6 +428,7 @@ impl DryRun {
                 out.push_str(&format!("  {} = {} {change}\n", t.tunable, t.value));
             }
         }
+        out.push_str(&damon_lines(&self.damon, self.damon_unreadable.as_deref()));
         let root = self
             .cgroup_root
             .as_ref()
@@ -438,6 +447,22 @@ impl DryRun {
         out.push_str("then every tunable above is restored to its value now\n");
         out
     }
+}
+
+/// The dry run's DAMON lines: what the settings guard turns off for the
+/// whole command (nothing when no kdamond runs).
+pub(crate) fn damon_lines(planned: &[damon::Planned], unreadable: Option<&str>) -> String {
+    let mut out = String::new();
+    if let Some(e) = unreadable {
+        out.push_str(&format!("\nDAMON: cannot tell which kdamonds run: {e}\n"));
+    }
+    if !planned.is_empty() {
+        out.push_str("\nfor the whole command (DAMON's pageout and sampling move the counters):\n");
+        for p in planned {
+            out.push_str(&format!("  {}\n", p.line()));
+        }
+    }
+    out
 }
 
 /// What the interrupt hook needs: the group of the run in flight and the

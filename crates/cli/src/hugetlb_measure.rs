@@ -15,7 +15,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_kernel::guard::{require_root, SettingsGuard};
 use hugelab_kernel::hugetlb::{self, HVO};
-use hugelab_kernel::sysfs;
+use hugelab_kernel::{damon, sysfs};
 use hugelab_workload::Size;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -192,6 +192,11 @@ struct DryRun {
     /// Why it cannot be read.
     #[serde(skip)]
     hvo_unreadable: Option<String>,
+    /// The DAMON kdamonds the settings guard turns off for the measurement.
+    damon: Vec<damon::Planned>,
+    /// Why they cannot be listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    damon_unreadable: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -214,6 +219,7 @@ impl DryRun {
         available: u64,
     ) -> Self {
         let hvo = sysfs::read_tunable(&HVO);
+        let damon = damon::planned();
         DryRun {
             dry_run: true,
             sizes: plans
@@ -233,6 +239,8 @@ impl DryRun {
             mem_available_bytes: available,
             hvo_unreadable: hvo.as_ref().err().map(|e| format!("unreadable: {e}")),
             hugetlb_optimize_vmemmap: hvo.ok(),
+            damon_unreadable: damon.as_ref().err().map(|e| e.to_string()),
+            damon: damon.unwrap_or_default(),
         }
     }
 
@@ -261,13 +269,22 @@ impl DryRun {
              time the write of the target to nr_hugepages and read it back; read; time the write of the old size; read; \
              then read, sleep as long as the grow took, and read again (the idle drift)\n",
         );
+        out.push_str(&crate::bench::damon_lines(
+            &self.damon,
+            self.damon_unreadable.as_deref(),
+        ));
         let hvo = self
             .hugetlb_optimize_vmemmap
             .as_ref()
             .or(self.hvo_unreadable.as_ref())
             .map_or("", String::as_str);
+        let kdamonds = if self.damon.is_empty() {
+            ""
+        } else {
+            ", every kdamond above on again"
+        };
         out.push_str(&format!(
-            "then every pool above back to its size now and vm.hugetlb_optimize_vmemmap back to {hvo}\n"
+            "then every pool above back to its size now{kdamonds} and vm.hugetlb_optimize_vmemmap back to {hvo}\n"
         ));
         out
     }

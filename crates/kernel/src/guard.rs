@@ -30,6 +30,11 @@
 //!   start over a journal that a killed run left: the journal holds the only
 //!   record of the machine's real values.
 //!
+//! - **DAMON off for the run.** [`SettingsGuard::acquire`] turns every
+//!   kdamond whose `state` reads `on` to `off`, journaled like a tunable, so
+//!   it is turned `on` again on every ending above (and by `hugelab settings
+//!   restore` after a SIGKILL); [`crate::damon`] says why and why always.
+//!
 //! A journal written before the last reboot is discarded instead of replayed:
 //! the reboot already reset the tunables, and replaying would override the
 //! boot's own configuration.
@@ -38,6 +43,7 @@
 //! the same process would wait for itself forever on the machine lock; it is
 //! refused instead.
 
+use crate::damon;
 use crate::error::{KernelError, Result};
 use crate::sysfs;
 use hugelab_workload::{Errno, Tunable};
@@ -167,8 +173,10 @@ pub struct SettingsGuard {
 
 impl SettingsGuard {
     /// Checks for root, takes the settings lock (waiting, with one line on
-    /// stderr, while another run holds it) and refuses to start over a journal
-    /// left by an interrupted run.
+    /// stderr, while another run holds it), refuses to start over a journal
+    /// left by an interrupted run, then turns DAMON's running kdamonds off
+    /// ([`Self::pause_damon_at`]); a refused write there is an error, with
+    /// nothing left changed.
     pub fn acquire() -> Result<SettingsGuard> {
         require_root("the kernel backend changes kernel tunables and needs root; run it as root")?;
         let dir = state_dir();
@@ -198,11 +206,44 @@ impl SettingsGuard {
             lock,
             journal: Journal::new(),
         });
-        Ok(SettingsGuard {
+        drop(reg);
+        let mut guard = SettingsGuard {
             id,
             entries: Vec::new(),
             restored: false,
-        })
+        };
+        // On failure the guard drops here and puts back what it turned off.
+        guard.pause_damon_at(Path::new(damon::ADMIN))?;
+        Ok(guard)
+    }
+
+    /// Turns `off` every kdamond under `admin` whose `state` reads `on`,
+    /// journaled like a tunable, so that the guard turns it `on` again however
+    /// the run ends ([`crate::damon`] says why, and why a refused write ends
+    /// the run). [`Self::acquire`] does it with [`damon::ADMIN`]; tests give a
+    /// fake tree. Returns the kdamonds turned off.
+    pub fn pause_damon_at(&mut self, admin: &Path) -> Result<Vec<damon::Kdamond>> {
+        let running = damon::running(admin)?;
+        for k in &running {
+            let file = k.state_file();
+            let refused = |why: String| {
+                KernelError::Refused(format!(
+                    "cannot turn DAMON's {} off for the run: {why}; hugelab stops kdamonds during runs because their pageout and access sampling move the counters it measures",
+                    k.describe()
+                ))
+            };
+            let name = damon::tunable_name(&file);
+            self.write_file(&file, &name, Some("off"))
+                .map_err(|e| refused(e.to_string()))?;
+            let now = sysfs::read_value(&file).map_err(|e| refused(e.to_string()))?;
+            if now != "off" {
+                return Err(refused(format!(
+                    "{} reads {now} after writing off",
+                    file.display()
+                )));
+            }
+        }
+        Ok(running)
     }
 
     /// Writes `value` to the tunable's file, journaling the file's old value on
@@ -224,7 +265,11 @@ impl SettingsGuard {
     }
 
     fn write(&mut self, t: &Tunable, value: Option<&str>) -> Result<()> {
-        let file = sysfs::tunable_file(t);
+        self.write_file(&sysfs::tunable_file(t), &t.path(), value)
+    }
+
+    /// [`Self::write`] of any file: `tunable` is how the journal names it.
+    fn write_file(&mut self, file: &Path, tunable: &str, value: Option<&str>) -> Result<()> {
         let key = file.to_string_lossy().into_owned();
         let mut reg = registry();
         let live = reg
@@ -242,8 +287,8 @@ impl SettingsGuard {
         if first {
             let entry = Entry {
                 path: key,
-                tunable: t.path(),
-                old: sysfs::read_value(&file)?,
+                tunable: tunable.to_string(),
+                old: sysfs::read_value(file)?,
             };
             live.journal.entries.push(entry.clone());
             if let Err(e) = write_journal(&journal, &live.journal) {
@@ -255,10 +300,10 @@ impl SettingsGuard {
         let Some(value) = value else {
             return Ok(());
         };
-        if let Err(e) = sysfs::write_value(&file, value) {
+        if let Err(e) = write_value(file, value) {
             let unchanged = first && {
                 let old = &live.journal.entries.last().expect("journaled above").old;
-                sysfs::read_value(&file).is_ok_and(|now| same(&now, old))
+                sysfs::read_value(file).is_ok_and(|now| same(&now, old))
             };
             if unchanged {
                 live.journal.entries.pop();
@@ -656,7 +701,7 @@ fn restore_entry(e: &Entry) -> std::result::Result<Restored, String> {
         if attempt > 0 {
             std::thread::sleep(backoff(attempt));
         }
-        sysfs::write_value(file, &e.old).map_err(|err| err.to_string())?;
+        write_value(file, &e.old).map_err(|err| err.to_string())?;
         now = sysfs::read_value(file).map_err(|err| err.to_string())?;
         if same(&now, &e.old) {
             return Ok(done(found));
@@ -679,6 +724,16 @@ fn restore_entry(e: &Entry) -> std::result::Result<Restored, String> {
         "{}: wrote {} but it reads back {}",
         e.path, e.old, now
     ))
+}
+
+/// A journaled file's write: a kdamond's `state` is retried while DAMON
+/// answers EBUSY.
+fn write_value(file: &Path, value: &str) -> Result<()> {
+    if damon::is_state_file(file) {
+        damon::write_state(file, value)
+    } else {
+        sysfs::write_value(file, value)
+    }
 }
 
 fn is_pool(file: &Path) -> bool {

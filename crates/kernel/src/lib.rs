@@ -3,7 +3,8 @@
 //! model can be checked against the truth.
 //!
 //! - [`guard`]: the settings guard. Every tunable is journaled on disk before
-//!   its first write and restored on success, error, panic and signal.
+//!   its first write and restored on success, error, panic and signal; it
+//!   also turns DAMON's running kdamonds off for the run ([`damon`]).
 //! - [`agent`]: the process agents. Each `spawn` is a real process executing
 //!   the workload's statements on real memory; [`process`] is the runner's
 //!   side, and [`protocol`] the requests and replies between them.
@@ -24,6 +25,7 @@ mod agents;
 pub mod backend;
 mod call;
 pub mod command;
+pub mod damon;
 pub mod error;
 mod filemap;
 pub mod guard;

@@ -6,9 +6,13 @@
 //! unless HUGELAB_GUARD_CHILD is set), since the guard ends the process it
 //! lives in. Every test skips, saying why, when not root or the file is not
 //! writable, and a [`Setup`] puts the original values back whatever happens.
+//!
+//! Acquiring also turns DAMON's running kdamonds off (journaled like a
+//! tunable): the tests that compare what was journaled look at the tunables
+//! only ([`ours`]); the `damon_` tests and the signal tests check the kdamonds.
 
 use hugelab_kernel::guard::{self, Restored, SettingsGuard};
-use hugelab_kernel::{sysfs, KernelError};
+use hugelab_kernel::{damon, sysfs, KernelError};
 use hugelab_workload::{KhugepagedKnob, Tunable};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -39,10 +43,51 @@ fn plus_one(t: &Tunable) -> String {
     (read(t).parse::<u64>().unwrap() + 1).to_string()
 }
 
+/// What the guard journaled, but the kdamonds acquiring turned off.
+fn ours(journaled: Vec<(String, String)>) -> Vec<(String, String)> {
+    journaled
+        .into_iter()
+        .filter(|(t, _)| !t.starts_with("damon/"))
+        .collect()
+}
+
+/// The journal's entries on disk, but the kdamonds'; none without a journal.
+fn journal_entries(s: &Setup) -> Vec<serde_json::Value> {
+    let Ok(text) = std::fs::read_to_string(s.journal()) else {
+        return Vec::new();
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| !e["tunable"].as_str().unwrap().starts_with("damon/"))
+        .cloned()
+        .collect()
+}
+
+/// The `state` files of this machine's kdamonds that read `on`.
+fn kdamonds_on() -> Vec<PathBuf> {
+    damon::running(Path::new(damon::ADMIN))
+        .unwrap()
+        .iter()
+        .map(|k| k.state_file())
+        .collect()
+}
+
+fn states(files: &[PathBuf]) -> Vec<String> {
+    files
+        .iter()
+        .map(|f| sysfs::read_value(f).unwrap())
+        .collect()
+}
+
 /// One test's state dir and the original values of the tunables it touches.
 struct Setup {
     dir: PathBuf,
     originals: Vec<(Tunable, String)>,
+    /// The kdamonds running when the test began.
+    kdamonds: Vec<PathBuf>,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -71,6 +116,7 @@ impl Setup {
         Some(Setup {
             dir,
             originals,
+            kdamonds: kdamonds_on(),
             _serial: serial,
         })
     }
@@ -93,6 +139,12 @@ impl Drop for Setup {
             if sysfs::read_tunable(t).ok().as_deref() != Some(value.as_str()) {
                 eprintln!("cleanup: putting {t} back to {value}");
                 let _ = sysfs::write_value(&sysfs::tunable_file(t), value);
+            }
+        }
+        for f in &self.kdamonds {
+            if sysfs::read_value(f).ok().as_deref() != Some("on") {
+                eprintln!("cleanup: turning {} on", f.display());
+                let _ = damon::write_state(f, "on");
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -231,13 +283,13 @@ fn set_then_restore() {
     let new = plus_one(&t);
     let mut g = SettingsGuard::acquire().unwrap();
     assert!(
-        !s.journal().exists(),
-        "nothing journaled before the first set"
+        journal_entries(&s).is_empty(),
+        "no tunable journaled before the first set"
     );
     g.set(&t, &new).unwrap();
     assert_eq!(read(&t), new);
     assert!(s.journal().exists());
-    assert_eq!(g.journaled(), vec![(t.path(), old.clone())]);
+    assert_eq!(ours(g.journaled()), vec![(t.path(), old.clone())]);
     let lock = std::fs::read_to_string(s.dir.join("lock")).unwrap();
     assert_eq!(lock.trim(), std::process::id().to_string());
     g.restore().unwrap();
@@ -299,15 +351,16 @@ fn first_old_value_is_kept_and_files_restore_in_reverse() {
     g.set(&a, &plus_one(&a)).unwrap();
     assert_eq!(read(&a), (old_a.parse::<u64>().unwrap() + 2).to_string());
     assert_eq!(
-        g.journaled(),
+        ours(g.journaled()),
         vec![(a.path(), old_a.clone()), (b.path(), old_b.clone())]
     );
     let on_disk: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(s.journal()).unwrap()).unwrap();
     assert_eq!(on_disk["pid"], std::process::id());
-    assert_eq!(on_disk["entries"][0]["old"], old_a.as_str());
+    let entries = journal_entries(&s);
+    assert_eq!(entries[0]["old"], old_a.as_str());
     assert_eq!(
-        on_disk["entries"][1]["path"],
+        entries[1]["path"],
         "/sys/kernel/mm/transparent_hugepage/khugepaged/max_ptes_swap"
     );
     g.restore().unwrap();
@@ -332,8 +385,8 @@ fn rejected_value_is_an_io_error_and_journals_nothing() {
         other => panic!("expected EINVAL, got {other:?}"),
     }
     assert_eq!(read(&t), old);
-    assert!(g.journaled().is_empty());
-    assert!(!s.journal().exists());
+    assert!(ours(g.journaled()).is_empty());
+    assert!(journal_entries(&s).is_empty());
     g.restore().unwrap();
 }
 
@@ -438,20 +491,33 @@ fn sigkill_leaves_a_journal_that_restore_journal_replays() {
     child.signal(libc::SIGKILL);
     assert_eq!(child.wait().signal(), Some(libc::SIGKILL));
     assert_eq!(read(&t), new, "SIGKILL cannot be caught");
+    let off = vec!["off".to_string(); s.kdamonds.len()];
+    assert_eq!(
+        states(&s.kdamonds),
+        off,
+        "the killed run's kdamonds stay off"
+    );
     assert!(s.journal().exists());
     assert!(!s.dir.join("hook-ran").exists());
 
     let restored = guard::restore_journal().unwrap();
-    assert_eq!(
-        restored,
-        vec![Restored {
-            path: sysfs::tunable_file(&t).display().to_string(),
-            tunable: t.path(),
-            old: old.clone(),
-            found: new,
-        }]
-    );
+    // Last written first: the tunable, then the kdamonds acquire turned off.
+    let mut expected = vec![Restored {
+        path: sysfs::tunable_file(&t).display().to_string(),
+        tunable: t.path(),
+        old: old.clone(),
+        found: new,
+    }];
+    expected.extend(s.kdamonds.iter().rev().map(|f| Restored {
+        path: f.display().to_string(),
+        tunable: damon::tunable_name(f),
+        old: "on".to_string(),
+        found: "off".to_string(),
+    }));
+    assert_eq!(restored, expected);
     assert_eq!(read(&t), old);
+    let on = vec!["on".to_string(); s.kdamonds.len()];
+    assert_eq!(states(&s.kdamonds), on, "restore_journal turns them on");
     assert!(!s.journal().exists());
     assert!(guard::restore_journal().unwrap().is_empty(), "nothing left");
 }
@@ -477,6 +543,8 @@ fn interrupted_child_restores(name: &str, signo: i32) {
     );
     assert!(s.dir.join("hook-ran").exists(), "the cleanup hook ran");
     assert_eq!(read(&t), old);
+    let on = vec!["on".to_string(); s.kdamonds.len()];
+    assert_eq!(states(&s.kdamonds), on, "the kdamonds are on again");
     assert!(!s.journal().exists());
 }
 
@@ -626,4 +694,116 @@ fn show_lists_known_tunables() {
             "{t} reads as the selected word: {value}"
         );
     }
+}
+
+/// Every file of a kdamond's tree that says how it runs: not what it
+/// measured (stats, tried regions, the quota's effective size) nor its pid.
+fn kdamond_parameters(state: &Path) -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = e.path();
+            if ["stats", "tried_regions", "effective_bytes", "pid", "state"]
+                .contains(&name.as_str())
+            {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out);
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                out.push((path, text));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(state.parent().unwrap(), &mut out);
+    out
+}
+
+#[test]
+fn damon_is_off_while_the_guard_is_held_and_on_again_with_its_parameters() {
+    let Some(s) = Setup::new("damon", &[]) else {
+        return;
+    };
+    if s.kdamonds.is_empty() {
+        eprintln!("skipped: no kdamond is running on this machine");
+        return;
+    }
+    let before: Vec<_> = s.kdamonds.iter().map(|f| kdamond_parameters(f)).collect();
+    let mut g = SettingsGuard::acquire().unwrap();
+    let off = vec!["off".to_string(); s.kdamonds.len()];
+    assert_eq!(states(&s.kdamonds), off);
+    let journaled: Vec<(String, String)> = s
+        .kdamonds
+        .iter()
+        .map(|f| (damon::tunable_name(f), "on".to_string()))
+        .collect();
+    assert_eq!(g.journaled(), journaled);
+    assert!(s.journal().exists(), "journaled on disk before the write");
+    g.restore().unwrap();
+    let on = vec!["on".to_string(); s.kdamonds.len()];
+    assert_eq!(states(&s.kdamonds), on);
+    assert!(!s.journal().exists());
+    let after: Vec<_> = s.kdamonds.iter().map(|f| kdamond_parameters(f)).collect();
+    assert_eq!(after, before, "`on` again runs the same parameters");
+}
+
+#[test]
+fn damon_in_a_fake_tree_is_journaled_and_restored() {
+    let Some(s) = Setup::new("damonfake", &[]) else {
+        return;
+    };
+    let admin = s.dir.join("admin");
+    let k = admin.join("kdamonds");
+    for (i, state) in [(0, "on"), (1, "off"), (2, "on")] {
+        std::fs::create_dir_all(k.join(format!("{i}/contexts/0/schemes/0"))).unwrap();
+        std::fs::write(k.join(format!("{i}/state")), format!("{state}\n")).unwrap();
+        std::fs::write(k.join(format!("{i}/contexts/0/operations")), "paddr\n").unwrap();
+        std::fs::write(
+            k.join(format!("{i}/contexts/0/schemes/0/action")),
+            "pageout\n",
+        )
+        .unwrap();
+    }
+    let fake = |i: u32| sysfs::read_value(&k.join(format!("{i}/state"))).unwrap();
+    let mut g = SettingsGuard::acquire().unwrap();
+    let paused = g.pause_damon_at(&admin).unwrap();
+    let described: Vec<String> = paused.iter().map(|k| k.describe()).collect();
+    assert_eq!(
+        described,
+        ["kdamond 0 (paddr: pageout)", "kdamond 2 (paddr: pageout)"]
+    );
+    assert_eq!(
+        (fake(0), fake(1), fake(2)),
+        ("off".into(), "off".into(), "off".into())
+    );
+    let entries = journal_entries(&s);
+    let fake_entries: Vec<_> = entries
+        .iter()
+        .filter(|e| {
+            e["path"]
+                .as_str()
+                .unwrap()
+                .starts_with(admin.to_str().unwrap())
+        })
+        .collect();
+    assert_eq!(fake_entries.len(), 2, "{entries:?}");
+    assert_eq!(
+        fake_entries[0],
+        &serde_json::json!({
+            "path": k.join("0/state"),
+            "tunable": k.join("0/state"),
+            "old": "on",
+        })
+    );
+    // A second call finds nothing on: the kdamonds it turned off stay journaled once.
+    assert!(g.pause_damon_at(&admin).unwrap().is_empty());
+    g.restore().unwrap();
+    assert_eq!(
+        (fake(0), fake(1), fake(2)),
+        ("on".into(), "off".into(), "on".into())
+    );
+    assert!(!s.journal().exists());
 }

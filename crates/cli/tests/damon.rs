@@ -1,13 +1,15 @@
 //! DAMON on this machine: a kernel run turns every running kdamond off for
-//! its duration and on again after, and the commands' `--dry-run` say so.
+//! its duration and on again after (after a SIGKILL, `hugelab settings
+//! restore` does), and the commands' `--dry-run` say so.
 //! Skipped, with the reason printed, when not root or no kdamond runs.
 
 mod common;
 
-use common::{cannot_run, run, state_dir};
-use hugelab_kernel::{damon, sysfs};
+use common::{cannot_run, hugelab, run, state_dir};
+use hugelab_kernel::damon;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The kdamonds running now, or why this test cannot use them.
@@ -29,12 +31,97 @@ fn running() -> Result<Vec<PathBuf>, String> {
 fn states(files: &[PathBuf]) -> Vec<String> {
     files
         .iter()
-        .map(|f| sysfs::read_value(f).unwrap())
+        .map(|f| damon::read_state(f).unwrap())
         .collect()
+}
+
+/// The tests' runs must not overlap: one would see the other's kdamonds off.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whatever a failed assertion left: a journal in the state directory is
+/// replayed, so no test leaves a kdamond off.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.0.join("journal.json").exists() {
+            let out = hugelab(&["settings", "restore"], &self.0);
+            eprintln!("cleanup: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Waits (for as long as other runs hold the settings lock) until `child`
+/// has journaled its changes in `state` and every kdamond in `files` reads
+/// off; false if it ended first.
+fn wait_off(child: &mut Child, state: &Path, files: &[PathBuf]) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let off = vec!["off".to_string(); files.len()];
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        if state.join("journal.json").exists() && states(files) == off {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+#[test]
+fn a_run_killed_with_sigkill_leaves_damon_off_until_settings_restore() {
+    let _serial = serial();
+    let files = match running() {
+        Ok(f) => f,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let state = state_dir("damon-kill");
+    let _cleanup = Cleanup(state.clone());
+    let wl = state.join("slow.hlw");
+    std::fs::write(&wl, "spawn a\na mmap buf 2M\na write buf\nsleep 60s\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(["run", "--backend", "kernel", wl.to_str().unwrap()])
+        .env("HUGELAB_STATE_DIR", &state)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let seen_off = wait_off(&mut child, &state, &files);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(seen_off, "DAMON was never off during the run");
+    let off = vec!["off".to_string(); files.len()];
+    assert_eq!(states(&files), off, "nothing restores after a SIGKILL");
+    // The next run refuses over the journal until it is replayed.
+    let out = hugelab(
+        &["run", "--backend", "kernel", wl.to_str().unwrap()],
+        &state,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("run `hugelab settings restore` first"),
+        "{stderr}"
+    );
+    let out = hugelab(&["settings", "restore"], &state);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "settings restore: {out:?}");
+    for f in &files {
+        let line = format!("{} on (was off)", damon::tunable_name(f));
+        assert!(stdout.contains(&line), "{line} not in:\n{stdout}");
+    }
+    let on = vec!["on".to_string(); files.len()];
+    assert_eq!(states(&files), on);
 }
 
 #[test]
 fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
+    let _serial = serial();
     let files = match running() {
         Ok(f) => f,
         Err(why) => {
@@ -43,11 +130,12 @@ fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
         }
     };
     let state = state_dir("damon");
+    let _cleanup = Cleanup(state.clone());
     let wl = state.join("damon.hlw");
     // The sleep keeps the run going long enough to see DAMON off in it.
     std::fs::write(
         &wl,
-        "spawn a\na mmap buf 2M\na write buf\nsleep 1s\na read buf\nsnapshot\n",
+        "spawn a\na mmap buf 2M\na write buf\nsleep 1s\na read buf\nsnapshot s1\n",
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
@@ -57,17 +145,7 @@ fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Other runs on the machine may hold the settings lock for a while.
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let off = vec!["off".to_string(); files.len()];
-    let mut seen_off = false;
-    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        if states(&files) == off {
-            seen_off = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let seen_off = wait_off(&mut child, &state, &files);
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -79,11 +157,11 @@ fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
     let on = vec!["on".to_string(); files.len()];
     assert_eq!(states(&files), on, "DAMON is on again after the run");
     assert!(!state.join("journal.json").exists());
-    let _ = std::fs::remove_dir_all(&state);
 }
 
 #[test]
 fn dry_runs_list_the_kdamonds() {
+    let _serial = serial();
     let files = match running() {
         Ok(f) => f,
         Err(why) => {

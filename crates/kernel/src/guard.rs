@@ -235,7 +235,7 @@ impl SettingsGuard {
             let name = damon::tunable_name(&file);
             self.write_file(&file, &name, Some("off"))
                 .map_err(|e| refused(e.to_string()))?;
-            let now = sysfs::read_value(&file).map_err(|e| refused(e.to_string()))?;
+            let now = damon::read_state(&file).map_err(|e| refused(e.to_string()))?;
             if now != "off" {
                 return Err(refused(format!(
                     "{} reads {now} after writing off",
@@ -288,7 +288,7 @@ impl SettingsGuard {
             let entry = Entry {
                 path: key,
                 tunable: tunable.to_string(),
-                old: sysfs::read_value(file)?,
+                old: read_value(file)?,
             };
             live.journal.entries.push(entry.clone());
             if let Err(e) = write_journal(&journal, &live.journal) {
@@ -303,7 +303,7 @@ impl SettingsGuard {
         if let Err(e) = write_value(file, value) {
             let unchanged = first && {
                 let old = &live.journal.entries.last().expect("journaled above").old;
-                sysfs::read_value(file).is_ok_and(|now| same(&now, old))
+                read_value(file).is_ok_and(|now| same(&now, old))
             };
             if unchanged {
                 live.journal.entries.pop();
@@ -678,7 +678,7 @@ fn restore_entries(entries: &[Entry]) -> (Vec<Restored>, Vec<(Entry, String)>) {
 
 fn restore_entry(e: &Entry) -> std::result::Result<Restored, String> {
     let file = Path::new(&e.path);
-    let found = sysfs::read_value(file).map_err(|err| err.to_string())?;
+    let found = read_value(file).map_err(|err| err.to_string())?;
     let done = |found: String| Restored {
         path: e.path.clone(),
         tunable: e.tunable.clone(),
@@ -702,7 +702,7 @@ fn restore_entry(e: &Entry) -> std::result::Result<Restored, String> {
             std::thread::sleep(backoff(attempt));
         }
         write_value(file, &e.old).map_err(|err| err.to_string())?;
-        now = sysfs::read_value(file).map_err(|err| err.to_string())?;
+        now = read_value(file).map_err(|err| err.to_string())?;
         if same(&now, &e.old) {
             return Ok(done(found));
         }
@@ -724,6 +724,16 @@ fn restore_entry(e: &Entry) -> std::result::Result<Restored, String> {
         "{}: wrote {} but it reads back {}",
         e.path, e.old, now
     ))
+}
+
+/// A journaled file's value: a kdamond's `state` is read again while DAMON
+/// answers EBUSY.
+fn read_value(file: &Path) -> Result<String> {
+    if damon::is_state_file(file) {
+        damon::read_state(file)
+    } else {
+        sysfs::read_value(file)
+    }
 }
 
 /// A journaled file's write: a kdamond's `state` is retried while DAMON

@@ -78,7 +78,7 @@ fn kdamonds_on() -> Vec<PathBuf> {
 fn states(files: &[PathBuf]) -> Vec<String> {
     files
         .iter()
-        .map(|f| sysfs::read_value(f).unwrap())
+        .map(|f| damon::read_state(f).unwrap())
         .collect()
 }
 
@@ -142,7 +142,7 @@ impl Drop for Setup {
             }
         }
         for f in &self.kdamonds {
-            if sysfs::read_value(f).ok().as_deref() != Some("on") {
+            if damon::read_state(f).ok().as_deref() != Some("on") {
                 eprintln!("cleanup: turning {} on", f.display());
                 let _ = damon::write_state(f, "on");
             }

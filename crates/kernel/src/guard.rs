@@ -226,12 +226,7 @@ impl SettingsGuard {
         let running = damon::running(admin)?;
         for k in &running {
             let file = k.state_file();
-            let refused = |why: String| {
-                KernelError::Refused(format!(
-                    "cannot turn DAMON's {} off for the run: {why}; hugelab stops kdamonds during runs because their pageout and access sampling move the counters it measures",
-                    k.describe()
-                ))
-            };
+            let refused = |why: String| damon_refused(&k.describe(), &why);
             let name = damon::tunable_name(&file);
             self.write_file(&file, &name, Some("off"))
                 .map_err(|e| refused(e.to_string()))?;
@@ -726,6 +721,13 @@ fn restore_entry(e: &Entry) -> std::result::Result<Restored, String> {
     ))
 }
 
+/// Why a run stops when a kdamond cannot be turned off, in one sentence.
+fn damon_refused(kdamond: &str, why: &str) -> KernelError {
+    KernelError::Refused(format!(
+        "cannot turn DAMON's {kdamond} off for the run: {why}; hugelab stops kdamonds during runs because their pageout and access sampling move the counters it measures"
+    ))
+}
+
 /// A journaled file's value: a kdamond's `state` is read again while DAMON
 /// answers EBUSY.
 fn read_value(file: &Path) -> Result<String> {
@@ -1022,6 +1024,19 @@ mod tests {
         let einval = refusal(e(libc::EINVAL));
         assert!(matches!(einval, KernelError::Io { .. }));
         assert_eq!(einval.to_string(), "/sys/x: Invalid argument (EINVAL)");
+    }
+
+    #[test]
+    fn a_kdamond_that_cannot_be_stopped_stops_the_run_naming_path_and_errno() {
+        let file = "/sys/kernel/mm/damon/admin/kdamonds/0/state";
+        let e = KernelError::io(file, io::Error::from_raw_os_error(libc::EACCES));
+        let msg = damon_refused("kdamond 0 (paddr: pageout)", &refusal(e).to_string()).to_string();
+        assert_eq!(
+            msg,
+            "cannot turn DAMON's kdamond 0 (paddr: pageout) off for the run: \
+             cannot write /sys/kernel/mm/damon/admin/kdamonds/0/state: permission denied (EACCES); \
+             hugelab stops kdamonds during runs because their pageout and access sampling move the counters it measures"
+        );
     }
 
     #[test]

@@ -127,6 +127,7 @@ impl KernelBackend {
             StmtKind::Mremap(s) => crate::mremap::mremap(m, a, stmt, s),
             StmtKind::Madvise(s) => madvise::madvise(m, a, stmt, s),
             StmtKind::Read(s) => memory::read(m, a, stmt, s),
+            StmtKind::Special(s) => memory::special(m, a, stmt, s),
             StmtKind::Write(s) => memory::write(m, a, stmt, s),
             StmtKind::Pin(s) => gup::pin(m, a, stmt, s),
             StmtKind::Unpin(s) => gup::unpin(m, a, stmt, s),

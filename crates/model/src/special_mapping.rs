@@ -64,3 +64,30 @@ pub fn dup_special_ptes(src: &MmStruct, dst: &mut MmStruct) {
         };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::Model;
+    use hugelab_workload::{parse, Backend};
+
+    fn minflt(text: &str, proc: &str) -> i64 {
+        let w = parse("t.hlw", text).unwrap();
+        let mut model = Model::default();
+        for stmt in &w.stmts {
+            model.execute(stmt).unwrap();
+        }
+        model.read().unwrap().counters[&format!("stat.{proc}.minflt")]
+    }
+
+    /// A page faults once per mm; fork copies vvar's PTEs and not the
+    /// vDSO's; exec starts again with none.
+    #[test]
+    fn fork_copies_vvar_ptes_and_not_the_vdsos_and_exec_has_none() {
+        let parent = "spawn p\np special vdso\np special vvar:4K\np special vdso+4K:4K\n";
+        assert_eq!(minflt(parent, "p"), 3);
+        let child = format!("{parent}p fork c\nc special vdso\nc special vvar:4K\n");
+        assert_eq!(minflt(&child, "c"), 2);
+        let exec = format!("{parent}p exec\np special vdso\np special vvar:4K\n");
+        assert_eq!(minflt(&exec, "p"), 6);
+    }
+}

@@ -202,6 +202,9 @@ impl Backend for KernelBackend {
         for (name, p) in &self.agents.procs {
             read_process(name, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
                 .map_err(err)?;
+            if let Some(why) = &p.minflt_unknown {
+                unknown.insert(format!("stat.{name}.minflt"), why.clone());
+            }
         }
         Ok(self.measure.judge(c, unknown))
     }

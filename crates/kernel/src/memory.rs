@@ -66,8 +66,8 @@ pub(crate) fn special(
     stmt: &Stmt,
     s: &Special,
 ) -> Result<(), BackendError> {
-    let (mapping, first, end) = s.pages().map_err(|e| failed(stmt, e))?;
-    let mapping = &SPECIAL_MAPPINGS[mapping];
+    let (index, first, end) = s.pages().map_err(|e| failed(stmt, e))?;
+    let mapping = &SPECIAL_MAPPINGS[index];
     let pid = agents.get_mut(stmt, &s.proc)?.agent.pid;
     let (start, len) = special_mapping_of(pid, mapping.maps_name)
         .map_err(|e| failed(stmt, format!("the agent of '{}': {e}", s.proc)))?;

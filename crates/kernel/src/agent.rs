@@ -26,8 +26,10 @@
 //!   `[vvar]`/`[vvar_vclock]` (no clock_gettime, no Instant::now, no
 //!   vDSO getrandom: glibc 2.36 has none), which could not be zapped
 //!   (VM_PFNMAP): a vvar page it touched would take no fault when the
-//!   workload reads it. Its start-up's MADV_POPULATE_READ of its read-only
-//!   mappings leaves these three alone;
+//!   workload reads it (the runner checks the agent's PTEs of the mapping
+//!   in /proc/PID/pagemap before each `special` read, and a difference
+//!   makes the process's minflt unknown with the reason). Its start-up's
+//!   MADV_POPULATE_READ of its read-only mappings leaves these three alone;
 //! - faults are counted with getrusage around the access loop only
 //!   (`loop_faults`), and around the whole request (`all_faults`), which the
 //!   runner compares with the system-wide pgfault to detect other processes.

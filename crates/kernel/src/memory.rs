@@ -59,7 +59,8 @@ fn touch(
 /// same offsets of its own mapping of that name (its vDSO is wherever its
 /// exec put it), found in its /proc/PID/maps. The agent zaps its own vDSO
 /// text at start, and never touches its vvar pages (see
-/// [`crate::agent`]), so its PTEs are a fresh program's.
+/// [`crate::agent`]), so its PTEs are a fresh program's; they are checked
+/// (pagemap) against those the workload's reads made before each read.
 pub(crate) fn special(
     m: &mut Measurement,
     agents: &mut Agents,

@@ -19,6 +19,17 @@
 //!   counts pglazyfree / pgdeactivate only when a batch is moved, so without
 //!   this a statement's counts would depend on which CPU faulted and which
 //!   advised, and would come in some later statement's window;
+//! - its own vDSO and vvar are a fresh program's for the workload's
+//!   `special` reads: its dynamic loader read the vDSO's text at start, so
+//!   it zaps those PTEs (MADV_DONTNEED, [`zap_own_vdso`]) once set up, and
+//!   again after exec; it never runs vDSO code after that and never reads
+//!   `[vvar]`/`[vvar_vclock]` (no clock_gettime, no Instant::now, no
+//!   vDSO getrandom: glibc 2.36 has none), which could not be zapped
+//!   (VM_PFNMAP): a vvar page it touched would take no fault when the
+//!   workload reads it (the runner checks the agent's PTEs of the mapping
+//!   in /proc/PID/pagemap before each `special` read, and a difference
+//!   makes the process's minflt unknown with the reason). Its start-up's
+//!   MADV_POPULATE_READ of its read-only mappings leaves these three alone;
 //! - faults are counted with getrusage around the access loop only
 //!   (`loop_faults`), and around the whole request (`all_faults`), which the
 //!   runner compares with the system-wide pgfault to detect other processes.
@@ -28,12 +39,13 @@
 
 use crate::agent_task;
 use crate::protocol::{Access, RemapTo, Reply, ReplyWire, Request, RequestWire};
+use hugelab_workload::stmt::SPECIAL_MAPPINGS;
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{Errno, HugetlbSize};
 use std::cell::Cell;
 use std::hint::black_box;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI32, AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// An empty page of the agent's own (mapped, never touched), for
 /// `drain_lru_batches`.
@@ -106,6 +118,7 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t, thp_after_exec: Option<bool>) 
     report_fatal_signals();
     populate_own_mappings();
     pretouch_stack();
+    zap_own_vdso();
     let thp = libc::c_ulong::from(thp_after_exec.unwrap_or(false));
     // SAFETY: prctl with integer arguments.
     unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, thp, 0, 0, 0) };
@@ -620,6 +633,9 @@ struct OwnMapping {
     read_only: bool,
     /// `rw.p` (heap, stack, data, anonymous): kept out of THP.
     private_writable: bool,
+    /// `[vdso]`, `[vvar]` or `[vvar_vclock]`: left alone, but for the
+    /// vDSO's zap (see [`zap_own_vdso`]).
+    special: Option<String>,
 }
 
 /// The process's own mappings (allocates: only before the request loop).
@@ -632,7 +648,13 @@ fn own_mappings() -> Vec<OwnMapping> {
             let mut it = line.split_whitespace();
             let (range, perms) = (it.next()?, it.next()?.as_bytes());
             let (a, b) = range.split_once('-')?;
+            let name = it.nth(3).unwrap_or("");
+            let special = SPECIAL_MAPPINGS
+                .iter()
+                .any(|m| m.maps_name == name)
+                .then(|| name.to_string());
             Some(OwnMapping {
+                special,
                 start: u64::from_str_radix(a, 16).ok()?,
                 end: u64::from_str_radix(b, 16).ok()?,
                 read_only: perms.starts_with(b"r-"),
@@ -648,6 +670,13 @@ fn own_mappings() -> Vec<OwnMapping> {
 /// (PR_SET_THP_DISABLE is in force).
 fn tame_own_mappings() {
     for m in own_mappings() {
+        if let Some(name) = &m.special {
+            if name == "[vdso]" {
+                OWN_VDSO.store(m.start, Relaxed);
+                OWN_VDSO_LEN.store(m.end - m.start, Relaxed);
+            }
+            continue;
+        }
         if m.read_only {
             // SAFETY: written only here, before the loop, single-threaded.
             unsafe {
@@ -674,6 +703,23 @@ fn tame_own_mappings() {
                 )
             };
         }
+    }
+}
+
+/// The agent's own vDSO text (`[vdso]`), start and length, from start-up.
+static OWN_VDSO: AtomicU64 = AtomicU64::new(0);
+static OWN_VDSO_LEN: AtomicU64 = AtomicU64::new(0);
+
+/// Unmaps the PTEs of the agent's own vDSO text (MADV_DONTNEED: allowed on
+/// a special mapping that is not VM_PFNMAP), which its dynamic loader read
+/// at start (the ELF header, the symbol table): the workload's `special`
+/// reads then fault as a fresh program's do. Once at start and so again
+/// after exec; a fork's child has none (fork copies no vDSO PTE).
+fn zap_own_vdso() {
+    let (start, len) = (OWN_VDSO.load(Relaxed), OWN_VDSO_LEN.load(Relaxed));
+    if len > 0 {
+        // SAFETY: advice on our own vDSO, whose text we do not run.
+        unsafe { libc::madvise(start as *mut _, len as usize, libc::MADV_DONTNEED) };
     }
 }
 

@@ -39,6 +39,13 @@ pub(crate) struct Proc {
     pub(crate) shared_tables: Option<String>,
     /// Its live threads by name, each with a channel of its own.
     pub(crate) threads: BTreeMap<String, AgentProc>,
+    /// The pages of each special mapping (vdso, vvar, vvar_vclock) the
+    /// workload's `special` reads have mapped in it, as a fresh program's
+    /// would have them ([`crate::memory::special`] checks the agent's).
+    pub(crate) special_ptes: [u64; 3],
+    /// Why its `stat.<proc>.minflt` is unknown, if it is: an agent whose
+    /// special mappings were not a fresh program's.
+    pub(crate) minflt_unknown: Option<String>,
 }
 
 impl Proc {
@@ -53,6 +60,8 @@ impl Proc {
             threads: BTreeMap::new(),
             shift: None,
             shared_tables: None,
+            special_ptes: [0; 3],
+            minflt_unknown: None,
         }
     }
 }

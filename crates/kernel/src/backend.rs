@@ -127,6 +127,7 @@ impl KernelBackend {
             StmtKind::Mremap(s) => crate::mremap::mremap(m, a, stmt, s),
             StmtKind::Madvise(s) => madvise::madvise(m, a, stmt, s),
             StmtKind::Read(s) => memory::read(m, a, stmt, s),
+            StmtKind::Special(s) => memory::special(m, a, stmt, s),
             StmtKind::Write(s) => memory::write(m, a, stmt, s),
             StmtKind::Pin(s) => gup::pin(m, a, stmt, s),
             StmtKind::Unpin(s) => gup::unpin(m, a, stmt, s),
@@ -201,6 +202,9 @@ impl Backend for KernelBackend {
         for (name, p) in &self.agents.procs {
             read_process(name, p.agent.pid, p.minflt, p.spans(), &mut c, &mut unknown)
                 .map_err(err)?;
+            if let Some(why) = &p.minflt_unknown {
+                unknown.insert(format!("stat.{name}.minflt"), why.clone());
+            }
         }
         Ok(self.measure.judge(c, unknown))
     }

@@ -18,7 +18,7 @@ use crate::memcg::Memcg;
 use crate::process::AgentProc;
 use crate::protocol::Request;
 use hugelab_workload::gone::Gone;
-use hugelab_workload::stmt::{Exec, Exit, Fork, Spawn, ThpDisable, Thread};
+use hugelab_workload::stmt::{Exec, Exit, Fork, Spawn, ThpDisable, Thread, SPECIAL_MAPPINGS};
 use hugelab_workload::{BackendError, Errno, Stmt};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -68,6 +68,12 @@ pub(crate) fn fork(
         child.memcg_dir = p.memcg_dir.clone();
         child.shift = p.shift;
         child.shared_tables.clone_from(&p.shared_tables);
+        // fork copies the PTEs of the VM_PFNMAP special mappings only.
+        for (i, mapping) in SPECIAL_MAPPINGS.iter().enumerate() {
+            if mapping.pfnmap {
+                child.special_ptes[i] = p.special_ptes[i];
+            }
+        }
         forked = Some(child);
         Ok(Call::ok(faults))
     })?;
@@ -171,6 +177,7 @@ pub(crate) fn exec(
     }
     p.regions.clear();
     p.cursor = 0;
+    p.special_ptes = [0; 3];
     settle_dead_mms(); // the old image's own page tables, as after spawn
     Ok(())
 }

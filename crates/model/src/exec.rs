@@ -761,6 +761,7 @@ impl Model {
                 let step = step.map_or(PAGE_SIZE, |s| s.bytes().max(1));
                 self.access_or_kill(stmt, proc, range, step, true, *zero, gone)
             }
+            StmtKind::Special(s) => crate::special_mapping::sys_special_read(m, stmt, s),
             // The rings are the process's (files are shared by threads).
             StmtKind::Pin(stmt::Pin { proc, range }) => {
                 let proc = &m.group_leader(proc).unwrap_or(proc).to_string();

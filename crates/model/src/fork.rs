@@ -49,6 +49,7 @@ pub fn dup_mmap(m: &mut Machine, src: &mut MmStruct, dst: &mut MmStruct) -> Resu
         m.anon_vmas.fork(src.mm_id, dst.mm_id);
     }
     dst.vmas = src.vmas.clone();
+    crate::special_mapping::dup_special_ptes(src, dst);
     // hugetlb_dup_vma_private and hugetlb_vm_op_open for the child's
     // HugeTLB VMAs: the file is shared, reservations stay the parent's.
     for vma in dst.vmas.values_mut() {

@@ -87,6 +87,7 @@ pub mod pgtable;
 pub mod reading_cache;
 pub mod rmap;
 pub mod sparse;
+pub mod special_mapping;
 pub mod swap;
 pub mod syscall;
 pub mod task_mmu;

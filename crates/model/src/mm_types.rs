@@ -305,6 +305,10 @@ pub struct MmStruct {
     /// The huge PTEs of HugeTLB VMAs (PMD entries for 2 MiB pages, PUD
     /// entries for 1 GiB pages), by address.
     pub hugetlb_ptes: BTreeMap<u64, HugePte>,
+    /// The pages of each special mapping (`SPECIAL_MAPPINGS`, in order:
+    /// vdso, vvar, vvar_vclock) the mm has a PTE for, bit i page i (see
+    /// [`crate::special_mapping`]).
+    pub special_ptes: [u64; 3],
     pub(crate) mmap_cursor: u64,
 }
 

@@ -83,7 +83,8 @@ pub fn touches(kind: &StmtKind) -> Touches<'_> {
         | StmtKind::ThpDisable(stmt::ThpDisable { proc, .. })
         | StmtKind::Exit(stmt::Exit { proc })
         | StmtKind::Exec(stmt::Exec { proc })
-        | StmtKind::Split(stmt::Split { proc, .. }) => Touches::Family(proc),
+        | StmtKind::Split(stmt::Split { proc, .. })
+        | StmtKind::Special(stmt::Special { proc, .. }) => Touches::Family(proc),
         StmtKind::Read(stmt::Read { proc, .. }) | StmtKind::Write(stmt::Write { proc, .. }) => {
             Touches::FamilyIfFaulting(proc)
         }

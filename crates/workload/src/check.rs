@@ -51,6 +51,7 @@ pub(crate) fn stmt(c: &mut Checker, stmt: &Stmt) -> Result<(), Issue> {
         StmtKind::Brk(s) => s.check(c, line),
         StmtKind::Read(s) => s.check(c, line),
         StmtKind::Write(s) => s.check(c, line),
+        StmtKind::Special(s) => s.check(c, line),
         StmtKind::Pin(s) => s.check(c, line),
         StmtKind::Unpin(s) => s.check(c, line),
         StmtKind::Fork(s) => s.check(c, line),

@@ -36,7 +36,7 @@ const KEYWORDS: &str =
     "set, machine, cgroup, spawn, split, khugepaged, reclaim, fragment, sleep, snapshot, expect";
 /// The verbs of `<proc> <verb> ...` statements, in the order error messages list them.
 const VERBS: &str =
-    "mmap, munmap, mprotect, mremap, madvise, brk, read, write, pin, unpin, fork, thread, thp_disable, exit, exec";
+    "mmap, munmap, mprotect, mremap, madvise, brk, read, write, special, pin, unpin, fork, thread, thp_disable, exit, exec";
 
 /// The longest line the parser reads (a file without newlines, such as a
 /// binary one, must not be read whole into memory).
@@ -347,6 +347,7 @@ fn parse_proc_stmt(l: &mut Line<'_>, checker: &Checker) -> Result<StmtKind, Pars
         "brk" => StmtKind::Brk(stmt::Brk::parse(l, proc)?),
         "read" => StmtKind::Read(stmt::Read::parse(l, proc)?),
         "write" => StmtKind::Write(stmt::Write::parse(l, proc)?),
+        "special" => StmtKind::Special(stmt::Special::parse(l, proc)?),
         "pin" => StmtKind::Pin(Pin::parse(l, proc)?),
         "unpin" => StmtKind::Unpin(Unpin::parse(l, proc)?),
         "fork" => StmtKind::Fork(Fork::parse(l, proc)?),

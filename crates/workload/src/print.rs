@@ -160,6 +160,7 @@ impl fmt::Display for StmtKind {
             StmtKind::Brk(s) => s.fmt(f),
             StmtKind::Read(s) => s.fmt(f),
             StmtKind::Write(s) => s.fmt(f),
+            StmtKind::Special(s) => s.fmt(f),
             StmtKind::Pin(s) => s.fmt(f),
             StmtKind::Unpin(s) => s.fmt(f),
             StmtKind::Fork(s) => s.fmt(f),

@@ -1899,3 +1899,39 @@ fn every_protection_parses_and_prints_back() {
     assert_eq!(Prot::from_bits(2), Prot::ReadWrite);
     assert_eq!(Prot::from_bits(0), Prot::None);
 }
+
+#[test]
+fn special_reads_and_their_errors() {
+    let k = one("spawn a\na special vdso+4K:4K\n");
+    let StmtKind::Special(s) = &k else {
+        panic!("{k:?}")
+    };
+    assert_eq!(s.to_string(), "a special vdso+4K:4K");
+    assert_eq!(s.pages(), Ok((0, 1, 2)));
+    assert!(parse("t.hlw", "spawn a\na special vvar:4K\na special vvar+8K:4K\na special vvar_vclock:4K\na special vdso\n").is_ok());
+    fails(
+        "spawn a\na special heap:4K\n",
+        2,
+        11,
+        "unknown special mapping 'heap'; expected vdso, vvar or vvar_vclock",
+    );
+    fails(
+        "spawn a\na special vvar+4K:4K\n",
+        2,
+        11,
+        "page 1 of vvar faults with SIGBUS",
+    );
+    fails(
+        "spawn a\na special vdso+8K:4K\n",
+        2,
+        11,
+        "is outside region 'vdso'",
+    );
+    fails(
+        "spawn a\na special vdso+1K:4K\n",
+        2,
+        11,
+        "is not whole pages of vdso",
+    );
+    fails("spawn a\na exit\na special vdso\n", 3, 1, "");
+}

@@ -44,6 +44,7 @@ mod set;
 mod sleep;
 mod snapshot;
 mod spawn;
+mod special;
 mod split;
 mod thp_disable;
 mod thread;
@@ -67,6 +68,7 @@ pub use set::Set;
 pub use sleep::{parse_duration, Sleep};
 pub use snapshot::Snapshot;
 pub use spawn::Spawn;
+pub use special::{special_mapping, Special, SpecialMapping, SPECIAL_MAPPINGS};
 pub use split::Split;
 pub use thp_disable::ThpDisable;
 pub use thread::Thread;
@@ -117,6 +119,7 @@ pub enum StmtKind {
     Brk(Brk),
     Read(Read),
     Write(Write),
+    Special(Special),
     Pin(Pin),
     Unpin(Unpin),
     Fork(Fork),
@@ -151,6 +154,7 @@ impl StmtKind {
             StmtKind::Brk(_) => "brk",
             StmtKind::Read(_) => "read",
             StmtKind::Write(_) => "write",
+            StmtKind::Special(_) => "special",
             StmtKind::Pin(_) => "pin",
             StmtKind::Unpin(_) => "unpin",
             StmtKind::Fork(_) => "fork",
@@ -182,6 +186,7 @@ impl StmtKind {
             StmtKind::Brk(s) => Some(&s.proc),
             StmtKind::Read(s) => Some(&s.proc),
             StmtKind::Write(s) => Some(&s.proc),
+            StmtKind::Special(s) => Some(&s.proc),
             StmtKind::Pin(s) => Some(&s.proc),
             StmtKind::Unpin(s) => Some(&s.proc),
             StmtKind::Fork(s) => Some(&s.proc),

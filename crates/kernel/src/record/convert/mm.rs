@@ -6,6 +6,7 @@ use super::names::{ident, Files, Unique};
 use super::out::{range, size, Out, PAGE};
 use super::space::{allows, Extent, Piece, Prot, Space, What};
 use super::Stats;
+use hugelab_workload::stmt::{special_mapping, SPECIAL_MAPPINGS};
 use std::io;
 use std::rc::Rc;
 
@@ -161,7 +162,14 @@ impl Mm {
                     let flags = u64::from(m.flags);
                     self.anon_mmap(c, proc, time, start, end, u64::from(m.prot), flags)?;
                 }
-                f if f.starts_with('[') => self.skip(start, end, "faults on [vdso]/[vvar]"),
+                f if f.starts_with('[') => match SPECIAL_MAPPINGS.iter().find(|s| s.maps_name == f)
+                {
+                    Some(s) => self.space.insert(
+                        start,
+                        extent(end, s.name.into(), start, What::Special, Prot::Read),
+                    ),
+                    None => self.skip(start, end, "faults on other special mappings"),
+                },
                 path => {
                     let file = c.files.name(path);
                     self.file_mmap(
@@ -308,7 +316,7 @@ impl Mm {
         stmt: impl Fn(&str) -> String,
     ) -> io::Result<()> {
         for p in pieces {
-            if !matches!(p.extent.what, What::Skip(_)) {
+            if !matches!(p.extent.what, What::Skip(_) | What::Special) {
                 let r = range(&p.extent.region, p.extent.base, p.start, p.end);
                 c.out.stmt(time, &stmt(&r))?;
             }
@@ -491,7 +499,7 @@ impl Mm {
                 ..e.clone()
             },
         );
-        if matches!(e.what, What::Skip(_)) {
+        if matches!(e.what, What::Skip(_) | What::Special) {
             return Ok(());
         }
         let mut s = format!(
@@ -557,9 +565,35 @@ impl Mm {
             return Ok(false);
         }
         let (region, base) = (e.region.clone(), e.base);
+        if e.what == What::Special {
+            return special_fault(c, task, time, &region, page - base, write);
+        }
         c.out.touch(time, task, &region, base, page, write)?;
         Ok(true)
     }
+}
+
+/// A fault on page `offset` of special mapping `name`: a `special` read of
+/// it, unless the program could not have gone on from it (a write, or a
+/// page whose fault is SIGBUS).
+fn special_fault(
+    c: &mut Ctx,
+    task: &str,
+    time: u64,
+    name: &str,
+    offset: u64,
+    write: bool,
+) -> io::Result<bool> {
+    let readable =
+        special_mapping(name).is_some_and(|(_, m)| m.readable & (1 << (offset / PAGE)) != 0);
+    if write || !readable {
+        c.stats
+            .skip("faults the program took a signal on (special mappings)");
+        return Ok(false);
+    }
+    let r = range(name, 0, offset, offset + PAGE);
+    c.out.stmt(time, &format!("{task} special {r}"))?;
+    Ok(true)
 }
 
 fn extent(end: u64, region: Rc<str>, base: u64, what: What, prot: Prot) -> Extent {

@@ -28,7 +28,10 @@ pub enum What {
     File,
     Heap,
     Stack,
-    /// Not replayed (vdso, vvar, a shared writable file...): why.
+    /// A special mapping exec made (`vdso`, `vvar`, `vvar_vclock`): its
+    /// faults are `special` statements; no statement maps or unmaps it.
+    Special,
+    /// Not replayed (a shared writable file...): why.
     Skip(&'static str),
 }
 

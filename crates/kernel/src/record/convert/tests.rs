@@ -146,9 +146,10 @@ fn exec_segments_faults_and_an_anonymous_mapping() {
     .syscall(10, 10, 11, [0x7f00_0000_1000, 0x1000, 0, 0, 0, 0], 0)
     .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
     let (workload, stats) = s.converted();
-    // 5 fault events replayed (the vdso's is not), and the page exec wrote
-    // the arguments into (its GUP fault counts in min_flt without an event).
-    assert_eq!(stats.faults_by_process["prog"], 6);
+    // 6 fault events replayed (the vdso's as a `special` read), and the
+    // page exec wrote the arguments into (its GUP fault counts in min_flt
+    // without an event).
+    assert_eq!(stats.faults_by_process["prog"], 7);
     assert_eq!(
         workload,
         [
@@ -161,6 +162,7 @@ fn exec_segments_faults_and_an_anonymous_mapping() {
             "prog madvise stack+136K:4K POPULATE_WRITE",
             "prog write prog-data:4K",
             "prog write stack:4K",
+            "prog special vdso:4K",
             "prog mmap anon1 16K at=0x7f0000000000",
             "prog write anon1:8K",
             "prog read anon1+12K:4K",
@@ -404,4 +406,58 @@ fn a_kernel_fault_with_faults_disabled_and_its_retry_are_one_fault() {
         1
     );
     assert_eq!(stats.faults_by_process["prog"], 5);
+}
+
+/// Faults on the vDSO and its data are `special` reads at their offsets in
+/// the mapping, in the parent, a fork child and after exec; a write to one
+/// and a read of a page whose fault is SIGBUS are the program's signals,
+/// not replayed.
+#[test]
+fn faults_on_the_vdso_and_vvar_are_special_reads() {
+    const VVAR: (u64, u64, u64, u32, &str) = (0x7ffd_0010_0000, 0x4000, 0, 1, "[vvar]");
+    const CLOCK: (u64, u64, u64, u32, &str) = (0x7ffd_0010_4000, 0x2000, 0, 1, "[vvar_vclock]");
+    const VDSO: (u64, u64, u64, u32, &str) = (0x7ffd_0010_6000, 0x2000, 0, 5, "[vdso]");
+    const OTHER: (u64, u64, u64, u32, &str) = (0x7ffd_0020_0000, 0x2000, 0, 5, "[vdso]");
+    let mut s = Stream::new();
+    s.exec(30, "sh", &[VVAR, CLOCK, VDSO])
+        .fault(30, 30, VDSO.0 + 0x10, 4)
+        .fault(30, 30, VVAR.0 + 0x2008, 4)
+        .fault(30, 30, CLOCK.0, 4)
+        // The time-namespace page outside a time namespace; a write.
+        .fault(30, 30, VVAR.0 + 0x1000, 4)
+        .fault(30, 30, VDSO.0 + 0x1000, 6)
+        .at(
+            30,
+            30,
+            Kind::NewTask {
+                child: 31,
+                comm: "sh".into(),
+                clone_flags: 0x1200011,
+            },
+        )
+        .fault(31, 31, VDSO.0 + 0x1000, 0x14)
+        .exec(31, "ls", &[OTHER])
+        .fault(31, 31, OTHER.0, 4)
+        .at(31, 31, Kind::Exit { ppid: 30, ptid: 30 })
+        .at(30, 30, Kind::Exit { ppid: 1, ptid: 1 });
+    let (w, stats) = s.converted();
+    let special: Vec<&str> = w
+        .iter()
+        .filter(|l| l.contains(" special "))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        special,
+        [
+            "sh special vdso:4K",
+            "sh special vvar+8K:4K",
+            "sh special vvar_vclock:4K",
+            "sh-2 special vdso+4K:4K",
+            "sh-2 special vdso:4K",
+        ],
+        "{w:#?}"
+    );
+    assert_eq!(stats.faults_by_process["sh"], 3, "{w:#?}");
+    assert!(w.iter().all(|l| !l.contains("munmap")), "{w:#?}");
+    hugelab_workload::parse("t.hlw", &(w.join("\n") + "\n")).expect("the workload checks");
 }

@@ -2,6 +2,7 @@
 //! syscalls the program made (from their arguments and results), and its
 //! first touches (from its page faults).
 
+use super::around::{Around, PageCache};
 use super::names::{ident, Files, Unique};
 use super::out::{range, size, Out, PAGE};
 use super::space::{allows, Extent, Piece, Prot, Space, What};
@@ -37,6 +38,7 @@ pub struct Mapping {
 pub struct Ctx<'o, 'w> {
     pub out: &'o mut Out<'w>,
     pub files: &'o mut Files,
+    pub cache: &'o mut PageCache,
     pub stats: &'o mut Stats,
 }
 
@@ -52,6 +54,8 @@ pub struct Mm {
     /// The last fault if it was taken in kernel mode and nothing but faults
     /// came after it: its task, page and whether a write.
     last_kernel_fault: Option<(String, u64, bool)>,
+    /// The files its regions map and the pages fault-around mapped.
+    around: Around,
 }
 
 fn page_up(n: u64) -> u64 {
@@ -90,6 +94,11 @@ fn advice_skipped(n: u64) -> &'static str {
 }
 
 impl Mm {
+    /// A fork's child: see [`Around::forked`].
+    pub fn forked(&mut self) {
+        self.around.forked();
+    }
+
     pub fn has_exec_maps(&self) -> bool {
         !self.exec_maps.is_empty()
     }
@@ -295,6 +304,7 @@ impl Mm {
             _ => "none",
         };
         let name = self.region(&format!("{}-{seg}", ident(file)));
+        self.around.file_region(name.clone(), file, offset);
         self.space
             .insert(start, extent(end, name.clone(), start, What::File, prot));
         let mut s = format!("{proc} mmap {name} {} file={file}", size(end - start));
@@ -332,6 +342,7 @@ impl Mm {
         start: u64,
         end: u64,
     ) -> io::Result<()> {
+        self.around.forget(start, end);
         let gone = self.space.remove(start, end);
         self.each_piece(c, time, &gone, |r| format!("{proc} munmap {r}"))
     }
@@ -366,6 +377,9 @@ impl Mm {
             }
             28 => match advice(a[2]) {
                 Some(adv) => {
+                    if matches!(adv, "DONTNEED" | "FREE") {
+                        self.around.forget(a[0], a[0] + page_up(a[1]));
+                    }
                     let pieces = self.space.pieces(a[0], a[0] + page_up(a[1]));
                     self.each_piece(c, time, &pieces, |r| format!("{proc} madvise {r} {adv}"))
                 }
@@ -490,6 +504,7 @@ impl Mm {
             return Ok(());
         }
         self.space.remove(from, from + old_len);
+        self.around.forget(from, from + old_len);
         let base = to;
         self.space.insert(
             to,
@@ -550,7 +565,7 @@ impl Mm {
                 .skip("kernel faults with page faults disabled (retried)");
             return Ok(false);
         }
-        let Some((_, e)) = self.space.find(page) else {
+        let Some((vma_start, e)) = self.space.find(page) else {
             c.stats
                 .skip("faults outside the mappings the recording knows");
             return Ok(false);
@@ -564,11 +579,25 @@ impl Mm {
                 .skip("faults the program took a signal on (protection)");
             return Ok(false);
         }
+        if e.what == What::File && !present && !write && self.around.mapped_around(page) {
+            c.stats.skip(
+                "file faults fault-around had not mapped (a cached page another process was faulting at once)",
+            );
+            return Ok(false);
+        }
         let (region, base) = (e.region.clone(), e.base);
         if e.what == What::Special {
             return special_fault(c, task, time, &region, page - base, write);
         }
-        c.out.touch(time, task, &region, base, page, write)?;
+        if e.what == What::File && !present {
+            let vma = (vma_start, e.end);
+            self.around
+                .fault(c.cache, (time, task), &region, base, vma, page, write);
+        }
+        // A read fault's fault-around makes the order of file reads matter.
+        let ordered = e.what == What::File && !write;
+        c.out
+            .touch(time, task, &region, base, page, write, ordered)?;
         Ok(true)
     }
 }

@@ -16,6 +16,7 @@
 //! workload: faults on the vdso, mappings the language cannot express yet,
 //! advice without effect on anonymous memory, failed syscalls.
 
+mod around;
 mod census;
 mod mm;
 mod names;
@@ -92,6 +93,8 @@ struct Convert<'c> {
     mms: HashMap<ProcId, Mm>,
     pending: HashMap<u32, Pending>,
     files: Files,
+    /// The file pages replayed faults touched.
+    cache: around::PageCache,
     stats: Stats,
 }
 
@@ -117,12 +120,18 @@ impl Convert<'_> {
             census,
             mms,
             files,
+            cache,
             stats,
             pending,
             ..
         } = self;
         let mm = mms.entry(task.mm).or_default();
-        let mut c = Ctx { out, files, stats };
+        let mut c = Ctx {
+            out,
+            files,
+            cache,
+            stats,
+        };
         if mm.has_exec_maps() && !matches!(e.kind, Kind::Mmap2 { .. } | Kind::Comm { .. }) {
             mm.write_exec_maps(&mut c, &proc, e.time, census.stack_low(task.mm, execs))?;
         }
@@ -196,7 +205,8 @@ impl Convert<'_> {
                 format!("spawn {}", name(p))
             }
             Change::Fork { parent, child } => {
-                let mm = self.mms.get(&parent).cloned().unwrap_or_default();
+                let mut mm = self.mms.get(&parent).cloned().unwrap_or_default();
+                mm.forked();
                 self.mms.insert(child, mm);
                 format!("{} fork {}", name(parent), name(child))
             }
@@ -245,6 +255,15 @@ fn header(h: &Header, census: &census::Census) -> String {
     s
 }
 
+/// A debugging aid: with `HUGELAB_RECORD_EVENTS=FILE` in the environment,
+/// the conversion also writes every recorded event to FILE, a JSON line each.
+fn dump_file() -> io::Result<Option<io::BufWriter<std::fs::File>>> {
+    match std::env::var_os("HUGELAB_RECORD_EVENTS") {
+        Some(path) => Ok(Some(io::BufWriter::new(std::fs::File::create(path)?))),
+        None => Ok(None),
+    }
+}
+
 /// Writes the workload of the events in `spool` to `w`.
 pub fn convert(spool: &mut Spool, h: &Header, w: &mut dyn Write) -> io::Result<Stats> {
     convert_named(spool, h, w, |_| {})
@@ -259,8 +278,17 @@ pub fn convert_named(
     names: impl FnOnce(&[(u32, String)]),
 ) -> io::Result<Stats> {
     let mut census = census::Census::default();
+    let mut dump = dump_file()?;
     for e in spool.events()? {
-        census.add(&e?);
+        let e = e?;
+        if let Some(d) = &mut dump {
+            serde_json::to_writer(&mut *d, &e)?;
+            writeln!(d)?;
+        }
+        census.add(&e);
+    }
+    if let Some(d) = &mut dump {
+        d.flush()?;
     }
     let named: Vec<(u32, String)> = census.pids().iter().copied().zip(census.names()).collect();
     names(&named);
@@ -274,6 +302,7 @@ pub fn convert_named(
         mms: HashMap::new(),
         pending: HashMap::new(),
         files: Files::default(),
+        cache: around::PageCache::default(),
         stats: Stats::default(),
     };
     let mut last = 0;

@@ -10,7 +10,12 @@ const RUN_GAP_NS: u64 = 1_000_000;
 pub const PAGE: u64 = 4096;
 
 /// Consecutive first touches of one task, in one region, of one kind, on
-/// adjacent pages (up or down).
+/// adjacent pages: up, or down where the order of the touches does not
+/// matter. A range is replayed upward, so touches down are written as one
+/// only when replaying them upward faults the same pages: not for reads of
+/// a file mapping, where a read fault maps the cached pages of its 64 KiB
+/// window (do_fault_around), so which page of two neighbours in different
+/// windows faults first decides whether the other faults at all.
 struct Run {
     task: String,
     region: String,
@@ -90,7 +95,10 @@ impl<'a> Out<'a> {
         writeln!(self.w, "{text}")
     }
 
-    /// A first touch of the page at `page` (page-aligned) of `region`.
+    /// A first touch of the page at `page` (page-aligned) of `region`;
+    /// `ordered`: the order of the touches matters (see [`Run`]): this
+    /// touch does not extend a run down.
+    #[allow(clippy::too_many_arguments)]
     pub fn touch(
         &mut self,
         time: u64,
@@ -99,6 +107,7 @@ impl<'a> Out<'a> {
         base: u64,
         page: u64,
         write: bool,
+        ordered: bool,
     ) -> io::Result<()> {
         if let Some(r) = &mut self.run {
             let same = r.task == task && r.region == region && r.base == base && r.write == write;
@@ -108,7 +117,7 @@ impl<'a> Out<'a> {
                     r.last = time;
                     return Ok(());
                 }
-                if page + PAGE == r.start {
+                if page + PAGE == r.start && !ordered {
                     r.start = page;
                     r.last = time;
                     return Ok(());
@@ -156,11 +165,12 @@ mod tests {
         let mut o = Out::new(&mut buf);
         let base = 0x10000;
         for (t, p) in [(0, 2), (10, 3), (20, 1), (30, 0)] {
-            o.touch(t, "a", "buf", base, base + p * PAGE, true).unwrap();
+            o.touch(t, "a", "buf", base, base + p * PAGE, true, false)
+                .unwrap();
         }
-        o.touch(40, "a", "buf", base, base + 9 * PAGE, false)
+        o.touch(40, "a", "buf", base, base + 9 * PAGE, false, false)
             .unwrap();
-        o.touch(3_000_040, "a", "buf", base, base + 10 * PAGE, false)
+        o.touch(3_000_040, "a", "buf", base, base + 10 * PAGE, false, false)
             .unwrap();
         o.stmt(3_000_050, "a munmap buf").unwrap();
         o.flush().unwrap();

@@ -461,3 +461,106 @@ fn faults_on_the_vdso_and_vvar_are_special_reads() {
     assert!(w.iter().all(|l| !l.contains("munmap")), "{w:#?}");
     hugelab_workload::parse("t.hlw", &(w.join("\n") + "\n")).expect("the workload checks");
 }
+
+#[test]
+fn reads_of_a_file_down_stay_in_their_order_and_writes_down_coalesce() {
+    // dash's text as kbuild's shells ran it: the page at a 64K boundary
+    // faulted first (its fault-around window starts there), then the page
+    // below it, whose window reaches up and would have mapped the first:
+    // replayed upward, the second page would not fault.
+    let text = (0x5555_0000_7000, 0x13000, 0x4000, 5, "/usr/bin/dash");
+    let mut s = Stream::new();
+    s.exec(10, "sh", &[STACK, text])
+        .fault(10, 10, 0x5555_0001_0000 + 0x528, 0x14)
+        .fault(10, 10, 0x5555_0000_f000 + 0x120, 0x14)
+        .fault(10, 10, 0x5555_0001_1000, 0x4)
+        .fault(10, 10, STACK.0 + 0x3000, 6)
+        .fault(10, 10, STACK.0 + 0x2000, 6)
+        .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    let (workload, stats) = s.converted();
+    assert_eq!(
+        workload,
+        [
+            "spawn sh",
+            "sh mmap stack 132K at=0x7ffd00000000 growsdown initial=132K",
+            "sh madvise stack+128K:4K POPULATE_WRITE",
+            "sh mmap dash-text 76K file=dash offset=16K prot=rx at=0x555500007000",
+            "sh read dash-text+36K:4K",
+            "sh read dash-text+32K:4K",
+            "sh read dash-text+40K:4K",
+            "sh write stack+8K:8K",
+            "sh exit",
+        ]
+    );
+    assert_eq!(stats.faults_by_process["sh"], 6);
+}
+
+/// A library's text, 64K at a 64K boundary: one fault-around window.
+const LIB: (u64, u64, u64, u32, &str) = (0x7f00_0001_0000, 0x10000, 0, 5, "/usr/lib/libx.so");
+
+/// `prog` brings pages 0 and 1 of LIB into the page cache, forks
+/// `prog-2`, then (when `race`) faults page 3 right before the child's
+/// fault on page 0; the child then faults page 1.
+fn fork_and_fault_around(race: bool) -> (Vec<String>, super::Stats) {
+    let mut s = Stream::new();
+    s.exec(10, "prog", &[STACK, LIB])
+        .fault(10, 10, LIB.0, 0x14)
+        .fault(10, 10, LIB.0 + 0x1000, 0x14)
+        .at(
+            10,
+            10,
+            Kind::NewTask {
+                child: 11,
+                comm: "prog".into(),
+                clone_flags: 0x1200011,
+            },
+        );
+    s.time += 1_000_000;
+    if race {
+        s.fault(10, 10, LIB.0 + 0x3000, 0x14);
+    }
+    s.fault(11, 11, LIB.0, 0x14);
+    s.time += 1_000_000;
+    s.fault(11, 11, LIB.0 + 0x1000, 0x14)
+        .at(11, 11, Kind::Exit { ppid: 10, ptid: 10 })
+        .at(10, 10, Kind::Exit { ppid: 1, ptid: 1 });
+    s.converted()
+}
+
+#[test]
+fn a_read_fault_on_a_page_a_raced_fault_around_skipped_is_not_a_first_touch() {
+    const WHY: &str =
+        "file faults fault-around had not mapped (a cached page another process was faulting at once)";
+    // Without a race, the child's fault on page 1 is the recorded kernel's
+    // and stays (a replay agrees or disagrees on its own).
+    let (workload, stats) = fork_and_fault_around(false);
+    assert!(
+        workload
+            .iter()
+            .any(|l| l == "prog-2 read libx_so-text+4K:4K"),
+        "{workload:#?}"
+    );
+    assert!(!stats.skipped.contains_key(WHY));
+    // The parent faults the same pages at once: the child's fault-around
+    // may have found page 1 locked, and its later fault there is that race.
+    let (workload, stats) = fork_and_fault_around(true);
+    assert_eq!(
+        workload,
+        [
+            "spawn prog",
+            "prog mmap stack 132K at=0x7ffd00000000 growsdown initial=132K",
+            "prog madvise stack+128K:4K POPULATE_WRITE",
+            "prog mmap libx_so-text 64K file=libx.so prot=rx at=0x7f0000010000",
+            "prog read libx_so-text:8K",
+            "prog fork prog-2",
+            "sleep 1001us",
+            "prog read libx_so-text+12K:4K",
+            "prog-2 read libx_so-text:4K",
+            "sleep 1002us",
+            "prog-2 exit",
+            "prog exit",
+        ]
+    );
+    assert_eq!(stats.skipped[WHY], 1);
+    assert_eq!(stats.faults_by_process["prog-2"], 1);
+}

@@ -95,6 +95,8 @@ pub(crate) struct Measurement {
     status: StatusFiles,
     /// What the registry says of each system-wide counter read.
     kinds: Kinds,
+    /// The THP modes as the latest window read them after its statement.
+    modes_after: Option<ThpModes>,
 }
 
 /// What a window needs to know of a system-wide counter, looked up in the
@@ -193,6 +195,7 @@ impl Measurement {
             chain: None,
             status: StatusFiles::new(),
             kinds: Kinds::default(),
+            modes_after: None,
         }
     }
 
@@ -356,7 +359,12 @@ impl Measurement {
         // readings, so it cannot be subtracted; it is reported.)
         let faulted = sys_faults > agent_faults;
         let mut noisy = faulted;
-        let modes = self.modes.thp();
+        // A chained window's modes are those the window before read: only
+        // reads and writes ran since.
+        let modes = match (opened.chained, self.modes_after.take()) {
+            (true, Some(m)) => Some(m),
+            _ => self.modes.thp(),
+        };
         self.foreign_sizes(stmt, modes.as_ref(), &before, &after);
         self.own_changes(
             stmt,
@@ -389,6 +397,7 @@ impl Measurement {
             ));
         }
         self.last = Some(after);
+        self.modes_after = modes;
         if call.killed.is_none() && call.errno == Errno::OK && is_touch(&stmt.kind) {
             self.chain = Some(Chain {
                 runner_minflt,

@@ -9,9 +9,16 @@
 //! absolute values. Hugetlb pool files are the exception: they are reported as
 //! read (both sides start from the machine's pools). Page tables freed by RCU
 //! callbacks (MMU_GATHER_RCU_TABLE_FREE) leave NR_PAGETABLE after the
-//! statement returns, so windows that may free them wait for RCU first. The
-//! runner keeps its own heap (`agent::hold_runner_memory`): a page table of
-//! its own freed between windows would leave the counter in the next one.
+//! statement returns, so windows that freed some wait for RCU first (see
+//! [`TableFrees`]: the agents' own page-table bytes say at once whether a
+//! munmap freed any). The runner keeps its own heap
+//! (`agent::hold_runner_memory`): a page table of its own freed between
+//! windows would leave the counter in the next one.
+//!
+//! A `read` or `write` right after another starts from the reading the
+//! window before ended with, instead of a reading of its own (see
+//! [`Chain`]): nothing of the workload runs between them, and the runner's
+//! own faults there, the one thing that would count, break the chain.
 //!
 //! [`Measurement`] owns all of it: the two readers, the windows' sums, and
 //! the record of what disturbed them, from which it says which counters are
@@ -286,42 +293,11 @@ impl Measurement {
         if self.shared_tables.is_none() {
             self.shared_tables = agents.shared_tables().cloned();
         }
-        if let Some(k) = &call.killed {
-            self.killed.get_or_insert((stmt.pos.line, k.proc.clone()));
-            if k.signal == hugelab_workload::Signal::SIGKILL {
-                self.oom_killed
-                    .get_or_insert((stmt.pos.line, k.proc.clone()));
-            }
-        }
-        // The agents' own tables, read before the wait when they decide
-        // it (the agents are the same as at the opening, their status
-        // files open: the runner takes no fault here).
-        let rule = table_frees(&stmt.kind);
-        let early = (rule == TableFrees::IfTablesShrank && call.killed.is_none())
-            .then(|| agents_own(agents, &mut self.status));
-        let settle = call.killed.is_some()
-            || match (rule, &early) {
-                (TableFrees::Never, _) => false,
-                (TableFrees::IfTablesShrank, Some(after)) => !tables_kept(&opened.own, after),
-                _ => true,
-            };
-        if settle {
-            rcu_settle();
-        }
-        self.after.capture(true).map_err(kerr)?;
-        let own_after = match early {
-            Some(own) => own,
-            None => agents_own(agents, &mut self.status),
-        };
+        self.note_killed(stmt, &call);
+        let own_after = self.capture_after(stmt, &opened, &call, agents)?;
         let runner_minflt = crate::agent::own_minflt();
         let runner_faults = runner_minflt - opened.runner_minflt;
-        let before = match (opened.chained, self.last.take()) {
-            (true, Some(last)) => last,
-            (_, last) => {
-                self.last = last;
-                self.before.parse().map_err(kerr)?
-            }
-        };
+        let before = self.reading_before(opened.chained).map_err(kerr)?;
         let after = self.after.parse().map_err(kerr)?;
         if let Some(last) = &self.last {
             if self.unstable.is_none() && collapsed(last, &before) {
@@ -398,12 +374,11 @@ impl Measurement {
         }
         self.last = Some(after);
         self.modes_after = modes;
-        if call.killed.is_none() && call.errno == Errno::OK && is_touch(&stmt.kind) {
-            self.chain = Some(Chain {
+        self.chain = (call.killed.is_none() && call.errno == Errno::OK && is_touch(&stmt.kind))
+            .then_some(Chain {
                 runner_minflt,
                 own: own_after,
             });
-        }
         if let Some(k) = call.killed {
             // A process the kernel killed is the workload's outcome, measured
             // above like any other.
@@ -419,6 +394,61 @@ impl Measurement {
             ));
         }
         Ok(())
+    }
+
+    /// The first process killed, and the first the memcg OOM killer killed.
+    fn note_killed(&mut self, stmt: &Stmt, call: &Call) {
+        if let Some(k) = &call.killed {
+            self.killed.get_or_insert((stmt.pos.line, k.proc.clone()));
+            if k.signal == hugelab_workload::Signal::SIGKILL {
+                self.oom_killed
+                    .get_or_insert((stmt.pos.line, k.proc.clone()));
+            }
+        }
+    }
+
+    /// The reading before the statement: the latest window's reading after
+    /// when `chained`, else its own.
+    fn reading_before(&mut self, chained: bool) -> Result<Counters, KernelError> {
+        match (chained, self.last.take()) {
+            (true, Some(last)) => Ok(last),
+            (_, last) => {
+                self.last = last;
+                self.before.parse()
+            }
+        }
+    }
+
+    /// The reading after a statement, once the page tables it freed have
+    /// left the counters (see [`TableFrees`]); the agents' own memory after
+    /// it.
+    fn capture_after(
+        &mut self,
+        stmt: &Stmt,
+        opened: &Opened,
+        call: &Call,
+        agents: &Agents,
+    ) -> Result<Option<Own>, BackendError> {
+        // The agents' own tables, read before the wait when they decide
+        // it (the agents are the same as at the opening, their status
+        // files open: the runner takes no fault here).
+        let rule = table_frees(&stmt.kind);
+        let early = (rule == TableFrees::IfTablesShrank && call.killed.is_none())
+            .then(|| agents_own(agents, &mut self.status));
+        let settle = call.killed.is_some()
+            || match (rule, &early) {
+                (TableFrees::Never, _) => false,
+                (TableFrees::IfTablesShrank, Some(after)) => !tables_kept(&opened.own, after),
+                _ => true,
+            };
+        if settle {
+            rcu_settle();
+        }
+        self.after.capture(true).map_err(|e| failed(stmt, e))?;
+        Ok(match early {
+            Some(own) => own,
+            None => agents_own(agents, &mut self.status),
+        })
     }
 
     /// mTHPs below the PMD size come only from faults while their size is

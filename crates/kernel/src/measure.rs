@@ -995,6 +995,27 @@ mod tests {
     }
 
     #[test]
+    fn a_kept_open_status_file_reads_as_a_fresh_one() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut files = StatusFiles::new();
+        for _ in 0..2 {
+            let kept = status_anon_pte(pid, &mut files).unwrap();
+            assert_eq!(kept, smaps::status_anon_pte_kb(pid).unwrap());
+        }
+        assert_eq!(files.len(), 1);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Gone: the kept file and a new one both fail.
+        assert!(status_anon_pte(pid, &mut files).is_err());
+        assert!(files.is_empty());
+    }
+
+    #[test]
     fn kinds_are_the_registry_s() {
         let mut k = Kinds::default();
         for name in [

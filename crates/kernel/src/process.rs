@@ -459,3 +459,17 @@ impl Drop for AgentProc {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minflt_is_the_tenth_field_whatever_the_command_name() {
+        let line = "4242 (a) b) S 1 4242 4242 0 -1 4194560 1234 0 0 0 5 3 0 0 20 0";
+        assert_eq!(stat_minflt(line), Some(1234));
+        assert_eq!(stat_minflt("4242 (x) S 1"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(stat_minflt(&own).is_some_and(|n| n > 0));
+    }
+}

@@ -115,6 +115,11 @@ impl KernelBackend {
     /// statement to its handler.
     fn execute_stmt(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
         let (m, a) = (&mut self.measure, &mut self.agents);
+        if !matches!(stmt.kind, StmtKind::Read(_) | StmtKind::Write(_)) {
+            // Only a read or write may start from the reading the window
+            // before it ended with (see `measure::Chain`).
+            m.unchain();
+        }
         match &stmt.kind {
             StmtKind::Set(s) => tunable::set(&mut self.guard, &mut self.khugepaged, m, a, stmt, s),
             StmtKind::Machine(s) => machine::machine(stmt, s),
@@ -194,6 +199,7 @@ impl Backend for KernelBackend {
     /// (removed from the counters, with the reason in `unknown`).
     fn read(&mut self) -> Result<Reading, BackendError> {
         let err = |e: KernelError| BackendError::failed(Default::default(), e.to_string());
+        self.measure.unchain();
         let mut c = self.measure.system_counters();
         for cg in self.cgroups.values() {
             c.extend(cg.counters().map_err(err)?);

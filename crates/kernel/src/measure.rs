@@ -9,9 +9,16 @@
 //! absolute values. Hugetlb pool files are the exception: they are reported as
 //! read (both sides start from the machine's pools). Page tables freed by RCU
 //! callbacks (MMU_GATHER_RCU_TABLE_FREE) leave NR_PAGETABLE after the
-//! statement returns, so windows that may free them wait for RCU first. The
-//! runner keeps its own heap (`agent::hold_runner_memory`): a page table of
-//! its own freed between windows would leave the counter in the next one.
+//! statement returns, so windows that freed some wait for RCU first (see
+//! [`TableFrees`]: the agents' own page-table bytes say at once whether a
+//! munmap freed any). The runner keeps its own heap
+//! (`agent::hold_runner_memory`): a page table of its own freed between
+//! windows would leave the counter in the next one.
+//!
+//! A `read` or `write` right after another starts from the reading the
+//! window before ended with, instead of a reading of its own (see
+//! [`Chain`]): nothing of the workload runs between them, and the runner's
+//! own faults there, the one thing that would count, break the chain.
 //!
 //! [`Measurement`] owns all of it: the two readers, the windows' sums, and
 //! the record of what disturbed them, from which it says which counters are
@@ -41,12 +48,13 @@ use crate::agents::Agents;
 use crate::call::{failed, Call};
 use crate::error::KernelError;
 use crate::modes::{Modes, ThpModes};
+use crate::procfile::ProcFile;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps};
 use hugelab_workload::counters::{self, Reported, Scope};
 use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB, PMD_SIZE};
 use hugelab_workload::{BackendError, Counters, Errno, Reading, Stmt, StmtKind};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 /// The measurement of a workload on the kernel: the system-wide counters
@@ -87,6 +95,60 @@ pub(crate) struct Measurement {
     killed: Option<(u32, String)>,
     /// The first process the memcg OOM killer killed (SIGKILL), and the line.
     oom_killed: Option<(u32, String)>,
+    /// What the latest window left for the next one to start from (see
+    /// [`Chain`]); None when the next window must read afresh.
+    chain: Option<Chain>,
+    /// The agents' status files, kept open.
+    status: StatusFiles,
+    /// What the registry says of each system-wide counter read.
+    kinds: Kinds,
+    /// The THP modes as the latest window read them after its statement.
+    modes_after: Option<ThpModes>,
+}
+
+/// What a window needs to know of a system-wide counter, looked up in the
+/// registry once per name (a lookup parses the name; a window has a few
+/// hundred counters).
+#[derive(Clone, Copy)]
+struct Kind {
+    /// Reported as read, not as a change (see [`is_absolute`]).
+    absolute: bool,
+    /// The size of a per-size mTHP counter (see [`mthp_size_kb`]).
+    mthp_size_kb: Option<u64>,
+}
+
+#[derive(Default)]
+struct Kinds(HashMap<String, Kind>);
+
+impl Kinds {
+    fn of(&mut self, name: &str) -> Kind {
+        if let Some(k) = self.0.get(name) {
+            return *k;
+        }
+        let k = Kind {
+            absolute: is_absolute(name),
+            mthp_size_kb: mthp_size_kb(name),
+        };
+        self.0.insert(name.to_string(), k);
+        k
+    }
+}
+
+/// The end of a window whose reading after may serve as the reading before
+/// the next one: a `read` or `write` that returned normally. Between two
+/// such statements nothing of the workload runs (its agents wait for their
+/// next request; no handler acts outside a window), so the counters move
+/// only by the runner's own faults (checked: `runner_minflt`) or by other
+/// processes, which the next window's noise rules see as in any window.
+/// The windows then telescope: each counter's changes still add up to the
+/// change from the first reading to the last, and one reading is saved per
+/// statement. The backend breaks the chain ([`Measurement::unchain`]) at
+/// every other statement and at every reading of the counters.
+struct Chain {
+    /// The runner's own minor faults when the reading after was taken.
+    runner_minflt: i64,
+    /// The agents' own memory after the window.
+    own: Option<Own>,
 }
 
 /// Why another process's activity makes system-wide counters unknown.
@@ -104,10 +166,13 @@ struct Opened {
     runner_minflt: i64,
     /// The agents' own memory (see [`agents_own`]).
     own: Option<Own>,
+    /// The reading before is the latest window's reading after
+    /// ([`Chain`]), not a capture of its own.
+    chained: bool,
 }
 
 /// What the workload's processes themselves hold, from their own /proc files.
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct Own {
     /// The live agents, sorted.
     pids: Vec<i32>,
@@ -134,7 +199,17 @@ impl Measurement {
             mthp_sizes_used: BTreeSet::new(),
             killed: None,
             oom_killed: None,
+            chain: None,
+            status: StatusFiles::new(),
+            kinds: Kinds::default(),
+            modes_after: None,
         }
+    }
+
+    /// The next window reads its counters afresh: something other than a
+    /// `read` or `write` runs, or the counters are read (see [`Chain`]).
+    pub(crate) fn unchain(&mut self) {
+        self.chain = None;
     }
 
     /// One reading through each reader, so that the first window runs warm
@@ -170,6 +245,17 @@ impl Measurement {
 
     /// The reading before a statement.
     fn open(&mut self, stmt: &Stmt, agents: &Agents) -> Result<Opened, BackendError> {
+        if let Some(chain) = self.chain.take() {
+            // The modes, HVO and the agents are as the latest window left
+            // them: nothing but reads and writes ran since.
+            if is_touch(&stmt.kind) && crate::agent::own_minflt() == chain.runner_minflt {
+                return Ok(Opened {
+                    runner_minflt: chain.runner_minflt,
+                    own: chain.own,
+                    chained: true,
+                });
+            }
+        }
         if matches!(stmt.kind, StmtKind::Fork { .. }) {
             self.forked.get_or_insert(stmt.pos.line);
         }
@@ -180,11 +266,15 @@ impl Measurement {
         // code path, heap growth), counted from before the first reading to
         // after the second: an upper bound, reported with the noise.
         let runner_minflt = crate::agent::own_minflt();
-        let own = agents_own(agents);
+        let own = agents_own(agents, &mut self.status);
         let sizes = self.mthp_sizes_enabled();
         self.mthp_sizes_used.extend(sizes);
         self.before.capture(false).map_err(|e| failed(stmt, e))?;
-        Ok(Opened { runner_minflt, own })
+        Ok(Opened {
+            runner_minflt,
+            own,
+            chained: false,
+        })
     }
 
     /// The reading after a statement: its changes are added to the totals,
@@ -203,20 +293,11 @@ impl Measurement {
         if self.shared_tables.is_none() {
             self.shared_tables = agents.shared_tables().cloned();
         }
-        if let Some(k) = &call.killed {
-            self.killed.get_or_insert((stmt.pos.line, k.proc.clone()));
-            if k.signal == hugelab_workload::Signal::SIGKILL {
-                self.oom_killed
-                    .get_or_insert((stmt.pos.line, k.proc.clone()));
-            }
-        }
-        if frees_page_tables(&stmt.kind) || call.killed.is_some() {
-            rcu_settle();
-        }
-        self.after.capture(true).map_err(kerr)?;
-        let own_after = agents_own(agents);
-        let runner_faults = crate::agent::own_minflt() - opened.runner_minflt;
-        let before = self.before.parse().map_err(kerr)?;
+        self.note_killed(stmt, &call);
+        let own_after = self.capture_after(stmt, &opened, &call, agents)?;
+        let runner_minflt = crate::agent::own_minflt();
+        let runner_faults = runner_minflt - opened.runner_minflt;
+        let before = self.reading_before(opened.chained).map_err(kerr)?;
         let after = self.after.parse().map_err(kerr)?;
         if let Some(last) = &self.last {
             if self.unstable.is_none() && collapsed(last, &before) {
@@ -227,7 +308,7 @@ impl Measurement {
             }
         }
         for (name, v) in &after {
-            if is_absolute(name) {
+            if self.kinds.of(name).absolute {
                 self.absolute.insert(name.clone(), *v);
             } else {
                 *self.totals.entry(name.clone()).or_default() += v - before.get(name).unwrap_or(v);
@@ -254,7 +335,12 @@ impl Measurement {
         // readings, so it cannot be subtracted; it is reported.)
         let faulted = sys_faults > agent_faults;
         let mut noisy = faulted;
-        let modes = self.modes.thp();
+        // A chained window's modes are those the window before read: only
+        // reads and writes ran since.
+        let modes = match (opened.chained, self.modes_after.take()) {
+            (true, Some(m)) => Some(m),
+            _ => self.modes.thp(),
+        };
         self.foreign_sizes(stmt, modes.as_ref(), &before, &after);
         self.own_changes(
             stmt,
@@ -287,6 +373,12 @@ impl Measurement {
             ));
         }
         self.last = Some(after);
+        self.modes_after = modes;
+        self.chain = (call.killed.is_none() && call.errno == Errno::OK && is_touch(&stmt.kind))
+            .then_some(Chain {
+                runner_minflt,
+                own: own_after,
+            });
         if let Some(k) = call.killed {
             // A process the kernel killed is the workload's outcome, measured
             // above like any other.
@@ -304,6 +396,61 @@ impl Measurement {
         Ok(())
     }
 
+    /// The first process killed, and the first the memcg OOM killer killed.
+    fn note_killed(&mut self, stmt: &Stmt, call: &Call) {
+        if let Some(k) = &call.killed {
+            self.killed.get_or_insert((stmt.pos.line, k.proc.clone()));
+            if k.signal == hugelab_workload::Signal::SIGKILL {
+                self.oom_killed
+                    .get_or_insert((stmt.pos.line, k.proc.clone()));
+            }
+        }
+    }
+
+    /// The reading before the statement: the latest window's reading after
+    /// when `chained`, else its own.
+    fn reading_before(&mut self, chained: bool) -> Result<Counters, KernelError> {
+        match (chained, self.last.take()) {
+            (true, Some(last)) => Ok(last),
+            (_, last) => {
+                self.last = last;
+                self.before.parse()
+            }
+        }
+    }
+
+    /// The reading after a statement, once the page tables it freed have
+    /// left the counters (see [`TableFrees`]); the agents' own memory after
+    /// it.
+    fn capture_after(
+        &mut self,
+        stmt: &Stmt,
+        opened: &Opened,
+        call: &Call,
+        agents: &Agents,
+    ) -> Result<Option<Own>, BackendError> {
+        // The agents' own tables, read before the wait when they decide
+        // it (the agents are the same as at the opening, their status
+        // files open: the runner takes no fault here).
+        let rule = table_frees(&stmt.kind);
+        let early = (rule == TableFrees::IfTablesShrank && call.killed.is_none())
+            .then(|| agents_own(agents, &mut self.status));
+        let settle = call.killed.is_some()
+            || match (rule, &early) {
+                (TableFrees::Never, _) => false,
+                (TableFrees::IfTablesShrank, Some(after)) => !tables_kept(&opened.own, after),
+                _ => true,
+            };
+        if settle {
+            rcu_settle();
+        }
+        self.after.capture(true).map_err(|e| failed(stmt, e))?;
+        Ok(match early {
+            Some(own) => own,
+            None => agents_own(agents, &mut self.status),
+        })
+    }
+
     /// mTHPs below the PMD size come only from faults while their size is
     /// enabled: a size never enabled in this workload that changes in the
     /// window is another process's folio (see `close`).
@@ -319,8 +466,9 @@ impl Measurement {
         // processes' faults may take one there.
         self.mthp_sizes_used
             .extend(modes.map(ThpModes::sizes_enabled).unwrap_or_default());
+        let kinds = &mut self.kinds;
         let foreign = after.iter().find(|(name, v)| {
-            mthp_size_kb(name).is_some_and(|kb| {
+            kinds.of(name).mthp_size_kb.is_some_and(|kb| {
                 kb < PMD_SIZE >> 10
                     && !self.mthp_sizes_used.contains(&kb)
                     && before.get(*name).is_some_and(|b| b != *v)
@@ -403,11 +551,14 @@ impl Measurement {
 /// cannot be read. From /proc/PID/status, which counts them as
 /// smaps_rollup's Anonymous does without walking the page tables (see
 /// [`smaps::status_anon_pte_kb`]).
-fn agents_own(agents: &Agents) -> Option<Own> {
+/// Each agent's status file is kept open (see [`ProcFile`]) while the agent
+/// lives.
+fn agents_own(agents: &Agents, files: &mut StatusFiles) -> Option<Own> {
     let pids = agents.pids();
+    files.retain(|pid, _| pids.binary_search(pid).is_ok());
     let (mut anon_kb, mut pte_kb) = (0, 0);
     for pid in &pids {
-        let (anon, pte) = smaps::status_anon_pte_kb(*pid).ok()?;
+        let (anon, pte) = status_anon_pte(*pid, files).ok()?;
         anon_kb += anon;
         pte_kb += pte;
     }
@@ -418,22 +569,83 @@ fn agents_own(agents: &Agents) -> Option<Own> {
     })
 }
 
+/// The open /proc/PID/status of each live agent, and a buffer for it.
+type StatusFiles = HashMap<i32, (ProcFile, Vec<u8>)>;
+
+/// RssAnon and VmPTE of agent `pid` through its kept-open status file;
+/// a file that cannot be read (its process gone, the pid since taken by a
+/// new agent) is opened again once.
+fn status_anon_pte(pid: i32, files: &mut StatusFiles) -> Result<(i64, i64), KernelError> {
+    let path = || format!("/proc/{pid}/status");
+    for _ in 0..2 {
+        let (file, buf) = files
+            .entry(pid)
+            .or_insert_with(|| (ProcFile::single(path()), Vec::with_capacity(4096)));
+        if file.read_into(buf).is_ok() {
+            return smaps::status_anon_pte_of(&path(), &String::from_utf8_lossy(buf));
+        }
+        files.remove(&pid);
+    }
+    smaps::status_anon_pte_kb(pid)
+}
+
+/// Whether a statement only touches memory (`read`, `write`): what may
+/// chain its window to the one before (see [`Chain`]).
+fn is_touch(kind: &StmtKind) -> bool {
+    matches!(kind, StmtKind::Read(_) | StmtKind::Write(_))
+}
+
 /// Whether a statement may free page tables. Freed page tables leave
 /// NR_PAGETABLE only in an RCU callback (MMU_GATHER_RCU_TABLE_FREE), after
-/// the statement has returned: the reading after it must wait for that.
-fn frees_page_tables(kind: &StmtKind) -> bool {
-    matches!(
-        kind,
-        StmtKind::Munmap { .. }
-            | StmtKind::Mremap { .. }
-            | StmtKind::Brk { .. }
-            | StmtKind::Madvise { .. }
-            | StmtKind::Exit { .. }
-            | StmtKind::Exec { .. }
-            | StmtKind::Khugepaged
-            | StmtKind::Reclaim
-            | StmtKind::Split { .. }
-    )
+/// the statement has returned: the reading after it must wait for that
+/// (a wait of a grace period or more, the largest part of a window).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TableFrees {
+    /// It cannot free a page table.
+    Never,
+    /// It may free page tables or allocate them, never both: it freed
+    /// some exactly when its process's page-table bytes (VmPTE,
+    /// `mm->pgtables_bytes`, which every freed PTE, PMD and PUD table
+    /// leaves at once through `mm_dec_nr_ptes`/`mm_dec_nr_pmds`/
+    /// `mm_dec_nr_puds`) went down.
+    IfTablesShrank,
+    /// It may free and allocate page tables, or free another mm's.
+    Always,
+}
+
+fn table_frees(kind: &StmtKind) -> TableFrees {
+    use hugelab_workload::Advice;
+    match kind {
+        // munmap, brk and the unmapping of every region at exit and exec
+        // (zap_pte_range, free_pgtables; a PMD-mapped THP split at a
+        // bound takes the table deposited for it); MADV_DONTNEED may free
+        // empty PTE tables (CONFIG_PT_RECLAIM); MADV_FREE only zaps and
+        // splits; populating faults tables in; (NO)HUGEPAGE only flags.
+        StmtKind::Munmap(_) | StmtKind::Brk(_) | StmtKind::Exit(_) | StmtKind::Exec(_) => {
+            TableFrees::IfTablesShrank
+        }
+        StmtKind::Madvise(m) => match m.advice {
+            Advice::DontNeed
+            | Advice::Free
+            | Advice::PopulateRead
+            | Advice::PopulateWrite
+            | Advice::Hugepage
+            | Advice::NoHugepage => TableFrees::IfTablesShrank,
+            Advice::Collapse | Advice::Pageout | Advice::Cold => TableFrees::Always,
+        },
+        StmtKind::Mremap(_) | StmtKind::Khugepaged | StmtKind::Reclaim | StmtKind::Split(_) => {
+            TableFrees::Always
+        }
+        _ => TableFrees::Never,
+    }
+}
+
+/// Whether no page table of the agents was freed between the readings
+/// `before` and `after` of a statement that frees or allocates (see
+/// [`TableFrees::IfTablesShrank`]): the same agents, their page-table bytes
+/// not down. Unknown is not kept.
+fn tables_kept(before: &Option<Own>, after: &Option<Own>) -> bool {
+    matches!((before, after), (Some(b), Some(a)) if a.pids == b.pids && a.pte_kb >= b.pte_kb)
 }
 
 /// Waits until the RCU callbacks queued so far have run, so that page tables
@@ -600,10 +812,14 @@ pub(crate) fn read_process<'a>(
     unknown: &mut BTreeMap<String, String>,
 ) -> Result<(), KernelError> {
     c.insert(format!("stat.{name}.minflt"), minflt);
+    // The smaps file is read once for all the regions: a reading of it
+    // walks every page table of the process.
+    let all = smaps::region_smaps_vmas(pid, 0, u64::MAX)?;
     // Each VMA once, though two regions merged into one both report it.
     let mut vmas = BTreeMap::new();
     for (region, (start, len)) in regions {
-        for v in read_region(name, pid, region, start, len, c, unknown)? {
+        let overlapping = smaps::overlapping(&all, start, start + len);
+        for v in region_counters(name, pid, region, (start, len), overlapping, c, unknown)? {
             vmas.insert(v.start, v);
         }
     }
@@ -655,6 +871,20 @@ pub(crate) fn read_region(
     unknown: &mut BTreeMap<String, String>,
 ) -> Result<Vec<smaps::VmaSmaps>, KernelError> {
     let vmas = smaps::region_smaps_vmas(pid, start, start + len)?;
+    region_counters(name, pid, region, (start, len), vmas, c, unknown)
+}
+
+/// [`read_region`] with the smaps of the VMAs the region overlaps, `vmas`,
+/// already read.
+fn region_counters(
+    name: &str,
+    pid: i32,
+    region: &str,
+    (start, len): (u64, u64),
+    vmas: Vec<smaps::VmaSmaps>,
+    c: &mut Counters,
+    unknown: &mut BTreeMap<String, String>,
+) -> Result<Vec<smaps::VmaSmaps>, KernelError> {
     let s = smaps::SmapsSum::of(&vmas);
     // The folios of the same whole VMAs.
     let lo = vmas.first().map_or(start, |v| v.start.min(start));
@@ -703,5 +933,103 @@ pub(crate) fn insert_region(
         for k in c.keys().filter(|k| k.starts_with(&prefix)) {
             unknown.insert(k.clone(), why.clone());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kinds of the statements of `text` (a process `p` with regions).
+    fn kinds(text: &str) -> Vec<StmtKind> {
+        let w = hugelab_workload::parse::parse("t.hlw", text).unwrap();
+        w.stmts.into_iter().map(|s| s.kind).collect()
+    }
+
+    #[test]
+    fn only_reads_and_writes_chain() {
+        let k = kinds("spawn p\np mmap a 8K\np read a\np write a\np munmap a\n");
+        let chained: Vec<bool> = k.iter().map(is_touch).collect();
+        assert_eq!(chained, [false, false, true, true, false]);
+    }
+
+    #[test]
+    fn the_wait_for_freed_tables_follows_what_a_statement_can_do() {
+        use TableFrees::*;
+        let k = kinds(
+            "spawn p\np mmap a 4M\np write a\np madvise a POPULATE_WRITE\np madvise a DONTNEED\n\
+             p madvise a COLLAPSE\np mremap a 8M\np munmap a\np exit\n",
+        );
+        let rules: Vec<TableFrees> = k.iter().map(table_frees).collect();
+        assert_eq!(
+            rules,
+            [
+                Never,
+                Never,
+                Never,
+                IfTablesShrank,
+                IfTablesShrank,
+                Always,
+                Always,
+                IfTablesShrank,
+                IfTablesShrank
+            ]
+        );
+    }
+
+    #[test]
+    fn tables_are_kept_while_the_same_agents_hold_as_many() {
+        let own = |pids: &[i32], pte_kb| {
+            Some(Own {
+                pids: pids.to_vec(),
+                anon_kb: 0,
+                pte_kb,
+            })
+        };
+        assert!(tables_kept(&own(&[1, 2], 40), &own(&[1, 2], 40)));
+        assert!(tables_kept(&own(&[1, 2], 40), &own(&[1, 2], 44)));
+        assert!(!tables_kept(&own(&[1, 2], 40), &own(&[1, 2], 36)));
+        assert!(!tables_kept(&own(&[1, 2], 40), &own(&[1], 40)));
+        assert!(!tables_kept(&None, &own(&[1], 40)));
+        assert!(!tables_kept(&own(&[1], 40), &None));
+    }
+
+    #[test]
+    fn a_kept_open_status_file_reads_as_a_fresh_one() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut files = StatusFiles::new();
+        for _ in 0..2 {
+            let kept = status_anon_pte(pid, &mut files).unwrap();
+            assert_eq!(kept, smaps::status_anon_pte_kb(pid).unwrap());
+        }
+        assert_eq!(files.len(), 1);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Gone: the kept file and a new one both fail.
+        assert!(status_anon_pte(pid, &mut files).is_err());
+        assert!(files.is_empty());
+    }
+
+    #[test]
+    fn kinds_are_the_registry_s() {
+        let mut k = Kinds::default();
+        for name in [
+            "vmstat.pgfault",
+            "mthp.64kB.anon_fault_alloc",
+            "hugetlb.2048kB.nr_hugepages",
+            "meminfo.AnonPages",
+        ] {
+            for _ in 0..2 {
+                let got = k.of(name);
+                assert_eq!(got.absolute, is_absolute(name), "{name}");
+                assert_eq!(got.mthp_size_kb, mthp_size_kb(name), "{name}");
+            }
+        }
+        assert_eq!(k.of("mthp.64kB.anon_fault_alloc").mthp_size_kb, Some(64));
     }
 }

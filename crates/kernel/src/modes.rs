@@ -10,6 +10,7 @@ use hugelab_workload::{SetValue, ThpEnabled, ThpSizeEnabled, Tunable, VmSysctl};
 use std::path::Path;
 
 /// The THP modes as read at one moment.
+#[derive(Clone)]
 pub(crate) struct ThpModes {
     top: ThpEnabled,
     /// Each size's mode (None: it could not be read or parsed).

@@ -6,6 +6,7 @@
 //! mapped by an agent would keep a pool from shrinking).
 
 use crate::error::{KernelError, Result};
+use crate::procfile::ProcFile;
 use crate::protocol::{Reply, ReplyWire, Request, RequestWire};
 use hugelab_workload::Errno;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -62,6 +63,9 @@ pub struct AgentProc {
     /// The agent's minor faults (/proc/PID/stat) when its current request
     /// was sent, for a spawned agent killed without a last word.
     minflt_at_request: Option<i64>,
+    /// Its /proc/PID/stat, kept open (read at each request of a spawned
+    /// agent), and a buffer for it.
+    stat: Option<(ProcFile, Vec<u8>)>,
 }
 
 fn seqpacket_pair() -> Result<(OwnedFd, OwnedFd)> {
@@ -145,6 +149,7 @@ impl AgentProc {
             child: Some(child),
             hello_faults: 0,
             minflt_at_request: None,
+            stat: None,
         };
         let hello = agent.recv()?;
         agent.hello_faults = hello.all_faults;
@@ -162,7 +167,17 @@ impl AgentProc {
     /// (SCM_RIGHTS): the file a [`Request::MmapFile`] maps.
     pub fn request_passing(&mut self, req: Request, pass: Option<RawFd>) -> Result<Reply> {
         if self.child.is_some() {
-            self.minflt_at_request = proc_minflt(self.pid);
+            let pid = self.pid;
+            let (file, buf) = self.stat.get_or_insert_with(|| {
+                (
+                    ProcFile::single(format!("/proc/{pid}/stat")),
+                    Vec::with_capacity(1024),
+                )
+            });
+            self.minflt_at_request = file
+                .read_into(buf)
+                .ok()
+                .and_then(|()| stat_minflt(&String::from_utf8_lossy(buf)));
         }
         self.send(&req, pass)?;
         let reply = self.recv()?;
@@ -190,6 +205,7 @@ impl AgentProc {
             child: None,
             hello_faults: 0,
             minflt_at_request: None,
+            stat: None,
         };
         let hello = child.recv()?;
         child.hello_faults = hello.all_faults;
@@ -221,6 +237,7 @@ impl AgentProc {
             child: None,
             hello_faults: 0,
             minflt_at_request: None,
+            stat: None,
         };
         let hello = thread.recv()?;
         thread.tid = hello.value as i32;
@@ -421,8 +438,8 @@ pub fn exited(pid: i32) -> bool {
 }
 
 /// Field 10 of /proc/PID/stat (minflt).
-fn proc_minflt(pid: i32) -> Option<i64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// The minflt field of a /proc/PID/stat line.
+fn stat_minflt(text: &str) -> Option<i64> {
     // The command name may hold spaces: count fields after its ')'.
     text.rsplit_once(')')?
         .1
@@ -440,5 +457,19 @@ impl Drop for AgentProc {
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
             let _ = self.wait_gone(Duration::from_secs(10));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minflt_is_the_tenth_field_whatever_the_command_name() {
+        let line = "4242 (a) b) S 1 4242 4242 0 -1 4194560 1234 0 0 0 5 3 0 0 20 0";
+        assert_eq!(stat_minflt(line), Some(1234));
+        assert_eq!(stat_minflt("4242 (x) S 1"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(stat_minflt(&own).is_some_and(|n| n > 0));
     }
 }

@@ -79,9 +79,15 @@ pub(crate) fn vma_header(line: &str) -> Option<(u64, u64)> {
 pub fn status_anon_pte_kb(pid: i32) -> Result<(i64, i64)> {
     let path = format!("/proc/{pid}/status");
     let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
+    status_anon_pte_of(&path, &text)
+}
+
+/// RssAnon and VmPTE, kB, of the /proc/PID/status file `path` read as
+/// `text` (see [`status_anon_pte_kb`]).
+pub fn status_anon_pte_of(path: &str, text: &str) -> Result<(i64, i64)> {
     Ok((
-        status_field_kb(&path, &text, "RssAnon")?,
-        status_field_kb(&path, &text, "VmPTE")?,
+        status_field_kb(path, text, "RssAnon")?,
+        status_field_kb(path, text, "VmPTE")?,
     ))
 }
 
@@ -140,6 +146,16 @@ pub fn region_smaps_vmas(pid: i32, start: u64, end: u64) -> Result<Vec<VmaSmaps>
     let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
     parse_smaps_vmas(&text, start, end)
         .map_err(|msg| KernelError::io(&path, io::Error::new(io::ErrorKind::InvalidData, msg)))
+}
+
+/// The VMAs of `vmas` (in address order, as an smaps file lists them) that
+/// overlap `[start, end)`, whole: what [`region_smaps_vmas`] reads for that
+/// range.
+pub fn overlapping(vmas: &[VmaSmaps], start: u64, end: u64) -> Vec<VmaSmaps> {
+    vmas.iter()
+        .filter(|v| v.start < end && v.end > start)
+        .copied()
+        .collect()
 }
 
 /// The parser behind [`region_smaps`], on the text of an smaps file.
@@ -271,6 +287,26 @@ VmFlags: mr mw me
                 ("Private_Hugetlb", 0)
             ]
         );
+    }
+
+    #[test]
+    fn the_vmas_of_a_range_are_those_a_reading_of_that_range_gives() {
+        // A process's smaps read once serves each of its regions.
+        let all = parse_smaps_vmas(SAMPLE, 0, u64::MAX).unwrap();
+        assert_eq!(all.len(), 3);
+        for (start, end) in [
+            (0x7f0000000000, 0x7f0000400000),
+            (0x7f0000100000, 0x7f0000201000),
+            (0x7f0000400000, 0x7f0000401000),
+            (0x7f0000401000, 0x7f0000402000),
+            (0x7eff00000000, 0x7f0000000000),
+        ] {
+            assert_eq!(
+                overlapping(&all, start, end),
+                parse_smaps_vmas(SAMPLE, start, end).unwrap(),
+                "{start:#x}-{end:#x}"
+            );
+        }
     }
 
     /// Two VMAs of a HugeTLB region as Linux 6.18 prints them

@@ -14,6 +14,7 @@ use crate::procfile::ProcFile;
 use crate::sysfs::{size_dirs, SYS_MM};
 use hugelab_workload::counters::{self, Reported};
 use hugelab_workload::Counters;
+use std::collections::HashSet;
 use std::path::Path;
 
 /// Registry fields the kernel backend leaves out: total and free memory on
@@ -45,8 +46,9 @@ struct Source {
 
 /// Reads the system-wide counters again and again without allocating.
 pub struct SystemReader {
-    vmstat_fields: Vec<&'static str>,
-    meminfo_fields: Vec<&'static str>,
+    /// The fields read, looked up for each line of the files.
+    vmstat_fields: HashSet<&'static str>,
+    meminfo_fields: HashSet<&'static str>,
     vmstat: Vec<u8>,
     meminfo: Vec<u8>,
     /// The files, kept open (see [`ProcFile`]).

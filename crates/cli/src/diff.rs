@@ -10,7 +10,7 @@
 //! statement whose system call failed on either side is compared by errno,
 //! one during which a process was killed on either side by signal.
 
-use crate::run::run_kernel;
+use crate::run::kernel_run;
 use crate::table;
 use crate::workload_args::{CounterOutput, WorkloadFiles};
 use anyhow::Result;
@@ -20,7 +20,7 @@ use hugelab_model::Model;
 use hugelab_workload::counters::{self, BoundKind};
 use hugelab_workload::{
     run_file, stmt, Backend, BackendErrorKind, Errno, ExpectOutcome, Observation, Pos, RunError,
-    Signal, Snapshot, Stmt, StmtKind,
+    Signal, Snapshot, Stmt, StmtKind, Tunable,
 };
 use serde::Serialize;
 use std::process::ExitCode;
@@ -137,13 +137,27 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
     let mut skipped = Vec::new();
     let mut totals = Totals::default();
     for file in &args.workloads.files {
-        let mut model = model_from_machine()?;
-        if args.workloads.check {
-            model = model.with_invariant_checks();
-        }
-        let model_obs = run_file(&mut model, file)?;
+        let model_side = |found: &dyn Fn(&Tunable) -> Result<String>| -> Result<Observation> {
+            let mut model = model_from(found)?;
+            if args.workloads.check {
+                model = model.with_invariant_checks();
+            }
+            Ok(run_file(&mut model, file)?)
+        };
+        // The model starts from the tunables the kernel run finds under the
+        // settings lock: read before it, they could be another run's.
+        let mut model_run = None;
+        let kernel_run = kernel_run(|k| {
+            model_run = Some(model_side(&|t| Ok(k.found_tunable(t)?))?);
+            Ok(hugelab_workload::run_file(k, file)?)
+        });
+        let model_obs = match model_run {
+            Some(obs) => obs,
+            // No kernel backend here: the machine's tunables as they are.
+            None => model_side(&|t| Ok(sysfs::read_tunable(t)?))?,
+        };
         totals.workloads += 1;
-        let kernel_obs = match run_kernel(file) {
+        let kernel_obs = match kernel_run {
             Ok(obs) => obs,
             Err(e)
                 if e.downcast_ref::<RunError>()
@@ -217,12 +231,12 @@ SKIPPED on the kernel: {}
     })
 }
 
-/// A model whose tunables are this machine's current values. Tunables the
-/// model does not model (sysctls, hugetlb pools) are left out.
-fn model_from_machine() -> Result<Model> {
+/// A model whose tunables are this machine's values as `found` gives them.
+/// Tunables the model does not model (sysctls, hugetlb pools) are left out.
+fn model_from(found: &dyn Fn(&Tunable) -> Result<String>) -> Result<Model> {
     let mut model = Model::default();
     for tunable in sysfs::known_tunables() {
-        let text = sysfs::read_tunable(&tunable)?;
+        let text = found(&tunable)?;
         let value = tunable
             .parse_value(&text)
             .map_err(|e| anyhow::anyhow!("{}: {e}", sysfs::tunable_file(&tunable).display()))?;

@@ -48,15 +48,9 @@ fn observe(backend: BackendName, file: &Path, check: bool) -> Result<(Observatio
     })
 }
 
-/// Runs a workload file on this machine's kernel; every tunable is restored
-/// after, also when the run stopped at an error.
-pub fn run_kernel(file: &Path) -> Result<Observation> {
-    kernel_run(|k| Ok(hugelab_workload::run_file(k, file)?))
-}
-
 /// `run` on a kernel backend, finished (tunables restored) whatever `run`
 /// returned.
-fn kernel_run<T>(run: impl FnOnce(&mut KernelBackend) -> Result<T>) -> Result<T> {
+pub(crate) fn kernel_run<T>(run: impl FnOnce(&mut KernelBackend) -> Result<T>) -> Result<T> {
     let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
     let mut kernel = KernelBackend::new(exe)?;
     let obs = run(&mut kernel);

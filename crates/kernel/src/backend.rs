@@ -27,7 +27,7 @@ use crate::{gup, huge_memory, khugepaged, machine, madvise, memcg, memory, mmap,
 use crate::{task, tunable, vmscan};
 use hugelab_workload::gone::Gone;
 use hugelab_workload::{
-    Backend, BackendError, BackendErrorKind, Lookahead, Reading, Stmt, StmtKind,
+    Backend, BackendError, BackendErrorKind, Lookahead, Reading, Stmt, StmtKind, Tunable,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -92,6 +92,22 @@ impl KernelBackend {
                 regions: p.spans().map(|(n, span)| (n.clone(), span)).collect(),
             })
             .collect()
+    }
+
+    /// `t`'s value as this run found it, before its guard changed anything
+    /// (the khugepaged hold, a `set`): what a model must start from to run
+    /// beside it. Read under the settings lock, so never another run's value.
+    pub fn found_tunable(&self, t: &Tunable) -> Result<String, KernelError> {
+        let path = t.path();
+        match self
+            .guard
+            .journaled()
+            .into_iter()
+            .find(|(name, _)| *name == path)
+        {
+            Some((_, old)) => Ok(old),
+            None => crate::sysfs::read_tunable(t),
+        }
     }
 
     /// Restores every tunable now (also done on drop).

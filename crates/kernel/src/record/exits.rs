@@ -25,10 +25,11 @@
 //! process's count at its end less its count at its start (its fork, or the
 //! exec that made it): the count is per task and survives exec. What the
 //! workload has no process for is not reported: the command before its
-//! exec (hugelab's own child) and a vfork child before its exec (it runs in
-//! its parent's mm; its faults there count in its own minflt, not in its
-//! parent's). A task the kernel kills (SIGKILL) does not stop at its exit:
-//! its mm is not read. 32-bit (compat) execs are not stopped at: the mm
+//! exec (hugelab's own child) and a vfork child before its exec: it runs in
+//! its parent's mm, and its faults there, counted in its own minflt, are
+//! added to that mm's (the workload has them in the parent's process). A
+//! task the kernel kills (SIGKILL) does not stop at its exit: its mm is not
+//! read. 32-bit (compat) execs are not stopped at: the mm
 //! before one is not read, and the next mm's minflt starts at the count
 //! after the exec.
 //!
@@ -126,6 +127,11 @@ struct Proc {
     last: Option<Reading>,
     /// Its traced tasks not yet reaped.
     tasks: u32,
+    /// A vfork child before its exec: the process whose mm it runs in.
+    lender: Option<u32>,
+    /// Minor faults its vfork children took in this mm before their exec
+    /// (counted in their own minflt, but the workload has them here).
+    borrowed: u64,
 }
 
 /// Every traced task (for the signal path, which runs on another thread).
@@ -341,7 +347,7 @@ impl Tracer {
                 if self
                     .procs
                     .get(&tgid)
-                    .is_some_and(|p| p.incarnation.is_some())
+                    .is_some_and(|p| p.incarnation.is_some() || p.lender.is_some())
                 {
                     if let Some(r) = self.read(tid) {
                         self.procs.get_mut(&tgid).expect("known").last = Some(r);
@@ -381,12 +387,14 @@ impl Tracer {
         } else {
             self.tgid.insert(child, child);
             // A vfork child runs in its parent's mm until its exec.
-            let incarnation = (event != PTRACE_EVENT_VFORK).then(|| self.birth(child));
+            let vfork = event == PTRACE_EVENT_VFORK;
+            let incarnation = (!vfork).then(|| self.birth(child));
             self.procs.insert(
                 child,
                 Proc {
                     incarnation,
                     tasks: 1,
+                    lender: vfork.then_some(parent_tgid),
                     ..Proc::default()
                 },
             );
@@ -428,6 +436,9 @@ impl Tracer {
             .procs
             .get(&tgid)
             .is_some_and(|p| p.incarnation.is_none());
+        if let (true, Some(r)) = (fresh, &entry) {
+            self.lend(tgid, r.minflt);
+        }
         let incarnation = fresh.then(|| self.birth(tgid));
         let Some(p) = self.procs.get_mut(&tgid) else {
             return;
@@ -441,7 +452,7 @@ impl Tracer {
                 generation: p.generation,
                 ended_by: "exec",
                 comm: r.comm,
-                minflt: r.minflt.saturating_sub(p.base),
+                minflt: r.minflt.saturating_sub(p.base) + p.borrowed,
                 anon_kb: r.anon_kb,
                 shmem_kb: r.shmem_kb,
             });
@@ -451,6 +462,22 @@ impl Tracer {
         }
         p.base = base;
         p.last = None;
+        p.borrowed = 0;
+    }
+
+    /// A vfork child `tgid` leaves its parent's mm (exec or exit) with
+    /// `minflt` counted: what it took there goes to the parent's mm.
+    fn lend(&mut self, tgid: u32, minflt: u64) {
+        let Some(p) = self.procs.get_mut(&tgid) else {
+            return;
+        };
+        let Some(lender) = p.lender.take() else {
+            return;
+        };
+        let took = minflt.saturating_sub(p.base);
+        if let Some(l) = self.procs.get_mut(&lender) {
+            l.borrowed += took;
+        }
     }
 
     /// Task `tid` was reaped.
@@ -474,6 +501,12 @@ impl Tracer {
     }
 
     fn flush(&mut self, tgid: u32, p: Proc) {
+        if let (Some(lender), Some(r)) = (p.lender, &p.last) {
+            // A vfork child that exited without exec.
+            if let Some(l) = self.procs.get_mut(&lender) {
+                l.borrowed += r.minflt.saturating_sub(p.base);
+            }
+        }
         if let (Some(i), Some(r)) = (p.incarnation, p.last) {
             self.stats.push(MmStat {
                 pid: tgid,
@@ -481,7 +514,7 @@ impl Tracer {
                 generation: p.generation,
                 ended_by: "exit",
                 comm: r.comm,
-                minflt: r.minflt.saturating_sub(p.base),
+                minflt: r.minflt.saturating_sub(p.base) + p.borrowed,
                 anon_kb: r.anon_kb,
                 shmem_kb: r.shmem_kb,
             });

@@ -28,6 +28,11 @@ fn running() -> Result<Vec<PathBuf>, String> {
     Ok(on)
 }
 
+/// [`running`], or None with the reason the test is skipped printed.
+fn kdamonds() -> Option<Vec<PathBuf>> {
+    running().map_err(|why| eprintln!("skipped: {why}")).ok()
+}
+
 fn states(files: &[PathBuf]) -> Vec<String> {
     files
         .iter()
@@ -74,12 +79,8 @@ fn wait_off(child: &mut Child, state: &Path, files: &[PathBuf]) -> bool {
 #[test]
 fn a_run_killed_with_sigkill_leaves_damon_off_until_settings_restore() {
     let _serial = serial();
-    let files = match running() {
-        Ok(f) => f,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(files) = kdamonds() else {
+        return;
     };
     let state = state_dir("damon-kill");
     let _cleanup = Cleanup(state.clone());
@@ -122,12 +123,8 @@ fn a_run_killed_with_sigkill_leaves_damon_off_until_settings_restore() {
 #[test]
 fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
     let _serial = serial();
-    let files = match running() {
-        Ok(f) => f,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(files) = kdamonds() else {
+        return;
     };
     let state = state_dir("damon");
     let _cleanup = Cleanup(state.clone());
@@ -162,12 +159,8 @@ fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
 #[test]
 fn dry_runs_list_the_kdamonds() {
     let _serial = serial();
-    let files = match running() {
-        Ok(f) => f,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
+    let Some(files) = kdamonds() else {
+        return;
     };
     let setting = "a:transparent_hugepage/enabled=never";
     let bench = |json: &'static str| {

@@ -53,8 +53,13 @@ pub fn dup_mmap(m: &mut Machine, src: &mut MmStruct, dst: &mut MmStruct) -> Resu
     // hugetlb_dup_vma_private and hugetlb_vm_op_open for the child's
     // HugeTLB VMAs: the file is shared, reservations stay the parent's.
     for vma in dst.vmas.values_mut() {
-        // anon_vma_fork links the child's VMA to the parent's anon_vma.
+        // anon_vma_fork links the child's VMA to the parent's anon_vma,
+        // and gives it an anon_vma of its own.
         vma.fork_child |= vma.anon_vma;
+        if vma.anon_vma {
+            dst.anon_vmas_made += 1;
+            vma.anon_vma_id = dst.anon_vmas_made;
+        }
         if let Some(hv) = vma.hugetlb {
             let child = hugetlb::hugetlb_dup_vma_private(hv);
             hugetlb::hugetlb_vm_op_open(m, &child);

@@ -198,6 +198,11 @@ pub struct Vma {
     /// fault, or fork from a VMA that had one). fork copies the page tables
     /// of such VMAs only.
     pub anon_vma: bool,
+    /// Which anon_vma of its mm it has (meaningful with `anon_vma`): a split
+    /// copies it, so the two parts of a VMA a hole was punched in share
+    /// one, and a mapping that fills the hole merges all three
+    /// (`vma_merge_new_range`: `is_mergeable_anon_vma(prev, next)`).
+    pub anon_vma_id: u32,
     /// The VMA was copied by fork from a VMA with an anon_vma, so its
     /// anon_vma_chain links its parent's anon_vma too
     /// (`vma_had_uncowed_parents` in mm/vma.c): such a VMA takes in no new
@@ -275,6 +280,8 @@ pub struct Region {
 pub struct MmStruct {
     /// VMAs by start address.
     pub vmas: BTreeMap<u64, Vma>,
+    /// anon_vmas made for its VMAs so far: the next one's identity.
+    pub anon_vmas_made: u32,
     /// PMD entries by PMD index (address / 2 MiB); absent means pmd_none.
     pub pmds: PmdMap,
     pub regions: BTreeMap<String, Region>,
@@ -324,8 +331,10 @@ impl MmStruct {
     /// anon_vma_prepare for the VMA at `addr`.
     pub fn anon_vma_prepare(&mut self, addr: u64) {
         if let Some((_, vma)) = self.vmas.range_mut(..=addr).next_back() {
-            if vma.end > addr {
+            if vma.end > addr && !vma.anon_vma {
+                self.anon_vmas_made += 1;
                 vma.anon_vma = true;
+                vma.anon_vma_id = self.anon_vmas_made;
             }
         }
     }

@@ -29,10 +29,11 @@
 //! the lower one's pgoff plus its pages is the upper one's
 //! (`can_vma_merge_after`/`_before`). `khugepaged_enter_vma` at mmap is not modelled, as
 //! for placed regions (the model registers the mm at fault and madvise).
-//! `vma_merge_range` (mprotect, madvise) takes the same fork rule, but two
-//! VMAs that both have an anon_vma merge in the model (one anon_vma per mm):
-//! two regions each written on its own and made compatible afterwards merge
-//! in the model but keep their two anon_vmas, and so two VMAs, in the kernel.
+//! `vma_merge_range` (mprotect, madvise) takes the same rules. Each VMA's
+//! anon_vma has an identity (`Vma::anon_vma_id`): a split's two parts share
+//! it, so they merge again; two regions each written on its own keep two.
+//! The model does not reuse a neighbour's anon_vma at `anon_vma_prepare`
+//! (`find_mergeable_anon_vma`): a VMA written first gets one of its own.
 //!
 //! The anonymous mmap flags the language has: MAP_STACK is VM_NOHUGEPAGE
 //! (`calc_vm_flag_bits`, 6.18), MAP_GROWSDOWN is VM_GROWSDOWN with the VMA
@@ -131,6 +132,7 @@ impl MmStruct {
                 // a shared anonymous one's 0 (do_mmap).
                 pgoff: file.map_or(start >> PAGE_SHIFT, |f| f.pgoff),
                 anon_vma: false,
+                anon_vma_id: 0,
                 fork_child: false,
                 hugetlb,
                 file,
@@ -175,6 +177,7 @@ pub fn do_mmap_fixed(
         flags,
         pgoff: file.map_or((end - mapped) >> PAGE_SHIFT, |f| f.pgoff),
         anon_vma: false,
+        anon_vma_id: 0,
         fork_child: false,
         hugetlb: None,
         file,
@@ -191,9 +194,8 @@ pub fn do_mmap_fixed(
 /// VM_HUGETLB (VM_SPECIAL), continuous pgoffs (the lower one's pgoff plus
 /// its pages is the upper one's), and `is_mergeable_anon_vma`: an anon_vma
 /// only one of the two has did not come from a fork
-/// (`vma_had_uncowed_parents`), and not both have one (the model keeps one
-/// anon_vma per mm and takes two prepared VMAs' anon_vmas to differ, as
-/// they do when each region was first touched on its own).
+/// (`vma_had_uncowed_parents`), and two that both have one have the same
+/// (`Vma::anon_vma_id`).
 pub(crate) fn can_merge_new(vma: &Vma, tgt: &Vma) -> bool {
     let (lo, hi) = if tgt.start < vma.start {
         (tgt, vma)
@@ -205,7 +207,7 @@ pub(crate) fn can_merge_new(vma: &Vma, tgt: &Vma) -> bool {
         && tgt.hugetlb.is_none()
         && vma.hugetlb.is_none()
         && lo.pgoff + lo.pages() == hi.pgoff
-        && !(vma.anon_vma && tgt.anon_vma)
+        && !(vma.anon_vma && tgt.anon_vma && vma.anon_vma_id != tgt.anon_vma_id)
         && anon_vmas_mergeable(vma, tgt)
 }
 
@@ -225,10 +227,9 @@ fn files_continuous(prev: &Vma, next: &Vma) -> bool {
 /// vma_merge_new_range (mm/vma.c) for a new anonymous VMA: merged with the
 /// VMA that ends at its start and the one that starts at its end when each
 /// is compatible (`can_merge_new`); with both only when prev and next are
-/// compatible with each other too (`are_anon_vmas_compatible`: not both
-/// with an anon_vma — the model keeps one anon_vma per mm, so it takes two
-/// prepared neighbours' anon_vmas to differ, as they do when each region
-/// was first touched on its own), else with prev alone. The expanded VMA's
+/// compatible with each other too (`is_mergeable_anon_vma(prev, next)`:
+/// not two different anon_vmas; the two parts of a VMA a hole was punched
+/// in share one), else with prev alone. The expanded VMA's
 /// avcs are re-inserted (`vma_expand`: `vma_prepare`/`vma_complete`), the
 /// removed one's unlinked. No merge: the new VMA goes in alone. Returns
 /// the VMA that holds the new range.
@@ -245,7 +246,7 @@ pub(crate) fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) 
         .copied()
         .filter(|n| can_merge_new(&vma, n));
     let next = match (prev, next) {
-        (Some(p), Some(n)) if p.anon_vma && n.anon_vma => None,
+        (Some(p), Some(n)) if p.anon_vma && n.anon_vma && p.anon_vma_id != n.anon_vma_id => None,
         (_, n) => n,
     };
     let mut merged = vma;
@@ -267,6 +268,11 @@ pub(crate) fn vma_merge_new_range(m: &mut Machine, mm: &mut MmStruct, vma: Vma) 
             },
             end: merged.end.max(old.end),
             anon_vma: merged.anon_vma || old.anon_vma,
+            anon_vma_id: if merged.anon_vma {
+                merged.anon_vma_id
+            } else {
+                old.anon_vma_id
+            },
             fork_child: merged.fork_child || old.fork_child,
             ..merged
         };
@@ -338,8 +344,7 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
             // VM_HUGETLB VMAs never merge (VM_DONTEXPAND is VM_SPECIAL);
             // is_mergeable_anon_vma: when one of the two has an anon_vma
             // and the other none, the one that has it must not have come
-            // from a fork (cases 1 and 2; case 3, both with one, is one
-            // anon_vma in the model).
+            // from a fork (cases 1 and 2); both with one: the same (case 3).
             Some(p)
                 if p.end == vma.start
                     && p.flags == vma.flags
@@ -353,6 +358,11 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
                 let merged = Vma {
                     end: vma.end,
                     anon_vma: p.anon_vma || vma.anon_vma,
+                    anon_vma_id: if p.anon_vma {
+                        p.anon_vma_id
+                    } else {
+                        vma.anon_vma_id
+                    },
                     ..p
                 };
                 mm.vmas.insert(p.start, merged);
@@ -368,12 +378,13 @@ pub fn vma_merge_range(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64)
 
 /// is_mergeable_anon_vma of two existing neighbours (either may be the
 /// VMA being changed): an anon_vma only one of them has was not copied by
-/// fork (`vma_had_uncowed_parents`).
+/// fork (`vma_had_uncowed_parents`); two that both have one have the same.
 fn anon_vmas_mergeable(a: &Vma, b: &Vma) -> bool {
     match (a.anon_vma, b.anon_vma) {
         (true, false) => !a.fork_child,
         (false, true) => !b.fork_child,
-        _ => true,
+        (true, true) => a.anon_vma_id == b.anon_vma_id,
+        (false, false) => true,
     }
 }
 
@@ -701,10 +712,18 @@ pub fn expand_stack(m: &mut Machine, mm: &mut MmStruct, addr: u64) -> Option<Vma
     m.anon_vmas.avc_unlink(mm.mm_id, vma.start);
     // The first page moves down, and with it vm_pgoff (expand_downwards:
     // `vma->vm_pgoff -= grow`).
+    // expand_downwards runs anon_vma_prepare first.
+    let anon_vma_id = if vma.anon_vma {
+        vma.anon_vma_id
+    } else {
+        mm.anon_vmas_made += 1;
+        mm.anon_vmas_made
+    };
     let grown = Vma {
         start: address,
         pgoff: vma.pgoff - ((vma.start - address) >> PAGE_SHIFT),
         anon_vma: true,
+        anon_vma_id,
         ..vma
     };
     mm.vmas.insert(address, grown);
@@ -797,6 +816,7 @@ fn do_brk_flags(
         flags: Vma::VM_READ | Vma::VM_WRITE | Vma::VM_ACCOUNT,
         pgoff: oldbrk >> PAGE_SHIFT,
         anon_vma: false,
+        anon_vma_id: 0,
         fork_child: false,
         hugetlb: None,
         file: None,

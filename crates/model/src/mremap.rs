@@ -253,6 +253,11 @@ fn vma_merge_extend(m: &mut Machine, mm: &mut MmStruct, vma: Vma, delta: u64) {
             grown = Vma {
                 end: next.end,
                 anon_vma: grown.anon_vma || next.anon_vma,
+                anon_vma_id: if grown.anon_vma {
+                    grown.anon_vma_id
+                } else {
+                    next.anon_vma_id
+                },
                 fork_child: grown.fork_child || next.fork_child,
                 ..grown
             };

@@ -437,9 +437,8 @@ pub fn exited(pid: i32) -> bool {
     matches!(state, Some("Z" | "X") | None)
 }
 
-/// Field 10 of /proc/PID/stat (minflt).
-/// The minflt field of a /proc/PID/stat line.
-fn stat_minflt(text: &str) -> Option<i64> {
+/// Field 10 (minflt) of a /proc/PID/stat line.
+pub(crate) fn stat_minflt<T: std::str::FromStr>(text: &str) -> Option<T> {
     // The command name may hold spaces: count fields after its ')'.
     text.rsplit_once(')')?
         .1
@@ -467,9 +466,11 @@ mod tests {
     #[test]
     fn minflt_is_the_tenth_field_whatever_the_command_name() {
         let line = "4242 (a) b) S 1 4242 4242 0 -1 4194560 1234 0 0 0 5 3 0 0 20 0";
-        assert_eq!(stat_minflt(line), Some(1234));
-        assert_eq!(stat_minflt("4242 (x) S 1"), None);
+        assert_eq!(stat_minflt::<i64>(line), Some(1234));
+        assert_eq!(stat_minflt::<i64>("4242 (x) S 1"), None);
         let own = std::fs::read_to_string("/proc/self/stat").unwrap();
-        assert!(stat_minflt(&own).is_some_and(|n| n > 0));
+        assert!(stat_minflt::<i64>(&own).is_some_and(|n| n > 0));
+        let nested = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 1234 0 5 0 1 2";
+        assert_eq!(stat_minflt::<u64>(nested), Some(1234));
     }
 }

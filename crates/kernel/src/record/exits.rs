@@ -580,17 +580,7 @@ fn event_msg(pid: libc::pid_t) -> Option<libc::c_ulong> {
 /// /proc/PID/stat field 10 of the thread group: its threads' minor faults.
 fn read_minflt(tgid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{tgid}/stat")).ok()?;
-    parse_minflt(&s)
-}
-
-fn parse_minflt(stat: &str) -> Option<u64> {
-    // After the comm's closing parenthesis: state (3) ... minflt (10).
-    stat.rsplit_once(") ")?
-        .1
-        .split_whitespace()
-        .nth(7)?
-        .parse()
-        .ok()
+    crate::process::stat_minflt(&s)
 }
 
 /// The first number of a `Name:   value` line.
@@ -616,12 +606,6 @@ fn os_error(what: &str) -> KernelError {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn minflt_is_the_tenth_field_after_the_comm() {
-        let stat = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 1234 0 5 0 1 2";
-        assert_eq!(parse_minflt(stat), Some(1234));
-    }
 
     #[test]
     fn status_fields_in_kb() {

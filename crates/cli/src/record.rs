@@ -240,6 +240,7 @@ fn report(
             "files": s.files,
             "faults": s.faults,
             "faults_by_process": s.faults_by_process,
+            "raced_by_process": s.raced_by_process,
             "measured_by_process": measured,
             "not_replayed": s.skipped,
             "interrupted": o.interrupted,
@@ -277,7 +278,10 @@ fn report(
         println!(
             "\nWhat each process measured at its exit (minflt over its mms; RssAnon and RssShmem of its last):"
         );
-        print!("{}", exits::table(measured, &s.faults_by_process));
+        print!(
+            "{}",
+            exits::table(measured, &s.faults_by_process, &s.raced_by_process)
+        );
     }
 }
 

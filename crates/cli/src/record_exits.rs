@@ -143,13 +143,18 @@ impl Write for ExpectWriter<'_> {
 }
 
 /// The table of the processes' figures (after the recording's lines).
-pub fn table(measured: &[Measured], replayed: &BTreeMap<String, u64>) -> String {
+pub fn table(
+    measured: &[Measured],
+    replayed: &BTreeMap<String, u64>,
+    raced: &BTreeMap<String, u64>,
+) -> String {
     let header: Vec<String> = [
         "process",
         "pid",
         "mms",
         "minflt measured",
         "faults replayed",
+        "raced (not replayed)",
         "anon kB",
         "shmem kB",
     ]
@@ -164,6 +169,7 @@ pub fn table(measured: &[Measured], replayed: &BTreeMap<String, u64>) -> String 
                 format!("{}{}", m.mms, if m.whole { "" } else { " (part)" }),
                 m.minflt.to_string(),
                 replayed.get(&m.process).copied().unwrap_or(0).to_string(),
+                raced.get(&m.process).copied().unwrap_or(0).to_string(),
                 m.anon_kb.to_string(),
                 m.shmem_kb.to_string(),
             ]

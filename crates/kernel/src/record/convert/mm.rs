@@ -552,7 +552,7 @@ impl Mm {
         time: u64,
         addr: u64,
         error_code: u64,
-    ) -> io::Result<bool> {
+    ) -> io::Result<Fault> {
         let write = error_code & 2 != 0;
         let present = error_code & 1 != 0;
         let page = addr & !(PAGE - 1);
@@ -563,27 +563,25 @@ impl Mm {
         if retry {
             c.stats
                 .skip("kernel faults with page faults disabled (retried)");
-            return Ok(false);
+            return Ok(Fault::Skipped);
         }
         let Some((vma_start, e)) = self.space.find(page) else {
             c.stats
                 .skip("faults outside the mappings the recording knows");
-            return Ok(false);
+            return Ok(Fault::Skipped);
         };
         if let What::Skip(why) = e.what {
             c.stats.skip(why);
-            return Ok(false);
+            return Ok(Fault::Skipped);
         }
         if (present && !write) || !allows(e.prot, write) {
             c.stats
                 .skip("faults the program took a signal on (protection)");
-            return Ok(false);
+            return Ok(Fault::Skipped);
         }
         if e.what == What::File && !present && !write && self.around.mapped_around(page) {
-            c.stats.skip(
-                "file faults fault-around had not mapped (a cached page another process was faulting at once)",
-            );
-            return Ok(false);
+            c.stats.skip(RACED);
+            return Ok(Fault::Raced);
         }
         let (region, base) = (e.region.clone(), e.base);
         if e.what == What::Special {
@@ -598,9 +596,25 @@ impl Mm {
         let ordered = e.what == What::File && !write;
         c.out
             .touch(time, task, &region, base, page, write, ordered)?;
-        Ok(true)
+        Ok(Fault::Replayed)
     }
 }
+
+/// What became of a recorded page fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Written as a first touch.
+    Replayed,
+    /// Not replayed, with its reason in `Stats::skipped`.
+    Skipped,
+    /// A read fault a concurrent fault-around left to happen ([`RACED`]):
+    /// the kernel counted it in the task's min_flt, and no replay has it.
+    Raced,
+}
+
+/// Why a raced read fault is not replayed (see `around`).
+pub const RACED: &str =
+    "file faults fault-around had not mapped (a cached page another process was faulting at once)";
 
 /// A fault on page `offset` of special mapping `name`: a `special` read of
 /// it, unless the program could not have gone on from it (a write, or a
@@ -612,17 +626,17 @@ fn special_fault(
     name: &str,
     offset: u64,
     write: bool,
-) -> io::Result<bool> {
+) -> io::Result<Fault> {
     let readable =
         special_mapping(name).is_some_and(|(_, m)| m.readable & (1 << (offset / PAGE)) != 0);
     if write || !readable {
         c.stats
             .skip("faults the program took a signal on (special mappings)");
-        return Ok(false);
+        return Ok(Fault::Skipped);
     }
     let r = range(name, 0, offset, offset + PAGE);
     c.out.stmt(time, &format!("{task} special {r}"))?;
-    Ok(true)
+    Ok(Fault::Replayed)
 }
 
 fn extent(end: u64, region: Rc<str>, base: u64, what: What, prot: Prot) -> Extent {

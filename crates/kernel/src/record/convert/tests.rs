@@ -529,8 +529,7 @@ fn fork_and_fault_around(race: bool) -> (Vec<String>, super::Stats) {
 
 #[test]
 fn a_read_fault_on_a_page_a_raced_fault_around_skipped_is_not_a_first_touch() {
-    const WHY: &str =
-        "file faults fault-around had not mapped (a cached page another process was faulting at once)";
+    const WHY: &str = super::mm::RACED;
     // Without a race, the child's fault on page 1 is the recorded kernel's
     // and stays (a replay agrees or disagrees on its own).
     let (workload, stats) = fork_and_fault_around(false);
@@ -541,6 +540,7 @@ fn a_read_fault_on_a_page_a_raced_fault_around_skipped_is_not_a_first_touch() {
         "{workload:#?}"
     );
     assert!(!stats.skipped.contains_key(WHY));
+    assert!(stats.raced_by_process.is_empty());
     // The parent faults the same pages at once: the child's fault-around
     // may have found page 1 locked, and its later fault there is that race.
     let (workload, stats) = fork_and_fault_around(true);
@@ -563,4 +563,6 @@ fn a_read_fault_on_a_page_a_raced_fault_around_skipped_is_not_a_first_touch() {
     );
     assert_eq!(stats.skipped[WHY], 1);
     assert_eq!(stats.faults_by_process["prog-2"], 1);
+    // The kernel counted it in prog-2's min_flt.
+    assert_eq!(stats.raced_by_process["prog-2"], 1);
 }

@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 use plotters::prelude::*;
 use std::path::Path;
 
-use crate::bench_record::{BenchResult, Metric, METRICS};
+use crate::bench_record::{BenchResult, METRICS};
 use crate::bench_stats::Summary;
 
 const COLUMNS: usize = 2;
@@ -47,31 +47,10 @@ pub fn write_plot(result: &BenchResult, path: &Path) -> Result<()> {
 }
 
 fn render_plot(result: &BenchResult) -> Result<String> {
-    let nset = result.settings.len().max(1) as u32;
-    let width = COLUMNS as u32 * (140 + nset * SETTING_PX).max(520);
-    let rows = METRICS.len().div_ceil(COLUMNS);
-    let height = HEADER_PX + rows as u32 * PANEL_PX;
-    svg::render(
-        (width, height),
-        HEADER_PX,
-        |head| draw_header(head, result),
-        |body| {
-            for (area, metric) in body.split_evenly((rows, COLUMNS)).iter().zip(&METRICS) {
-                draw_panel(area, metric, result)?;
-            }
-            Ok(())
-        },
-    )
-}
-
-fn draw_header(area: &Area, result: &BenchResult) -> Result<()> {
-    svg::draw_title(
-        area,
-        format!(
-            "hugelab bench: {}",
-            ellipsize(&result.command.join(" "), TITLE_CHARS)
-        ),
-    )?;
+    let title = format!(
+        "hugelab bench: {}",
+        ellipsize(&result.command.join(" "), TITLE_CHARS)
+    );
     let mut notes = vec![
         "Points: every measured run, in run order left to right. Black tick: the mean; \
          black bar: its 95% confidence interval (Student's t, n-1 df)."
@@ -80,7 +59,51 @@ fn draw_header(area: &Area, result: &BenchResult) -> Result<()> {
     if result.interrupted {
         notes.push("Interrupted: the runs completed.".into());
     }
-    svg::draw_notes(area, &notes, 44)
+    let panels: Vec<Panel> = METRICS
+        .iter()
+        .map(|m| Panel {
+            heading: format!("{} [{}]", m.title, m.unit),
+            unit: m.unit,
+            samples: result.samples(m.key),
+        })
+        .collect();
+    render_panels(title, &notes, result.settings.len(), &panels)
+}
+
+/// One panel of a plot: its heading, the unit of its y axis, and the
+/// values of each setting.
+pub struct Panel<'a> {
+    pub heading: String,
+    pub unit: &'a str,
+    pub samples: Vec<(&'a str, Vec<f64>)>,
+}
+
+/// A plot of `panels` over `settings` settings, two to a row, under a
+/// header with `title` and `notes` (bench's plot and predict's).
+pub fn render_panels(
+    title: String,
+    notes: &[String],
+    settings: usize,
+    panels: &[Panel],
+) -> Result<String> {
+    let nset = settings.max(1) as u32;
+    let width = COLUMNS as u32 * (140 + nset * SETTING_PX).max(520);
+    let rows = panels.len().div_ceil(COLUMNS);
+    let height = HEADER_PX + rows as u32 * PANEL_PX;
+    svg::render(
+        (width, height),
+        HEADER_PX,
+        |head| {
+            svg::draw_title(head, title)?;
+            svg::draw_notes(head, notes, 44)
+        },
+        |body| {
+            for (area, p) in body.split_evenly((rows, COLUMNS)).iter().zip(panels) {
+                draw_samples_panel(area, p.heading.clone(), p.unit, &p.samples)?;
+            }
+            Ok(())
+        },
+    )
 }
 
 /// The y range of a panel: every point and interval end, with a margin.
@@ -117,15 +140,18 @@ fn tick_decimals(span: f64) -> usize {
     }
 }
 
-fn draw_panel(area: &Area, metric: &Metric, result: &BenchResult) -> Result<()> {
+/// A panel of `heading` over the settings in order, each in its colour:
+/// its values as points (one value: one point, no interval), their mean as
+/// a tick and its 95% confidence interval as a bar (`hugelab predict`'s
+/// plot draws its one value per setting with it).
+pub fn draw_samples_panel(
+    area: &Area,
+    heading: String,
+    unit: &str,
+    samples: &[(&str, Vec<f64>)],
+) -> Result<()> {
     let (title, chart_area) = area.split_vertically(TITLE_PX);
-    svg::draw_heading(
-        &title,
-        format!("{} [{}]", metric.title, metric.unit),
-        (12, 8),
-        18,
-    )?;
-    let samples = result.samples(metric.key);
+    svg::draw_heading(&title, heading, (12, 8), 18)?;
     // (summary, confidence half-width) per setting.
     let stats: Vec<(Option<Summary>, Option<f64>)> = samples
         .iter()
@@ -161,7 +187,7 @@ fn draw_panel(area: &Area, metric: &Metric, result: &BenchResult) -> Result<()> 
         .disable_x_mesh()
         .x_label_formatter(&x_label)
         .y_label_formatter(&y_label)
-        .y_desc(metric.unit)
+        .y_desc(unit)
         .label_style(TICK_FONT)
         .axis_desc_style(AXIS_DESC_FONT)
         .draw()?;

@@ -4,20 +4,20 @@
 //! against the first setting — then the full table: rows are counters, a column
 //! per setting and the change against the first.
 //!
-//! Each setting's `set`s run before the workload, which is read as a stream
-//! through `hugelab_workload::prelude::UnderSetting`: the workload's own
-//! `set` of a setting's tunable in its prelude is dropped and said, one later
-//! is refused (docs/language.md, "Settings over a workload").
+//! Each setting runs as `setting_run` says: its `set`s before the workload,
+//! the workload's own `set`s of the same tunables in its prelude dropped and
+//! said (docs/language.md, "Settings over a workload").
 
+pub(crate) use crate::setting_run::parse_settings;
+use crate::setting_run::{
+    change_cell, change_pct, per_kb, per_size, run_under, short_size, Setting, SERIES_SETTINGS,
+};
 use crate::table;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_model::Model;
-use hugelab_workload::prelude::{same_variable, PreludeLine, SettingEffect, UnderSetting};
-use hugelab_workload::{
-    counters, parse, run_stream, stmt, stream_file, Counters, Lookahead, Observation, RunError,
-    SetValue, Statements, StmtKind, Tunable, Workload,
-};
+use hugelab_workload::prelude::{PreludeLine, SettingEffect};
+use hugelab_workload::{counters, stream_file, Counters, Observation, Statements};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -28,16 +28,6 @@ use std::process::ExitCode;
 /// up to its moment of most anonymous memory (scripts/compare-workload).
 const BUILTIN: &[u8] = include_bytes!("../workloads/kbuild-mm.hlw.zst");
 const BUILTIN_NAME: &str = "kbuild-mm.hlw.zst";
-
-/// The multi-size THP series' configurations: 4K pages only, then 16K,
-/// 32K+16K, 64K+32K+16K small-order THP, then PMD THP.
-const SERIES_SETTINGS: &[&str] = &[
-    "4K:transparent_hugepage/enabled=never",
-    "16K:transparent_hugepage/enabled=never,transparent_hugepage/hugepages-16kB/enabled=always",
-    "32K+16K:transparent_hugepage/enabled=never,transparent_hugepage/hugepages-16kB/enabled=always,transparent_hugepage/hugepages-32kB/enabled=always",
-    "64K+32K+16K:transparent_hugepage/enabled=never,transparent_hugepage/hugepages-16kB/enabled=always,transparent_hugepage/hugepages-32kB/enabled=always,transparent_hugepage/hugepages-64kB/enabled=always",
-    "PMD:transparent_hugepage/enabled=always",
-];
 
 #[derive(Args)]
 pub struct CompareArgs {
@@ -98,83 +88,6 @@ struct JsonSetting<'a> {
     not_inheriting: &'a [PreludeLine],
 }
 
-pub(crate) struct Setting {
-    pub(crate) name: String,
-    /// The setting's `set` statements, to run before the workload.
-    pub(crate) workload: Workload,
-    /// What they set, in the order given, each tunable once.
-    pub(crate) sets: Vec<(Tunable, SetValue)>,
-}
-
-impl Setting {
-    /// What the setting writes, whatever the order and the alias it names.
-    fn values(&self) -> BTreeMap<Tunable, SetValue> {
-        self.sets
-            .iter()
-            .map(|(t, v)| (same_variable(t), *v))
-            .collect()
-    }
-}
-
-/// Parses every `--setting` (`compare` and `bench`): a name used twice is
-/// refused, since its columns could not be told apart.
-pub(crate) fn parse_settings(specs: &[String]) -> Result<Vec<Setting>> {
-    let mut settings: Vec<Setting> = Vec::new();
-    for spec in specs {
-        let s = parse_setting(spec)?;
-        if settings.iter().any(|o| o.name == s.name) {
-            bail!(
-                "--setting '{spec}': the name '{}' is already used by an earlier --setting; \
-                 give each setting its own name",
-                s.name
-            );
-        }
-        settings.push(s);
-    }
-    Ok(settings)
-}
-
-/// Parses `NAME:TUNABLE=VALUE,...` into `set` statements, checked by the
-/// workload parser like any other.
-pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
-    let (name, assignments) = spec
-        .split_once(':')
-        .with_context(|| format!("--setting '{spec}': expected NAME:TUNABLE=VALUE,..."))?;
-    if name.is_empty() {
-        bail!("--setting '{spec}': the setting needs a name before ':'");
-    }
-    let mut text = String::new();
-    for assignment in assignments.split(',').filter(|a| !a.is_empty()) {
-        let (tunable, value) = assignment
-            .split_once('=')
-            .with_context(|| format!("--setting '{spec}': '{assignment}' is not TUNABLE=VALUE"))?;
-        text.push_str(&format!("set {tunable} {value}\n"));
-    }
-    let workload = parse(&format!("--setting {name}"), &text)?;
-    let sets: Vec<(Tunable, SetValue)> = workload
-        .stmts
-        .iter()
-        .filter_map(|s| match &s.kind {
-            StmtKind::Set(stmt::Set { tunable, value }) => Some((tunable.clone(), *value)),
-            _ => None,
-        })
-        .collect();
-    let mut seen = BTreeSet::new();
-    for (tunable, _) in &sets {
-        if !seen.insert(same_variable(tunable)) {
-            bail!(
-                "--setting '{spec}': sets {} twice (or under two names); give it one value",
-                tunable.path()
-            );
-        }
-    }
-    Ok(Setting {
-        name: name.to_string(),
-        workload,
-        sets,
-    })
-}
-
 pub fn main(args: CompareArgs) -> Result<ExitCode> {
     for name in &args.counters {
         if counters::lookup(name).is_none() {
@@ -197,7 +110,7 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
     let mut columns: Vec<(String, Counters)> = Vec::new();
     let mut effects: Vec<SettingEffect> = Vec::new();
     for setting in &settings {
-        let (obs, effect) = run_under(setting, args.file.as_ref(), &file)?;
+        let (obs, effect) = run_setting(setting, args.file.as_ref(), &file)?;
         snapshots = obs.snapshots.iter().map(|s| s.label.clone()).collect();
         let label = label.get_or_insert_with(|| {
             let first = obs.snapshots.iter().find(|s| s.line.is_some());
@@ -249,38 +162,21 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The setting's statements, then the workload's (`path`, or the built-in
-/// one), read as a stream on a fresh model: the workload's prelude `set`s
-/// of the setting's tunables dropped (and said in the effect).
-fn run_under(
+/// The setting, then the workload (`path`, or the built-in one), on a
+/// fresh model.
+fn run_setting(
     setting: &Setting,
     path: Option<&PathBuf>,
     file: &str,
 ) -> Result<(Observation, SettingEffect)> {
-    let sets = setting.workload.stmts.iter().cloned().map(Ok);
-    let tunables = setting.sets.iter().map(|(t, v)| (t, v));
-    let mut effect = SettingEffect::default();
     let mut model = Model::default();
-    let none = Lookahead::default(); // the model needs none
-    let obs = match path {
-        Some(path) => {
-            let stmts = stream_file(path)?;
-            let under = UnderSetting::new(stmts, file, &setting.name, tunables, &mut effect);
-            run_stream(&mut model, file, &none, sets.chain(under))
-        }
+    match path {
+        Some(path) => run_under(setting, &mut model, file, stream_file(path)?, &[], Some),
         None => {
             let text = zstd::stream::read::Decoder::new(BUILTIN)?;
             let stmts = Statements::new(file, std::io::BufReader::new(text));
-            let under = UnderSetting::new(stmts, file, &setting.name, tunables, &mut effect);
-            run_stream(&mut model, file, &none, sets.chain(under))
+            run_under(setting, &mut model, file, stmts, &[], Some)
         }
-    };
-    match obs {
-        Ok(obs) => Ok((obs, effect)),
-        // The workload's own error (or a `set` the setting cannot hold):
-        // the same under every setting, and it names its line.
-        Err(e @ RunError::Parse(_)) => Err(e.into()),
-        Err(e) => Err(e).with_context(|| format!("under setting {}", setting.name)),
     }
 }
 
@@ -387,15 +283,6 @@ fn is_per_region(name: &str) -> bool {
     name.starts_with("folios.") || (name.starts_with("smaps.") && name.split('.').count() == 4)
 }
 
-/// The change from `base` to `v` in percent; `None` when `base` is 0 and `v` is not.
-fn change_pct(base: i64, v: i64) -> Option<f64> {
-    match (base, v) {
-        (0, 0) => Some(0.0),
-        (0, _) => None,
-        _ => Some((v - base) as f64 * 100.0 / base as f64),
-    }
-}
-
 /// The part of anonymous memory held by folios of one size.
 #[derive(Debug, Serialize)]
 struct SizeShare {
@@ -426,20 +313,6 @@ struct Summary {
     /// Failed large-folio allocations at fault time, all sizes.
     fallbacks: i64,
     fallbacks_change_pct: Option<f64>,
-}
-
-/// `(size in kB, value)` of every `mthp.<size>.<stat>` counter, smallest size first.
-fn per_size(c: &Counters, stat: &str) -> Vec<(u64, i64)> {
-    let mut out: Vec<(u64, i64)> = c
-        .iter()
-        .filter_map(|(name, v)| {
-            let counter = counters::lookup(name)?;
-            let mthp = counter.family.name == "mthp" && counter.field.name == stat;
-            Some((counter.size_kb.filter(|_| mthp)?, *v))
-        })
-        .collect();
-    out.sort_unstable();
-    out
 }
 
 /// How the summary is derived from the counters the model reports (the same
@@ -510,25 +383,6 @@ fn summarize(columns: &[(String, Counters)]) -> Vec<Summary> {
         .collect()
 }
 
-/// `64K`, `2M`: a size in kB as the series' tables write it.
-fn short_size(size: &str) -> String {
-    let kb = per_kb(size);
-    if kb >= 1024 && kb.is_multiple_of(1024) {
-        format!("{}M", kb / 1024)
-    } else {
-        format!("{kb}K")
-    }
-}
-
-/// A change as the series' tables print it: `0.0%` for none, else signed.
-fn change_cell(base: i64, v: i64) -> String {
-    match change_pct(base, v) {
-        Some(0.0) => "0.0%".into(),
-        Some(p) => format!("{p:+.1}%"),
-        None => "n/a".into(),
-    }
-}
-
 fn pct_cell(p: Option<f64>) -> String {
     p.map_or("n/a".into(), |p| format!("{p:.1}%"))
 }
@@ -583,11 +437,6 @@ fn render_summary(summary: &[Summary], snapshot: &str) -> String {
         base.anon_kb,
         table::render(&header, &rows)
     )
-}
-
-/// The kB of a sysfs size name (`64kB` → 64), for ordering.
-fn per_kb(size: &str) -> u64 {
-    size.trim_end_matches("kB").parse().unwrap_or(0)
 }
 
 /// The full table; with `only`, just those counters, in that order.

@@ -89,14 +89,28 @@ pub struct Group {
 /// A process's regions: (name, start, length).
 type Regions = Vec<(String, u64, u64)>;
 
-/// The model, recording the faults of the statements asked for.
-struct Explaining {
-    model: Model,
+/// The model, handing the faults of the statements asked for (all of them
+/// without a line) to `sink`, statement by statement (`predict --why` folds
+/// them as they come).
+pub(crate) struct Explaining<F: FnMut(Explained)> {
+    pub(crate) model: Model,
     line: Option<u32>,
-    out: Vec<Explained>,
+    sink: F,
+    /// Statements handed to `sink`.
+    explained: u64,
 }
 
-impl Explaining {
+impl<F: FnMut(Explained)> Explaining<F> {
+    /// Every statement that faults or collapses, on `model`, to `sink`.
+    pub(crate) fn all(model: Model, sink: F) -> Explaining<F> {
+        Explaining {
+            model,
+            line: None,
+            sink,
+            explained: 0,
+        }
+    }
+
     fn explain(
         &mut self,
         stmt: &Stmt,
@@ -160,7 +174,8 @@ impl Explaining {
         };
         let collapses = collapse_groups(&trace.collapses, &at_mm);
         if !groups.is_empty() || !collapses.is_empty() || self.line.is_some() {
-            self.out.push(Explained {
+            self.explained += 1;
+            (self.sink)(Explained {
                 line: stmt.pos.line,
                 statement: stmt.to_string(),
                 faults: trace.faults.len() as u64,
@@ -173,7 +188,7 @@ impl Explaining {
     }
 }
 
-impl Backend for Explaining {
+impl<F: FnMut(Explained)> Backend for Explaining<F> {
     fn name(&self) -> &str {
         self.model.name()
     }
@@ -354,25 +369,28 @@ fn target(arg: &str) -> Result<(PathBuf, Option<u32>)> {
 
 /// Runs the workload on the model and explains the statement(s).
 pub fn explain(file: &std::path::Path, line: Option<u32>) -> Result<Vec<Explained>> {
+    let mut out = Vec::new();
     let mut e = Explaining {
         model: Model::default(),
         line,
-        out: Vec::new(),
+        sink: |x| out.push(x),
+        explained: 0,
     };
     let stopped = run_file(&mut e, file).err();
+    let explained = e.explained;
     if let Some(err) = stopped {
-        if e.out.is_empty() {
+        if explained == 0 {
             return Err(err).with_context(|| format!("cannot run {}", file.display()));
         }
         // What ran is explained; the reason the run stopped follows it.
         eprintln!("{}: the run stopped: {err}", file.display());
     }
     if let Some(l) = line {
-        if e.out.is_empty() {
+        if explained == 0 {
             bail!("{}:{l}: no statement starts on this line", file.display());
         }
     }
-    Ok(e.out)
+    Ok(out)
 }
 
 /// The table people read.

@@ -16,6 +16,9 @@ mod explain;
 mod hugetlb;
 mod hugetlb_measure;
 mod hugetlb_measure_report;
+mod predict;
+mod predict_report;
+mod predict_why;
 mod record;
 mod record_exits;
 mod record_write;
@@ -23,6 +26,7 @@ mod run;
 mod scan;
 mod scan_print;
 mod scan_report;
+mod setting_run;
 mod settings;
 mod svg;
 mod table;
@@ -50,6 +54,9 @@ enum Command {
     Run(run::RunArgs),
     /// Run one workload under several settings and compare the counters.
     Compare(compare::CompareArgs),
+    /// A workload (normally a recording) on the model under each setting, in
+    /// parallel: the figures `bench` measures, predicted.
+    Predict(predict::PredictArgs),
     /// Run workloads on the model and on this machine's kernel, side by side.
     Diff(diff::DiffArgs),
     /// Why each fault of a statement got the folio size it got: the kernel's
@@ -102,6 +109,7 @@ fn dispatch(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::main(args),
         Command::Compare(args) => compare::main(args),
+        Command::Predict(args) => predict::main(args),
         Command::Diff(args) => diff::main(args),
         Command::Explain(args) => explain::main(args),
         Command::Counters(args) => counters::main(args),

@@ -110,6 +110,18 @@ fn check_memcg(m: &Machine, bad: &mut Vec<String>) {
             ));
         }
     }
+    for (g, group) in m.memcg.groups.iter().enumerate() {
+        let kmem = m
+            .memcg
+            .charged()
+            .filter(|&(p, c, _)| c == g && m.memcg.is_kmem(p));
+        if group.kmem != kmem.count() as u64 {
+            bad.push(format!(
+                "memcg {}: kmem {} pages, charged page tables differ",
+                group.name, group.kmem
+            ));
+        }
+    }
     for (pfn, _, _) in m.memcg.charged() {
         if m.zone.memmap.page(pfn).test(pg::BUDDY) {
             bad.push(format!("{pfn} is free but still charged to a memcg"));
@@ -136,6 +148,13 @@ struct Walk {
 /// each mm's tables lie in VMAs and its MM_ANONPAGES.
 fn walk_page_tables(m: &Machine, bad: &mut Vec<String>) -> Walk {
     let mut w = Walk::default();
+    let total: u64 = m.mms.iter().map(|mm| mm.anon_rss).sum();
+    if total != m.stat.rss_anon {
+        bad.push(format!(
+            "the sum of MM_ANONPAGES is {total} but the machine counts {}",
+            m.stat.rss_anon
+        ));
+    }
     for mm in m.mms.iter() {
         let name = || mm_name(m, mm.mm_id);
         let mut rss = 0u64;

@@ -216,6 +216,7 @@ fn copy_pte_range(
         i += nr;
     }
     dst.anon_rss += rss;
+    m.stat.rss_anon_add(rss);
     Ok(())
 }
 

@@ -83,6 +83,7 @@ pub fn copy_huge_pmd(
                 *writable = false;
             }
             dst.anon_rss += HPAGE_PMD_NR;
+            m.stat.rss_anon_add(HPAGE_PMD_NR);
             dst.pmds.insert(
                 index,
                 Pmd::Huge {
@@ -279,6 +280,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
                 }
             }
             mm.anon_rss -= dropped;
+            m.stat.rss_anon_sub(dropped);
         }
     }
     let anon_vma = m.zone.memmap.folio_ext(folio).anon_vma;
@@ -460,6 +462,7 @@ pub(crate) fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
         Some(Pmd::Huge { pfn, deposit, .. }) => {
             m.pte_free(deposit);
             mm.anon_rss -= crate::mm_types::HPAGE_PMD_NR;
+            m.stat.rss_anon_sub(crate::mm_types::HPAGE_PMD_NR);
             if rmap::folio_remove_rmap_pmd(m, pfn, mm.mm_id) {
                 free_folio(m, pfn);
             }

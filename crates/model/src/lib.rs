@@ -50,6 +50,10 @@
 //! The model is pure: no files, clocks, syscalls or unseeded randomness. The
 //! same workload gives the same counters, bit for bit.
 
+/// The kernel version the model follows: a recording made on another
+/// kernel is refused by the tools that replay it as a prediction.
+pub const LINUX_VERSION: &str = "6.18";
+
 pub mod compaction;
 pub mod counters;
 pub mod debug_vm;

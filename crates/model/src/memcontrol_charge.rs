@@ -39,6 +39,7 @@ pub fn mem_cgroup_charge(
     let result = try_charge_memcg(m, mm, memcg, nr, order, gfp);
     if result.is_ok() {
         m.memcg.commit_charge(folio, memcg, nr);
+        m.memcg.anon_charged(memcg);
     }
     if m.tracing() {
         let name = m.memcg.groups[memcg].name.clone();

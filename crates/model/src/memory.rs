@@ -242,6 +242,7 @@ fn do_fault(
     copy_content(m, page, new);
     rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, addr);
     mm.anon_rss += 1;
+    m.stat.rss_anon_add(1);
     let t = table(mm, addr);
     t.ptes[i] = Pte::new(new, writable);
     t.pte_mkdirty(i);
@@ -272,6 +273,7 @@ fn do_anonymous_page(
         set_folio_cause(m, folio, FolioCause::Fault);
     }
     mm.anon_rss += nr;
+    m.stat.rss_anon_add(nr);
     let writable = vma.flags & Vma::VM_WRITE != 0;
     let first = pte_index(start);
     let t = table(mm, addr);
@@ -486,13 +488,17 @@ fn wp_page_copy(
         Some((_, page)) if page_is_file(m, page) => {
             folio_remove_file_rmap_pte(m, page);
             mm.anon_rss += 1;
+            m.stat.rss_anon_add(1);
         }
         Some((folio, page)) => {
             if rmap::folio_remove_rmap_ptes(m, folio, page, 1, mm.mm_id) {
                 free_folio(m, folio);
             }
         }
-        None => mm.anon_rss += 1,
+        None => {
+            mm.anon_rss += 1;
+            m.stat.rss_anon_add(1);
+        }
     }
     Ok(())
 }
@@ -618,6 +624,7 @@ pub fn access_range(
                     faulted += u64::from(write);
                 }
                 mm.anon_rss += faulted;
+                m.stat.rss_anon_add(faulted);
                 if oom {
                     return Err(Fault::Oom);
                 }

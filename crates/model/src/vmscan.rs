@@ -228,6 +228,7 @@ fn unmap_lazyfree_ptes(
         k += len;
     }
     mm.anon_rss -= mapped.len() as u64;
+    m.stat.rss_anon_sub(mapped.len() as u64);
     true
 }
 

@@ -198,6 +198,31 @@ pub struct VmStat {
     pub nr_pagetable: i64,
     /// khugepaged_pages_collapsed (transparent_hugepage/khugepaged/pages_collapsed).
     pub khugepaged_pages_collapsed: u64,
+    /// The sum over every mm of MM_ANONPAGES (each process's RssAnon, in
+    /// pages): a page mapped by two processes counts twice. Not a kernel
+    /// counter; kept beside each `anon_rss` change so its peak is a
+    /// watermark, not a scan.
+    pub rss_anon: u64,
+    /// The machine at the moment `rss_anon` was highest (the first such
+    /// moment): see [`AnonPeak`].
+    pub anon_peak: AnonPeak,
+}
+
+/// The model-only observation of the moment of most anonymous memory as the
+/// processes map it: the peak of the sum of RssAnon, and NR_ANON_MAPPED,
+/// NR_ANON_THPS and each size's anonymous folios (`nr_anon`) at that moment.
+/// Raised where `rss_anon` grows, so it costs a compare per fault and a copy
+/// of a few counters when the peak moves.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AnonPeak {
+    /// Pages: the highest `rss_anon` so far.
+    pub rss_anon: u64,
+    /// NR_ANON_MAPPED then, in pages.
+    pub anon_mapped: i64,
+    /// NR_ANON_THPS then, in pages (AnonHugePages).
+    pub anon_thps: i64,
+    /// `nr_anon` of each order then (orders 0 and 1 stay 0, as in the kernel).
+    pub nr_anon: [i64; NR_ORDERS],
 }
 
 impl VmStat {
@@ -232,6 +257,32 @@ impl VmStat {
 
     pub fn mthp_stat(&self, order: u32, item: MthpStat) -> i64 {
         self.mthp[order as usize][item as usize]
+    }
+
+    /// `nr` pages joined an mm's MM_ANONPAGES: the sum grows, and the peak
+    /// with it.
+    #[inline]
+    pub fn rss_anon_add(&mut self, nr: u64) {
+        self.rss_anon += nr;
+        if self.rss_anon > self.anon_peak.rss_anon {
+            let mut nr_anon = [0; NR_ORDERS];
+            for (order, n) in nr_anon.iter_mut().enumerate() {
+                *n = self.mthp[order][MthpStat::NrAnon as usize];
+            }
+            self.anon_peak = AnonPeak {
+                rss_anon: self.rss_anon,
+                anon_mapped: self.nr_anon_mapped,
+                anon_thps: self.nr_anon_thps,
+                nr_anon,
+            };
+        }
+    }
+
+    /// `nr` pages left an mm's MM_ANONPAGES.
+    #[inline]
+    pub fn rss_anon_sub(&mut self, nr: u64) {
+        debug_assert!(self.rss_anon >= nr, "the sum of RssAnon would go negative");
+        self.rss_anon -= nr;
     }
 }
 

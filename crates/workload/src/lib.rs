@@ -27,6 +27,7 @@ pub mod parse;
 pub mod placement;
 pub mod prelude;
 pub mod print;
+pub mod recorded;
 pub mod signal;
 pub mod smaps;
 pub mod source;

@@ -19,9 +19,15 @@ use crate::setting_run::{parse_settings, run_under, Setting, SERIES_SETTINGS};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use hugelab_model::Model;
+use hugelab_workload::gone::Gone;
 use hugelab_workload::prelude::SettingEffect;
 use hugelab_workload::recorded::{read_header, RecordingHeader};
-use hugelab_workload::{parse, stream_file, Observation, Stmt, StmtKind};
+use hugelab_workload::{
+    parse, stream_file, Backend, BackendError, BackendErrorKind, Lookahead, Observation, Reading,
+    Stmt, StmtKind,
+};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -116,43 +122,126 @@ pub(crate) fn parse_predict_settings(specs: &[String]) -> Result<Vec<PredictSett
         .collect()
 }
 
-/// What a run counts besides the model: the recording's clock.
+/// What a run keeps beside the model: the recording's clock, and the
+/// processes an OOM kill ended.
 #[derive(Default)]
-struct Clock {
+struct Replay {
     /// The sum of the workload's `sleep`s, in ns.
     slept_ns: u64,
+    /// Processes the OOM killer killed, and the children and threads they
+    /// would have made after: the recording goes on naming them, the
+    /// prediction leaves their statements out (a killed program does
+    /// nothing more).
+    dead: BTreeSet<String>,
 }
 
 /// The workload's statement as predict runs it: a `spawn` without a
-/// cgroup joins [`CGROUP`]; snapshots and counter expects are dropped.
-fn edit(mut stmt: Stmt, clock: &mut Clock) -> Option<Stmt> {
+/// cgroup joins [`CGROUP`]; snapshots and counter expects are dropped, and
+/// so is what a killed process would have done.
+fn edit(mut stmt: Stmt, replay: &RefCell<Replay>) -> Option<Stmt> {
+    let mut r = replay.borrow_mut();
+    if let Some(proc) = stmt.kind.process() {
+        if r.dead.contains(proc) {
+            match &stmt.kind {
+                StmtKind::Fork(f) => r.dead.insert(f.child.clone()),
+                StmtKind::Thread(t) => r.dead.insert(t.thread.clone()),
+                _ => false,
+            };
+            return None;
+        }
+    }
     match &mut stmt.kind {
-        StmtKind::Spawn(s) if s.cgroup.is_none() => s.cgroup = Some(CGROUP.to_string()),
+        StmtKind::Spawn(s) => {
+            r.dead.remove(&s.proc);
+            s.cgroup.get_or_insert_with(|| CGROUP.to_string());
+        }
         StmtKind::Snapshot(_) | StmtKind::Expect(_) => return None,
-        StmtKind::Sleep(s) => clock.slept_ns += s.ns,
+        StmtKind::Sleep(s) => r.slept_ns += s.ns,
         _ => {}
     }
     Some(stmt)
 }
 
+/// A backend that notes in [`Replay::dead`] each process the run kills.
+struct Killable<'a> {
+    inner: &'a mut dyn Backend,
+    replay: &'a RefCell<Replay>,
+}
+
+impl Backend for Killable<'_> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn execute(&mut self, stmt: &Stmt) -> Result<(), BackendError> {
+        let r = self.inner.execute(stmt);
+        self.note(&r);
+        r
+    }
+    fn execute_retiring(&mut self, stmt: &Stmt, gone: &mut Gone) -> Result<(), BackendError> {
+        let r = self.inner.execute_retiring(stmt, gone);
+        self.note(&r);
+        r
+    }
+    fn read(&mut self) -> Result<Reading, BackendError> {
+        self.inner.read()
+    }
+    fn read_counter(&mut self, name: &str) -> Option<Result<Reading, BackendError>> {
+        self.inner.read_counter(name)
+    }
+    fn prepare(&mut self, ahead: &Lookahead) -> Result<(), BackendError> {
+        self.inner.prepare(ahead)
+    }
+    fn needs_lookahead(&self) -> bool {
+        self.inner.needs_lookahead()
+    }
+}
+
+impl Killable<'_> {
+    fn note(&self, r: &Result<(), BackendError>) {
+        if let Err(BackendError {
+            kind: BackendErrorKind::Killed { proc, .. },
+            ..
+        }) = r
+        {
+            self.replay.borrow_mut().dead.insert(proc.clone());
+        }
+    }
+}
+
+/// The workload under `s` on `backend`, with what predict changes.
+fn replay_on(
+    s: &PredictSetting,
+    backend: &mut dyn Backend,
+    path: &Path,
+    file: &str,
+    replay: &RefCell<Replay>,
+) -> Result<(Observation, SettingEffect)> {
+    let before = std::slice::from_ref(&s.cgroup);
+    let stmts = stream_file(path)?;
+    let mut killable = Killable {
+        inner: backend,
+        replay,
+    };
+    let edit = |stmt| edit(stmt, replay);
+    run_under(&s.setting, &mut killable, file, stmts, before, edit)
+}
+
 /// Runs the workload at `path` under `s` on a fresh model (traced and
 /// folded for `--why`): its figures.
 fn run_one(s: &PredictSetting, path: &Path, file: &str, why: bool) -> Result<Prediction> {
-    let mut clock = Clock::default();
-    let before = std::slice::from_ref(&s.cgroup);
-    let stmts = stream_file(path)?;
-    let edit = |stmt| edit(stmt, &mut clock);
-    let (obs, effect, model, fold): (Observation, SettingEffect, Model, Option<WhyFold>) = if why {
+    let replay = RefCell::new(Replay::default());
+    let (obs, effect, model, fold) = if why {
         let mut fold = WhyFold::default();
         let mut e = crate::explain::Explaining::all(Model::default(), |x| fold.add(&x));
-        let (obs, effect) = run_under(&s.setting, &mut e, file, stmts, before, edit)?;
+        let (obs, effect) = replay_on(s, &mut e, path, file, &replay)?;
         let model = e.model;
         (obs, effect, model, Some(fold))
     } else {
         let mut model = Model::default();
-        let (obs, effect) = run_under(&s.setting, &mut model, file, stmts, before, edit)?;
+        let (obs, effect) = replay_on(s, &mut model, path, file, &replay)?;
         (obs, effect, model, None)
     };
+    let clock = replay.into_inner();
     let figures = Figures::read(&obs, &model, CGROUP);
     let m = &model.machine;
     let scan_ms = m.thp.khugepaged.scan_sleep_millisecs;
@@ -261,7 +350,11 @@ pub fn main(args: PredictArgs) -> Result<ExitCode> {
     }
     print!("{}", predict_report::render(&file, &predictions, &notes));
     if args.why {
-        print!("{}", predict_why::render(&predictions));
+        let folds: Vec<(&str, &WhyFold)> = predictions
+            .iter()
+            .filter_map(|p| Some((p.setting.as_str(), p.why.as_ref()?)))
+            .collect();
+        print!("{}", predict_why::render(&folds));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -221,8 +221,11 @@ fn cell(base: i64, v: i64, first: bool) -> String {
     }
 }
 
-/// The summary's columns: header and figure.
-const SUMMARY: [(&str, fn(&Figures) -> i64); 8] = [
+/// A column of the summary: its header and its figure.
+type Column = (&'static str, fn(&Figures) -> i64);
+
+/// The summary's columns.
+const SUMMARY: [Column; 8] = [
     ("page faults", |f| f.page_faults),
     ("peak RssAnon kB", |f| f.peak_mapped.rss_anon_kb),
     ("AnonHugePages kB", |f| f.peak_mapped.anon_huge_kb),

@@ -6,7 +6,6 @@
 //! stays bounded however long the recording.
 
 use crate::explain::Explained;
-use crate::predict_report::Prediction;
 use std::collections::BTreeMap;
 
 /// Regions shown per setting.
@@ -101,22 +100,15 @@ fn chain_lines(out: &mut String, setting: &str, fold: &WhyFold, key: &Key) {
 
 /// Per setting after the first, its largest differences in faults by
 /// region, each with the decisions that most of its faults took on either
-/// side.
-pub fn render(predictions: &[Prediction]) -> String {
-    let Some(base) = predictions.first() else {
-        return String::new();
-    };
-    let Some(base_fold) = &base.why else {
+/// side: `folds` is each setting's name and fold, the baseline first.
+pub fn render(folds: &[(&str, &WhyFold)]) -> String {
+    let Some(&(base, base_fold)) = folds.first() else {
         return String::new();
     };
     let mut out = String::new();
-    for p in &predictions[1..] {
-        let Some(fold) = &p.why else { continue };
+    for &(setting, fold) in &folds[1..] {
         let diffs = largest_differences(base_fold, fold);
-        out.push_str(&format!(
-            "\nWhy {} differs from {}:",
-            p.setting, base.setting
-        ));
+        out.push_str(&format!("\nWhy {setting} differs from {base}:"));
         if diffs.is_empty() {
             out.push_str(" every region takes the same faults\n");
             continue;
@@ -125,11 +117,11 @@ pub fn render(predictions: &[Prediction]) -> String {
         for (key, d) in diffs {
             let (b, v) = (base_fold.faults(key), fold.faults(key));
             out.push_str(&format!(
-                "  {} {}: {b} faults under {}, {v} under {} ({d:+})\n",
-                key.0, key.1, base.setting, p.setting
+                "  {} {}: {b} faults under {base}, {v} under {setting} ({d:+})\n",
+                key.0, key.1
             ));
-            chain_lines(&mut out, &base.setting, base_fold, key);
-            chain_lines(&mut out, &p.setting, fold, key);
+            chain_lines(&mut out, base, base_fold, key);
+            chain_lines(&mut out, setting, fold, key);
         }
     }
     out

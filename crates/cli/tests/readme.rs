@@ -292,6 +292,29 @@ fn check_run_zst() {
     check_run(&out);
 }
 
+/// `predict prog.hlw.zst` under the default settings, of 4 MiB written
+/// 2 MiB-aligned: at 4K 4M / 4K = 1024 faults; with PMD THP 2, which is
+/// (2 - 1024) / 1024 = -99.8 % against the first setting.
+fn check_predict() {
+    let text = "spawn a\na mmap buf 4M align=2M\na write buf\n";
+    let zst = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-prog.hlw.zst");
+    std::fs::write(&zst, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+    let out = ok(&["predict", zst.to_str().unwrap()]);
+    // The page-fault cell of a setting's row.
+    let row = |name: &str| {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("| {name} ")))
+            .unwrap_or_else(|| panic!("no row {name}: {out}"));
+        line.split('|').nth(2).unwrap().trim().to_string()
+    };
+    assert_eq!(row("4K"), "1024", "{out}");
+    assert_eq!(row("PMD"), "2 (-99.8%)", "{out}");
+    for name in ["16K", "32K+16K", "64K+32K+16K"] {
+        row(name);
+    }
+}
+
 #[test]
 fn every_readme_example_runs_and_shows_what_the_readme_says() {
     let commands = readme_commands();
@@ -327,6 +350,7 @@ fn every_readme_example_runs_and_shows_what_the_readme_says() {
             c if c.starts_with("hugelab compare --setting 4K:") => {
                 check_compare_example(&ok(&args));
             }
+            "hugelab predict prog.hlw.zst" => check_predict(),
             "hugelab explain scenarios/mthp-64k-only-8m.hlw:41" => check_explain(&ok(&args)),
             "hugelab counters [FAMILY] [--json]" => check_counters(),
             "hugelab utilization workloads/bimodal-utilization.hlw --snapshot before --why" => {

@@ -3,7 +3,9 @@
 //! setting's run is traced as `explain` traces it (explain::Explaining);
 //! its statements' fault groups are folded as they come into a count per
 //! program and region and, per region, per chain of decisions, so memory
-//! stays bounded however long the recording.
+//! stays bounded however long the recording. Under each setting a region
+//! shows the chain that gained most faults against the other setting: the
+//! decisions taken there and not on the other side.
 
 use crate::explain::Explained;
 use std::collections::BTreeMap;
@@ -59,13 +61,25 @@ impl WhyFold {
         self.regions.get(key).map_or(0, |r| r.faults)
     }
 
-    /// The chain with the most faults in the region, and how many.
-    fn main_chain(&self, key: &Key) -> Option<(&Vec<String>, u64)> {
+    /// The chain of the region that gained most faults against `other`
+    /// (the decisions this side took where the other took others), and
+    /// how many faults took it here; the most frequent chain when none
+    /// gained.
+    fn main_chain(&self, other: &WhyFold, key: &Key) -> Option<(&Vec<String>, u64)> {
         let r = self.regions.get(key)?;
+        let theirs = |c: &Vec<String>| {
+            other
+                .regions
+                .get(key)
+                .and_then(|o| o.chains.get(c))
+                .copied()
+                .unwrap_or(0)
+        };
+        let gain = |c: &Vec<String>, n: u64| n.saturating_sub(theirs(c));
         let (chain, n) = r
             .chains
             .iter()
-            .max_by_key(|(c, n)| (**n, std::cmp::Reverse(*c)))?;
+            .max_by_key(|(c, n)| (gain(c, **n), **n, std::cmp::Reverse(*c)))?;
         Some((chain, *n))
     }
 }
@@ -86,8 +100,8 @@ fn largest_differences<'a>(base: &'a WhyFold, p: &'a WhyFold) -> Vec<(&'a Key, i
 }
 
 /// The decisions of one side, indented under the region's line.
-fn chain_lines(out: &mut String, setting: &str, fold: &WhyFold, key: &Key) {
-    match fold.main_chain(key) {
+fn chain_lines(out: &mut String, setting: &str, fold: &WhyFold, other: &WhyFold, key: &Key) {
+    match fold.main_chain(other, key) {
         Some((chain, n)) => {
             out.push_str(&format!("    under {setting}, {n} of its faults:\n"));
             for step in chain {
@@ -99,8 +113,7 @@ fn chain_lines(out: &mut String, setting: &str, fold: &WhyFold, key: &Key) {
 }
 
 /// Per setting after the first, its largest differences in faults by
-/// region, each with the decisions that most of its faults took on either
-/// side: `folds` is each setting's name and fold, the baseline first.
+/// region, each with the decisions that differ most on either side: `folds` is each setting's name and fold, the baseline first.
 pub fn render(folds: &[(&str, &WhyFold)]) -> String {
     let Some(&(base, base_fold)) = folds.first() else {
         return String::new();
@@ -120,8 +133,8 @@ pub fn render(folds: &[(&str, &WhyFold)]) -> String {
                 "  {} {}: {b} faults under {base}, {v} under {setting} ({d:+})\n",
                 key.0, key.1
             ));
-            chain_lines(&mut out, base, base_fold, key);
-            chain_lines(&mut out, setting, fold, key);
+            chain_lines(&mut out, base, base_fold, fold, key);
+            chain_lines(&mut out, setting, fold, base_fold, key);
         }
     }
     out

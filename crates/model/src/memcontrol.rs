@@ -57,6 +57,12 @@
 //!   folio the child may map on the queue;
 //! - `oom_score_adj` is 0 for every process and v2's memory.oom.group is
 //!   not modelled (v1 has neither here).
+//!
+//! Beside the kernel's counters each group keeps its page-table pages
+//! (`kmem`) apart from the rest, which is anonymous folios, and the peak of
+//! that anonymous charge (`anon_peak`, raised where a folio is charged):
+//! memory.stat's `anon` is a gauge with no peak in the kernel, and
+//! `hugelab predict` reports this one.
 
 use crate::mm_types::{MmId, Pfn};
 use crate::trace::Step;

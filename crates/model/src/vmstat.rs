@@ -5,6 +5,11 @@
 //! under hugepages-<size>kB/stats/). Only what the model drives is here: a
 //! counter the model does not maintain is not reported at all. The names are the registry's
 //! (`hugelab_workload::counters`); a test checks every one is there.
+//!
+//! Beside them, one observation that is no kernel counter: the sum over
+//! every mm of MM_ANONPAGES (`rss_anon`) and its watermark with the machine
+//! at that moment (`AnonPeak`), which `hugelab predict` reads as the peak
+//! of anonymous memory as the processes map it.
 
 use crate::mm_types::HPAGE_PMD_ORDER;
 

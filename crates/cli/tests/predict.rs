@@ -283,6 +283,9 @@ fn bad_input_is_one_sentence() {
     );
     let err = refused(&[w.path(), "--jobs", "0"]);
     assert!(err.contains("--jobs 0"), "{err}");
+    let own = TempWorkload::new("cgroup predicted\nspawn a cgroup=predicted\n");
+    let err = refused(&[own.path(), "--setting", NEVER]);
+    assert!(err.contains("cgroup 'predicted' already exists"), "{err}");
     let err = refused(&["/nonexistent/x.hlw"]);
     assert!(err.contains("no such workload file"), "{err}");
 

@@ -281,6 +281,10 @@ fn bad_input_is_one_sentence() {
         err.contains("memory.max") && err.contains("'lots'"),
         "{err}"
     );
+    let err = refused(&[w.path(), "--setting", "x:memory.max=1M,memory.max=2M"]);
+    assert!(err.contains("sets memory.max twice"), "{err}");
+    let err = refused(&[w.path(), "--setting", NEVER, "--setting", NEVER]);
+    assert!(err.contains("the name '4K' is already used"), "{err}");
     let err = refused(&[w.path(), "--jobs", "0"]);
     assert!(err.contains("--jobs 0"), "{err}");
     let own = TempWorkload::new("cgroup predicted\nspawn a cgroup=predicted\n");

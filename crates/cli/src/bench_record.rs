@@ -316,4 +316,19 @@ mod tests {
         assert_eq!(b.samples("anon-peak")[0], ("4K", vec![65536.0]));
         assert_eq!(b.samples("anon-thp-peak")[0], ("4K", vec![32768.0]));
     }
+
+    /// A bench saved by an earlier hugelab (no limits, OOM kills nor anon
+    /// peaks) still reads, for `--from`.
+    #[test]
+    fn a_bench_saved_before_the_memory_figures_reads() {
+        let old = r#"{"command":["true"],"settings":[{"name":"4K","tunables":[]}],
+            "warmup":0,"runs_per_setting":1,"interrupted":false,
+            "runs":[{"setting":"4K","run":0,"warmup":false,"exit_code":0,"wall_s":1.0,
+            "user_s":0.5,"sys_s":0.1,"peak_kb":100,"minflt":10,"majflt":0,
+            "counters":{},"noisy":[]}]}"#;
+        let b: BenchResult = serde_json::from_str(old).unwrap();
+        assert_eq!(b.settings[0].memory_max, None);
+        assert_eq!((b.runs[0].oom_kills, b.runs[0].anon_peak_kb), (0, 0));
+        assert_eq!(b.samples(OOM_KILLS), [("4K", vec![0.0])]);
+    }
 }

@@ -237,3 +237,37 @@ pub fn run_in_memcg(
         anon,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sampler keeps the largest anon and THP figures a stat file
+    /// showed while it ran (a file of ours standing in for memory.stat).
+    #[test]
+    fn the_sampler_keeps_the_peaks() {
+        let stat = std::env::temp_dir().join(format!("hugelab-anon-{}.stat", std::process::id()));
+        let show = |anon: u64, thp: u64| {
+            // Rewritten in place: the sampler keeps its file open.
+            std::fs::write(&stat, format!("cache 0\nrss {anon}\nrss_huge {thp}\n")).unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+        };
+        show(1 << 20, 0);
+        let sampler = AnonSampler::start(stat.clone());
+        show(8 << 20, 2 << 20);
+        show(64 << 20, 4 << 20);
+        show(4 << 20, 4 << 20);
+        let peak = sampler.finish();
+        std::fs::remove_file(&stat).unwrap();
+        assert_eq!((peak.anon_kb, peak.anon_thp_kb), (64 << 10, 4 << 10));
+        // 90 ms at one sample per ms (and what each took): tens of samples.
+        assert!(peak.samples >= 20, "{peak:?}");
+        assert!(peak.sample_us > 0.0, "{peak:?}");
+    }
+
+    #[test]
+    fn no_stat_file_no_samples() {
+        let peak = AnonSampler::start("/nonexistent/memory.stat".into()).finish();
+        assert_eq!(peak, AnonPeak::default());
+    }
+}

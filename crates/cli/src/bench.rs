@@ -253,8 +253,9 @@ fn run_schedule(
                 std::thread::park();
             },
         }
-        let oom_killed = run.exit_code != 0 && run.oom_kills > 0;
-        if run.exit_code != 0 && !oom_killed && !args.ignore_failure {
+        let record = run_record(&s.name, step, run);
+        // An OOM kill is the setting's outcome, not the command's failure.
+        if record.exit_code != 0 && !record.oom_killed() && !args.ignore_failure {
             bar.finish_and_clear();
             guard.restore()?;
             bail!(
@@ -262,10 +263,10 @@ fn run_schedule(
                 s.name,
                 step.run + 1,
                 args.command.join(" "),
-                run.exit_code
+                record.exit_code
             );
         }
-        result.runs.push(run_record(&s.name, step, run));
+        result.runs.push(record);
         if let Some(st) = state().as_mut() {
             st.result = result.clone();
         }

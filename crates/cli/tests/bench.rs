@@ -254,10 +254,13 @@ fn a_limit_below_what_is_written_is_an_oom_kill_per_run() {
             (r["oom_kills"].as_u64(), r["exit_code"].as_i64()),
             (Some(0), Some(0))
         );
-        assert!(
-            r["anon_peak_kb"].as_u64().unwrap() >= WRITE_MIB << 10,
-            "{r}"
+        // The writer's 64 MiB, within the 3 % of anon_peak_is_what_the_program_wrote
+        // (memory.stat can be up to 64 pages per CPU behind).
+        let (anon, wrote) = (
+            r["anon_peak_kb"].as_f64().unwrap(),
+            (WRITE_MIB << 10) as f64,
         );
+        assert!((anon - wrote).abs() <= 0.03 * wrote, "{r}");
     }
     let metric = |key: &str| {
         v["metrics"]

@@ -11,7 +11,10 @@
 //! first touches after idle slow — hits every setting alike; warm-up runs
 //! (`--warmup`) come first and are recorded but not tabulated. Each run is
 //! one `hugelab_kernel::command::run_in_memcg`: a fresh memory cgroup,
-//! created before the run and removed after it.
+//! created before the run and removed after it, limited by the setting's
+//! `memory.max=` if it has one. A run whose command ended non-zero after an
+//! OOM kill in its group is an outcome (counted, the bench goes on), not a
+//! failure of the command.
 
 use crate::bench_plot::write_plot;
 use crate::bench_record::{BenchResult, RunRecord, SettingSpec};
@@ -19,7 +22,7 @@ use crate::bench_report;
 use crate::compare::parse_settings;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use hugelab_kernel::command::run_in_memcg;
+use hugelab_kernel::command::{run_in_memcg, CommandRun, ANON_SAMPLE_PERIOD};
 use hugelab_kernel::guard::SettingsGuard;
 use hugelab_kernel::{damon, memcg, sysfs};
 use hugelab_workload::Tunable;
@@ -68,10 +71,12 @@ pub struct BenchArgs {
     command: Vec<String>,
 }
 
-/// A setting as applied: name and (tunable, value) pairs.
+/// A setting as applied: name, (tunable, value) pairs and the memory
+/// limit of each run's cgroup.
 struct Applied {
     name: String,
     values: Vec<(Tunable, String)>,
+    memory_max: Option<u64>,
 }
 
 impl Applied {
@@ -167,6 +172,7 @@ fn checked_settings(specs: &[String]) -> Result<Vec<Applied>> {
                 .iter()
                 .map(|(t, v)| (t.clone(), v.to_string()))
                 .collect(),
+            memory_max: s.memory_max,
         });
     }
     Ok(settings)
@@ -192,9 +198,11 @@ fn run_schedule(
                     .iter()
                     .map(|(t, v)| (t.path(), v.clone()))
                     .collect(),
+                memory_max: s.memory_max,
             })
             .collect(),
         warmup: args.warmup,
+        anon_sample_period_ms: ANON_SAMPLE_PERIOD.as_secs_f64() * 1e3,
         runs_per_setting: args.runs,
         runs: Vec::new(),
         interrupted: false,
@@ -232,7 +240,7 @@ fn run_schedule(
             }
         }
         let group = format!("bench{n}");
-        let run = run_in_memcg(argv, &group, args.show_output, |_, dir| {
+        let run = run_in_memcg(argv, &group, s.memory_max, args.show_output, |_, dir| {
             if let Some(st) = state().as_mut() {
                 st.child_group = Some(dir.to_path_buf());
             }
@@ -245,7 +253,9 @@ fn run_schedule(
                 std::thread::park();
             },
         }
-        if run.exit_code != 0 && !args.ignore_failure {
+        let record = run_record(&s.name, step, run);
+        // An OOM kill is the setting's outcome, not the command's failure.
+        if record.exit_code != 0 && !record.oom_killed() && !args.ignore_failure {
             bar.finish_and_clear();
             guard.restore()?;
             bail!(
@@ -253,27 +263,10 @@ fn run_schedule(
                 s.name,
                 step.run + 1,
                 args.command.join(" "),
-                run.exit_code
+                record.exit_code
             );
         }
-        result.runs.push(RunRecord {
-            setting: s.name.clone(),
-            run: step.run,
-            warmup: step.warmup,
-            exit_code: run.exit_code,
-            wall_s: run.wall_s,
-            user_s: run.user_s,
-            sys_s: run.sys_s,
-            peak_kb: run.peak_kb,
-            minflt: run.minflt,
-            majflt: run.majflt,
-            noisy: if run.noisy() {
-                run.counters.keys().cloned().collect()
-            } else {
-                Vec::new()
-            },
-            counters: run.counters,
-        });
+        result.runs.push(record);
         if let Some(st) = state().as_mut() {
             st.result = result.clone();
         }
@@ -283,6 +276,33 @@ fn run_schedule(
     guard.restore()?;
     *state() = None;
     Ok(result)
+}
+
+/// What a run of `setting` measured, as the bench keeps it.
+fn run_record(setting: &str, step: &Step, run: CommandRun) -> RunRecord {
+    RunRecord {
+        setting: setting.to_string(),
+        run: step.run,
+        warmup: step.warmup,
+        exit_code: run.exit_code,
+        wall_s: run.wall_s,
+        user_s: run.user_s,
+        sys_s: run.sys_s,
+        peak_kb: run.peak_kb,
+        minflt: run.minflt,
+        majflt: run.majflt,
+        oom_kills: run.oom_kills,
+        anon_peak_kb: run.anon.anon_kb,
+        anon_thp_peak_kb: run.anon.anon_thp_kb,
+        anon_samples: run.anon.samples,
+        anon_sample_us: run.anon.sample_us,
+        noisy: if run.noisy() {
+            run.counters.keys().cloned().collect()
+        } else {
+            Vec::new()
+        },
+        counters: run.counters,
+    }
 }
 
 /// One run of the schedule.
@@ -352,6 +372,8 @@ struct PlannedSetting {
     /// Every tunable any setting names: this setting's value of it, and the
     /// machine's now.
     tunables: Vec<PlannedValue>,
+    /// The memory limit of each run's cgroup, bytes; null: none.
+    memory_max: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -395,6 +417,7 @@ impl DryRun {
                             now: now.clone(),
                         })
                         .collect(),
+                    memory_max: s.memory_max,
                 })
                 .collect(),
             cgroup_root: memcg::hierarchy().map(|(dir, v)| CgroupRoot {
@@ -426,6 +449,16 @@ impl DryRun {
                     format!("(now {})", t.now)
                 };
                 out.push_str(&format!("  {} = {} {change}\n", t.tunable, t.value));
+            }
+            if let Some(max) = s.memory_max {
+                let file = match self.cgroup_root.as_ref().map(|r| r.version.as_str()) {
+                    Some("V1") => "memory.limit_in_bytes",
+                    _ => "memory.max",
+                };
+                out.push_str(&format!(
+                    "  memory.max = {} (each run's cgroup: {file} = {max})\n",
+                    hugelab_workload::Size(max)
+                ));
             }
         }
         out.push_str(&damon_lines(&self.damon, self.damon_unreadable.as_deref()));

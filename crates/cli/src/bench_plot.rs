@@ -242,12 +242,14 @@ mod tests {
         let spec = |n: &str| SettingSpec {
             name: n.into(),
             tunables: vec![],
+            memory_max: None,
         };
         BenchResult {
             command: vec!["make".into(), "-j8".into()],
             settings: vec![spec("4K"), spec("64K & 2M")],
             warmup: 0,
             runs_per_setting: runs,
+            anon_sample_period_ms: 1.0,
             runs: (0..runs)
                 .flat_map(|r| [run("4K", r, 10.0 + r as f64), run("64K & 2M", r, 8.0)])
                 .collect(),
@@ -304,7 +306,10 @@ mod tests {
             std::fs::remove_file(&path).unwrap();
             let texts = texts(&svg);
             assert!(texts.iter().any(|t| t == "real-time [s]"), "{texts:?}");
-            assert_eq!(svg.matches("<circle").count(), 2 * runs as usize * 6);
+            assert_eq!(
+                svg.matches("<circle").count(),
+                2 * runs as usize * METRICS.len()
+            );
         }
     }
 

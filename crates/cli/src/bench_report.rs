@@ -9,6 +9,11 @@
 //!   of the mean of real-time, kern-time, user-time and memory;
 //! - [`to_json`]: every run's figures and the statistics behind the tables.
 //!
+//! A run whose command an OOM kill ended ([`RunRecord::oom_killed`]) counts
+//! in `oom-kills` only: its times and memory are those of a run cut short,
+//! so every other figure is of the runs that ended normally, and the tables
+//! say how many were left out.
+//!
 //! Changes are signed changes of the value, `100 * (setting - baseline) /
 //! |baseline|`, as in the seed's summary table (`-11.9%` kern-time is less
 //! kernel time). mmtests flips the sign for smaller-is-better metrics so
@@ -17,7 +22,7 @@
 
 use serde_json::{json, Value};
 
-use crate::bench_record::{BenchResult, METRICS};
+use crate::bench_record::{BenchResult, RunRecord, METRICS, OOM_KILLS};
 use crate::bench_stats::{significant, welch, Summary, ALPHA};
 use crate::table;
 
@@ -87,6 +92,9 @@ struct Column<'a> {
     significant: bool,
     /// Measured runs of the setting whose record marks the counter noisy.
     noisy: usize,
+    /// Measured runs of the setting an OOM kill ended, left out of `values`
+    /// (unless the quantity is the OOM kills).
+    left_out: usize,
 }
 
 fn columns<'a>(result: &'a BenchResult, key: &str) -> Vec<Column<'a>> {
@@ -105,9 +113,48 @@ fn columns<'a>(result: &'a BenchResult, key: &str) -> Vec<Column<'a>> {
                 .filter(|r| !r.warmup && r.setting == setting)
                 .filter(|r| r.noisy.iter().any(|n| n == key))
                 .count(),
+            left_out: if key == OOM_KILLS {
+                0
+            } else {
+                oom_killed_runs(result, setting)
+            },
             values,
         })
         .collect()
+}
+
+/// The measured runs of `setting` that an OOM kill ended.
+fn oom_killed_runs(result: &BenchResult, setting: &str) -> usize {
+    result
+        .runs
+        .iter()
+        .filter(|r| !r.warmup && r.setting == setting)
+        .filter(|r| RunRecord::oom_killed(r))
+        .count()
+}
+
+/// The line saying which settings' runs an OOM kill ended, left out of the
+/// figures; empty when none.
+fn left_out_line(cols: &[Column]) -> String {
+    let each: Vec<String> = cols
+        .iter()
+        .filter(|c| c.left_out > 0)
+        .map(|c| {
+            format!(
+                "{} {} of {}",
+                c.setting,
+                c.left_out,
+                c.left_out + c.values.len()
+            )
+        })
+        .collect();
+    if each.is_empty() {
+        return String::new();
+    }
+    format!(
+        "left out: the runs an OOM kill ended ({}); see oom-kills\n",
+        each.join(", ")
+    )
 }
 
 /// The signed change of `v` against `base`, in %; None when the baseline is
@@ -231,6 +278,7 @@ fn quantity_table(q: &Quantity, cols: &[Column]) -> String {
             noisy.join(", ")
         ));
     }
+    out.push_str(&left_out_line(cols));
     out
 }
 
@@ -279,9 +327,10 @@ pub fn summary_table(result: &BenchResult) -> String {
     let n = per_key.first().map_or(String::new(), |c| runs_line(c));
     format!(
         "change of the mean vs {} (smaller is better), {n}\n{}*: the mean differs from the \
-         baseline's (Welch's t-test, two-sided, p < 0.05)\n",
+         baseline's (Welch's t-test, two-sided, p < 0.05)\n{}",
         result.settings.first().map_or("baseline", |s| &s.name),
-        table::render(&header, &rows)
+        table::render(&header, &rows),
+        per_key.first().map_or(String::new(), |c| left_out_line(c))
     )
 }
 
@@ -307,6 +356,7 @@ pub fn to_json(result: &BenchResult) -> Value {
                         "welch_vs_baseline": if i == 0 { None } else { welch(&c.values, &bv) },
                         "significant": c.significant,
                         "noisy_runs": c.noisy,
+                        "oom_killed_runs_left_out": c.left_out,
                     })
                 })
                 .collect();
@@ -369,6 +419,7 @@ mod tests {
         let spec = |n: &str| SettingSpec {
             name: n.into(),
             tunables: vec![],
+            memory_max: None,
         };
         let mut warm = run("64K", 0, 99.0, 99.0, 1, 1, 0, 0, false);
         warm.warmup = true;
@@ -378,6 +429,7 @@ mod tests {
             settings: vec![spec("4K"), spec("64K")],
             warmup: 1,
             runs_per_setting: 3,
+            anon_sample_period_ms: 1.0,
             // Interleaved, as the runner does.
             runs: vec![
                 warm,
@@ -519,6 +571,7 @@ mod tests {
             [
                 "minor faults",
                 "major faults",
+                "oom-kills",
                 "vmstat.thp_fault_alloc",
                 "mthp.64kB.anon_fault_alloc",
                 "mthp.2048kB.anon_fault_alloc",
@@ -602,10 +655,12 @@ mod tests {
         assert!(j1["metrics"][0]["settings"][0]["summary"]["stddev"].is_null());
         assert!(j1["metrics"][0]["settings"][1]["welch_vs_baseline"].is_null());
         // Counters follow the metrics.
-        assert_eq!(j["metrics"][6]["key"], "vmstat.thp_fault_alloc");
-        assert_eq!(j["metrics"][7]["key"], "mthp.64kB.anon_fault_alloc");
-        assert_eq!(j["metrics"][7]["settings"][1]["noisy_runs"], 1);
-        assert_eq!(j["metrics"][7]["settings"][0]["noisy_runs"], 0);
+        assert_eq!(j["metrics"][9]["key"], "vmstat.thp_fault_alloc");
+        assert_eq!(j["metrics"][10]["key"], "mthp.64kB.anon_fault_alloc");
+        assert_eq!(j["metrics"][10]["settings"][1]["noisy_runs"], 1);
+        assert_eq!(j["metrics"][10]["settings"][0]["noisy_runs"], 0);
+        assert_eq!(j["metrics"][4]["key"], "anon-peak");
+        assert_eq!(j["metrics"][8]["key"], "oom-kills");
     }
 
     #[test]
@@ -616,5 +671,48 @@ mod tests {
         let all = metric_tables(&r);
         assert!(all.starts_with("interrupted:"), "{all}");
         assert!(all.contains("real-time [s], runs: 4K 3, 64K 2\n"), "{all}");
+    }
+
+    #[test]
+    fn oom_killed_runs_are_counted_and_left_out() {
+        // The 64K setting's second run was OOM-killed (exit 137, 1 kill):
+        // 64K's real-time is then of its runs 0 and 2 (8.0, 7.9: mean
+        // 7.95), its oom-kills of all three (0, 1, 0: mean 1/3).
+        let mut r = result();
+        r.runs[4].exit_code = 137;
+        r.runs[4].oom_kills = 1;
+        let all = metric_tables(&r);
+        let t = table_of(&all, "real-time");
+        assert!(t.contains("runs: 4K 3, 64K 2\n"), "{t}");
+        assert_eq!(cells(t, "Amean")[2], "7.95 * -20.50%*");
+        assert!(
+            t.contains("left out: the runs an OOM kill ended (64K 1 of 3); see oom-kills\n"),
+            "{t}"
+        );
+        let t = table_of(&all, "oom-kills");
+        assert!(
+            t.starts_with("oom-kills [count], 3 runs per setting\n"),
+            "{t}"
+        );
+        assert_eq!(
+            cells(t, "Max"),
+            ["Max", "0.00 (   0.00%)", "1.00 (     n/a)"]
+        );
+        assert!(!t.contains("left out"), "{t}");
+        assert!(summary_table(&r).contains("left out: the runs an OOM kill ended (64K 1 of 3)"));
+        let j = to_json(&r);
+        assert_eq!(j["runs"][4]["oom_kills"], 1);
+        assert_eq!(
+            j["metrics"][0]["settings"][1]["oom_killed_runs_left_out"],
+            1
+        );
+        assert_eq!(
+            j["metrics"][8]["settings"][1]["oom_killed_runs_left_out"],
+            0
+        );
+        let mean = j["metrics"][8]["settings"][1]["summary"]["mean"]
+            .as_f64()
+            .unwrap();
+        assert!((mean - 1.0 / 3.0).abs() < 1e-12, "{mean}");
     }
 }

@@ -10,7 +10,8 @@
 
 pub(crate) use crate::setting_run::parse_settings;
 use crate::setting_run::{
-    change_cell, change_pct, per_kb, per_size, run_under, short_size, Setting, SERIES_SETTINGS,
+    change_cell, change_pct, per_kb, per_size, run_under, short_size, Setting, MEMORY_MAX,
+    SERIES_SETTINGS,
 };
 use crate::table;
 use anyhow::{bail, Result};
@@ -100,6 +101,13 @@ pub fn main(args: CompareArgs) -> Result<ExitCode> {
         args.settings.clone()
     };
     let settings = parse_settings(&specs)?;
+    if let Some(s) = settings.iter().find(|s| s.memory_max.is_some()) {
+        bail!(
+            "--setting {}: compare runs no memory cgroup, so it cannot take {MEMORY_MAX} \
+             (hugelab bench can)",
+            s.name
+        );
+    }
     let file = args
         .file
         .as_ref()

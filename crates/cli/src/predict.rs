@@ -15,7 +15,7 @@
 
 use crate::predict_report::{self, Figures, Prediction};
 use crate::predict_why::{self, WhyFold};
-use crate::setting_run::{parse_settings, run_under, Setting, SERIES_SETTINGS};
+use crate::setting_run::{parse_settings, run_under, Setting, MEMORY_MAX, SERIES_SETTINGS};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use hugelab_model::Model;
@@ -35,8 +35,6 @@ use std::sync::Mutex;
 
 /// The memory cgroup the workload's processes run in.
 pub const CGROUP: &str = "predicted";
-/// The assignment of a setting that is the cgroup's limit, not a tunable.
-const MEMORY_MAX: &str = "memory.max";
 
 #[derive(Args)]
 pub struct PredictArgs {
@@ -74,38 +72,14 @@ pub(crate) struct PredictSetting {
     pub(crate) memory_max: Option<String>,
 }
 
-/// Parses each `--setting`: `memory.max=SIZE` taken out as the cgroup's
-/// limit (checked as the language checks a `cgroup` statement), the rest
-/// as `compare` reads a setting.
+/// Parses each `--setting` as `compare` and `bench` read one; its
+/// `memory.max=SIZE` becomes the limit of the cgroup the program runs in.
 pub(crate) fn parse_predict_settings(specs: &[String]) -> Result<Vec<PredictSetting>> {
-    let mut limits = Vec::new();
-    let mut rest = Vec::new();
-    for spec in specs {
-        let (name, assignments) = spec.split_once(':').unwrap_or((spec, ""));
-        let mut max = None;
-        let mut kept = Vec::new();
-        for a in assignments.split(',').filter(|a| !a.is_empty()) {
-            match a.split_once('=') {
-                Some((MEMORY_MAX, v)) if max.is_some() => {
-                    bail!("--setting '{spec}': sets {MEMORY_MAX} twice; give it one value ({v})")
-                }
-                Some((MEMORY_MAX, v)) => max = Some(v.to_string()),
-                _ => kept.push(a),
-            }
-        }
-        limits.push(max);
-        rest.push(if spec.contains(':') {
-            format!("{name}:{}", kept.join(","))
-        } else {
-            spec.clone()
-        });
-    }
-    let settings = parse_settings(&rest)?;
-    settings
+    parse_settings(specs)?
         .into_iter()
-        .zip(limits)
         .zip(specs)
-        .map(|((setting, memory_max), spec)| {
+        .map(|(setting, spec)| {
+            let memory_max = setting.memory_max.map(memory_max_text);
             let text = match &memory_max {
                 Some(v) => format!("cgroup {CGROUP} memory.max={v}\n"),
                 None => format!("cgroup {CGROUP}\n"),
@@ -120,6 +94,16 @@ pub(crate) fn parse_predict_settings(specs: &[String]) -> Result<Vec<PredictSett
             })
         })
         .collect()
+}
+
+/// A limit in bytes as the language writes a size: the largest whole unit.
+fn memory_max_text(bytes: u64) -> String {
+    [(30, "G"), (20, "M"), (10, "K")]
+        .iter()
+        .find(|(shift, _)| bytes >= 1 << shift && bytes.is_multiple_of(1 << shift))
+        .map_or(bytes.to_string(), |(shift, unit)| {
+            format!("{}{unit}", bytes >> shift)
+        })
 }
 
 /// What a run keeps beside the model: the recording's clock, and the

@@ -31,6 +31,10 @@ pub(crate) struct Setting {
     pub(crate) workload: Workload,
     /// What they set, in the order given, each tunable once.
     pub(crate) sets: Vec<(Tunable, SetValue)>,
+    /// `memory.max=SIZE`: the memory limit of the program's cgroup, bytes
+    /// (None: `max`, or not given). Not a tunable: `bench` gives it to each
+    /// run's cgroup, `predict` to the model's cgroup the workload runs in.
+    pub(crate) memory_max: Option<u64>,
 }
 
 impl Setting {
@@ -71,11 +75,18 @@ pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
         bail!("--setting '{spec}': the setting needs a name before ':'");
     }
     let mut text = String::new();
+    let mut memory_max = None;
     for assignment in assignments.split(',').filter(|a| !a.is_empty()) {
         let (tunable, value) = assignment
             .split_once('=')
             .with_context(|| format!("--setting '{spec}': '{assignment}' is not TUNABLE=VALUE"))?;
-        text.push_str(&format!("set {tunable} {value}\n"));
+        if tunable == MEMORY_MAX {
+            if memory_max.replace(parse_memory_max(spec, value)?).is_some() {
+                bail!("--setting '{spec}': sets {MEMORY_MAX} twice; give it one value");
+            }
+        } else {
+            text.push_str(&format!("set {tunable} {value}\n"));
+        }
     }
     let workload = parse(&format!("--setting {name}"), &text)?;
     let sets: Vec<(Tunable, SetValue)> = workload
@@ -99,7 +110,22 @@ pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
         name: name.to_string(),
         workload,
         sets,
+        memory_max: memory_max.flatten(),
     })
+}
+
+/// A setting's memory limit of the program's cgroup (`memory.max=20M`).
+pub(crate) const MEMORY_MAX: &str = "memory.max";
+
+/// The value of `memory.max=`: a size as the workload language writes one,
+/// or `max` (no limit).
+fn parse_memory_max(spec: &str, value: &str) -> Result<Option<u64>> {
+    if value == "max" {
+        return Ok(None);
+    }
+    let bytes = hugelab_workload::units::parse_size(value)
+        .map_err(|e| anyhow::anyhow!("--setting '{spec}': {MEMORY_MAX}: {e}"))?;
+    Ok(Some(bytes))
 }
 
 /// The setting's statements, then `before` (statements of the caller's,

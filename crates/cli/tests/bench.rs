@@ -1,11 +1,13 @@
 //! `hugelab bench` on this machine: the JSON of a small command under two
-//! settings, Ctrl-C mid-run (tunables restored, no cgroup left, the runs so
-//! far printed), SIGKILL then `hugelab settings restore`, and bad input that
-//! changes nothing. Skipped where the machine does not allow it.
+//! settings, the peak anonymous memory of a program that writes a known
+//! amount, a memory limit that OOM-kills it, Ctrl-C mid-run (tunables
+//! restored, no cgroup left, the runs so far printed), SIGKILL then
+//! `hugelab settings restore`, and bad input that changes nothing. Skipped
+//! where the machine does not allow it.
 
 mod common;
 
-use common::{cannot_run, hugelab, machine_state, read, state_dir};
+use common::{cannot_run, compile_c, hugelab, machine_state, read, state_dir};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -100,6 +102,200 @@ fn json_has_every_run_of_every_setting() {
     assert!(groups().is_empty(), "cgroups left: {:?}", groups());
 }
 
+/// Writes WRITE_MIB MiB (every page), holds them 300 ms, frees them, then
+/// writes 4 MiB and holds those 100 ms: the tree's anonymous memory peaks
+/// at WRITE_MIB MiB plus the program's own few pages.
+const WRITER: &str = r#"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+static void hold(long ms) {
+    struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
+    nanosleep(&t, NULL);
+}
+static char *written(size_t len) {
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) exit(3);
+    for (size_t i = 0; i < len; i += 4096) p[i] = 1;
+    return p;
+}
+int main(int argc, char **argv) {
+    size_t len = (size_t)atol(argv[1]) << 20;
+    char *p = written(len);
+    hold(300);
+    munmap(p, len);
+    written(4 << 20);
+    hold(100);
+    return 0;
+}
+"#;
+const WRITE_MIB: u64 = 64;
+
+/// The measured runs of `setting` in a bench's JSON.
+fn measured<'a>(v: &'a serde_json::Value, setting: &str) -> Vec<&'a serde_json::Value> {
+    v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["setting"] == setting && r["warmup"] == false)
+        .collect()
+}
+
+/// The writer, compiled, or None (said) where it cannot run here.
+fn writer() -> Option<std::path::PathBuf> {
+    let why = match cannot_run()
+        .map(Err)
+        .unwrap_or_else(|| compile_c("bench", "writer", WRITER))
+    {
+        Ok(bin) => return Some(bin),
+        Err(why) => why,
+    };
+    eprintln!("skipped: {why}");
+    None
+}
+
+#[test]
+fn anon_peak_is_what_the_program_wrote() {
+    let _one = one_at_a_time();
+    let Some(bin) = writer() else {
+        return;
+    };
+    let state = state_dir("bench-anon");
+    let found = machine_state(&state);
+    let mut args = vec!["bench", "--runs", "2", "--warmup", "0", "--json"];
+    args.extend(settings());
+    let mib = WRITE_MIB.to_string();
+    args.extend(["--", bin.to_str().unwrap(), &mib]);
+    let out = hugelab(&args, &state);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["anon_sample_period_ms"], 1.0);
+    let wrote = (WRITE_MIB << 10) as f64;
+    for setting in ["4K", "THP"] {
+        for r in measured(&v, setting) {
+            // The 64 MiB written (and held 300 ms, some hundred samples), plus
+            // the program's own pages: within 3 %.
+            let anon = r["anon_peak_kb"].as_u64().unwrap() as f64;
+            assert!(
+                (anon - wrote).abs() <= 0.03 * wrote,
+                "anon peak {anon} kB: {r}"
+            );
+            assert!(r["anon_samples"].as_u64().unwrap() >= 100, "{r}");
+            assert!(r["anon_sample_us"].as_f64().unwrap() > 0.0, "{r}");
+            // The cgroup's total peak holds it and the page cache besides.
+            assert!(r["peak_kb"].as_u64().unwrap() as f64 >= anon, "{r}");
+            assert_eq!(r["oom_kills"], 0, "{r}");
+            let thp = r["anon_thp_peak_kb"].as_u64().unwrap();
+            if setting == "4K" {
+                assert_eq!(thp, 0, "THP never: no THP: {r}");
+            } else {
+                // THP always: every 2 MiB-aligned 2 MiB of the 64 MiB
+                // mapping is a THP, all but at most one (unaligned ends).
+                assert!(
+                    ((WRITE_MIB - 2) << 10..=WRITE_MIB << 10).contains(&thp),
+                    "{r}"
+                );
+            }
+        }
+    }
+    let metrics: Vec<&str> = v["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["key"].as_str().unwrap())
+        .collect();
+    for key in ["anon-peak", "anon-thp-peak", "oom-kills"] {
+        assert!(metrics.contains(&key), "{metrics:?}");
+    }
+    assert_eq!(machine_state(&state), found, "a tunable left changed");
+    assert!(groups().is_empty(), "cgroups left: {:?}", groups());
+}
+
+#[test]
+fn a_limit_below_what_is_written_is_an_oom_kill_per_run() {
+    let _one = one_at_a_time();
+    let Some(bin) = writer() else {
+        return;
+    };
+    let state = state_dir("bench-oom");
+    let found = machine_state(&state);
+    // Half of what the writer writes, and no swap to go to: the OOM killer.
+    let limit = format!(
+        "LIM:transparent_hugepage/enabled=never,memory.max={}M",
+        WRITE_MIB / 2
+    );
+    let mib = WRITE_MIB.to_string();
+    let args = [
+        "bench",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+        "--setting",
+        "4K:transparent_hugepage/enabled=never",
+        "--setting",
+        &limit,
+        "--",
+        bin.to_str().unwrap(),
+        &mib,
+    ];
+    let out = hugelab(&args, &state);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["settings"][1]["memory_max"], (WRITE_MIB / 2) << 20);
+    for r in measured(&v, "LIM") {
+        assert_eq!(r["oom_kills"], 1, "{r}");
+        assert_eq!(r["exit_code"], 128 + libc::SIGKILL, "{r}");
+    }
+    for r in measured(&v, "4K") {
+        assert_eq!(
+            (r["oom_kills"].as_u64(), r["exit_code"].as_i64()),
+            (Some(0), Some(0))
+        );
+        // The writer's 64 MiB, within the 3 % of anon_peak_is_what_the_program_wrote
+        // (memory.stat can be up to 64 pages per CPU behind).
+        let (anon, wrote) = (
+            r["anon_peak_kb"].as_f64().unwrap(),
+            (WRITE_MIB << 10) as f64,
+        );
+        assert!((anon - wrote).abs() <= 0.03 * wrote, "{r}");
+    }
+    let metric = |key: &str| {
+        v["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["key"] == key)
+            .unwrap()
+            .clone()
+    };
+    let oom = metric("oom-kills");
+    assert_eq!(oom["settings"][0]["summary"]["mean"], 0.0);
+    assert_eq!(oom["settings"][1]["summary"]["mean"], 1.0);
+    // Times and memory are of the runs that ended normally: none of LIM's.
+    let anon = metric("anon-peak");
+    assert_eq!(anon["settings"][0]["summary"]["n"], 2);
+    assert!(anon["settings"][1]["summary"].is_null(), "{anon}");
+    assert_eq!(anon["settings"][1]["oom_killed_runs_left_out"], 2);
+    // The tables of the saved JSON say so.
+    let saved = state.join("oom.json");
+    std::fs::write(&saved, &out.stdout).unwrap();
+    let text = hugelab(&["bench", "--from", saved.to_str().unwrap()], &state);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("left out: the runs an OOM kill ended (LIM 2 of 2)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\noom-kills [count], 2 runs per setting\n"),
+        "{text}"
+    );
+    assert_eq!(machine_state(&state), found, "a tunable left changed");
+    assert!(groups().is_empty(), "cgroups left: {:?}", groups());
+}
+
 /// Waits until `cond` holds, for at most `secs`.
 fn wait_for(secs: u64, what: &str, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -187,7 +383,21 @@ fn sigkill_then_settings_restore_leaves_nothing() {
 fn bad_input_changes_nothing() {
     let _one = one_at_a_time();
     let state = state_dir("bench-bad");
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["bench", "--setting", "A:memory.max=abc", "--", "true"],
+            "memory.max: bad size 'abc'",
+        ),
+        (
+            &[
+                "bench",
+                "--setting",
+                "A:memory.max=20M,memory.max=30M",
+                "--",
+                "true",
+            ],
+            "sets memory.max twice",
+        ),
         // The parser compare shares: a name used twice, a tunable set twice.
         (
             &[

@@ -342,6 +342,16 @@ fn a_setting_name_used_twice_is_refused() {
     );
 }
 
+/// A memory limit needs a cgroup, which compare does not run (bench does).
+#[test]
+fn a_memory_limit_is_refused() {
+    let err = compare_refused(&["--setting", "LIM:memory.max=20M"]);
+    assert!(
+        err.contains("--setting LIM: compare runs no memory cgroup"),
+        "{err}"
+    );
+}
+
 /// Two names for the same values: the same column twice, and said so.
 #[test]
 fn two_settings_of_the_same_values_are_noted() {

@@ -65,6 +65,7 @@ fn bench_dry_run_json_lists_the_settings_and_runs() {
         settings[1]["tunables"],
         serde_json::json!([{ "tunable": "transparent_hugepage/enabled", "value": "always", "now": now }])
     );
+    assert!(settings[1]["memory_max"].is_null(), "no limit given");
     // One warm-up and three runs per setting, each round through both.
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 8);
@@ -131,7 +132,7 @@ fn bench_dry_run_text_says_what_its_json_has() {
         "--setting",
         "4K:transparent_hugepage/enabled=never",
         "--setting",
-        "THP:transparent_hugepage/enabled=always,transparent_hugepage/defrag=madvise",
+        "THP:transparent_hugepage/enabled=always,transparent_hugepage/defrag=madvise,memory.max=20M",
         "--runs",
         "2",
         "--warmup",
@@ -170,6 +171,19 @@ fn bench_dry_run_text_says_what_its_json_has() {
             };
             let line = format!("  {tunable} = {value} {change}\n");
             assert!(block.contains(&line), "{line:?} not in {text}");
+        }
+        // The limit of each run's cgroup: 20 MiB, the THP setting's only.
+        let block = block.split("\nsetting ").next().unwrap();
+        match s["memory_max"].as_u64() {
+            Some(max) => {
+                assert_eq!((name, max), ("THP", 20 << 20));
+                assert!(
+                    block.contains("  memory.max = 20M (each run's cgroup: "),
+                    "{text}"
+                );
+                assert!(block.contains(&format!(" = {max})\n")), "{text}");
+            }
+            None => assert!(!block.contains("memory.max"), "{text}"),
         }
     }
     let runs = doc["runs"].as_array().unwrap();

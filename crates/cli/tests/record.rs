@@ -80,26 +80,9 @@ fn cannot_record() -> Option<String> {
     None
 }
 
-/// The test program, compiled with `cc`; None (and why) without a compiler.
+/// The test program, compiled with `cc`; Err (why) without a compiler.
 fn compile() -> Result<PathBuf, String> {
-    let dir = std::env::temp_dir().join(format!("hugelab-record-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("known.c");
-    let bin = dir.join("known");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let out = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .map_err(|e| format!("no C compiler (cc: {e})"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "cc failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(bin)
+    common::compile_c("record", "known", PROGRAM)
 }
 
 fn fd_count() -> usize {

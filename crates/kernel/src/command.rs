@@ -12,6 +12,19 @@
 //!   system's page faults are compared with the command's: when others
 //!   faulted more than a little ([`NOISE_FAULTS`], 1 % of the command's), the
 //!   deltas are flagged noisy, as the kernel backend does for its windows.
+//! - A setting's memory limit is the group's (v2 memory.max, v1
+//!   memory.limit_in_bytes); the OOM kills are the group's count after the
+//!   run (v2 memory.events, v1 memory.oom_control: `oom_kill`).
+//! - Peak anonymous memory of the tree: the kernel keeps a watermark of the
+//!   group's whole charge only (v2 memory.peak, v1 max_usage_in_bytes, page
+//!   cache included), none of its anon part, and a group's usage threshold
+//!   event (v1 cgroup.event_control) fires on the whole charge too. So a
+//!   thread samples the group's memory.stat (v2 `anon`, `anon_thp`; v1 `rss`,
+//!   `rss_huge`) every [`ANON_SAMPLE_PERIOD`] and keeps the largest; a run
+//!   reports its number of samples and what one cost. memory.stat's figures
+//!   are the memcg's per-cpu statistics as last flushed: a read flushes them
+//!   once more than MEMCG_CHARGE_BATCH (64) pages per CPU are pending, so a
+//!   sample can be that much behind (512 KiB on 2 CPUs).
 
 use crate::error::{KernelError, Result};
 use crate::memcg::Memcg;
@@ -21,7 +34,12 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the group's anonymous memory is sampled during a run.
+pub const ANON_SAMPLE_PERIOD: Duration = Duration::from_millis(1);
 
 /// Faults by other processes tolerated during a run before its system-wide
 /// counters are called noisy (this VM's idle background: ~100 per second).
@@ -44,6 +62,70 @@ pub struct CommandRun {
     /// Page faults of other processes during the run (system pgfault delta
     /// less the command's).
     pub foreign_faults: i64,
+    /// OOM kills in the group during the run.
+    pub oom_kills: u64,
+    /// The sampled peaks of the group's anonymous memory.
+    pub anon: AnonPeak,
+}
+
+/// The peaks of a group's anonymous memory over a run, sampled (see the
+/// module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct AnonPeak {
+    /// Largest anon charge seen (THPs included), kB.
+    pub anon_kb: u64,
+    /// Largest anon charge in THPs seen, kB (not necessarily at the same
+    /// sample).
+    pub anon_thp_kb: u64,
+    /// Samples taken.
+    pub samples: u64,
+    /// Mean cost of one sample (read and parse memory.stat), microseconds.
+    pub sample_us: f64,
+}
+
+/// A thread sampling a group's memory.stat until stopped.
+struct AnonSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<AnonPeak>,
+}
+
+impl AnonSampler {
+    fn start(stat: std::path::PathBuf) -> AnonSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            use std::io::{Read, Seek};
+            let mut peak = AnonPeak::default();
+            let Ok(mut file) = std::fs::File::open(&stat) else {
+                return peak;
+            };
+            let mut buf = String::with_capacity(4096);
+            let mut spent = Duration::ZERO;
+            while !flag.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                buf.clear();
+                let read = file.rewind().and_then(|_| file.read_to_string(&mut buf));
+                if let Some((anon, thp)) = read.ok().and_then(|_| crate::memcg::anon_of_stat(&buf))
+                {
+                    peak.anon_kb = peak.anon_kb.max(anon / 1024);
+                    peak.anon_thp_kb = peak.anon_thp_kb.max(thp / 1024);
+                    peak.samples += 1;
+                }
+                spent += t.elapsed();
+                std::thread::sleep(ANON_SAMPLE_PERIOD);
+            }
+            if peak.samples > 0 {
+                peak.sample_us = spent.as_secs_f64() * 1e6 / peak.samples as f64;
+            }
+            peak
+        });
+        AnonSampler { stop, thread }
+    }
+
+    fn finish(self) -> AnonPeak {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
 }
 
 impl CommandRun {
@@ -57,16 +139,18 @@ fn thp_counter(name: &str) -> bool {
     name.starts_with("vmstat.thp_") || name.starts_with("mthp.")
 }
 
-/// Runs `argv` in a new group named `group`; `started(pid, group dir)` is
-/// called once the command runs (so an interrupt can kill it and remove the
-/// group). Output goes to /dev/null unless `show_output`.
+/// Runs `argv` in a new group named `group`, limited to `limit` bytes if
+/// given; `started(pid, group dir)` is called once the command runs (so an
+/// interrupt can kill it and remove the group). Output goes to /dev/null
+/// unless `show_output`.
 pub fn run_in_memcg(
     argv: &[String],
     group: &str,
+    limit: Option<u64>,
     show_output: bool,
     started: impl FnOnce(i32, &std::path::Path),
 ) -> Result<CommandRun> {
-    let cg = Memcg::create(group, None)?;
+    let cg = Memcg::create(group, limit)?;
     let procs = CString::new(cg.dir().join("cgroup.procs").as_os_str().as_bytes())
         .map_err(|_| KernelError::Refused("a cgroup path with a NUL byte".into()))?;
     let mut reader = SystemReader::new();
@@ -95,6 +179,7 @@ pub fn run_in_memcg(
         .spawn()
         .map_err(|e| KernelError::Refused(format!("cannot run {}: {e}", argv[0])))?;
     let pid = child.id() as i32;
+    let sampler = AnonSampler::start(cg.dir().join("memory.stat"));
     started(pid, cg.dir());
     let mut status = 0;
     // SAFETY: a zeroed rusage is valid; wait4 fills it for our own child.
@@ -107,6 +192,7 @@ pub fn run_in_memcg(
         }
     };
     let wall_s = t.elapsed().as_secs_f64();
+    let anon = sampler.finish();
     if rc < 0 {
         return Err(KernelError::Refused(format!(
             "waiting for {}: {}",
@@ -121,6 +207,7 @@ pub fn run_in_memcg(
     // Daemons the command left behind would keep the group alive.
     crate::memcg::kill_all(cg.dir());
     let peak_kb = cg.peak_kb()?.unwrap_or(0);
+    let oom_kills = cg.oom_kills().unwrap_or(0);
 
     let exit_code = if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
@@ -146,5 +233,41 @@ pub fn run_in_memcg(
         peak_kb,
         counters,
         foreign_faults,
+        oom_kills,
+        anon,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The sampler keeps the largest anon and THP figures a stat file
+    /// showed while it ran (a file of ours standing in for memory.stat).
+    #[test]
+    fn the_sampler_keeps_the_peaks() {
+        let stat = std::env::temp_dir().join(format!("hugelab-anon-{}.stat", std::process::id()));
+        let show = |anon: u64, thp: u64| {
+            // Rewritten in place: the sampler keeps its file open.
+            std::fs::write(&stat, format!("cache 0\nrss {anon}\nrss_huge {thp}\n")).unwrap();
+            std::thread::sleep(Duration::from_millis(30));
+        };
+        show(1 << 20, 0);
+        let sampler = AnonSampler::start(stat.clone());
+        show(8 << 20, 2 << 20);
+        show(64 << 20, 4 << 20);
+        show(4 << 20, 4 << 20);
+        let peak = sampler.finish();
+        std::fs::remove_file(&stat).unwrap();
+        assert_eq!((peak.anon_kb, peak.anon_thp_kb), (64 << 10, 4 << 10));
+        // 90 ms at one sample per ms (and what each took): tens of samples.
+        assert!(peak.samples >= 20, "{peak:?}");
+        assert!(peak.sample_us > 0.0, "{peak:?}");
+    }
+
+    #[test]
+    fn no_stat_file_no_samples() {
+        let peak = AnonSampler::start("/nonexistent/memory.stat".into()).finish();
+        assert_eq!(peak, AnonPeak::default());
+    }
 }

@@ -273,6 +273,23 @@ pub fn oom_kills_at(dir: &Path) -> Option<u64> {
         .or_else(|| keyed(&dir.join("memory.oom_control"), "oom_kill"))
 }
 
+/// The anonymous memory charged to a group, from the text of its
+/// memory.stat: (anon, of which in THPs) in bytes. v2 names them `anon` and
+/// `anon_thp`; v1 `rss` (THPs included) and `rss_huge`. None when neither
+/// is there.
+pub fn anon_of_stat(text: &str) -> Option<(u64, u64)> {
+    let get = |key: &str| {
+        text.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
+        })
+    };
+    match get("anon") {
+        Some(anon) => Some((anon, get("anon_thp").unwrap_or(0))),
+        None => Some((get("rss")?, get("rss_huge").unwrap_or(0))),
+    }
+}
+
 /// The value of `key` in a flat keyed file (`key value` lines).
 fn keyed(path: &Path, key: &str) -> Option<u64> {
     let text = fs::read_to_string(path).ok()?;
@@ -340,4 +357,22 @@ pub fn remove_stale() -> Vec<PathBuf> {
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anon_of_either_memory_stat() {
+        // v1 (6.18's memcg1_stat_format): rss includes rss_huge; total_rss
+        // (the hierarchy's) must not be taken for rss.
+        let v1 = "cache 8192\nrss 6291456\nrss_huge 4194304\nshmem 0\n\
+                  total_cache 8192\ntotal_rss 7340032\ntotal_rss_huge 4194304\n";
+        assert_eq!(anon_of_stat(v1), Some((6291456, 4194304)));
+        // v2 (memory_stat_format): anon includes anon_thp.
+        let v2 = "anon 6291456\nfile 8192\nkernel 4096\nanon_thp 2097152\nfile_thp 0\n";
+        assert_eq!(anon_of_stat(v2), Some((6291456, 2097152)));
+        assert_eq!(anon_of_stat("cache 1\n"), None);
+    }
 }

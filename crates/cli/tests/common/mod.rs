@@ -103,6 +103,30 @@ fn hugelab_as_nobody(args: &[&str]) -> Option<Output> {
         .ok()
 }
 
+/// `source` compiled with `cc -O1 -pthread` into a temporary directory of
+/// the test (`hugelab-<test>-<pid>/<name>`); Err (why) without a compiler or
+/// when it fails.
+pub fn compile_c(test: &str, name: &str, source: &str) -> Result<PathBuf, String> {
+    let dir = std::env::temp_dir().join(format!("hugelab-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("{name}.c"));
+    let bin = dir.join(name);
+    std::fs::write(&src, source).unwrap();
+    let out = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .map_err(|e| format!("no C compiler (cc: {e})"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cc failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(bin)
+}
+
 /// A workload file in the temporary directory, removed when dropped.
 pub struct TempWorkload(PathBuf);
 

@@ -261,7 +261,7 @@ impl Tracer {
         let mut drained = Vec::new();
         watch.drain(|pid, path| drained.push((pid, path)));
         for (pid, path) in drained {
-            let Some(incarnation) = self.incarnation(pid) else {
+            let Some((pid, incarnation)) = self.process_of(pid) else {
                 continue;
             };
             let read = SettingRead {
@@ -275,14 +275,14 @@ impl Tracer {
         }
     }
 
-    /// The workload's process of thread group `tgid`: a vfork child before
-    /// its exec is its parent's (it runs in its mm); None for a task not
-    /// traced or the command before its exec.
-    fn incarnation(&self, tgid: u32) -> Option<u32> {
+    /// The workload's process (pid, incarnation) of thread group `tgid`: a
+    /// vfork child before its exec is its parent's (it runs in its mm);
+    /// None for a task not traced or the command before its exec.
+    fn process_of(&self, tgid: u32) -> Option<(u32, u32)> {
         let p = self.procs.get(&tgid)?;
         match (p.incarnation, p.lender) {
-            (Some(i), _) => Some(i),
-            (None, Some(lender)) => self.procs.get(&lender)?.incarnation,
+            (Some(i), _) => Some((tgid, i)),
+            (None, Some(lender)) => Some((lender, self.procs.get(&lender)?.incarnation?)),
             (None, None) => None,
         }
     }

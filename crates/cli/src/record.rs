@@ -319,7 +319,13 @@ fn totals(o: &record::Outcome) -> serde_json::Value {
 }
 
 fn to_json(s: &Summary, o: &record::Outcome) -> String {
-    json!({ "tasks": s.tasks, "mms": o.exits, "totals": totals(o) }).to_string()
+    json!({
+        "tasks": s.tasks,
+        "mms": o.exits,
+        "thp_settings_read": o.settings_read,
+        "totals": totals(o),
+    })
+    .to_string()
 }
 
 fn to_text(s: &Summary, o: &record::Outcome) -> String {
@@ -372,6 +378,17 @@ fn to_text(s: &Summary, o: &record::Outcome) -> String {
         table::human(o.buffer),
         o.status.map_or("no status".into(), |s| s.to_string()),
     ));
+    if !o.settings_read.is_empty() {
+        let reads: Vec<String> = o
+            .settings_read
+            .iter()
+            .map(|r| format!("{} {}", r.pid, r.path))
+            .collect();
+        out.push_str(&format!(
+            "THP settings read, by pid: {}\n",
+            reads.join(", ")
+        ));
+    }
     if !o.exits.is_empty() {
         out.push_str("\nEach mm as it ended (exit or exec), read by the recorder:\n");
         out.push_str(&exits::mm_table(&o.exits));

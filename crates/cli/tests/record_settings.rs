@@ -119,3 +119,27 @@ fn json_lists_each_process_and_setting() {
         "{doc}"
     );
 }
+
+#[test]
+fn the_summary_lists_the_reads_by_pid() {
+    if let Some(why) = cannot_record() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let state = common::state_dir("record-settings-summary");
+    let script = format!("read a < {THP}/defrag");
+    let out = common::hugelab(
+        &["record", "--summary", "--json", "--", "sh", "-c", &script],
+        &state,
+    );
+    let _ = std::fs::remove_dir_all(&state);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pid = &doc["tasks"][0]["pid"];
+    assert_eq!(
+        doc["thp_settings_read"],
+        serde_json::json!([{ "pid": pid, "incarnation": 0, "path": "transparent_hugepage/defrag" }]),
+        "{doc}"
+    );
+}

@@ -41,13 +41,14 @@ fn record(name: &str, script: &str, json: bool) -> (String, String) {
     (text, String::from_utf8(out.stdout).unwrap())
 }
 
-/// The name the workload gives the process a line of it starts with `verb`
-/// (`spawn X`, `sh fork X`): its last word.
-fn named(text: &str, verb: &str) -> String {
+/// The name the workload gives its `n`th process made with an exec
+/// (`spawn X`: the command, then a vfork child's exec, as the shell runs
+/// `cat`).
+fn spawned(text: &str, n: usize) -> String {
     text.lines()
-        .find(|l| l.starts_with(verb))
-        .and_then(|l| l.split_whitespace().last())
-        .unwrap_or_else(|| panic!("no `{verb}` line in\n{text}"))
+        .filter_map(|l| l.strip_prefix("spawn "))
+        .nth(n)
+        .unwrap_or_else(|| panic!("no spawn {n} in\n{text}"))
         .to_string()
 }
 
@@ -63,8 +64,8 @@ fn reads_of_the_thp_settings_are_named_in_the_header_and_the_output() {
         "cat {THP}/enabled >/dev/null; read a < {THP}/hpage_pmd_size; read a < {THP}/hpage_pmd_size"
     );
     let (text, stdout) = record("record-settings", &script, false);
-    let sh = named(&text, "spawn ");
-    let cat = named(&text, &format!("{sh} fork "));
+    let sh = spawned(&text, 0);
+    let cat = spawned(&text, 1);
     let expected = format!(
         "THP settings read by the program: {cat} transparent_hugepage/enabled, \
          {sh} transparent_hugepage/hpage_pmd_size"
@@ -111,7 +112,7 @@ fn json_lists_each_process_and_setting() {
     }
     let script = format!("read a < {THP}/khugepaged/max_ptes_none");
     let (text, stdout) = record("record-settings-json", &script, true);
-    let sh = named(&text, "spawn ");
+    let sh = spawned(&text, 0);
     let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
         doc["thp_settings_read"],

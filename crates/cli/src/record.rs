@@ -95,6 +95,8 @@ fn run_recording(args: &RecordArgs) -> Result<Recorded> {
     let opts = record::Options {
         command: args.command.clone(),
         buffer: args.buffer,
+        watch_settings: Some(std::path::PathBuf::from(record::settings::THP_DIR))
+            .filter(|d| d.is_dir()),
     };
     let outcome = record::record(
         &opts,
@@ -183,6 +185,7 @@ pub fn main(args: RecordArgs) -> Result<ExitCode> {
             .unwrap_or_else(|_| "(unknown)".into()),
         interrupted: outcome.interrupted,
         snapshot_at_exit: args.snapshot_at_exit,
+        settings_read: outcome.settings_read.clone(),
     };
     let mut out = Output::create(&output)?;
     let mut named = Vec::new();
@@ -243,6 +246,7 @@ fn report(
             "raced_by_process": s.raced_by_process,
             "measured_by_process": measured,
             "not_replayed": s.skipped,
+            "thp_settings_read": settings_json(&s.settings_read),
             "interrupted": o.interrupted,
             "spool_bytes": spool_bytes,
             "totals": totals(o),
@@ -274,6 +278,14 @@ fn report(
         skipped,
         o.status.map_or("no status".into(), |s| s.to_string()),
     );
+    if o.settings_overflowed {
+        println!(
+            "some reads of the THP settings were not reported (the kernel's queue overflowed)"
+        );
+    }
+    if let Some(line) = record::settings::header_line(&s.settings_read) {
+        println!("{line}: a replay does what it did under this recording's settings");
+    }
     if !measured.is_empty() {
         println!(
             "\nWhat each process measured at its exit (minflt over its mms; RssAnon and RssShmem of its last):"
@@ -283,6 +295,14 @@ fn report(
             exits::table(measured, &s.faults_by_process, &s.raced_by_process)
         );
     }
+}
+
+/// `thp_settings_read` of `--json`: each process and the setting it read.
+fn settings_json(reads: &[(String, String)]) -> serde_json::Value {
+    reads
+        .iter()
+        .map(|(process, path)| json!({ "process": process, "path": path }))
+        .collect()
 }
 
 fn totals(o: &record::Outcome) -> serde_json::Value {
@@ -299,7 +319,13 @@ fn totals(o: &record::Outcome) -> serde_json::Value {
 }
 
 fn to_json(s: &Summary, o: &record::Outcome) -> String {
-    json!({ "tasks": s.tasks, "mms": o.exits, "totals": totals(o) }).to_string()
+    json!({
+        "tasks": s.tasks,
+        "mms": o.exits,
+        "thp_settings_read": o.settings_read,
+        "totals": totals(o),
+    })
+    .to_string()
 }
 
 fn to_text(s: &Summary, o: &record::Outcome) -> String {
@@ -352,6 +378,17 @@ fn to_text(s: &Summary, o: &record::Outcome) -> String {
         table::human(o.buffer),
         o.status.map_or("no status".into(), |s| s.to_string()),
     ));
+    if !o.settings_read.is_empty() {
+        let reads: Vec<String> = o
+            .settings_read
+            .iter()
+            .map(|r| format!("{} {}", r.pid, r.path))
+            .collect();
+        out.push_str(&format!(
+            "THP settings read, by pid: {}\n",
+            reads.join(", ")
+        ));
+    }
     if !o.exits.is_empty() {
         out.push_str("\nEach mm as it ended (exit or exec), read by the recorder:\n");
         out.push_str(&exits::mm_table(&o.exits));

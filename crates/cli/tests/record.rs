@@ -142,6 +142,7 @@ fn record_known(bin: &Path) -> (Vec<Event>, record::Outcome) {
     let opts = record::Options {
         command: vec![bin.to_str().unwrap().to_string()],
         buffer: 4 << 20,
+        watch_settings: None,
     };
     let outcome = record::record(&opts, |e| events.push(e.clone()), |_| {}).expect("records");
     (events, outcome)
@@ -565,6 +566,7 @@ fn workload_with_measured_expects(
         kernel: "test".into(),
         interrupted: false,
         snapshot_at_exit: true,
+        settings_read: Vec::new(),
     };
     let mut names = Vec::new();
     let mut text = Vec::new();

@@ -40,6 +40,7 @@
 //! `get_mm_counter`'s per-CPU approximation, which was off by up to the
 //! counter's batch per CPU.
 
+use super::settings::{SettingRead, Watch};
 use crate::error::{KernelError, Result};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -186,6 +187,10 @@ pub struct Tracer {
     /// The command has exec'd (its recording has begun).
     pub root_execed: bool,
     old_sigchld: Option<libc::sigaction>,
+    /// The reads of the THP settings, if watched ([`super::settings`]).
+    watch: Option<Watch>,
+    /// Each process's reads, once each, in the order first seen.
+    pub reads: Vec<SettingRead>,
 }
 
 impl Tracer {
@@ -218,6 +223,8 @@ impl Tracer {
             root_status: None,
             root_execed: false,
             old_sigchld: old,
+            watch: None,
+            reads: Vec::new(),
         })
     }
 
@@ -231,6 +238,53 @@ impl Tracer {
         let mut buf = [0u8; 256];
         // SAFETY: reads into a local buffer from our non-blocking pipe.
         while unsafe { libc::read(self.wake_fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    }
+
+    /// Notes the tree's reads of the files `watch` watches.
+    pub fn watch_settings(&mut self, watch: Watch) {
+        self.watch = Some(watch);
+    }
+
+    /// Whether the settings' queue overflowed (some reads not reported).
+    pub fn reads_overflowed(&self) -> bool {
+        self.watch.as_ref().is_some_and(|w| w.overflowed)
+    }
+
+    /// Takes the reads reported so far, naming each reader by its pid's
+    /// incarnation. Called every round and at each task's exit stop, while
+    /// the process still holds its pid: a pid is reused only once reaped,
+    /// so a read is never given to a later process with the same pid.
+    pub fn note_reads(&mut self) {
+        let Some(watch) = &mut self.watch else {
+            return;
+        };
+        let mut drained = Vec::new();
+        watch.drain(|pid, path| drained.push((pid, path)));
+        for (pid, path) in drained {
+            let Some((pid, incarnation)) = self.process_of(pid) else {
+                continue;
+            };
+            let read = SettingRead {
+                pid,
+                incarnation,
+                path,
+            };
+            if !self.reads.contains(&read) {
+                self.reads.push(read);
+            }
+        }
+    }
+
+    /// The workload's process (pid, incarnation) of thread group `tgid`: a
+    /// vfork child before its exec is its parent's (it runs in its mm);
+    /// None for a task not traced or the command before its exec.
+    fn process_of(&self, tgid: u32) -> Option<(u32, u32)> {
+        let p = self.procs.get(&tgid)?;
+        match (p.incarnation, p.lender) {
+            (Some(i), _) => Some((tgid, i)),
+            (None, Some(lender)) => Some((lender, self.procs.get(&lender)?.incarnation?)),
+            (None, None) => None,
+        }
     }
 
     /// Seizes the command (forked, not yet exec'd).
@@ -342,6 +396,7 @@ impl Tracer {
                 resume(pid, 0);
             }
             PTRACE_EVENT_EXIT => {
+                self.note_reads();
                 self.exec_entry.remove(&tid);
                 let tgid = self.tgid[&tid];
                 if self

@@ -22,6 +22,8 @@
 //!   for with every descendant;
 //! - [`exits`]: every process traced (ptrace) to read its minor faults and
 //!   anonymous and shmem memory as each of its mms ends (exit or exec);
+//! - [`settings`]: which processes read which THP setting (fanotify on
+//!   /sys/kernel/mm/transparent_hugepage/);
 //! - [`summary`]: per task counts of faults by error code and mm syscalls;
 //! - [`spool`]: the events on disk, compressed; [`convert`]: the spooled
 //!   events written as a workload.
@@ -37,12 +39,14 @@ pub mod exits;
 mod merge;
 mod perf;
 mod ring;
+pub mod settings;
 pub mod spool;
 pub mod summary;
 pub mod tracefs;
 
 pub use event::{Event, Kind};
 pub use exits::MmStat;
+pub use settings::SettingRead;
 pub use summary::Summary;
 
 use crate::error::{KernelError, Result};
@@ -62,6 +66,9 @@ pub struct Options {
     pub command: Vec<String>,
     /// Ring buffer bytes per CPU.
     pub buffer: u64,
+    /// Note the tree's reads of the files of this tree
+    /// ([`settings::THP_DIR`]); None: not watched.
+    pub watch_settings: Option<std::path::PathBuf>,
 }
 
 /// Where a recording stands, for a progress line.
@@ -93,6 +100,10 @@ pub struct Outcome {
     pub minflt: u64,
     /// Each process's figures at the end of each of its mms.
     pub exits: Vec<MmStat>,
+    /// The tree's reads of the THP settings, in the order first seen.
+    pub settings_read: Vec<SettingRead>,
+    /// Some reads of the settings were lost (the kernel's queue overflowed).
+    pub settings_overflowed: bool,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -215,6 +226,13 @@ pub fn record(
     let _subreaper = Subreaper::set();
     let children_minflt = children_minflt();
     let mut tracer = exits::Tracer::new()?;
+    if let Some(dir) = &opts.watch_settings {
+        // Without it the recording is still whole: said, not made a failure.
+        match settings::Watch::open(dir) {
+            Ok(w) => tracer.watch_settings(w),
+            Err(e) => eprintln!("hugelab: warning: reads of the THP settings are not noted: {e}"),
+        }
+    }
     let pending = child::spawn(&opts.command)?;
     let tracefs = tracefs::Tracefs::open()?;
     let mut cap = open_capture(&tracefs, pending.pid, opts.buffer)?;
@@ -233,6 +251,7 @@ pub fn record(
             child::kill_children();
         }
         tracer.drain_wake();
+        tracer.note_reads();
         let running = tracer.reap();
         for ring in &mut cap.rings {
             let ids = cap.ids;
@@ -264,6 +283,9 @@ pub fn record(
     }
     out.status = tracer.root_status;
     out.minflt = children_minflt_since(children_minflt);
+    tracer.note_reads();
+    out.settings_read = std::mem::take(&mut tracer.reads);
+    out.settings_overflowed = tracer.reads_overflowed();
     out.exits = tracer.finish();
     // The losses no LOST record reported (a ring full at the end of the
     // run): the events' own counts, which include the records' too.

@@ -27,6 +27,7 @@ mod tasks;
 mod tests;
 
 use super::event::{Event, Kind};
+use super::settings::{self, SettingRead};
 use super::spool::Spool;
 use mm::{Ctx, Mapping, Mm};
 use names::Files;
@@ -47,6 +48,8 @@ pub struct Header {
     /// A `snapshot <proc>-exit` before each process's exit, to compare its
     /// memory at its largest (a recorded program's `end` is after every exit).
     pub snapshot_at_exit: bool,
+    /// The tree's reads of the THP settings (named in the header).
+    pub settings_read: Vec<SettingRead>,
 }
 
 /// What the conversion wrote and left out.
@@ -67,6 +70,9 @@ pub struct Stats {
     /// counted in the recorded run's min_flt, taken by no replay, so the
     /// measured count less these is what the replay gives.
     pub raced_by_process: BTreeMap<String, u64>,
+    /// The THP settings each process read (process, path relative to
+    /// /sys/kernel/mm/), in the order first read: the header's line.
+    pub settings_read: Vec<(String, String)>,
 }
 
 impl Stats {
@@ -238,7 +244,7 @@ impl Convert<'_> {
     }
 }
 
-fn header(h: &Header, census: &census::Census) -> String {
+fn header(h: &Header, census: &census::Census, settings_read: &[(String, String)]) -> String {
     let seconds = census.first.map_or(0.0, |f| (census.last - f) as f64 / 1e9);
     let mut s = format!(
         "A program recorded by `hugelab record` on {}, Linux {}, with THP off for its whole tree:\n  {}\n",
@@ -255,6 +261,10 @@ fn header(h: &Header, census: &census::Census) -> String {
         census.threads,
         census.execs
     );
+    if let Some(line) = settings::header_line(settings_read) {
+        s += &line;
+        s.push('\n');
+    }
     if h.interrupted {
         s += "INTERRUPTED: the recording was stopped before the command ended; this is the part before.\n";
     }
@@ -299,8 +309,9 @@ pub fn convert_named(
     }
     let named: Vec<(u32, String)> = census.pids().iter().copied().zip(census.names()).collect();
     names(&named);
+    let settings_read = settings::by_process(&named, &h.settings_read);
     let mut out = Out::new(w);
-    out.comment(&header(h, &census))?;
+    out.comment(&header(h, &census, &settings_read))?;
     let mut conv = Convert {
         snapshot_at_exit: h.snapshot_at_exit,
         names: census.names(),
@@ -327,6 +338,7 @@ pub fn convert_named(
     }
     out.flush()?;
     let mut stats = conv.stats;
+    stats.settings_read = settings_read;
     stats.statements = out.statements;
     stats.processes = census.processes();
     stats.files = conv.files.count();

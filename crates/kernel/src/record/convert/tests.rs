@@ -2,6 +2,7 @@
 //! each kind of event becomes.
 
 use super::super::event::{Event, Kind};
+use super::super::settings::SettingRead;
 use super::super::spool;
 use super::{convert, Header};
 
@@ -85,6 +86,17 @@ impl Stream {
 
     /// The workload's statements and the conversion's stats.
     fn converted(&self) -> (Vec<String>, super::Stats) {
+        let (text, stats) = self.text(Vec::new());
+        let lines = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(String::from)
+            .collect();
+        (lines, stats)
+    }
+
+    /// The whole workload, its header naming `settings_read`.
+    fn text(&self, settings_read: Vec<SettingRead>) -> (String, super::Stats) {
         let mut w = spool::Writer::create(&std::env::temp_dir()).unwrap();
         for e in &self.events {
             w.push(e).unwrap();
@@ -96,16 +108,11 @@ impl Stream {
             kernel: "6.18".into(),
             interrupted: false,
             snapshot_at_exit: false,
+            settings_read,
         };
         let mut out = Vec::new();
         let stats = convert(&mut s, &h, &mut out).unwrap();
-        let lines = String::from_utf8(out)
-            .unwrap()
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(String::from)
-            .collect();
-        (lines, stats)
+        (String::from_utf8(out).unwrap(), stats)
     }
 }
 
@@ -565,4 +572,55 @@ fn a_read_fault_on_a_page_a_raced_fault_around_skipped_is_not_a_first_touch() {
     assert_eq!(stats.faults_by_process["prog-2"], 1);
     // The kernel counted it in prog-2's min_flt.
     assert_eq!(stats.raced_by_process["prog-2"], 1);
+}
+
+/// The header names the settings each process read, right after the
+/// counts, as `<proc> <path>` pairs once each; without reads, no line.
+#[test]
+fn the_header_names_the_thp_settings_read() {
+    let mut s = Stream::new();
+    s.exec(30, "sh", &[STACK])
+        .at(
+            30,
+            30,
+            Kind::NewTask {
+                child: 31,
+                comm: "sh".into(),
+                clone_flags: 0x1200011,
+            },
+        )
+        .exec(31, "cat", &[STACK])
+        // Named after the program it faulted in most: cat.
+        .fault(31, 31, 0x7ffd_0000_0000 - 0x1000, 6)
+        .at(31, 31, Kind::Exit { ppid: 30, ptid: 30 })
+        .at(30, 30, Kind::Exit { ppid: 1, ptid: 1 });
+    let read = |pid, path: &str| SettingRead {
+        pid,
+        incarnation: 0,
+        path: path.into(),
+    };
+    let (text, stats) = s.text(vec![
+        read(31, "transparent_hugepage/enabled"),
+        read(30, "transparent_hugepage/hpage_pmd_size"),
+        read(31, "transparent_hugepage/enabled"),
+        // The command before its exec is no process of the workload.
+        SettingRead {
+            incarnation: 1,
+            ..read(30, "transparent_hugepage/defrag")
+        },
+    ]);
+    let lines: Vec<&str> = text.lines().collect();
+    let counts = lines
+        .iter()
+        .position(|l| l.contains(" events in "))
+        .unwrap();
+    assert_eq!(
+        lines[counts + 1],
+        "# THP settings read by the program: cat transparent_hugepage/enabled, \
+         sh transparent_hugepage/hpage_pmd_size"
+    );
+    assert_eq!(stats.settings_read.len(), 2);
+    let (none, stats) = s.text(Vec::new());
+    assert!(!none.contains("THP settings"), "{none}");
+    assert!(stats.settings_read.is_empty());
 }

@@ -12,8 +12,9 @@
 //!
 //! The reverse map of a large folio is what the kernel's is: its anon_vma
 //! and its index (`FolioExt`). `rmap_walk_anon` visits the mm of that
-//! anon_vma and of every anon_vma forked from it, and looks at the one
-//! address where each can map the folio, so splitting a folio or remapping
+//! anon_vma and of every anon_vma forked from it, and in each VMA whose
+//! page offsets cover the folio's index looks at the one address where it
+//! can map the folio (`vma_address`), so splitting a folio or remapping
 //! its zero-filled pages costs the mms of one fork family, not a walk of
 //! every page table of every process.
 //!
@@ -30,12 +31,16 @@
 //!
 //! Simplifications: one anon_vma per mm instead of one per VMA with
 //! anon_vma_chain links (`AnonVma`, named by its mm's id): a folio of an
-//! mm's anon_vma is mapped only at its own address (its index, which
-//! `mremap` moves with it: see `mm_types::FolioExt::index`), in that mm
-//! or in mms forked from it, which is what the kernel's interval tree of
-//! VMAs under the anon_vma yields too. The tree itself is not kept: the
-//! walk collects the VMAs of those mms at the folio's address and sorts
-//! them by start and by an insertion sequence number (`AnonVmas::avc_seq`):
+//! mm's anon_vma is mapped, in that mm or in mms forked from it, by VMAs
+//! whose page offsets cover its index (`mm_types::FolioExt::index`), at
+//! `vma_address`, which is what the kernel's interval tree of VMAs under
+//! the anon_vma yields too; the model's walk may also visit a VMA of those
+//! mms that the kernel's anon_vma does not link (its offsets cover the
+//! index but it maps other memory), where, as in the kernel's
+//! page_vma_mapped_walk, the page tables do not map the folio. The tree
+//! itself is not kept: the walk collects the VMAs of those mms whose
+//! offsets overlap the folio's and sorts them by start pgoff and by an
+//! insertion sequence number (`AnonVmas::avc_seq`):
 //! the fork's for every VMA of a child, a newer one for a VMA split or
 //! merged since; a VMA of the family's first mm that never changed ranks
 //! first (its anon_vma_prepare came before any fork that linked a child). Only large folios record their
@@ -280,7 +285,7 @@ impl AvcVisit {
 
     /// Whether this VMA can map the whole folio by the PMD at `addr`.
     pub fn holds_pmd(&self) -> bool {
-        self.addr % PMD_SIZE == 0 && self.start <= self.addr && self.addr + PMD_SIZE <= self.end
+        self.addr.is_multiple_of(PMD_SIZE) && self.start <= self.addr && self.addr + PMD_SIZE <= self.end
     }
 }
 

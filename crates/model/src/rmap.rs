@@ -285,7 +285,9 @@ impl AvcVisit {
 
     /// Whether this VMA can map the whole folio by the PMD at `addr`.
     pub fn holds_pmd(&self) -> bool {
-        self.addr.is_multiple_of(PMD_SIZE) && self.start <= self.addr && self.addr + PMD_SIZE <= self.end
+        self.addr.is_multiple_of(PMD_SIZE)
+            && self.start <= self.addr
+            && self.addr + PMD_SIZE <= self.end
     }
 }
 

@@ -24,8 +24,9 @@
 //! and really partially mapped; the per-size nr_anon and
 //! nr_anon_partially_mapped equal the folios found.
 //! The reverse map: a large folio's `_large_mapcount` equals its mappings;
-//! each of its pages is mapped only at its folio's index (plus the page's
-//! offset) and only by mms its anon_vma's tree reaches, so rmap walks miss
+//! each of its pages is mapped only where its VMA's page offset is its
+//! folio's index (plus the page's offset: `vma_address`) and only by mms
+//! its anon_vma's tree reaches, so rmap walks miss
 //! nothing; each anon_vma counts the large folios pointing at it, is linked
 //! both ways with its parent, and is marked live exactly while its mm is.
 //! The task list and the mm table (see `mms`): every task's mm exists, and
@@ -140,8 +141,9 @@ struct Walk {
     tables: i64,
     /// Mappings (PTEs plus PMDs) of each folio by each MM.
     by_mm: BTreeMap<Pfn, BTreeMap<MmId, u64>>,
-    /// Where each page of a large folio is mapped: (mm, page, address).
-    placed: Vec<(MmId, Pfn, u64)>,
+    /// Where each page of a large folio is mapped: (mm, page, address,
+    /// the page offset the address has in its VMA if it lies in one).
+    placed: Vec<(MmId, Pfn, u64, Option<u64>)>,
 }
 
 /// Walks the page tables of every mm once (threads share theirs); checks
@@ -169,7 +171,9 @@ fn walk_page_tables(m: &Machine, bad: &mut Vec<String>) -> Walk {
                         .or_default()
                         .entry(mm.mm_id)
                         .or_default() += 1;
-                    w.placed.push((mm.mm_id, *pfn, index * PMD_SIZE));
+                    let addr = index * PMD_SIZE;
+                    let pgoff = mm.find_vma(addr).map(|v| v.linear_page_index(addr));
+                    w.placed.push((mm.mm_id, *pfn, addr, pgoff));
                     rss += HPAGE_PMD_NR;
                 }
                 Pmd::HugeZero { .. } => {}
@@ -189,7 +193,8 @@ fn walk_page_tables(m: &Machine, bad: &mut Vec<String>) -> Walk {
                             .or_default() += 1;
                         if m.zone.memmap.page(folio).order() > 0 {
                             let addr = index * PMD_SIZE + i as u64 * PAGE_SIZE;
-                            w.placed.push((mm.mm_id, pfn, addr));
+                            let pgoff = mm.find_vma(addr).map(|v| v.linear_page_index(addr));
+                            w.placed.push((mm.mm_id, pfn, addr, pgoff));
                         }
                         rss += 1;
                     }
@@ -441,18 +446,19 @@ fn mm_name(m: &Machine, id: MmId) -> String {
 fn check_anon_vmas(
     model: &Model,
     folios: &BTreeSet<Pfn>,
-    placed: &[(MmId, Pfn, u64)],
+    placed: &[(MmId, Pfn, u64, Option<u64>)],
     bad: &mut Vec<String>,
 ) {
     let m = &model.machine;
     let mut tree = Vec::new();
-    for &(mm, page, addr) in placed {
+    for &(mm, page, addr, pgoff) in placed {
         let folio = page_folio(m, page);
         let ext = m.zone.memmap.folio_ext(folio);
-        let expected = (ext.index + (page.0 - folio.0)) * PAGE_SIZE;
-        if addr != expected {
+        let expected = ext.index + (page.0 - folio.0);
+        if pgoff != Some(expected) {
             bad.push(format!(
-                "{page} is mapped at {addr:#x} but its folio's index puts it at {expected:#x}"
+                "{page} is mapped at {addr:#x} (page offset {pgoff:?} of its VMA) \
+                 but its folio's index puts it at page offset {expected:#x}"
             ));
         }
         m.anon_vmas.tree(ext.anon_vma, &mut tree);

@@ -210,7 +210,7 @@ fn copy_pte_range(
             {
                 share_ptes(st, dt, i + k, 1);
             } else {
-                copy_present_page(m, dt, dst_id, index, i + k, page, writable)?;
+                copy_present_page(m, dt, dst_id, i + k, page, writable)?;
             }
         }
         i += nr;
@@ -238,7 +238,6 @@ fn copy_present_page(
     m: &mut Machine,
     dt: &mut PteTable,
     dst_id: MmId,
-    index: u64,
     i: usize,
     page: Pfn,
     writable: bool,
@@ -251,8 +250,7 @@ fn copy_present_page(
         return Err(Fault::Oom);
     }
     crate::thp_utilization::copy_content(m, page, new);
-    let addr = index * PMD_SIZE + i as u64 * crate::mm_types::PAGE_SIZE;
-    rmap::folio_add_new_anon_rmap(m, new, 0, false, dst_id, addr);
+    rmap::folio_add_new_anon_rmap(m, new, 0, false, dst_id, 0);
     dt.ptes[i] = Pte::new(new, writable);
     dt.pte_mkdirty(i);
     Ok(())

@@ -235,15 +235,18 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
     // unmap_folio: the kernel's walk unmaps the folio mapping by mapping,
     // which may queue it as partially mapped for a moment.
     rmap::try_to_migrate(m, mms, folio);
-    // The mappings are found through the folio's anon_vma and index: the
-    // one place in each mm of its fork family where its pages can be.
-    let (walk, addr) = rmap::rmap_walk_anon(m, folio);
-    let index = addr / PMD_SIZE;
+    // The mappings are found through the folio's anon_vma and index: in
+    // each VMA of its fork family that covers its page offsets, the one
+    // place its pages can be there (vma_address).
+    let walk = rmap::anon_vma_interval_tree_foreach(m, mms, folio);
     if rmap::folio_entire_mapcount(m, folio) > 0 {
-        for &id in &walk {
-            let Some(mm) = mms.get_mut(id) else { continue };
+        for v in walk.iter().filter(|v| v.holds_pmd()) {
+            let Some(mm) = mms.get_mut(v.mm) else {
+                continue;
+            };
+            let index = v.addr / PMD_SIZE;
             if matches!(mm.pmds.get(&index), Some(Pmd::Huge { pfn, .. }) if *pfn == folio) {
-                split_huge_pmd(m, mm, addr);
+                split_huge_pmd(m, mm, v.addr);
             }
         }
     }
@@ -257,11 +260,13 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
         .iter()
         .any(|p| p.test(pg::ZEROED));
     if any_zeroed {
-        for &id in &walk {
-            let Some(mm) = mms.get_mut(id) else { continue };
+        for v in &walk {
+            let Some(mm) = mms.get_mut(v.mm) else {
+                continue;
+            };
             let mut dropped = 0u64;
-            // One table, unless mremap moved the folio across a PMD boundary.
-            for (index, first, lo, hi) in crate::pgtable::folio_pte_spans(addr, nr as usize) {
+            // One table, unless the VMA's part of the folio crosses a PMD boundary.
+            for (index, first, lo, hi) in v.pte_spans(nr as usize) {
                 let Some(Pmd::Table(t)) = mm.pmds.get_mut(&index) else {
                     continue;
                 };

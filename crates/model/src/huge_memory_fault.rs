@@ -121,7 +121,8 @@ fn map_anon_folio_pmd(
     deposit: Pfn,
 ) {
     let writable = vma.flags & Vma::VM_WRITE != 0;
-    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true, mm.mm_id, haddr);
+    let pgoff = vma.linear_page_index(haddr);
+    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true, mm.mm_id, pgoff);
     crate::thp_utilization::set_folio_cause(m, folio, crate::thp_utilization::FolioCause::Fault);
     mm.anon_rss += HPAGE_PMD_NR;
     m.stat.rss_anon_add(HPAGE_PMD_NR);

@@ -464,7 +464,8 @@ fn collapse_huge_page(
     let Some(Pmd::Table(table)) = mm.pmds.remove(&index) else {
         unreachable!("the PTE table went away during collapse");
     };
-    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true, mm.mm_id, haddr);
+    let pgoff = vma.linear_page_index(haddr);
+    rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true, mm.mm_id, pgoff);
     let cause = if khugepaged {
         FolioCause::Khugepaged
     } else {

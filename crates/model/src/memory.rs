@@ -240,7 +240,7 @@ fn do_fault(
     };
     m.trace(|| Step::Mapped { order: 0 });
     copy_content(m, page, new);
-    rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, addr);
+    rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, 0);
     mm.anon_rss += 1;
     m.stat.rss_anon_add(1);
     let t = table(mm, addr);
@@ -267,7 +267,8 @@ fn do_anonymous_page(
     m.trace(|| Step::Mapped { order });
     let nr = 1u64 << order;
     let start = addr & !((PAGE_SIZE << order) - 1);
-    rmap::folio_add_new_anon_rmap(m, folio, order, false, mm.mm_id, start);
+    let pgoff = vma.linear_page_index(start);
+    rmap::folio_add_new_anon_rmap(m, folio, order, false, mm.mm_id, pgoff);
     if order > 0 {
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
         set_folio_cause(m, folio, FolioCause::Fault);
@@ -294,7 +295,6 @@ fn do_anonymous_page(
 fn do_anonymous_page_small(
     m: &mut Machine,
     mm_id: MmId,
-    addr: u64,
     write: bool,
     writable: bool,
 ) -> Option<Pte> {
@@ -309,7 +309,7 @@ fn do_anonymous_page_small(
         let charged = crate::memcontrol_charge::mem_cgroup_charge(m, None, mm_id, folio, 0, gfp);
         debug_assert!(charged.is_ok());
     }
-    rmap::folio_add_new_anon_rmap(m, folio, 0, false, mm_id, addr);
+    rmap::folio_add_new_anon_rmap(m, folio, 0, false, mm_id, 0);
     Some(Pte::new(folio, writable))
 }
 
@@ -479,7 +479,7 @@ fn wp_page_copy(
     if let Some((_, page)) = old {
         copy_content(m, page, new);
     }
-    rmap::folio_add_new_anon_rmap(m, new, 0, false, mm.mm_id, addr);
+    rmap::folio_add_new_anon_rmap(m, new, 0, false, mm.mm_id, 0);
     let writable = vma.flags & Vma::VM_WRITE != 0;
     let t = table(mm, addr);
     t.ptes[pte_index(addr)] = Pte::new(new, writable);
@@ -613,7 +613,7 @@ pub fn access_range(
                     }
                     // handle_mm_fault -> do_anonymous_page at order 0, inline:
                     // the first-touch hot path. The access is retried.
-                    let Some(new) = do_anonymous_page_small(m, mm_id, addr, write, writable) else {
+                    let Some(new) = do_anonymous_page_small(m, mm_id, write, writable) else {
                         oom = true;
                         break;
                     };

@@ -152,13 +152,12 @@ pub struct FolioExt {
     /// `_large_mapcount`: every page-table mapping of the folio, a PMD
     /// counting once (plain count; the kernel stores it minus one).
     pub large_mapcount: u32,
-    /// `folio->index` of an anon folio: its first page's virtual page number
-    /// (address >> PAGE_SHIFT), which is where it is mapped in every mm of
-    /// its anon_vma tree. The kernel's index is a page offset that `mremap`
-    /// leaves alone (the moved VMA keeps its vm_pgoff); the model's follows
-    /// the folio to its new address instead (`mremap::relocate_folio`), which
-    /// is the same map as long as a moved folio is mapped in the moved range
-    /// only (`mremap` refuses to move one mapped elsewhere too).
+    /// `folio->index` of an anon folio: the page offset of its first page
+    /// in the VMA it was faulted (or collapsed) in (`linear_page_index`:
+    /// the VMA's `vm_pgoff` plus the page's distance from its start). Each
+    /// VMA of its anon_vma tree maps it where that offset falls in it
+    /// (`vma_address`), so a folio `mremap` cut in two is found in both
+    /// VMAs, the moved one keeping the old range's pgoff.
     pub index: u64,
 }
 

@@ -22,8 +22,16 @@
 //!   and its PTEs moved; a whole PTE table by its PMD entry
 //!   (`move_normal_pmd`); otherwise PTE by PTE into a table allocated at the
 //!   destination (`move_ptes`). Large folios stay whole and mapped, at the
-//!   new address; the old range is then unmapped (nothing is mapped there
-//!   any more; page tables no VMA needs are freed). Addresses are realigned
+//!   new address; one the range cuts (a PMD THP split there, an mTHP whose
+//!   pages the range holds only some of) is then mapped by two VMAs at two
+//!   addresses, the PTEs left behind untouched, and stays fully mapped: a
+//!   move removes no rmap, so nothing is queued for deferred split until
+//!   a later unmap of either part. Its reverse map needs no update: the
+//!   moved VMA keeps the old range's pgoff, so `folio->index` still finds
+//!   the folio through it (`vma_address`), in the mover's mm and in a fork
+//!   relative's that still maps it at the old address alike. The old
+//!   range is then unmapped (nothing is mapped there any more; page tables
+//!   no VMA needs are freed). Addresses are realigned
 //!   to the PMD below when both are equally misaligned and nothing is mapped
 //!   there (`try_realign_addr`).
 //! - MREMAP_FIXED (`at=`) first unmaps whatever the new range holds
@@ -35,17 +43,17 @@
 //! (`hugelab_workload::placement`), not `get_unmapped_area`: the kernel
 //! backend moves to the same address with MREMAP_FIXED.
 //!
-//! Simplifications: `folio->index` follows a moved folio (see
-//! `mm_types::FolioExt`), so a move of a large folio that is also mapped
-//! outside the moved range (by a fork relative, or by the part of its VMA
-//! that stays) is refused as not modelled, as is a move of a lazily-freed
-//! small folio a fork shares; HugeTLB regions are refused; the PUD-level moves
+//! Simplifications: a lazily-freed (MADV_FREE) folio records the address
+//! reclaim finds it at, which follows the move; so a move of one that is
+//! also mapped outside the moved range (by a fork relative, or, for a
+//! large one, by the part of its VMA that stays) is refused as not
+//! modelled. HugeTLB regions are refused; the PUD-level moves
 //! (`move_normal_pud`, 1 GiB extents) are made PMD by PMD (the same pages
 //! mapped; only a 1 GiB-aligned move of 1 GiB or more would move a PMD
 //! table page the model allocates anew); VM_ACCOUNT, mlock and the map count
 //! limits are not modelled.
 
-use crate::mm_types::{pg, MmStruct, Pfn, Region, Vma, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
+use crate::mm_types::{MmStruct, Pfn, Region, Vma, PAGE_SHIFT, PAGE_SIZE, PMD_SIZE, PUD_SIZE};
 use crate::mmap::{can_merge_new, do_munmap, vma_merge_new_range};
 use crate::pgtable::{pte_index, Pmd, PteTable};
 use crate::sparse::page_folio;
@@ -318,28 +326,28 @@ fn copy_vma_and_data(
     Ok(())
 }
 
-/// The folios mapped in `[addr, addr + len)` whose reverse map the move
-/// changes (`mm_types::FolioExt::index`, a lazily-freed folio's LRU
-/// entry), after checking that the model can move them: every mapping of
-/// each large folio lies in the range, a PMD-mapped THP the range cuts
-/// included (its split leaves PTEs outside), and no lazily-freed small
-/// folio is shared.
+/// The lazily-freed folios mapped in `[addr, addr + len)`, whose LRU
+/// entry says where reclaim finds them (`swap::folio_mark_lazyfree`) and
+/// so follows the move, after checking that the model can move them: a
+/// lazily-freed folio must be mapped in the range only (not by a fork
+/// relative, nor, for a large one, by the part of its VMA that stays). A
+/// large folio that is not lazily freed needs nothing: its reverse map is
+/// its index, which the moved VMA's pgoff keeps valid.
 fn check_movable(m: &Machine, mm: &MmStruct, addr: u64, len: u64) -> Result<Vec<Pfn>, Refused> {
     const ELSEWHERE: Refused = Refused::Unsupported(
-        "mremap of a large folio that is also mapped outside the moved range \
-         (by a fork relative or the rest of its VMA)",
+        "mremap of a lazily-freed (MADV_FREE) folio that is also mapped outside the \
+         moved range (by a fork relative or the rest of its VMA)",
     );
     let end = addr + len;
     let mut counts: BTreeMap<Pfn, u64> = BTreeMap::new();
-    let mut small = Vec::new();
     for (index, pmd) in mm.pmds.range(addr / PMD_SIZE..=(end - 1) / PMD_SIZE) {
         let slot = index * PMD_SIZE;
         match pmd {
-            Pmd::Huge { pfn, .. } if slot >= addr && slot + PMD_SIZE <= end => {
-                *counts.entry(*pfn).or_default() += 1;
+            Pmd::Huge { pfn, .. } if crate::swap::folio_test_lazyfree(m, *pfn) => {
+                let inside = slot >= addr && slot + PMD_SIZE <= end;
+                *counts.entry(*pfn).or_default() += u64::from(inside);
             }
-            Pmd::Huge { .. } => return Err(ELSEWHERE),
-            Pmd::HugeZero { .. } => {}
+            Pmd::Huge { .. } | Pmd::HugeZero { .. } => {}
             Pmd::Table(t) => {
                 let (lo, hi) = (addr.max(slot), end.min(slot + PMD_SIZE));
                 let first = pte_index(lo);
@@ -347,15 +355,8 @@ fn check_movable(m: &Machine, mm: &MmStruct, addr: u64, len: u64) -> Result<Vec<
                 for pte in &t.ptes[first..first + n] {
                     let Some(pfn) = pte.pfn() else { continue };
                     let folio = page_folio(m, pfn);
-                    if m.zone.memmap.page(folio).order() > 0 {
+                    if crate::swap::folio_test_lazyfree(m, folio) {
                         *counts.entry(folio).or_default() += 1;
-                    } else if crate::swap::folio_test_lazyfree(m, folio) {
-                        if m.zone.memmap.page(pfn).mapcount > 1 {
-                            return Err(Refused::Unsupported(
-                                "mremap of a lazily-freed page a fork relative maps too",
-                            ));
-                        }
-                        small.push(folio);
                     }
                 }
             }
@@ -366,25 +367,17 @@ fn check_movable(m: &Machine, mm: &MmStruct, addr: u64, len: u64) -> Result<Vec<
             return Err(ELSEWHERE);
         }
     }
-    small.extend(counts.into_keys());
-    Ok(small)
+    Ok(counts.into_keys().collect())
 }
 
-/// What the kernel's reverse map finds through the moved VMA's pgoff, the
-/// model's finds through the folio's own address: the moved large folios'
-/// index and the moved lazily-freed folios' LRU entries follow them.
+/// The moved lazily-freed folios' LRU entries follow them (see
+/// `check_movable`).
 ///
-/// No kernel function: the model's `folio->index` is an address (see the module doc).
+/// No kernel function: the model's lazily-freed folios record an address.
 fn relocate_folios(m: &mut Machine, mm: u32, moved: &[Pfn], addr: u64, len: u64, new_addr: u64) {
-    // Downwards too: wrapping arithmetic, in bytes and in pages apart.
+    // Downwards too: wrapping arithmetic.
     let delta = new_addr.wrapping_sub(addr);
-    let pages = (new_addr >> PAGE_SHIFT).wrapping_sub(addr >> PAGE_SHIFT);
     for &folio in moved {
-        let head = m.zone.memmap.page(folio);
-        if head.order() > 0 && head.test(pg::ANON) {
-            let ext = m.zone.memmap.folio_ext_mut(folio);
-            ext.index = ext.index.wrapping_add(pages);
-        }
         let mut e = m.lru.get(folio);
         let size = PAGE_SIZE << m.zone.memmap.page(folio).order();
         if e.flags != 0 && e.mm == mm && e.addr + size > addr && e.addr < addr + len {
@@ -646,24 +639,61 @@ mod tests {
     }
 
     #[test]
-    fn moving_a_thp_a_fork_shares_is_refused_as_not_modelled() {
+    fn a_thp_a_fork_shares_moves_and_splits_in_both() {
+        // b keeps the THP at the old address, a moves it: half unmapped in
+        // both, it is partially mapped and the shrinker's split finds both.
         let w = parse(
             "t.hlw",
             &format!(
-                "{THP_ALWAYS}spawn a\na mmap buf 2M\na write buf\na fork b\n\
-                 a mremap buf 2M at=0x7e2000000000\n"
+                "{THP_ALWAYS}spawn a\na mmap buf 2M at=0x7e1000000000\na write buf\na fork b\n\
+                 a mremap buf 2M at=0x7e2000000000\na munmap buf:1M\nb munmap buf:1M\nreclaim\n"
             ),
         )
         .unwrap();
-        let e = run(&mut Model::default(), &w).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("also mapped outside the moved range"),
-            "{e}"
+        let mut model = Model::default().with_invariant_checks();
+        let obs = run(&mut model, &w).unwrap();
+        let c = &obs.snapshots.last().unwrap().counters;
+        assert_eq!(c["vmstat.thp_split_pmd"], 2);
+        assert_eq!(c["vmstat.thp_split_page"], 1);
+        assert_eq!(c["smaps.a.buf.Rss"], 1024);
+        assert_eq!(c["smaps.b.buf.Rss"], 1024);
+        assert_eq!(c["vmstat.nr_anon_pages"], 256);
+    }
+
+    #[test]
+    fn a_folio_cut_by_the_move_stays_whole_in_two_vmas() {
+        // lo and hi are one VMA; the 2M THP at lo is split at the PMD and
+        // its upper half moved: one folio, mapped at two addresses.
+        let (failures, c, vmas) = run_a(
+            "a mmap lo 1M at=0x7e1000000000\n\
+             a mmap hi 1M at=0x7e1000100000\n\
+             a write lo\n\
+             a mremap hi 1M at=0x7e1000500000\n",
         );
-        assert!(
-            e.to_string().contains("not supported by the model backend"),
-            "{e}"
+        assert!(failures.is_empty(), "{failures:?}");
+        assert_eq!(c["mthp.2048kB.nr_anon"], 1);
+        assert_eq!(c["vmstat.thp_split_pmd"], 1);
+        assert_eq!(c["mthp.2048kB.nr_anon_partially_mapped"], 0);
+        assert_eq!(c["smaps.a.Rss"], 2048);
+        // The moved VMA keeps the page offsets it had.
+        assert_eq!(
+            vmas,
+            [(X, X + M, X >> 12), (X + 5 * M, X + 6 * M, (X + M) >> 12)]
         );
+    }
+
+    #[test]
+    fn moving_a_lazily_freed_thp_a_fork_shares_is_refused_as_not_modelled() {
+        let w = parse(
+            "t.hlw",
+            &format!(
+                "{THP_ALWAYS}spawn a\na mmap buf 2M\na write buf\na madvise buf FREE\n\
+                 a fork b\na mremap buf 2M at=0x7e2000000000\n"
+            ),
+        )
+        .unwrap();
+        let e = run(&mut Model::default(), &w).unwrap_err().to_string();
+        assert!(e.contains("lazily-freed (MADV_FREE) folio"), "{e}");
+        assert!(e.contains("not supported by the model backend"), "{e}");
     }
 }

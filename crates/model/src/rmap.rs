@@ -12,8 +12,9 @@
 //!
 //! The reverse map of a large folio is what the kernel's is: its anon_vma
 //! and its index (`FolioExt`). `rmap_walk_anon` visits the mm of that
-//! anon_vma and of every anon_vma forked from it, and looks at the one
-//! address where each can map the folio, so splitting a folio or remapping
+//! anon_vma and of every anon_vma forked from it, and in each VMA whose
+//! page offsets cover the folio's index looks at the one address where it
+//! can map the folio (`vma_address`), so splitting a folio or remapping
 //! its zero-filled pages costs the mms of one fork family, not a walk of
 //! every page table of every process.
 //!
@@ -30,12 +31,16 @@
 //!
 //! Simplifications: one anon_vma per mm instead of one per VMA with
 //! anon_vma_chain links (`AnonVma`, named by its mm's id): a folio of an
-//! mm's anon_vma is mapped only at its own address (its index, which
-//! `mremap` moves with it: see `mm_types::FolioExt::index`), in that mm
-//! or in mms forked from it, which is what the kernel's interval tree of
-//! VMAs under the anon_vma yields too. The tree itself is not kept: the
-//! walk collects the VMAs of those mms at the folio's address and sorts
-//! them by start and by an insertion sequence number (`AnonVmas::avc_seq`):
+//! mm's anon_vma is mapped, in that mm or in mms forked from it, by VMAs
+//! whose page offsets cover its index (`mm_types::FolioExt::index`), at
+//! `vma_address`, which is what the kernel's interval tree of VMAs under
+//! the anon_vma yields too; the model's walk may also visit a VMA of those
+//! mms that the kernel's anon_vma does not link (its offsets cover the
+//! index but it maps other memory), where, as in the kernel's
+//! page_vma_mapped_walk, the page tables do not map the folio. The tree
+//! itself is not kept: the walk collects the VMAs of those mms whose
+//! offsets overlap the folio's and sorts them by start pgoff and by an
+//! insertion sequence number (`AnonVmas::avc_seq`):
 //! the fork's for every VMA of a child, a newer one for a VMA split or
 //! merged since; a VMA of the family's first mm that never changed ranks
 //! first (its anon_vma_prepare came before any fork that linked a child). Only large folios record their
@@ -234,45 +239,92 @@ impl AnonVmas {
     }
 }
 
-/// rmap_walk_anon: the live mms that may map `folio` (a large anon folio),
-/// in the order of its anon_vma tree, and the address of its first page.
-pub fn rmap_walk_anon(m: &Machine, folio: Pfn) -> (Vec<MmId>, u64) {
+/// rmap_walk_anon's anon_vma part: the live mms of the tree of the
+/// anon_vma of `folio` (a large anon folio), the mms whose VMAs
+/// `anon_vma_interval_tree_foreach` looks at.
+pub fn rmap_walk_anon(m: &Machine, folio: Pfn) -> Vec<MmId> {
     let ext = m.zone.memmap.folio_ext(folio);
     let mut ids = Vec::new();
     m.anon_vmas.tree(ext.anon_vma, &mut ids);
     ids.retain(|id| m.anon_vmas.get(*id).is_some_and(|av| av.mm_alive));
-    (ids, ext.index << PAGE_SHIFT)
+    ids
 }
 
-/// One VMA an rmap walk of a folio visits: its mm and its range.
+/// One VMA an rmap walk of a folio visits: its mm, its range, and where
+/// the folio's first page is in it (`vma_address` of `folio->index` before
+/// its clamping: below `start` when the VMA maps only a tail of the folio).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AvcVisit {
     pub mm: MmId,
     pub start: u64,
     pub end: u64,
+    pub addr: u64,
+}
+
+impl AvcVisit {
+    /// The folio's pages (of `nr`) whose addresses in this VMA lie inside it.
+    pub fn pages(&self, nr: usize) -> std::ops::Range<usize> {
+        let page = |a: u64| (a.wrapping_sub(self.addr) / PAGE_SIZE).min(nr as u64) as usize;
+        let lo = if self.start > self.addr {
+            page(self.start)
+        } else {
+            0
+        };
+        lo..page(self.end).max(lo)
+    }
+
+    /// The PTE tables holding this VMA's part of the folio: (PMD index, PTE
+    /// index of its first page there, the folio's pages `[lo, hi)` in it),
+    /// as `pgtable::folio_pte_spans` gives them.
+    pub fn pte_spans(&self, nr: usize) -> impl Iterator<Item = (u64, usize, usize, usize)> {
+        let pages = self.pages(nr);
+        let base = self.addr.wrapping_add(pages.start as u64 * PAGE_SIZE);
+        folio_pte_spans(base, pages.len())
+            .map(move |(index, first, lo, hi)| (index, first, lo + pages.start, hi + pages.start))
+    }
+
+    /// Whether this VMA can map the whole folio by the PMD at `addr`.
+    pub fn holds_pmd(&self) -> bool {
+        self.addr.is_multiple_of(PMD_SIZE)
+            && self.start <= self.addr
+            && self.addr + PMD_SIZE <= self.end
+    }
 }
 
 /// anon_vma_interval_tree_foreach over the anon_vma of `folio` (a large
 /// anon folio), as rmap_walk_anon runs it: the VMAs with an anon_vma of the
-/// live mms of its tree that overlap the folio, in the tree's in-order
-/// (mm/interval_tree.c, include/linux/interval_tree_generic.h): by the
-/// VMA's start address (the kernel sorts by start pgoff: the same order
-/// unless mremap moved a VMA the walk meets, and a folio mremap moved is
-/// mapped in the moved range only), then by when its avc was inserted (see
-/// `AnonVmas::avc_seq`).
+/// live mms of its tree whose page offsets (`vm_pgoff` on) overlap the
+/// folio's (`folio->index` on), in the tree's in-order (mm/interval_tree.c,
+/// include/linux/interval_tree_generic.h): by the VMA's start pgoff, then
+/// by when its avc was inserted (see `AnonVmas::avc_seq`). A VMA so found
+/// need not map the folio (it may map other memory at those offsets):
+/// every user checks the page-table entry, as page_vma_mapped_walk does.
 pub fn anon_vma_interval_tree_foreach(m: &Machine, mms: &mut MmList, folio: Pfn) -> Vec<AvcVisit> {
-    let (ids, addr) = rmap_walk_anon(m, folio);
-    let end = addr + (PAGE_SIZE << m.zone.memmap.page(folio).order());
+    let ids = rmap_walk_anon(m, folio);
+    let index = m.zone.memmap.folio_ext(folio).index;
+    let last = index + (1u64 << m.zone.memmap.page(folio).order()) - 1;
     let mut visits = Vec::new();
     for mm in ids {
         let Some(mmp) = mms.get_mut(mm) else { continue };
-        for vma in mmp.vmas_in(addr, end).iter().filter(|v| v.anon_vma) {
-            let (start, end) = (vma.start, vma.end);
-            visits.push(AvcVisit { mm, start, end });
+        for vma in mmp.vmas.values().filter(|v| v.anon_vma) {
+            if vma.pgoff > last || vma.pgoff + vma.pages() <= index {
+                continue;
+            }
+            let offset = index.wrapping_sub(vma.pgoff) << PAGE_SHIFT;
+            let addr = vma.start.wrapping_add(offset);
+            visits.push((vma.pgoff, mm, vma.start, vma.end, addr));
         }
     }
-    visits.sort_by_key(|v| (v.start, m.anon_vmas.avc_seq(v.mm, v.start)));
+    visits.sort_by_key(|&(pgoff, mm, start, ..)| (pgoff, m.anon_vmas.avc_seq(mm, start)));
     visits
+        .into_iter()
+        .map(|(_, mm, start, end, addr)| AvcVisit {
+            mm,
+            start,
+            end,
+            addr,
+        })
+        .collect()
 }
 
 /// try_to_migrate as unmap_folio runs it before a split
@@ -293,8 +345,6 @@ pub fn anon_vma_interval_tree_foreach(m: &Machine, mms: &mut MmList, folio: Pfn)
 /// made on a copy of the folio's mapcounts, which the split discards.
 pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
     let nr = 1usize << m.zone.memmap.page(folio).order();
-    let addr = m.zone.memmap.folio_ext(folio).index << PAGE_SHIFT;
-    let index = addr / PMD_SIZE;
     let mut entire = folio_entire_mapcount(m, folio);
     let mut mapped = folio_nr_pages_mapped(m, folio) as usize;
     let pages = m.zone.memmap.pages(folio, nr as u64);
@@ -303,35 +353,31 @@ pub fn try_to_migrate(m: &mut Machine, mms: &mut MmList, folio: Pfn) {
         let Some(mm) = mms.get_mut(v.mm) else {
             continue;
         };
-        match mm.pmds.get(&index) {
-            Some(Pmd::Huge { pfn, .. }) if *pfn == folio => {
+        match mm.pmds.get(&(v.addr / PMD_SIZE)) {
+            Some(Pmd::Huge { pfn, .. }) if *pfn == folio && v.holds_pmd() => {
                 entire -= 1;
                 let unmapped = if entire == 0 { nr - mapped } else { 0 };
                 if unmapped > 0 && unmapped < nr {
                     remove_rmap_partially_mapped(m, folio);
                 }
+                continue;
             }
-            Some(Pmd::HugeZero { .. }) => {}
-            _ => {
-                let lo = ((v.start.max(addr) - addr) / PAGE_SIZE) as usize;
-                let hi = ((v.end.min(addr + (nr as u64) * PAGE_SIZE) - addr) / PAGE_SIZE) as usize;
-                // One table, unless mremap moved the folio across a PMD boundary.
-                for (index, first, from, to) in folio_pte_spans(addr, nr) {
-                    let Some(Pmd::Table(t)) = mm.pmds.get(&index) else {
-                        continue;
-                    };
-                    let pages = mapcount.iter_mut().enumerate();
-                    for (i, count) in pages.take(hi.min(to)).skip(lo.max(from)) {
-                        if t.ptes[first + i - from].pfn() != Some(Pfn(folio.0 + i as u64)) {
-                            continue;
-                        }
-                        *count -= 1;
-                        if *count == 0 {
-                            mapped -= 1;
-                            if entire == 0 && mapped > 0 {
-                                remove_rmap_partially_mapped(m, folio);
-                            }
-                        }
+            _ => {}
+        }
+        // One table, unless the VMA's part of the folio crosses a PMD boundary.
+        for (index, first, from, to) in v.pte_spans(nr) {
+            let Some(Pmd::Table(t)) = mm.pmds.get(&index) else {
+                continue;
+            };
+            for (i, count) in mapcount.iter_mut().enumerate().take(to).skip(from) {
+                if t.ptes[first + i - from].pfn() != Some(Pfn(folio.0 + i as u64)) {
+                    continue;
+                }
+                *count -= 1;
+                if *count == 0 {
+                    mapped -= 1;
+                    if entire == 0 && mapped > 0 {
+                        remove_rmap_partially_mapped(m, folio);
                     }
                 }
             }
@@ -484,8 +530,11 @@ fn folio_sub_large_mapcount(m: &mut Machine, folio: Pfn, diff: u64, mm: MmId) {
 }
 
 /// folio_add_new_anon_rmap(RMAP_EXCLUSIVE): a freshly allocated folio gets its
-/// first mapping — by one PMD when `pmd`, else by one PTE per page — at
-/// `addr` in the mm `mm`, whose anon_vma it joins (`__folio_set_anon`).
+/// first mapping — by one PMD when `pmd`, else by one PTE per page — in
+/// the mm `mm`, whose anon_vma it joins, its first page at page offset
+/// `index` of its VMA (`linear_page_index`), which a large folio keeps as
+/// `folio->index` (`__folio_set_anon`); an order-0 folio keeps no index in
+/// the model and its callers pass 0.
 #[inline]
 pub fn folio_add_new_anon_rmap(
     m: &mut Machine,
@@ -493,7 +542,7 @@ pub fn folio_add_new_anon_rmap(
     order: u32,
     pmd: bool,
     mm: MmId,
-    addr: u64,
+    index: u64,
 ) {
     let nr = 1u64 << order;
     let pages = m.zone.memmap.pages_mut(folio, nr);
@@ -511,7 +560,7 @@ pub fn folio_add_new_anon_rmap(
         *m.zone.memmap.folio_ext_mut(folio) = crate::mm_types::FolioExt {
             anon_vma: mm,
             large_mapcount: if pmd { 1 } else { nr as u32 },
-            index: (addr >> PAGE_SHIFT) & !(nr - 1),
+            index,
         };
         m.anon_vmas.get_folio(mm);
         m.stat.mod_mthp_stat(order, MthpStat::NrAnon, 1);

@@ -54,10 +54,10 @@ use crate::huge_memory::{
     deferred_split_scan, shrink_huge_zero_folio_scan, split_folio, split_huge_pmd,
 };
 use crate::memcontrol::{MemcgId, SWAP_CLUSTER_MAX};
-use crate::mm_types::{pg, MmId, MmStruct, Pfn, HPAGE_PMD_ORDER, PMD_SIZE};
+use crate::mm_types::{pg, MmId, MmStruct, Pfn, HPAGE_PMD_ORDER, PAGE_SIZE, PMD_SIZE};
 use crate::mms::MmList;
 use crate::page_alloc::free_folio;
-use crate::pgtable::{folio_pte_spans, Pmd, Pte};
+use crate::pgtable::{Pmd, Pte};
 use crate::rmap;
 use crate::swap::{self, folio_set_active, folio_test_lazyfree};
 use crate::vmstat::{MthpStat, VmEvent};
@@ -152,8 +152,8 @@ pub fn shrink_folio_list(m: &mut Machine, mms: &mut MmList, folios: Vec<Pfn>) ->
 pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
     let order = m.zone.memmap.page(folio).order();
     let nr = 1usize << order;
-    let (walk, addr) = if order > 0 {
-        rmap::rmap_walk_anon(m, folio)
+    let walk: Vec<rmap::AvcVisit> = if order > 0 {
+        rmap::anon_vma_interval_tree_foreach(m, mms, folio)
     } else {
         // A small folio has no anon_vma in the model: every mm of the fork
         // family of the mm that marked it, at the address it was marked at.
@@ -161,16 +161,27 @@ pub fn try_to_unmap_lazyfree(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> b
         let mut ids = Vec::new();
         m.anon_vmas.tree(m.anon_vmas.root(e.mm), &mut ids);
         ids.retain(|id| m.anon_vmas.get(*id).is_some_and(|av| av.mm_alive));
-        (ids, e.addr)
+        let (start, end, addr) = (e.addr, e.addr + PAGE_SIZE, e.addr);
+        ids.into_iter()
+            .map(|mm| rmap::AvcVisit {
+                mm,
+                start,
+                end,
+                addr,
+            })
+            .collect()
     };
-    let index = addr / PMD_SIZE;
-    for id in walk {
-        let Some(mm) = mms.get_mut(id) else { continue };
-        if matches!(mm.pmds.get(&index), Some(Pmd::Huge { pfn, .. }) if *pfn == folio) {
-            split_huge_pmd(m, mm, index * PMD_SIZE);
+    for v in walk {
+        let Some(mm) = mms.get_mut(v.mm) else {
+            continue;
+        };
+        let index = v.addr / PMD_SIZE;
+        let huge = matches!(mm.pmds.get(&index), Some(Pmd::Huge { pfn, .. }) if *pfn == folio);
+        if huge && v.holds_pmd() {
+            split_huge_pmd(m, mm, v.addr);
         }
-        for (index, first, lo, hi) in folio_pte_spans(addr, nr) {
-            if !unmap_lazyfree_ptes(m, mm, id, folio, index, first, lo..hi) {
+        for (index, first, lo, hi) in v.pte_spans(nr) {
+            if !unmap_lazyfree_ptes(m, mm, v.mm, folio, index, first, lo..hi) {
                 return true;
             }
         }
@@ -312,7 +323,7 @@ fn deferred_split_scan_memcg(m: &mut Machine, mms: &mut MmList, memcg: MemcgId) 
         .iter()
         .filter(|&f| m.memcg.folio_memcg(f) == Some(memcg))
         .filter(|&f| {
-            let (walk, _) = crate::rmap::rmap_walk_anon(m, f);
+            let walk = crate::rmap::rmap_walk_anon(m, f);
             walk.iter().all(|id| mms.get_mut(*id).is_some())
         })
         .collect();

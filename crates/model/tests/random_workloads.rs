@@ -592,7 +592,8 @@ fn run_checked(
         let splits_before = all_splits(&model);
         match model.execute(stmt) {
             Ok(()) => {}
-            // What mremap of memory a fork shares the model refuses.
+            // What mremap the model refuses: a lazily-freed folio mapped
+            // outside the moved range too.
             Err(e)
                 if e.kind == BackendErrorKind::Unsupported
                     && matches!(stmt.kind, StmtKind::Mremap(_)) =>

@@ -99,6 +99,47 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
     if let Some(file) = &args.from {
         return from_saved(file, &args);
     }
+    let Some(result) = measure(&args)? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if let Some(path) = &args.plot {
+        write_plot(&result, path)?;
+    }
+    print!("{}", report(&result, args.json)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+impl BenchArgs {
+    /// A bench of `command` under `settings` (as `--setting` takes them),
+    /// `runs` measured runs after `warmup` ones each, the command's output
+    /// discarded: what `validate` measures.
+    pub(crate) fn of(
+        settings: Vec<String>,
+        runs: u32,
+        warmup: u32,
+        dry_run: bool,
+        json: bool,
+        command: Vec<String>,
+    ) -> BenchArgs {
+        BenchArgs {
+            settings,
+            from: None,
+            runs,
+            warmup,
+            json,
+            plot: None,
+            dry_run,
+            show_output: false,
+            ignore_failure: false,
+            command,
+        }
+    }
+}
+
+/// Checks the settings and the command, then runs the schedule under the
+/// settings guard: every run's figures. With `--dry-run`, prints what would
+/// change and run instead, and returns None.
+pub(crate) fn measure(args: &BenchArgs) -> Result<Option<BenchResult>> {
     if args.runs == 0 {
         bail!("--runs must be at least 1");
     }
@@ -122,7 +163,7 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
         } else {
             print!("{}", plan.render());
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(None);
     }
     hugelab_kernel::guard::require_root(
         "hugelab bench needs root: it sets kernel tunables and creates memory cgroups",
@@ -130,12 +171,7 @@ pub fn main(args: BenchArgs) -> Result<ExitCode> {
     if memcg::hierarchy().is_none() {
         bail!("this machine has no memory cgroup controller (neither v2 nor v1 is mounted)");
     }
-    let result = run_schedule(&args, &settings, &original, &schedule, &argv)?;
-    if let Some(path) = &args.plot {
-        write_plot(&result, path)?;
-    }
-    print!("{}", report(&result, args.json)?);
-    Ok(ExitCode::SUCCESS)
+    run_schedule(args, &settings, &original, &schedule, &argv).map(Some)
 }
 
 /// `--from FILE.json`: the tables (and --plot) of a bench saved with --json.
@@ -291,6 +327,7 @@ fn run_record(setting: &str, step: &Step, run: CommandRun) -> RunRecord {
         peak_kb: run.peak_kb,
         minflt: run.minflt,
         majflt: run.majflt,
+        pre_exec_minflt: run.pre_exec_minflt,
         oom_kills: run.oom_kills,
         anon_peak_kb: run.anon.anon_kb,
         anon_thp_peak_kb: run.anon.anon_thp_kb,

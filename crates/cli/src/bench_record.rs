@@ -36,9 +36,14 @@ pub struct RunRecord {
     /// Peak memory of the run's cgroup (v2 memory.peak, v1
     /// memory.max_usage_in_bytes), kB.
     pub peak_kb: u64,
-    /// Minor and major page faults of the process tree.
+    /// Minor and major page faults of the process tree (minor: less
+    /// `pre_exec_minflt`, the command's own as a recording counts them).
     pub minflt: u64,
     pub majflt: u64,
+    /// Minor faults hugelab's child took between its fork and the exec of
+    /// the command (in the tree's rusage, not the command's).
+    #[serde(default)]
+    pub pre_exec_minflt: u64,
     /// OOM kills in the run's cgroup (v2 memory.events, v1
     /// memory.oom_control: `oom_kill`).
     #[serde(default)]
@@ -204,6 +209,7 @@ pub(crate) fn test_run(setting: &str, run: u32, wall_s: f64) -> RunRecord {
         peak_kb: 102400,
         minflt: 1000,
         majflt: 0,
+        pre_exec_minflt: 0,
         oom_kills: 0,
         anon_peak_kb: 65536,
         anon_thp_peak_kb: 32768,
@@ -231,6 +237,7 @@ mod tests {
             peak_kb: 0,
             minflt: 0,
             majflt: 0,
+            pre_exec_minflt: 0,
             oom_kills: 0,
             anon_peak_kb: 0,
             anon_thp_peak_kb: 0,

@@ -53,8 +53,15 @@ pub struct CommandRun {
     pub wall_s: f64,
     pub user_s: f64,
     pub sys_s: f64,
+    /// Minor faults of the process tree, less those hugelab's child took
+    /// between its fork and its exec of the command (`pre_exec_minflt`):
+    /// the command's own, as a recording of it counts them.
     pub minflt: u64,
     pub majflt: u64,
+    /// The minor faults of hugelab's child before the exec (copy-on-write
+    /// of the pages it touched in hugelab's image), read by the child with
+    /// getrusage just before it execs.
+    pub pre_exec_minflt: u64,
     /// The group's peak, kB (0 where the kernel keeps no peak).
     pub peak_kb: u64,
     /// Deltas of the THP counters over the run.
@@ -162,8 +169,10 @@ pub fn run_in_memcg(
     if !show_output {
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
     }
+    let faults = PreExecFaults::new()?;
+    let report = faults.write_end();
     // SAFETY: between fork and exec only async-signal-safe calls (open,
-    // write, close) on memory prepared before the fork.
+    // write, close, getrusage) on memory prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
             let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
@@ -171,6 +180,7 @@ pub fn run_in_memcg(
                 return Err(std::io::Error::last_os_error());
             }
             libc::close(fd);
+            PreExecFaults::report(report);
             Ok(())
         });
     }
@@ -179,6 +189,7 @@ pub fn run_in_memcg(
         .spawn()
         .map_err(|e| KernelError::Refused(format!("cannot run {}: {e}", argv[0])))?;
     let pid = child.id() as i32;
+    let pre_exec_minflt = faults.read();
     let sampler = AnonSampler::start(cg.dir().join("memory.stat"));
     started(pid, cg.dir());
     let mut status = 0;
@@ -223,6 +234,7 @@ pub fn run_in_memcg(
         .collect();
     let (minflt, majflt) = (ru.ru_minflt as u64, ru.ru_majflt as u64);
     let foreign_faults = delta("vmstat.pgfault") - (minflt + majflt) as i64;
+    let minflt = minflt.saturating_sub(pre_exec_minflt);
     Ok(CommandRun {
         exit_code,
         wall_s,
@@ -230,12 +242,72 @@ pub fn run_in_memcg(
         sys_s: secs(ru.ru_stime),
         minflt,
         majflt,
+        pre_exec_minflt,
         peak_kb,
         counters,
         foreign_faults,
         oom_kills,
         anon,
     })
+}
+
+/// A pipe over which hugelab's child reports its minor faults just before
+/// it execs the command (they count in the task's min_flt, which the exec
+/// keeps, but are not the command's).
+struct PreExecFaults {
+    read: std::fs::File,
+    write: std::os::fd::OwnedFd,
+}
+
+impl PreExecFaults {
+    fn new() -> Result<PreExecFaults> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two fds; both close on exec.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(KernelError::Refused(format!(
+                "cannot make a pipe: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        use std::os::fd::FromRawFd;
+        // SAFETY: the fds were just made, each owned once.
+        Ok(unsafe {
+            PreExecFaults {
+                read: std::fs::File::from_raw_fd(fds[0]),
+                write: std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            }
+        })
+    }
+
+    fn write_end(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.write.as_raw_fd()
+    }
+
+    /// In the child, between fork and exec: async-signal-safe calls only.
+    fn report(fd: i32) {
+        // SAFETY: getrusage fills a zeroed rusage; write of 8 bytes of a
+        // local; an error loses only the correction.
+        unsafe {
+            let mut ru: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_SELF, &mut ru);
+            let n = (ru.ru_minflt as u64).to_ne_bytes();
+            libc::write(fd, n.as_ptr().cast(), n.len());
+        }
+    }
+
+    /// In hugelab, once the command runs: the child's count (0 if it
+    /// reported none).
+    fn read(self) -> u64 {
+        use std::io::Read;
+        drop(self.write);
+        let mut read = self.read;
+        let mut n = [0u8; 8];
+        match read.read_exact(&mut n) {
+            Ok(()) => u64::from_ne_bytes(n),
+            Err(_) => 0,
+        }
+    }
 }
 
 #[cfg(test)]

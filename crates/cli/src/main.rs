@@ -32,6 +32,8 @@ mod svg;
 mod table;
 mod utilization;
 mod utilization_view;
+mod validate;
+mod validate_rows;
 mod workload_args;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +59,9 @@ enum Command {
     /// A workload (normally a recording) on the model under each setting, in
     /// parallel: the figures `bench` measures, predicted.
     Predict(predict::PredictArgs),
+    /// `predict` of a recording beside `bench` of the program under the same
+    /// settings: predicted and measured, with the error per figure (root).
+    Validate(validate::ValidateArgs),
     /// Run workloads on the model and on this machine's kernel, side by side.
     Diff(diff::DiffArgs),
     /// Why each fault of a statement got the folio size it got: the kernel's
@@ -110,6 +115,7 @@ fn dispatch(cli: Cli) -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Compare(args) => compare::main(args),
         Command::Predict(args) => predict::main(args),
+        Command::Validate(args) => validate::main(args),
         Command::Diff(args) => diff::main(args),
         Command::Explain(args) => explain::main(args),
         Command::Counters(args) => counters::main(args),

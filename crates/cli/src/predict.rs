@@ -304,25 +304,63 @@ fn check_header(path: &Path, file: &str) -> Result<Option<RecordingHeader>> {
     Ok(header)
 }
 
-pub fn main(args: PredictArgs) -> Result<ExitCode> {
-    let specs: Vec<String> = if args.settings.is_empty() {
+/// The settings given, or the mTHP series' when none was.
+pub(crate) fn settings_or_series(specs: &[String]) -> Vec<String> {
+    if specs.is_empty() {
         SERIES_SETTINGS.iter().map(|s| s.to_string()).collect()
     } else {
-        args.settings.clone()
-    };
-    let settings = parse_predict_settings(&specs)?;
-    let file = args.file.display().to_string();
-    if !args.file.exists() {
+        specs.to_vec()
+    }
+}
+
+/// What predict computes: the recording's header (if the file is one),
+/// each setting's prediction in order, and the notes under the tables.
+pub(crate) struct Predicted {
+    pub(crate) header: Option<RecordingHeader>,
+    pub(crate) predictions: Vec<Prediction>,
+    pub(crate) notes: Vec<String>,
+    /// How many settings ran at once.
+    pub(crate) jobs: usize,
+}
+
+/// Checks `specs` against the model and the file's header, then replays
+/// `path` under each setting, `jobs` at once (default: one per CPU).
+pub(crate) fn predict(
+    path: &Path,
+    specs: &[String],
+    jobs: Option<usize>,
+    why: bool,
+) -> Result<Predicted> {
+    let settings = parse_predict_settings(specs)?;
+    let file = path.display().to_string();
+    if !path.exists() {
         bail!("{file}: no such workload file");
     }
-    let header = check_header(&args.file, &file)?;
-    let jobs = match args.jobs {
+    let header = check_header(path, &file)?;
+    let jobs = match jobs {
         Some(0) => bail!("--jobs 0: at least one setting must run at a time"),
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let predictions = run_all(&settings, &args.file, &file, args.why, jobs)?;
+    let predictions = run_all(&settings, path, &file, why, jobs)?;
     let notes = predict_report::notes(header.as_ref(), &predictions);
+    Ok(Predicted {
+        header,
+        predictions,
+        notes,
+        jobs,
+    })
+}
+
+pub fn main(args: PredictArgs) -> Result<ExitCode> {
+    let specs = settings_or_series(&args.settings);
+    let Predicted {
+        header,
+        predictions,
+        notes,
+        ..
+    } = predict(&args.file, &specs, args.jobs, args.why)?;
+    let file = args.file.display().to_string();
     if let Some(plot) = &args.plot {
         predict_report::write_plot(&file, &predictions, plot)
             .with_context(|| format!("--plot {}", plot.display()))?;

@@ -584,6 +584,35 @@ fn every_root_readme_example_runs_on_this_machine() {
                 assert!(run.contains("vmstat.pgfault"), "{run}");
                 let _ = std::fs::remove_file(&file);
             }
+            "hugelab validate prog.hlw.zst -- prog ARGS" => {
+                let file = std::env::temp_dir()
+                    .join(format!("hugelab-readme-v-{}.hlw.zst", std::process::id()));
+                let path = file.to_str().unwrap();
+                let dd = ["dd", "if=/dev/zero", "of=/dev/null", "bs=4M", "count=4"];
+                ok(&[&["record", "-o", path, "--"][..], &dd[..]].concat());
+                let out = ok(&[
+                    &[
+                        "validate",
+                        "--setting",
+                        "4K:transparent_hugepage/enabled=never",
+                        "--setting",
+                        "THP:transparent_hugepage/enabled=always",
+                        "--runs",
+                        "1",
+                        "--warmup",
+                        "0",
+                        path,
+                        "--",
+                    ][..],
+                    &dd[..],
+                ]
+                .concat());
+                // Predicted beside measured, per setting and figure, then the times.
+                assert!(out.contains("figures within the goal"), "{out}");
+                assert!(out.contains("| THP ") && out.contains("page faults"), "{out}");
+                assert!(out.contains("predict:") && out.contains("faster than that"), "{out}");
+                let _ = std::fs::remove_file(&file);
+            }
             c if c.starts_with("hugelab scan ") => {
                 scans.push(c.to_string());
                 continue;

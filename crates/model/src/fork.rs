@@ -215,8 +215,7 @@ fn copy_pte_range(
         }
         i += nr;
     }
-    dst.anon_rss += rss;
-    m.stat.rss_anon_add(rss);
+    m.stat.add_mm_anon(&mut dst.anon_rss, rss);
     Ok(())
 }
 

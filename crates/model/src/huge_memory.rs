@@ -82,8 +82,7 @@ pub fn copy_huge_pmd(
             if let Some(Pmd::Huge { writable, .. }) = src.pmds.get_mut(&index) {
                 *writable = false;
             }
-            dst.anon_rss += HPAGE_PMD_NR;
-            m.stat.rss_anon_add(HPAGE_PMD_NR);
+            m.stat.add_mm_anon(&mut dst.anon_rss, HPAGE_PMD_NR);
             dst.pmds.insert(
                 index,
                 Pmd::Huge {
@@ -284,8 +283,7 @@ pub fn split_folio(m: &mut Machine, mms: &mut MmList, folio: Pfn) -> bool {
                     }
                 }
             }
-            mm.anon_rss -= dropped;
-            m.stat.rss_anon_sub(dropped);
+            m.stat.sub_mm_anon(&mut mm.anon_rss, dropped);
         }
     }
     let anon_vma = m.zone.memmap.folio_ext(folio).anon_vma;
@@ -466,8 +464,8 @@ pub(crate) fn zap_huge_pmd(m: &mut Machine, mm: &mut MmStruct, index: u64) {
     match mm.pmds.remove(&index) {
         Some(Pmd::Huge { pfn, deposit, .. }) => {
             m.pte_free(deposit);
-            mm.anon_rss -= crate::mm_types::HPAGE_PMD_NR;
-            m.stat.rss_anon_sub(crate::mm_types::HPAGE_PMD_NR);
+            m.stat
+                .sub_mm_anon(&mut mm.anon_rss, crate::mm_types::HPAGE_PMD_NR);
             if rmap::folio_remove_rmap_pmd(m, pfn, mm.mm_id) {
                 free_folio(m, pfn);
             }

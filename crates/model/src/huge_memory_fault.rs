@@ -124,8 +124,7 @@ fn map_anon_folio_pmd(
     let pgoff = vma.linear_page_index(haddr);
     rmap::folio_add_new_anon_rmap(m, folio, HPAGE_PMD_ORDER, true, mm.mm_id, pgoff);
     crate::thp_utilization::set_folio_cause(m, folio, crate::thp_utilization::FolioCause::Fault);
-    mm.anon_rss += HPAGE_PMD_NR;
-    m.stat.rss_anon_add(HPAGE_PMD_NR);
+    m.stat.add_mm_anon(&mut mm.anon_rss, HPAGE_PMD_NR);
     mm.pmds.insert(
         haddr / PMD_SIZE,
         Pmd::Huge {

@@ -472,8 +472,7 @@ fn collapse_huge_page(
         FolioCause::MadviseCollapse
     };
     set_folio_cause(m, folio, cause);
-    mm.anon_rss += HPAGE_PMD_NR;
-    m.stat.rss_anon_add(HPAGE_PMD_NR);
+    m.stat.add_mm_anon(&mut mm.anon_rss, HPAGE_PMD_NR);
     mm.pmds.insert(
         index,
         Pmd::Huge {

@@ -241,8 +241,7 @@ fn do_fault(
     m.trace(|| Step::Mapped { order: 0 });
     copy_content(m, page, new);
     rmap::folio_add_new_anon_rmap(m, new, 0, false, mm_id, 0);
-    mm.anon_rss += 1;
-    m.stat.rss_anon_add(1);
+    m.stat.add_mm_anon(&mut mm.anon_rss, 1);
     let t = table(mm, addr);
     t.ptes[i] = Pte::new(new, writable);
     t.pte_mkdirty(i);
@@ -273,8 +272,7 @@ fn do_anonymous_page(
         m.stat.count_mthp_stat(order, MthpStat::AnonFaultAlloc);
         set_folio_cause(m, folio, FolioCause::Fault);
     }
-    mm.anon_rss += nr;
-    m.stat.rss_anon_add(nr);
+    m.stat.add_mm_anon(&mut mm.anon_rss, nr);
     let writable = vma.flags & Vma::VM_WRITE != 0;
     let first = pte_index(start);
     let t = table(mm, addr);
@@ -487,8 +485,7 @@ fn wp_page_copy(
     match old {
         Some((_, page)) if page_is_file(m, page) => {
             folio_remove_file_rmap_pte(m, page);
-            mm.anon_rss += 1;
-            m.stat.rss_anon_add(1);
+            m.stat.add_mm_anon(&mut mm.anon_rss, 1);
         }
         Some((folio, page)) => {
             if rmap::folio_remove_rmap_ptes(m, folio, page, 1, mm.mm_id) {
@@ -496,8 +493,7 @@ fn wp_page_copy(
             }
         }
         None => {
-            mm.anon_rss += 1;
-            m.stat.rss_anon_add(1);
+            m.stat.add_mm_anon(&mut mm.anon_rss, 1);
         }
     }
     Ok(())
@@ -623,8 +619,7 @@ pub fn access_range(
                     }
                     faulted += u64::from(write);
                 }
-                mm.anon_rss += faulted;
-                m.stat.rss_anon_add(faulted);
+                m.stat.add_mm_anon(&mut mm.anon_rss, faulted);
                 if oom {
                     return Err(Fault::Oom);
                 }

@@ -113,8 +113,7 @@ pub(crate) fn zap_pte_range(m: &mut Machine, mm: &mut MmStruct, index: u64, lo: 
         i += nr;
     }
     m.zone.free_pages_run(run.0, run.1);
-    mm.anon_rss -= unmapped;
-    m.stat.rss_anon_sub(unmapped);
+    m.stat.sub_mm_anon(&mut mm.anon_rss, unmapped);
     m.stat.nr_anon_mapped -= small_unmapped;
 }
 

@@ -238,8 +238,7 @@ fn unmap_lazyfree_ptes(
         rmap::folio_remove_rmap_ptes(m, folio, page, len as u64, id);
         k += len;
     }
-    mm.anon_rss -= mapped.len() as u64;
-    m.stat.rss_anon_sub(mapped.len() as u64);
+    m.stat.sub_mm_anon(&mut mm.anon_rss, mapped.len() as u64);
     true
 }
 

@@ -264,10 +264,12 @@ impl VmStat {
         self.mthp[order as usize][item as usize]
     }
 
-    /// `nr` pages joined an mm's MM_ANONPAGES: the sum grows, and the peak
-    /// with it.
+    /// add_mm_counter(mm, MM_ANONPAGES, nr) (include/linux/mm.h) on the
+    /// mm's `anon_rss`, with the sum over every mm kept beside it: it
+    /// grows, and the peak with it.
     #[inline]
-    pub fn rss_anon_add(&mut self, nr: u64) {
+    pub fn add_mm_anon(&mut self, anon_rss: &mut u64, nr: u64) {
+        *anon_rss += nr;
         self.rss_anon += nr;
         if self.rss_anon > self.anon_peak.rss_anon {
             let mut nr_anon = [0; NR_ORDERS];
@@ -283,10 +285,11 @@ impl VmStat {
         }
     }
 
-    /// `nr` pages left an mm's MM_ANONPAGES.
+    /// add_mm_counter(mm, MM_ANONPAGES, -nr), the sum with it.
     #[inline]
-    pub fn rss_anon_sub(&mut self, nr: u64) {
+    pub fn sub_mm_anon(&mut self, anon_rss: &mut u64, nr: u64) {
         debug_assert!(self.rss_anon >= nr, "the sum of RssAnon would go negative");
+        *anon_rss -= nr;
         self.rss_anon -= nr;
     }
 }

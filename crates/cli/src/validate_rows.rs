@@ -6,6 +6,7 @@
 use crate::bench_record::{BenchResult, OOM_KILLS};
 use crate::bench_stats::Summary;
 use crate::predict_report::{PerSize, Prediction};
+use crate::setting_run::per_kb;
 use crate::table;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -103,7 +104,7 @@ fn fallback_key(size: &str) -> String {
 fn fallback_sizes(predicted: &[PerSize], bench: &BenchResult, setting: &str) -> Vec<String> {
     let mut sizes: BTreeSet<(u64, String)> = predicted
         .iter()
-        .map(|s| (kb(&s.size), s.size.clone()))
+        .map(|s| (per_kb(&s.size), s.size.clone()))
         .collect();
     for run in bench.runs.iter().filter(|r| r.setting == setting) {
         for (name, v) in &run.counters {
@@ -111,15 +112,11 @@ fn fallback_sizes(predicted: &[PerSize], bench: &BenchResult, setting: &str) -> 
                 .strip_prefix("mthp.")
                 .and_then(|rest| rest.strip_suffix(".anon_fault_fallback"));
             if let (Some(size), true) = (size, *v != 0) {
-                sizes.insert((kb(size), size.to_string()));
+                sizes.insert((per_kb(size), size.to_string()));
             }
         }
     }
     sizes.into_iter().map(|(_, s)| s).collect()
-}
-
-fn kb(size: &str) -> u64 {
-    size.trim_end_matches("kB").parse().unwrap_or(0)
 }
 
 /// Every figure of every setting, predicted beside measured.

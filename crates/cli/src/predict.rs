@@ -13,13 +13,14 @@
 //! children follow their parent by fork. Snapshots and counter `expect`s of
 //! the workload are skipped: predict reads the end and the model's peaks.
 
-use crate::predict_report::{self, Figures, Prediction};
+use crate::predict_report::{self, Figures, LayoutSpread, Prediction};
 use crate::predict_why::{self, WhyFold};
 use crate::setting_run::{parse_settings, run_under, Setting, MEMORY_MAX, SERIES_SETTINGS};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use hugelab_model::Model;
 use hugelab_workload::gone::Gone;
+use hugelab_workload::layout::Relayout;
 use hugelab_workload::prelude::SettingEffect;
 use hugelab_workload::recorded::{read_header, RecordingHeader};
 use hugelab_workload::{
@@ -59,6 +60,12 @@ pub struct PredictArgs {
     /// number of CPUs.
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
+    /// Replay in N address layouts: the recording's, and N-1 as address-space
+    /// randomisation places other runs of the program; each figure is then
+    /// also given as its mean and range over them (under THP, where a VMA
+    /// starts modulo 2 MiB changes the faults from run to run).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    layouts: usize,
     /// The workload (.hlw, .hlw.gz, .hlw.zst), normally a `hugelab record`ing.
     file: PathBuf,
 }
@@ -106,9 +113,8 @@ fn memory_max_text(bytes: u64) -> String {
         })
 }
 
-/// What a run keeps beside the model: the recording's clock, and the
-/// processes an OOM kill ended.
-#[derive(Default)]
+/// What a run keeps beside the model: the recording's clock, the
+/// processes an OOM kill ended, and the address layout it replays in.
 struct Replay {
     /// The sum of the workload's `sleep`s, in ns.
     slept_ns: u64,
@@ -117,13 +123,26 @@ struct Replay {
     /// prediction leaves their statements out (a killed program does
     /// nothing more).
     dead: BTreeSet<String>,
+    relayout: Relayout,
+}
+
+impl Replay {
+    fn new(layout: usize) -> Replay {
+        Replay {
+            slept_ns: 0,
+            dead: BTreeSet::new(),
+            relayout: Relayout::new(layout as u64),
+        }
+    }
 }
 
 /// The workload's statement as predict runs it: a `spawn` without a
 /// cgroup joins [`CGROUP`]; snapshots and counter expects are dropped, and
-/// so is what a killed process would have done.
+/// so is what a killed process would have done; addresses move to the
+/// replay's layout.
 fn edit(mut stmt: Stmt, replay: &RefCell<Replay>) -> Option<Stmt> {
     let mut r = replay.borrow_mut();
+    r.relayout.apply(&mut stmt.kind);
     if let Some(proc) = stmt.kind.process() {
         if r.dead.contains(proc) {
             match &stmt.kind {
@@ -210,10 +229,16 @@ fn replay_on(
     run_under(&s.setting, &mut killable, file, stmts, before, edit)
 }
 
-/// Runs the workload at `path` under `s` on a fresh model (traced and
-/// folded for `--why`): its figures.
-fn run_one(s: &PredictSetting, path: &Path, file: &str, why: bool) -> Result<Prediction> {
-    let replay = RefCell::new(Replay::default());
+/// Runs the workload at `path` under `s` in address layout `layout` on a
+/// fresh model (traced and folded for `--why`): its figures.
+fn run_one(
+    s: &PredictSetting,
+    path: &Path,
+    file: &str,
+    why: bool,
+    layout: usize,
+) -> Result<Prediction> {
+    let replay = RefCell::new(Replay::new(layout));
     let (obs, effect, model, fold) = if why {
         let mut fold = WhyFold::default();
         let mut e = crate::explain::Explaining::all(Model::default(), |x| fold.add(&x));
@@ -250,41 +275,55 @@ fn run_one(s: &PredictSetting, path: &Path, file: &str, why: bool) -> Result<Pre
             .map(|k| format!("line {}: {}", k.line, k.message))
             .collect(),
         why: fold,
+        layouts: None,
     })
 }
 
-/// Runs every setting, at most `jobs` at once, each on its own thread
-/// reading the file itself: the predictions in the order of the settings
-/// (the same as one after the other: each has its own model), or the
-/// first setting's error.
+/// Runs every setting in every layout, at most `jobs` runs at once, each on
+/// its own thread reading the file itself: the predictions in the order of
+/// the settings (the same as one after the other: each has its own model),
+/// each the recording's layout's with the spread over `layouts`, or the
+/// first run's error. `--why` folds the recording's layout only.
 pub(crate) fn run_all(
     settings: &[PredictSetting],
     path: &Path,
     file: &str,
     why: bool,
     jobs: usize,
+    layouts: usize,
 ) -> Result<Vec<Prediction>> {
+    let layouts = layouts.max(1);
+    let units = settings.len() * layouts;
     let next = AtomicUsize::new(0);
     let results: Vec<Mutex<Option<Result<Prediction>>>> =
-        settings.iter().map(|_| Mutex::new(None)).collect();
+        (0..units).map(|_| Mutex::new(None)).collect();
     std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, settings.len().max(1)) {
+        for _ in 0..jobs.clamp(1, units.max(1)) {
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(s) = settings.get(i) else { break };
-                let r = run_one(s, path, file, why);
+                if i >= units {
+                    break;
+                }
+                let (s, layout) = (&settings[i / layouts], i % layouts);
+                let r = run_one(s, path, file, why && layout == 0, layout);
                 *results[i].lock().expect("no thread panics holding it") = Some(r);
             });
         }
     });
-    results
-        .into_iter()
-        .map(|r| {
-            r.into_inner()
-                .expect("no thread panics holding it")
-                .expect("every setting ran")
-        })
-        .collect()
+    let mut runs = results.into_iter().map(|r| {
+        r.into_inner()
+            .expect("no thread panics holding it")
+            .expect("every run ran")
+    });
+    let mut out = Vec::with_capacity(settings.len());
+    for _ in settings {
+        let mut mine: Vec<Prediction> = runs.by_ref().take(layouts).collect::<Result<_>>()?;
+        let spread = (layouts > 1).then(|| LayoutSpread::of(mine.iter().map(|p| &p.figures)));
+        let mut first = mine.swap_remove(0);
+        first.layouts = spread;
+        out.push(first);
+    }
+    Ok(out)
 }
 
 /// The recording's header, if the file is one: refused when it was
@@ -330,7 +369,11 @@ pub(crate) fn predict(
     specs: &[String],
     jobs: Option<usize>,
     why: bool,
+    layouts: usize,
 ) -> Result<Predicted> {
+    if layouts == 0 {
+        bail!("--layouts 0: at least the recording's own layout must run");
+    }
     let settings = parse_predict_settings(specs)?;
     let file = path.display().to_string();
     if !path.exists() {
@@ -342,7 +385,7 @@ pub(crate) fn predict(
         Some(n) => n,
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let predictions = run_all(&settings, path, &file, why, jobs)?;
+    let predictions = run_all(&settings, path, &file, why, jobs, layouts)?;
     let notes = predict_report::notes(header.as_ref(), &predictions);
     Ok(Predicted {
         header,
@@ -359,7 +402,7 @@ pub fn main(args: PredictArgs) -> Result<ExitCode> {
         predictions,
         notes,
         ..
-    } = predict(&args.file, &specs, args.jobs, args.why)?;
+    } = predict(&args.file, &specs, args.jobs, args.why, args.layouts)?;
     let file = args.file.display().to_string();
     if let Some(plot) = &args.plot {
         predict_report::write_plot(&file, &predictions, plot)

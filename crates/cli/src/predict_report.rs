@@ -161,6 +161,53 @@ pub struct Prediction {
     pub kills: Vec<String>,
     #[serde(skip)]
     pub why: Option<WhyFold>,
+    /// Over every address layout replayed (`--layouts N`, N > 1); the
+    /// other figures are the recording's layout's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layouts: Option<LayoutSpread>,
+}
+
+/// One figure over the address layouts: its mean and range.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Spread {
+    pub mean: f64,
+    pub min: i64,
+    pub max: i64,
+}
+
+impl Spread {
+    fn of(values: &[i64]) -> Spread {
+        Spread {
+            mean: values.iter().sum::<i64>() as f64 / values.len().max(1) as f64,
+            min: values.iter().copied().min().unwrap_or(0),
+            max: values.iter().copied().max().unwrap_or(0),
+        }
+    }
+}
+
+/// The figures that depend on where VMAs start, over the layouts.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayoutSpread {
+    pub layouts: usize,
+    pub page_faults: Spread,
+    pub rss_anon_kb: Spread,
+    pub anon_huge_kb: Spread,
+    pub cgroup_anon_kb: Spread,
+}
+
+impl LayoutSpread {
+    pub fn of<'a>(figures: impl Iterator<Item = &'a Figures>) -> LayoutSpread {
+        let figures: Vec<&Figures> = figures.collect();
+        let over =
+            |f: fn(&Figures) -> i64| Spread::of(&figures.iter().map(|x| f(x)).collect::<Vec<_>>());
+        LayoutSpread {
+            layouts: figures.len(),
+            page_faults: over(|f| f.page_faults),
+            rss_anon_kb: over(|f| f.peak_mapped.rss_anon_kb),
+            anon_huge_kb: over(|f| f.peak_mapped.anon_huge_kb),
+            cgroup_anon_kb: over(|f| f.peak_charged.anon_kb),
+        }
+    }
 }
 
 /// The lines under the table: what a recording cannot carry, and what the
@@ -257,6 +304,34 @@ fn summary_table(predictions: &[Prediction]) -> String {
     table::render(&header, &rows)
 }
 
+/// A row per setting: the layout-dependent figures' mean (min–max).
+fn layout_table(predictions: &[Prediction]) -> Option<String> {
+    let header: Vec<String> = [
+        "setting",
+        "page faults",
+        "peak RssAnon kB",
+        "AnonHugePages kB",
+        "cgroup anon peak kB",
+    ]
+    .map(String::from)
+    .to_vec();
+    let cell = |s: &Spread| format!("{:.0} ({}-{})", s.mean, s.min, s.max);
+    let rows: Vec<Vec<String>> = predictions
+        .iter()
+        .filter_map(|p| {
+            let l = p.layouts.as_ref()?;
+            Some(vec![
+                p.setting.clone(),
+                cell(&l.page_faults),
+                cell(&l.rss_anon_kb),
+                cell(&l.anon_huge_kb),
+                cell(&l.cgroup_anon_kb),
+            ])
+        })
+        .collect();
+    (!rows.is_empty()).then(|| table::render(&header, &rows))
+}
+
 /// A row per setting, a column per size that any setting has: `per` of it.
 fn size_table(predictions: &[Prediction], per: impl Fn(&Figures) -> &[PerSize]) -> String {
     let mut sizes: Vec<u64> = predictions
@@ -312,6 +387,14 @@ pub fn render(file: &str, predictions: &[Prediction], notes: &[String]) -> Strin
          4K the rest of AnonPages):\n{}\n",
         size_table(predictions, |f| &f.peak_mapped.by_size)
     ));
+    if let Some(t) = layout_table(predictions) {
+        let n = predictions[0].layouts.as_ref().map_or(0, |l| l.layouts);
+        s.push_str(&format!(
+            "Over {n} address layouts (the recording's and {} as address-space randomisation \
+             places other runs): mean (min-max); the tables above are the recording's layout's.\n{t}\n",
+            n - 1
+        ));
+    }
     if predictions.iter().any(|p| !p.figures.fallbacks.is_empty()) {
         s.push_str(&format!(
             "Fallbacks per size (anon_fault_fallback: a fault that wanted a folio of this size \

@@ -37,6 +37,10 @@ pub struct ValidateArgs {
     /// How many settings predict runs at once. Default: the number of CPUs.
     #[arg(long, value_name = "N")]
     jobs: Option<usize>,
+    /// Predict in N address layouts (as `predict --layouts`): the predicted
+    /// figure is then their mean, with their range beside it.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    layouts: usize,
     /// Print JSON: every row, the timings, the predictions and every run.
     #[arg(long)]
     json: bool,
@@ -62,7 +66,7 @@ struct Timings {
 pub fn main(args: ValidateArgs) -> Result<ExitCode> {
     let specs = predict::settings_or_series(&args.settings);
     let start = Instant::now();
-    let predicted = predict::predict(&args.file, &specs, args.jobs, false)?;
+    let predicted = predict::predict(&args.file, &specs, args.jobs, false, args.layouts)?;
     let predict_s = start.elapsed().as_secs_f64();
     let bench_args = BenchArgs::of(
         specs,

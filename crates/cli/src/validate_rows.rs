@@ -5,7 +5,7 @@
 
 use crate::bench_record::{BenchResult, OOM_KILLS};
 use crate::bench_stats::Summary;
-use crate::predict_report::{PerSize, Prediction};
+use crate::predict_report::{PerSize, Prediction, Spread};
 use crate::setting_run::per_kb;
 use crate::table;
 use serde::Serialize;
@@ -20,7 +20,12 @@ pub struct Row {
     pub setting: String,
     pub figure: String,
     pub unit: &'static str,
+    /// The prediction: over several address layouts (`--layouts`), their
+    /// mean.
     pub predicted: f64,
+    /// Over several address layouts: the least and most predicted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_range: Option<(i64, i64)>,
     /// The measured runs' statistics (the runs an OOM kill ended left out,
     /// but for the OOM kills themselves); None when no run measured it.
     pub measured: Option<Summary>,
@@ -40,6 +45,8 @@ struct Figure {
     unit: &'static str,
     key: String,
     predicted: f64,
+    /// Over the address layouts, when there were several.
+    spread: Option<Spread>,
 }
 
 /// The figures compared for one setting: page faults, peak anonymous memory
@@ -53,30 +60,35 @@ fn figures(p: &Prediction, bench: &BenchResult) -> Vec<Figure> {
             unit: "count",
             key: "minflt".into(),
             predicted: f.page_faults as f64,
+            spread: p.layouts.as_ref().map(|l| l.page_faults),
         },
         Figure {
             name: "peak anon (cgroup)".into(),
             unit: "kB",
             key: "anon-peak".into(),
             predicted: f.peak_charged.anon_kb as f64,
+            spread: p.layouts.as_ref().map(|l| l.cgroup_anon_kb),
         },
         Figure {
             name: "AnonHugePages at peak".into(),
             unit: "kB",
             key: "anon-thp-peak".into(),
             predicted: f.peak_mapped.anon_huge_kb as f64,
+            spread: p.layouts.as_ref().map(|l| l.anon_huge_kb),
         },
         Figure {
             name: "OOM kills".into(),
             unit: "count",
             key: OOM_KILLS.into(),
             predicted: f.oom_kills as f64,
+            spread: None,
         },
         Figure {
             name: "khugepaged collapses".into(),
             unit: "count",
             key: "vmstat.thp_collapse_alloc".into(),
             predicted: f.collapses as f64,
+            spread: None,
         },
     ];
     for size in fallback_sizes(&f.fallbacks, bench, &p.setting) {
@@ -90,6 +102,7 @@ fn figures(p: &Prediction, bench: &BenchResult) -> Vec<Figure> {
             unit: "count",
             key: fallback_key(&size),
             predicted,
+            spread: None,
         });
     }
     out
@@ -135,13 +148,15 @@ pub fn rows(predictions: &[Prediction], bench: &BenchResult) -> Vec<Row> {
                 .runs
                 .iter()
                 .any(|r| r.setting == p.setting && !r.warmup && r.noisy.contains(&fig.key));
+            let predicted = fig.spread.map_or(fig.predicted, |s| s.mean);
             rows.push(Row {
                 setting: p.setting.clone(),
                 figure: fig.name,
                 unit: fig.unit,
-                predicted: fig.predicted,
-                error_pct: measured.and_then(|m| error_pct(fig.predicted, m.mean)),
-                within_goal: measured.map(|m| within_goal(fig.predicted, &m)),
+                predicted,
+                predicted_range: fig.spread.map(|s| (s.min, s.max)),
+                error_pct: measured.and_then(|m| error_pct(predicted, m.mean)),
+                within_goal: measured.map(|m| within_goal(predicted, &m)),
                 measured,
                 noisy,
             });
@@ -206,7 +221,10 @@ pub fn render(rows: &[Row]) -> String {
             vec![
                 r.setting.clone(),
                 format!("{} ({})", r.figure, r.unit),
-                number(r.predicted),
+                match r.predicted_range {
+                    Some((lo, hi)) => format!("{} ({lo}-{hi})", number(r.predicted)),
+                    None => number(r.predicted),
+                },
                 mean,
                 sd,
                 range,

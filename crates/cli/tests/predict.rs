@@ -349,3 +349,73 @@ fn an_oom_killed_process_is_left_out_after_its_kill() {
     let a_faults = f["page_faults"].as_i64().unwrap() - 256;
     assert!((1..=512).contains(&a_faults), "{f}");
 }
+
+/// A 4M+4K region at an address 4K past a 2M boundary, every page of its
+/// first 2M written and then one page every 64K: under PMD `always` each 2M range wholly inside the VMA takes
+/// one THP fault, a page outside such a range one fault of its own. Where
+/// the VMA starts modulo 2M moves with the layout (`--layouts`): the
+/// expected faults of each layout come from that arithmetic on the
+/// addresses the layout gives the `mmap` (the workload crate's `Relayout`),
+/// and predict's mean and range must be theirs.
+#[test]
+fn layouts_move_the_vma_and_the_faults_follow_its_alignment() {
+    use hugelab_workload::layout::Relayout;
+    const PMD_SIZE: u64 = 2 << 20;
+    let (at, size) = (0x7f00_0000_1000u64, (4 << 20) + 4096);
+    let written: Vec<u64> = (0..size)
+        .step_by(4096)
+        .filter(|off| *off < PMD_SIZE || off % (64 << 10) == 0)
+        .collect();
+    let mut text = format!("spawn a\na mmap r {}K at={at:#x}\n", size >> 10);
+    for off in &written {
+        text.push_str(&format!("a write r+{}K:4K\n", off >> 10));
+    }
+    let w = TempWorkload::new(&text);
+    let layouts = 8;
+    let faults = |start: u64| -> i64 {
+        let inside = |r: u64| r >= start && r + PMD_SIZE <= start + size;
+        let mut ranges = std::collections::BTreeSet::new();
+        let mut small = 0;
+        for off in &written {
+            let r = (start + off) / PMD_SIZE * PMD_SIZE;
+            if inside(r) {
+                ranges.insert(r);
+            } else {
+                small += 1;
+            }
+        }
+        small + ranges.len() as i64
+    };
+    let expected: Vec<i64> = (0..layouts)
+        .map(|l| {
+            let mut r = Relayout::new(l);
+            let parsed = hugelab_workload::parse("t.hlw", &text).expect("parses");
+            let mut start = at;
+            for mut s in parsed.stmts {
+                r.apply(&mut s.kind);
+                if let hugelab_workload::StmtKind::Mmap(m) = s.kind {
+                    start = m.at.expect("at=");
+                }
+            }
+            faults(start)
+        })
+        .collect();
+    assert!(
+        expected.iter().min() != expected.iter().max(),
+        "8 layouts all aligned alike: {expected:?}"
+    );
+    let doc = json(&[w.path(), "--setting", PMD, "--layouts", "8"]);
+    let s = &doc["settings"][0];
+    assert_eq!(s["figures"]["page_faults"], expected[0], "{doc}");
+    let l = &s["layouts"];
+    assert_eq!(l["layouts"], 8);
+    assert_eq!(l["page_faults"]["min"], *expected.iter().min().unwrap());
+    assert_eq!(l["page_faults"]["max"], *expected.iter().max().unwrap());
+    let mean = expected.iter().sum::<i64>() as f64 / layouts as f64;
+    assert_eq!(l["page_faults"]["mean"].as_f64(), Some(mean));
+    // One layout: no spread in the JSON; 0 layouts is refused.
+    let doc = json(&[w.path(), "--setting", PMD]);
+    assert!(doc["settings"][0].get("layouts").is_none(), "{doc}");
+    let err = refused(&[w.path(), "--setting", PMD, "--layouts", "0"]);
+    assert!(err.contains("--layouts 0"), "{err}");
+}

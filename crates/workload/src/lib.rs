@@ -20,6 +20,7 @@ mod checker;
 pub mod counters;
 pub mod errno;
 pub mod gone;
+pub mod layout;
 mod line;
 pub mod mapped;
 pub mod observation;

@@ -267,10 +267,12 @@ fn check_settings_show(out: &str) {
     assert!(out.contains("transparent_hugepage/hugepages-64kB/enabled"));
 }
 
-/// `settings show --json`: `[{tunable, file, value}]`, as the README says.
+/// `settings show --json`: `{tunables: [{tunable, file, value}],
+/// activity}`, as the README says.
 fn check_settings_show_json(out: &str) {
     let v: Value = serde_json::from_str(out).expect("settings show --json is JSON");
-    let enabled = v
+    assert!(v["activity"].is_object(), "{out}");
+    let enabled = v["tunables"]
         .as_array()
         .expect("a list")
         .iter()

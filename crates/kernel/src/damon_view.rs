@@ -193,7 +193,7 @@ impl Scheme {
 pub fn duration(us: u64) -> String {
     let s = us / 1_000_000;
     match us {
-        0..=999_999 if us % 1000 == 0 => format!("{} ms", us / 1000),
+        0..=999_999 if us.is_multiple_of(1000) => format!("{} ms", us / 1000),
         0..=999_999 => format!("{us} us"),
         _ if s < 60 => format!("{} s", us as f64 / 1e6),
         _ if s < 3600 => format!("{}m{}s", s / 60, s % 60),

@@ -50,6 +50,7 @@ pub mod procfile;
 pub mod protocol;
 pub mod record;
 mod relocate;
+pub mod run_as;
 pub mod scan;
 pub mod smaps;
 pub mod sysfs;

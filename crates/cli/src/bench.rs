@@ -144,6 +144,14 @@ impl BenchArgs {
             command,
         }
     }
+
+    /// Who the command runs as: `--user NAME` and `--as-root`, as `bench`
+    /// takes them (`validate`'s).
+    pub(crate) fn run_as(mut self, user: Option<String>, as_root: bool) -> BenchArgs {
+        self.user = user;
+        self.as_root = as_root;
+        self
+    }
 }
 
 /// Checks the settings and the command, then runs the schedule under the

@@ -357,7 +357,9 @@ pub fn note_run_start(admin: &Path, paused: &[u32]) {
     static SAID: std::sync::Once = std::sync::Once::new();
     SAID.call_once(|| {
         if let Some(line) = run_note(&kdamonds(admin), paused, &modules(Path::new(MODULES))) {
-            eprintln!("{line}");
+            // A closed stderr must not stop the run.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{line}");
         }
     });
 }

@@ -174,3 +174,73 @@ fn cgroups(c: Option<&Cgroups>) -> String {
         render_text(&header, &rows)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hugelab_kernel::host_activity::Limited;
+
+    /// A machine without DAMON, THP or memory cgroups: one line each.
+    #[test]
+    fn what_the_machine_lacks_is_one_line_each() {
+        let a = Activity {
+            damon: None,
+            damon_paused_by_run: vec![],
+            damon_modules: vec![],
+            khugepaged: None,
+            cgroups: None,
+        };
+        let text = render(&a);
+        for said in [
+            "DAMON: this kernel has no DAMON sysfs interface (/sys/kernel/mm/damon/admin is missing)",
+            "DAMON modules: neither damon_reclaim nor damon_lru_sort is in /sys/module",
+            "khugepaged: this kernel has no /sys/kernel/mm/transparent_hugepage/khugepaged",
+            "memory cgroups: no memory cgroup hierarchy is mounted (neither v2 nor v1)",
+        ] {
+            assert_eq!(
+                text.lines().filter(|l| *l == said).count(),
+                1,
+                "{said}:\n{text}"
+            );
+        }
+        assert!(!text.contains('|'), "no table: {text}");
+    }
+
+    /// A limited group: its limit and usage, and its settings as columns.
+    #[test]
+    fn a_limited_group_is_a_row() {
+        let a = Activity {
+            damon: Some(vec![]),
+            damon_paused_by_run: vec![],
+            damon_modules: vec![],
+            khugepaged: Some(Khugepaged {
+                pages_to_scan: 4096,
+                scan_sleep_millisecs: 10000,
+                full_scans: 2,
+                pages_collapsed: 7,
+                thp_collapse_alloc: 7,
+                uptime_s: 3600.0,
+            }),
+            cgroups: Some(Cgroups {
+                root: "/sys/fs/cgroup/memory".into(),
+                version: "v1".into(),
+                limited: vec![Limited {
+                    path: "/db".into(),
+                    limit_bytes: 1 << 30,
+                    usage_bytes: 512 << 20,
+                    settings: vec![("memory.swappiness".into(), "10".into())],
+                }],
+            }),
+        };
+        let text = render(&a);
+        assert!(text.contains("\nDAMON: no kdamond\n"), "{text}");
+        assert!(text.contains("| 7 (7.0/h) "), "{text}");
+        assert!(
+            text.contains("memory cgroups with a limit (v1, /sys/fs/cgroup/memory):"),
+            "{text}"
+        );
+        let row = text.lines().find(|l| l.starts_with("| /db ")).unwrap();
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells, ["/db", "1.00 GiB", "512.00 MiB", "10"]);
+    }
+}

@@ -24,6 +24,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use hugelab_kernel::command::{run_in_memcg, CommandRun, ANON_SAMPLE_PERIOD};
 use hugelab_kernel::guard::SettingsGuard;
+use hugelab_kernel::run_as::RunAs;
 use hugelab_kernel::{damon, memcg, sysfs};
 use hugelab_workload::Tunable;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -66,6 +67,13 @@ pub struct BenchArgs {
     /// Go on when the command exits non-zero (default: stop the bench).
     #[arg(long)]
     ignore_failure: bool,
+    /// Run the command as this user (default: the user who ran sudo, from
+    /// SUDO_UID/SUDO_GID; root when hugelab was not started with sudo).
+    #[arg(long, value_name = "NAME", conflicts_with = "as_root")]
+    user: Option<String>,
+    /// Run the command as root even under sudo (the table's header says so).
+    #[arg(long)]
+    as_root: bool,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required_unless_present = "from", value_name = "CMD")]
     command: Vec<String>,
@@ -131,8 +139,18 @@ impl BenchArgs {
             dry_run,
             show_output: false,
             ignore_failure: false,
+            user: None,
+            as_root: false,
             command,
         }
+    }
+
+    /// Who the command runs as: `--user NAME` and `--as-root`, as `bench`
+    /// takes them (`validate`'s).
+    pub(crate) fn run_as(mut self, user: Option<String>, as_root: bool) -> BenchArgs {
+        self.user = user;
+        self.as_root = as_root;
+        self
     }
 }
 
@@ -156,8 +174,10 @@ pub(crate) fn measure(args: &BenchArgs) -> Result<Option<BenchResult>> {
         }
     }
     let schedule = schedule(settings.len(), args.warmup, args.runs);
+    let run_as = run_as(args)?;
+    let who = who(run_as.as_ref(), args.as_root);
     if args.dry_run {
-        let plan = DryRun::new(&settings, &original, &schedule, &argv);
+        let plan = DryRun::new(&settings, &original, &schedule, &argv, &who);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&plan)?);
         } else {
@@ -171,7 +191,47 @@ pub(crate) fn measure(args: &BenchArgs) -> Result<Option<BenchResult>> {
     if memcg::hierarchy().is_none() {
         bail!("this machine has no memory cgroup controller (neither v2 nor v1 is mounted)");
     }
-    run_schedule(args, &settings, &original, &schedule, &argv).map(Some)
+    if let Some(user) = &run_as {
+        let cwd = std::env::current_dir().context("cannot read the working directory")?;
+        if let Some(why) = hugelab_kernel::command::check_access(user, &program, &cwd) {
+            bail!(why);
+        }
+    }
+    let run = Run {
+        argv: &argv,
+        run_as: run_as.as_ref(),
+        who,
+    };
+    run_schedule(args, &settings, &original, &schedule, &run).map(Some)
+}
+
+/// The command and who it runs as.
+struct Run<'a> {
+    argv: &'a [String],
+    run_as: Option<&'a RunAs>,
+    /// [`who`].
+    who: String,
+}
+
+/// Who the command runs as: `--as-root` root, `--user NAME` that user,
+/// else the user who ran sudo (None: root, hugelab's own user).
+fn run_as(args: &BenchArgs) -> Result<Option<RunAs>> {
+    Ok(if args.as_root {
+        None
+    } else if let Some(name) = &args.user {
+        Some(RunAs::user(name)?)
+    } else {
+        RunAs::sudo_invoker(|k| std::env::var(k).ok())?
+    })
+}
+
+/// `user nobody (uid 65534, gid 65534)`, `root (--as-root)`, `root`.
+fn who(run_as: Option<&RunAs>, as_root: bool) -> String {
+    match run_as {
+        Some(u) => format!("user {}", u.describe()),
+        None if as_root => "root (--as-root)".to_string(),
+        None => "root (hugelab was not started with sudo)".to_string(),
+    }
 }
 
 /// `--from FILE.json`: the tables (and --plot) of a bench saved with --json.
@@ -221,10 +281,12 @@ fn run_schedule(
     settings: &[Applied],
     original: &Originals,
     schedule: &[Step],
-    argv: &[String],
+    cmd: &Run,
 ) -> Result<BenchResult> {
+    let argv = cmd.argv;
     let mut result = BenchResult {
         command: args.command.clone(),
+        run_as: cmd.who.clone(),
         settings: settings
             .iter()
             .map(|s| SettingSpec {
@@ -276,7 +338,8 @@ fn run_schedule(
             }
         }
         let group = format!("bench{n}");
-        let run = run_in_memcg(argv, &group, s.memory_max, args.show_output, |_, dir| {
+        let (limit, show) = (s.memory_max, args.show_output);
+        let run = run_in_memcg(argv, &group, limit, cmd.run_as, show, |_, dir| {
             if let Some(st) = state().as_mut() {
                 st.child_group = Some(dir.to_path_buf());
             }
@@ -399,6 +462,8 @@ struct DryRun {
     /// Why they cannot be listed.
     #[serde(skip_serializing_if = "Option::is_none")]
     damon_unreadable: Option<String>,
+    /// Who the command runs as (`user nobody (uid 65534, gid 65534)`).
+    run_as: String,
     runs: Vec<PlannedRun>,
 }
 
@@ -435,9 +500,16 @@ struct PlannedRun {
 }
 
 impl DryRun {
-    fn new(settings: &[Applied], original: &Originals, schedule: &[Step], argv: &[String]) -> Self {
+    fn new(
+        settings: &[Applied],
+        original: &Originals,
+        schedule: &[Step],
+        argv: &[String],
+        who: &str,
+    ) -> Self {
         let damon = damon::planned();
         DryRun {
+            run_as: who.to_string(),
             dry_run: true,
             command: argv.to_vec(),
             settings: settings
@@ -506,9 +578,10 @@ impl DryRun {
                 format!("{} ({})", r.dir.display(), r.version)
             });
         out.push_str(&format!(
-            "\n{} runs, each `{}` in a fresh memory cgroup under {root}:\n",
+            "\n{} runs, each `{}` as {} in a fresh memory cgroup under {root}:\n",
             self.runs.len(),
-            self.command.join(" ")
+            self.command.join(" "),
+            self.run_as
         ));
         for r in &self.runs {
             let kind = if r.warmup { "warm-up" } else { "run" };
@@ -592,6 +665,13 @@ fn report(result: &BenchResult, json: bool) -> Result<String> {
     let mut out = String::new();
     if result.interrupted {
         out.push_str("interrupted: the runs finished so far\n\n");
+    }
+    if !result.run_as.is_empty() {
+        out.push_str(&format!(
+            "`{}` ran as {}\n",
+            result.command.join(" "),
+            result.run_as
+        ));
     }
     out.push_str(&bench_report::summary_table(result));
     out.push('\n');

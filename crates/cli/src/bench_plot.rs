@@ -246,6 +246,7 @@ mod tests {
         };
         BenchResult {
             command: vec!["make".into(), "-j8".into()],
+            run_as: String::new(),
             settings: vec![spec("4K"), spec("64K & 2M")],
             warmup: 0,
             runs_per_setting: runs,

@@ -72,6 +72,10 @@ pub struct RunRecord {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BenchResult {
     pub command: Vec<String>,
+    /// Who the command ran as (`user nobody (uid 65534, gid 65534)`, `root
+    /// (--as-root)`); empty in a bench saved before hugelab said.
+    #[serde(default)]
+    pub run_as: String,
     pub settings: Vec<SettingSpec>,
     pub warmup: u32,
     pub runs_per_setting: u32,
@@ -253,6 +257,7 @@ mod tests {
         };
         let b = BenchResult {
             command: vec!["true".into()],
+            run_as: String::new(),
             settings: vec![spec("4K"), spec("64K")],
             warmup: 1,
             runs_per_setting: 2,
@@ -299,6 +304,7 @@ mod tests {
         assert!(!survived.oom_killed() && !failed.oom_killed());
         let b = BenchResult {
             command: vec!["true".into()],
+            run_as: String::new(),
             settings: vec![spec("4K"), spec("LIM")],
             warmup: 0,
             runs_per_setting: 4,

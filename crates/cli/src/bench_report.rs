@@ -426,6 +426,7 @@ mod tests {
         warm.counters.insert("vmstat.thp_collapse_alloc".into(), 7);
         BenchResult {
             command: vec!["make".into(), "-j8".into()],
+            run_as: String::new(),
             settings: vec![spec("4K"), spec("64K")],
             warmup: 1,
             runs_per_setting: 3,

@@ -28,6 +28,7 @@ mod scan_print;
 mod scan_report;
 mod setting_run;
 mod settings;
+mod settings_activity;
 mod svg;
 mod table;
 mod utilization;

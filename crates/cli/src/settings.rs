@@ -1,14 +1,19 @@
-//! `hugelab settings show|restore`: the tunables hugelab knows, and the
-//! replay of a restore journal left by a run that was killed (SIGKILL, power).
+//! `hugelab settings show|restore`: the tunables hugelab knows and what else
+//! on the machine acts on huge pages (DAMON, khugepaged, limited memory
+//! cgroups: [`crate::settings_activity`]), and the replay of a restore
+//! journal left by a run that was killed (SIGKILL, power).
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use hugelab_kernel::{guard, sysfs};
+use hugelab_kernel::{guard, host_activity, sysfs};
 use std::process::ExitCode;
 
 #[derive(Subcommand)]
 pub enum SettingsCommand {
-    /// Print the current value of every tunable the model knows (sysfs names).
+    /// Print the current value of every tunable the model knows (sysfs
+    /// names), then what else on the machine acts on huge pages: DAMON's
+    /// kdamonds and schemes, DAMON_RECLAIM/DAMON_LRU_SORT, khugepaged since
+    /// boot, memory cgroups with a limit.
     Show(ShowArgs),
     /// Put back the tunables a killed kernel-backend run left changed (and
     /// remove the memory cgroups it left).
@@ -17,7 +22,7 @@ pub enum SettingsCommand {
 
 #[derive(Args)]
 pub struct ShowArgs {
-    /// Print the tunables as JSON: a list of {tunable, file, value}.
+    /// Print it as JSON: {tunables: [{tunable, file, value}], activity}.
     #[arg(long)]
     json: bool,
 }
@@ -35,12 +40,20 @@ pub fn main(cmd: SettingsCommand) -> Result<ExitCode> {
                     })
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&list)?);
+            let all = serde_json::json!({
+                "tunables": list,
+                "activity": host_activity::read(),
+            });
+            println!("{}", serde_json::to_string_pretty(&all)?);
         }
         SettingsCommand::Show(_) => {
             for (tunable, value) in guard::show()? {
                 println!("{tunable} {value}");
             }
+            print!(
+                "{}",
+                crate::settings_activity::render(&host_activity::read())
+            );
         }
         SettingsCommand::Restore => {
             let restored = guard::restore_journal()?;

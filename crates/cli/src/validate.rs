@@ -47,6 +47,13 @@ pub struct ValidateArgs {
     /// Predict, and print what the bench would change and run; change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Run the command as this user (default: the user who ran sudo; root
+    /// when hugelab was not started with sudo), as `bench` does.
+    #[arg(long, value_name = "NAME", conflicts_with = "as_root")]
+    user: Option<String>,
+    /// Run the command as root even under sudo.
+    #[arg(long)]
+    as_root: bool,
     /// The recording of the command (`hugelab record`).
     file: PathBuf,
     /// The command the recording is of, and its arguments (after `--`).
@@ -75,7 +82,8 @@ pub fn main(args: ValidateArgs) -> Result<ExitCode> {
         args.dry_run,
         args.json,
         args.command.clone(),
-    );
+    )
+    .run_as(args.user.clone(), args.as_root);
     let start = Instant::now();
     let Some(measured) = bench::measure(&bench_args)? else {
         return Ok(ExitCode::SUCCESS);
@@ -90,7 +98,7 @@ pub fn main(args: ValidateArgs) -> Result<ExitCode> {
         let doc = to_json(&args, &predicted, &measured, &rows, &timings);
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print!("{}", render(&args, &predicted, &rows, &timings));
+        print!("{}", render(&args, &predicted, &measured, &rows, &timings));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -105,14 +113,21 @@ fn once_each(bench: &BenchResult) -> f64 {
         .sum()
 }
 
-fn render(args: &ValidateArgs, p: &Predicted, rows: &[Row], t: &Timings) -> String {
+fn render(
+    args: &ValidateArgs,
+    p: &Predicted,
+    measured: &BenchResult,
+    rows: &[Row],
+    t: &Timings,
+) -> String {
     let met = rows.iter().filter(|r| r.within_goal == Some(true)).count();
     let compared = rows.iter().filter(|r| r.within_goal.is_some()).count();
     let mut out = format!(
-        "{} predicted against `{}` measured ({} runs per setting after {} warm-up): \
+        "{} predicted against `{}` measured as {} ({} runs per setting after {} warm-up): \
          {met} of {compared} figures within the goal (±{:.0} % of the mean, or inside min-max)\n\n",
         args.file.display(),
         args.command.join(" "),
+        measured.run_as,
         args.runs,
         args.warmup,
         validate_rows::GOAL_FRACTION * 100.0

@@ -509,3 +509,117 @@ fn a_user_who_is_not_root_is_told_so() {
         "true",
     ]);
 }
+
+/// `bench` under sudo runs the measured command as the invoking user
+/// (SUDO_UID/SUDO_GID, simulated here for nobody), `--as-root` as root and
+/// `--user nobody` as nobody; the command writes `id -u`, `id -g` and its
+/// environment into a directory only nobody (and root) can write, which is
+/// the bench's working directory. A working directory nobody cannot read is
+/// refused before anything changes.
+#[test]
+fn the_command_runs_as_the_invoking_user() {
+    let _one = one_at_a_time();
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let state = state_dir("bench-user");
+    let found = machine_state(&state);
+    let dir = state.join("nobody");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let enabled = read(ENABLED);
+    let setting = format!("A:transparent_hugepage/enabled={enabled}");
+    let script = "id -u > uid; id -g > gid; echo \"$USER $LOGNAME $HOME $PATH\" > env";
+    let bench = |extra: &[&str], sudo: bool| {
+        let mut args = vec![
+            "bench",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--setting",
+            &setting,
+        ];
+        args.extend(extra);
+        args.extend(["--", "sh", "-c", script]);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hugelab"));
+        cmd.args(&args)
+            .current_dir(&dir)
+            .env("HUGELAB_STATE_DIR", &state);
+        if sudo {
+            cmd.envs([
+                ("SUDO_UID", "65534"),
+                ("SUDO_GID", "65534"),
+                ("SUDO_USER", "nobody"),
+            ]);
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ids = (
+            read(dir.join("uid").to_str().unwrap()),
+            read(dir.join("gid").to_str().unwrap()),
+        );
+        for f in ["uid", "gid", "env"] {
+            if f != "env" {
+                std::fs::remove_file(dir.join(f)).unwrap();
+            }
+        }
+        (ids, text)
+    };
+    let nobody = ("65534".to_string(), "65534".to_string());
+    let (ids, text) = bench(&[], true);
+    assert_eq!(ids, nobody, "under sudo: the invoking user");
+    assert!(
+        text.contains("ran as user nobody (uid 65534, gid 65534)"),
+        "{text}"
+    );
+    let env = std::fs::read_to_string(dir.join("env")).unwrap();
+    assert_eq!(
+        env.split_whitespace().take(2).collect::<Vec<_>>(),
+        ["nobody", "nobody"],
+        "USER and LOGNAME are the user's: {env}"
+    );
+    assert!(!env.contains("/root"), "root's HOME is not kept: {env}");
+    let (ids, text) = bench(&["--as-root"], true);
+    assert_eq!(ids, ("0".to_string(), "0".to_string()), "--as-root");
+    assert!(text.contains("ran as root (--as-root)"), "{text}");
+    let (ids, _) = bench(&["--user", "nobody"], false);
+    assert_eq!(ids, nobody, "--user nobody");
+
+    // A working directory the user cannot read: refused, nothing changed.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&dir, Some(0), Some(0)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args([
+            "bench",
+            "--runs",
+            "1",
+            "--user",
+            "nobody",
+            "--setting",
+            &setting,
+        ])
+        .args(["--", "true"])
+        .current_dir(&dir)
+        .env("HUGELAB_STATE_DIR", &state)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("cannot read the working directory") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!state.join("journal.json").exists());
+    assert_eq!(machine_state(&state), found, "the machine is as it was");
+    std::fs::remove_dir_all(&state).unwrap();
+}

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{cannot_run, hugelab, run, state_dir};
-use hugelab_kernel::damon;
+use hugelab_kernel::{damon, damon_view};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -154,6 +154,95 @@ fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
     let on = vec!["on".to_string(); files.len()];
     assert_eq!(states(&files), on, "DAMON is on again after the run");
     assert!(!state.join("journal.json").exists());
+    // One line says so when a paused scheme acts on huge pages.
+    let huge: Vec<u32> = damon_view::kdamonds(Path::new(damon::ADMIN))
+        .into_iter()
+        .filter(|k| {
+            k.contexts
+                .iter()
+                .any(|c| c.schemes.iter().any(|s| s.acts_on_huge_pages))
+        })
+        .map(|k| k.index)
+        .collect();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("note: DAMON kdamond"))
+        .collect();
+    assert_eq!(notes.len(), usize::from(!huge.is_empty()), "{stderr}");
+    for k in huge {
+        let named = format!("kdamond {k} (");
+        assert!(notes[0].contains(&named), "{named} not in {stderr}");
+    }
+}
+
+/// `settings show` lists every kdamond, on or off (a run may have paused
+/// it), with each scheme's action and whether it acts on huge pages; on this
+/// VM kdamond 0's paddr `pageout` scheme.
+#[test]
+fn settings_show_names_the_damon_schemes() {
+    if let Some(why) = cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let views = damon_view::kdamonds(Path::new(damon::ADMIN));
+    let out = run(&["settings", "show"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    if views.is_empty() {
+        assert!(text.contains("\nDAMON: "), "{text}");
+        eprintln!("skipped: no kdamond on this machine");
+        return;
+    }
+    for k in &views {
+        for c in &k.contexts {
+            for s in &c.schemes {
+                let huge = if s.acts_on_huge_pages { "yes" } else { "no" };
+                let row = format!("| {:<7} |", k.index);
+                let line = text
+                    .lines()
+                    .find(|l| {
+                        l.starts_with(&row)
+                            && l.contains(&format!("| {} ", c.operations))
+                            && l.contains(&format!("| {} ", s.action))
+                    })
+                    .unwrap_or_else(|| {
+                        panic!("no row for kdamond {} {}:\n{text}", k.index, s.action)
+                    });
+                assert!(line.contains(&format!("| {huge} ")), "{line}");
+                assert!(line.contains(&s.pattern(c)), "{line}");
+            }
+        }
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&run(&["settings", "show", "--json"]).stdout).unwrap();
+    let actions: Vec<&str> = json["activity"]["damon"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|k| k["contexts"].as_array().unwrap())
+        .flat_map(|c| c["schemes"].as_array().unwrap())
+        .map(|s| s["action"].as_str().unwrap())
+        .collect();
+    let expected: Vec<&str> = views
+        .iter()
+        .flat_map(|k| &k.contexts)
+        .flat_map(|c| &c.schemes)
+        .map(|s| s.action.as_str())
+        .collect();
+    assert_eq!(actions, expected);
+    // This VM: kdamond 0 runs a paddr pageout scheme.
+    if views[0]
+        .contexts
+        .first()
+        .is_some_and(|c| c.operations == "paddr")
+    {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("| 0 ") && l.contains("| pageout ")),
+            "{text}"
+        );
+    }
 }
 
 #[test]

@@ -267,10 +267,12 @@ fn check_settings_show(out: &str) {
     assert!(out.contains("transparent_hugepage/hugepages-64kB/enabled"));
 }
 
-/// `settings show --json`: `[{tunable, file, value}]`, as the README says.
+/// `settings show --json`: `{tunables: [{tunable, file, value}],
+/// activity}`, as the README says.
 fn check_settings_show_json(out: &str) {
     let v: Value = serde_json::from_str(out).expect("settings show --json is JSON");
-    let enabled = v
+    assert!(v["activity"].is_object(), "{out}");
+    let enabled = v["tunables"]
         .as_array()
         .expect("a list")
         .iter()
@@ -472,7 +474,11 @@ fn check_utilization_both(out: &str, svg: &Path) {
 /// `bench --setting 4K:… --setting THP:… --runs 10 -- CMD ARGS`: the
 /// summary first, a column per setting, each run counted.
 fn check_bench(out: &str, runs: u32) {
-    let first = out.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut lines = out.lines().filter(|l| !l.trim().is_empty());
+    // Who the command ran as comes first.
+    let who = lines.next().unwrap_or("");
+    assert!(who.contains("` ran as "), "{out}");
+    let first = lines.next().unwrap_or("");
     assert!(first.starts_with("change of the mean vs 4K"), "{out}");
     assert!(
         first.contains(&format!("{runs} runs per setting")),

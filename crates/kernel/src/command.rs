@@ -28,6 +28,7 @@
 
 use crate::error::{KernelError, Result};
 use crate::memcg::Memcg;
+use crate::run_as::RunAs;
 use crate::vmstat::SystemReader;
 use hugelab_workload::Counters;
 use std::ffi::CString;
@@ -147,13 +148,15 @@ fn thp_counter(name: &str) -> bool {
 }
 
 /// Runs `argv` in a new group named `group`, limited to `limit` bytes if
-/// given; `started(pid, group dir)` is called once the command runs (so an
-/// interrupt can kill it and remove the group). Output goes to /dev/null
-/// unless `show_output`.
+/// given, as `run_as` if given (else as hugelab's own user, with its
+/// environment); `started(pid, group dir)` is called once the command runs
+/// (so an interrupt can kill it and remove the group). Output goes to
+/// /dev/null unless `show_output`.
 pub fn run_in_memcg(
     argv: &[String],
     group: &str,
     limit: Option<u64>,
+    run_as: Option<&RunAs>,
     show_output: bool,
     started: impl FnOnce(i32, &std::path::Path),
 ) -> Result<CommandRun> {
@@ -169,10 +172,17 @@ pub fn run_in_memcg(
     if !show_output {
         cmd.stdout(Stdio::null()).stderr(Stdio::null());
     }
+    if let Some(user) = run_as {
+        cmd.env_clear()
+            .envs(user.environment(|k| std::env::var(k).ok()));
+    }
+    let user = run_as.cloned();
     let faults = PreExecFaults::new()?;
     let report = faults.write_end();
     // SAFETY: between fork and exec only async-signal-safe calls (open,
-    // write, close, getrusage) on memory prepared before the fork.
+    // write, close, getrusage, setgroups, setgid, setuid) on memory
+    // prepared before the fork. The group is joined as root, then the
+    // command's user is taken.
     unsafe {
         cmd.pre_exec(move || {
             let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
@@ -181,7 +191,10 @@ pub fn run_in_memcg(
             }
             libc::close(fd);
             PreExecFaults::report(report);
-            Ok(())
+            match &user {
+                Some(u) => u.drop_privileges(),
+                None => Ok(()),
+            }
         });
     }
     let t = Instant::now();
@@ -249,6 +262,41 @@ pub fn run_in_memcg(
         oom_kills,
         anon,
     })
+}
+
+/// Whether `user` can run `program` from `dir` (enter and read the
+/// directory, execute the program), checked by a shell that drops to the
+/// user as the measured command will: None if so, else the sentence that
+/// says what it cannot.
+pub fn check_access(
+    user: &RunAs,
+    program: &std::path::Path,
+    dir: &std::path::Path,
+) -> Option<String> {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", r#"cd "$1" && test -r . && test -x "$2""#, "sh"])
+        .arg(dir)
+        .arg(program)
+        .env_clear()
+        .envs(user.environment(|k| std::env::var(k).ok()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let u = user.clone();
+    // SAFETY: setgroups, setgid, setuid only, on memory made before the fork.
+    unsafe {
+        cmd.pre_exec(move || u.drop_privileges());
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => None,
+        Ok(_) => Some(format!(
+            "the user {} cannot read the working directory {} or run {}; run the bench from a directory that user can read, or keep root with --as-root",
+            user.describe(),
+            dir.display(),
+            program.display()
+        )),
+        Err(e) => Some(format!("cannot check what the user {} may run: {e}", user.describe())),
+    }
 }
 
 /// A pipe over which hugelab's child reports its minor faults just before

@@ -49,6 +49,7 @@
 //! while another reader or writer holds it), so both are retried, for about
 //! a second, on EBUSY.
 
+use crate::damon_view::numbered;
 use crate::error::{KernelError, Result};
 use hugelab_workload::tunables::SYS_MM;
 use serde::Serialize;
@@ -162,39 +163,16 @@ pub fn running(admin: &Path) -> Result<Vec<Kdamond>> {
     Ok(out)
 }
 
-/// The numbered subdirectories of `dir`, ascending; none when it is missing.
-fn numbered(dir: &Path) -> Vec<(u32, PathBuf)> {
-    let mut out: Vec<(u32, PathBuf)> = fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let n = e.file_name().to_str()?.parse().ok()?;
-            Some((n, e.path()))
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-/// What a kdamond runs, for the dry run and messages; unreadable parts are
-/// left out (they only describe).
+/// What a kdamond runs, for the dry run and messages: each context's
+/// operations and its schemes' actions, from [`crate::damon_view`]'s reader.
 fn contexts(kdamond: &Path) -> Vec<(String, Vec<String>)> {
-    numbered(&kdamond.join("contexts"))
+    crate::damon_view::contexts(kdamond)
         .into_iter()
-        .map(|(_, ctx)| {
-            let ops = read_word(&ctx.join("operations")).unwrap_or_else(|| "?".to_string());
-            let actions = numbered(&ctx.join("schemes"))
-                .into_iter()
-                .filter_map(|(_, s)| read_word(&s.join("action")))
-                .collect();
-            (ops, actions)
+        .map(|c| {
+            let actions = c.schemes.into_iter().map(|s| s.action).collect();
+            (c.operations, actions)
         })
         .collect()
-}
-
-fn read_word(file: &Path) -> Option<String> {
-    fs::read_to_string(file).ok().map(|s| s.trim().to_string())
 }
 
 /// How the journal names a `state` file: its path under /sys/kernel/mm

@@ -54,6 +54,9 @@ pub fn machine_state(state: &Path) -> String {
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
+        // The tunables: what follows the first blank line is the machine's
+        // activity (DAMON's stats, khugepaged's counts), which moves.
+        .take_while(|l| !l.is_empty())
         .filter(|l| !l.starts_with("vm.min_free_kbytes "))
         .map(|l| format!("{l}\n"))
         .collect()

@@ -200,7 +200,9 @@ impl Tracker {
             return;
         };
         match t {
-            Tunable::HugetlbNrHugepages { size_kb } => self.pools.entry(*size_kb).or_default().0 = n,
+            Tunable::HugetlbNrHugepages { size_kb } => {
+                self.pools.entry(*size_kb).or_default().0 = n
+            }
             Tunable::HugetlbNrOvercommit { size_kb } => {
                 self.pools.entry(*size_kb).or_default().1 = n
             }
@@ -394,7 +396,9 @@ mod tests {
 
     #[test]
     fn mremap_and_brk_grow_the_extent() {
-        let b = bound("spawn p\np mmap a 2M\np mremap a 6M maymove\np brk h 1M at=0x20000000\np brk h 3M\n");
+        let b = bound(
+            "spawn p\np mmap a 2M\np mremap a 6M maymove\np brk h 1M at=0x20000000\np brk h 3M\n",
+        );
         assert_eq!(b.regions, 6 * M + 3 * M);
     }
 

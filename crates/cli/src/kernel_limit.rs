@@ -128,7 +128,14 @@ pub(crate) fn kernel_run<T>(
     args: &KernelLimitArgs,
     run: impl FnOnce(&mut KernelBackend) -> Result<T>,
 ) -> Result<T> {
-    let plan = plan(file, args)?;
+    kernel_run_planned(&plan(file, args)?, run)
+}
+
+/// [`kernel_run`] of a workload already planned.
+pub(crate) fn kernel_run_planned<T>(
+    plan: &Plan,
+    run: impl FnOnce(&mut KernelBackend) -> Result<T>,
+) -> Result<T> {
     let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
     let mut kernel = KernelBackend::with_memory_limit(exe, plan.limit)?;
     let obs = run(&mut kernel);

@@ -282,3 +282,41 @@ fn a_run_that_outgrows_its_limit_oom_kills_only_its_own_agents() {
     let _lock = machine_lock();
     assert_eq!(machine(&state), before, "the run left the machine changed");
 }
+
+#[test]
+fn a_workload_from_a_pipe_is_limited_by_mem_available_and_says_so() {
+    if memcg_root().is_none() {
+        eprintln!("skipped: no memory cgroup controller");
+        return;
+    }
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(["run", "--backend", "kernel", "--dry-run", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"spawn p\np mmap a 1G\np write a\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(
+        text.contains("/dev/stdin: cannot be read twice (no bound)"),
+        "{text}"
+    );
+    assert!(
+        err.contains("cannot be read twice, so what it needs is not known before it runs")
+            && err.contains("MemAvailable less 1.00 GiB"),
+        "{err}"
+    );
+}

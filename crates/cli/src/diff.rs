@@ -10,7 +10,7 @@
 //! statement whose system call failed on either side is compared by errno,
 //! one during which a process was killed on either side by signal.
 
-use crate::run::kernel_run;
+use crate::kernel_limit::{kernel_run_planned, plan, print_dry_run, KernelLimitArgs};
 use crate::table;
 use crate::workload_args::{CounterOutput, WorkloadFiles};
 use anyhow::Result;
@@ -39,6 +39,8 @@ use std::process::ExitCode;
 pub struct DiffArgs {
     #[command(flatten)]
     output: CounterOutput,
+    #[command(flatten)]
+    limits: KernelLimitArgs,
     #[command(flatten)]
     workloads: WorkloadFiles,
 }
@@ -133,10 +135,17 @@ struct Totals {
 }
 
 pub fn main(args: DiffArgs) -> Result<ExitCode> {
+    if args.limits.dry_run {
+        print_dry_run(&args.workloads.files, &args.limits)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut diffs = Vec::new();
     let mut skipped = Vec::new();
     let mut totals = Totals::default();
     for file in &args.workloads.files {
+        // Refused before either side runs: the model would fail on its own
+        // machine's memory first.
+        let plan = plan(file, &args.limits)?;
         let model_side = |found: &dyn Fn(&Tunable) -> Result<String>| -> Result<Observation> {
             let mut model = model_from(found)?;
             if args.workloads.check {
@@ -147,7 +156,7 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
         // The model starts from the tunables the kernel run finds under the
         // settings lock: read before it, they could be another run's.
         let mut model_run = None;
-        let kernel_run = kernel_run(|k| {
+        let kernel_run = kernel_run_planned(&plan, |k| {
             model_run = Some(model_side(&|t| Ok(k.found_tunable(t)?))?);
             Ok(hugelab_workload::run_file(k, file)?)
         });

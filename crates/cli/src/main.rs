@@ -16,6 +16,7 @@ mod explain;
 mod hugetlb;
 mod hugetlb_measure;
 mod hugetlb_measure_report;
+mod kernel_limit;
 mod predict;
 mod predict_report;
 mod predict_why;

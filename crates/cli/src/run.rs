@@ -1,11 +1,11 @@
 //! `hugelab run`: runs workloads and prints their counters per snapshot.
 
+use crate::kernel_limit::{kernel_run, print_dry_run, KernelLimitArgs};
 use crate::table;
 use crate::table::plural;
 use crate::workload_args::{CounterOutput, WorkloadFiles};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
-use hugelab_kernel::KernelBackend;
 use hugelab_model::Model;
 use hugelab_workload::{counters, run_file_counted, Observation};
 use std::collections::BTreeSet;
@@ -32,30 +32,27 @@ pub struct RunArgs {
     #[arg(long = "counter", value_name = "NAME")]
     counters: Vec<String>,
     #[command(flatten)]
+    limits: KernelLimitArgs,
+    #[command(flatten)]
     workloads: WorkloadFiles,
 }
 
 /// Runs one workload file on the model (default tunables; with `check`, the
 /// invariants checked after every statement) or on the kernel: what it
 /// observed and how many statements it read.
-fn observe(backend: BackendName, file: &Path, check: bool) -> Result<(Observation, u64)> {
+fn observe(
+    backend: BackendName,
+    file: &Path,
+    check: bool,
+    limits: &KernelLimitArgs,
+) -> Result<(Observation, u64)> {
     Ok(match backend {
         BackendName::Model if check => {
             run_file_counted(&mut Model::default().with_invariant_checks(), file)?
         }
         BackendName::Model => run_file_counted(&mut Model::default(), file)?,
-        BackendName::Kernel => kernel_run(|k| Ok(run_file_counted(k, file)?))?,
+        BackendName::Kernel => kernel_run(file, limits, |k| Ok(run_file_counted(k, file)?))?,
     })
-}
-
-/// `run` on a kernel backend, finished (tunables restored) whatever `run`
-/// returned.
-pub(crate) fn kernel_run<T>(run: impl FnOnce(&mut KernelBackend) -> Result<T>) -> Result<T> {
-    let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
-    let mut kernel = KernelBackend::new(exe)?;
-    let obs = run(&mut kernel);
-    kernel.finish()?;
-    obs
 }
 
 /// What `run` totals over its files.
@@ -113,10 +110,19 @@ pub fn main(args: RunArgs) -> Result<ExitCode> {
             anyhow::bail!("--counter: {}", counters::unknown_counter_message(name));
         }
     }
+    if args.limits.dry_run {
+        if !matches!(args.backend, BackendName::Kernel) {
+            anyhow::bail!(
+                "--dry-run shows what a kernel run would make; it works with --backend kernel only"
+            );
+        }
+        print_dry_run(&args.workloads.files, &args.limits)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut failed = false;
     let mut totals = Totals::default();
     for file in &args.workloads.files {
-        let (obs, statements) = observe(args.backend, file, args.workloads.check)?;
+        let (obs, statements) = observe(args.backend, file, args.workloads.check, &args.limits)?;
         totals.add(&obs, statements);
         if args.output.json {
             // JSON Lines: one document per workload, on one line.

@@ -7,6 +7,7 @@
 //! its large folios: the model's folios, or the kernel backend's agent
 //! processes, scanned live at the same point.
 
+use crate::kernel_limit::KernelLimitArgs;
 use crate::utilization_view;
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -58,6 +59,8 @@ pub struct UtilizationArgs {
     /// Predict at this khugepaged/max_ptes_none instead of the workload's.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_PTES_NONE_OFF)))]
     max_ptes_none: Option<u32>,
+    #[command(flatten)]
+    limits: KernelLimitArgs,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -204,9 +207,15 @@ fn scan_model(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<S
 /// machine's kernel, then scans the workload's live processes (those of
 /// `scope`) with `hugelab scan`'s reader before the backend ends them and
 /// restores the tunables.
-fn scan_kernel(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
+fn scan_kernel(
+    path: &Path,
+    snapshot: Option<&str>,
+    scope: Scope<'_>,
+    limits: &KernelLimitArgs,
+) -> Result<Scan> {
+    let plan = crate::kernel_limit::plan(path, limits)?;
     let exe = std::env::current_exe().context("cannot find the hugelab binary for the agents")?;
-    let mut kernel = KernelBackend::new(exe)?;
+    let mut kernel = KernelBackend::with_memory_limit(exe, plan.limit)?;
     let obs = run_until(&mut kernel, path, snapshot)?;
     warn_failed_expects(&obs);
     let at = || format!("{} at {}", obs.workload, describe_snapshot(snapshot));
@@ -265,6 +274,13 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
     let snapshot = args.snapshot.as_deref();
     let mut reports: Vec<(&str, Reports)> = Vec::new();
     let buckets = usize::from(args.buckets);
+    if args.limits.dry_run {
+        if args.backend == Where::Model {
+            bail!("--dry-run shows what a kernel run would make; it works with --backend kernel or both only");
+        }
+        crate::kernel_limit::print_dry_run([&args.file], &args.limits)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.backend != Where::Kernel {
         let r = report(args.max_ptes_none, buckets, each, || {
             scan_model(&args.file, snapshot, scope)
@@ -273,7 +289,7 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
     }
     if args.backend != Where::Model {
         let r = report(args.max_ptes_none, buckets, each, || {
-            scan_kernel(&args.file, snapshot, scope)
+            scan_kernel(&args.file, snapshot, scope, &args.limits)
         })?;
         reports.push(("kernel", r));
     }

@@ -349,6 +349,14 @@ fn every_readme_example_runs_and_shows_what_the_readme_says() {
                 ok(&["run", "--check", SCENARIO, SCENARIO_2]);
             }
             "hugelab run trace.hlw.zst" => check_run_zst(),
+            "hugelab run --backend kernel --dry-run FILE..." => {
+                // Needs no root: it changes nothing.
+                let out = ok(&["run", "--backend", "kernel", "--dry-run", SCENARIO]);
+                assert!(
+                    out.contains(" needs up to ") && out.contains("would run in memory cgroup "),
+                    "{out}"
+                );
+            }
             c if c.starts_with("hugelab compare --setting 4K:") => {
                 check_compare_example(&ok(&args));
             }

@@ -183,6 +183,11 @@ impl Agents {
                 // VM_FAULT_OOM, which mm_account_fault counts in PGFAULT
                 // only.
                 let oom = signal == libc::SIGKILL;
+                let message = if oom && oom_killed(p, oom_kills_before) {
+                    format!("{message}; the OOM killer of its memory cgroup chose it")
+                } else {
+                    message
+                };
                 let call = Call {
                     killed: killed(signal, message)?,
                     ..Call::ok(faults.map_or(0, |f| f + i64::from(oom)))

@@ -22,7 +22,7 @@ use crate::error::KernelError;
 use crate::guard::SettingsGuard;
 use crate::khugepaged::KhugepagedHold;
 use crate::measure::{rcu_settle, read_process, settle_dead_mms, Measurement};
-use crate::memcg::Memcg;
+use crate::memcg::{Memcg, RunMemcg};
 use crate::{gup, huge_memory, khugepaged, machine, madvise, memcg, memory, mmap, mprotect};
 use crate::{task, tunable, vmscan};
 use hugelab_workload::gone::Gone;
@@ -50,15 +50,33 @@ pub struct KernelBackend {
     measure: Measurement,
     khugepaged: KhugepagedHold,
     cgroups: BTreeMap<String, Memcg>,
+    /// The run's own memory cgroup, the workload's groups inside it.
+    run_memcg: Option<RunMemcg>,
+}
+
+/// The signal path's cleanup: the agents, then the run's memory cgroups.
+fn cleanup() {
+    crate::process::kill_all();
+    crate::memcg::remove_own();
 }
 
 impl KernelBackend {
     /// Takes the settings lock, quiets khugepaged and starts the sentinel.
     /// `exe` is the `hugelab` binary, run as `hugelab __agent` for each process.
+    /// The agents run in a memory cgroup limited to what MemAvailable
+    /// allows ([`crate::memcg::default_limit`]): the caller knows no bound.
     pub fn new(exe: PathBuf) -> Result<KernelBackend, KernelError> {
+        let limit = crate::memcg::default_limit()?;
+        KernelBackend::with_memory_limit(exe, limit)
+    }
+
+    /// [`KernelBackend::new`] with the agents' memory cgroup limited to
+    /// `limit` bytes (`hugelab_workload::bound` and its margin).
+    pub fn with_memory_limit(exe: PathBuf, limit: u64) -> Result<KernelBackend, KernelError> {
         crate::agent::hold_runner_memory();
         let mut guard = SettingsGuard::acquire()?;
-        crate::guard::set_cleanup_hook(crate::process::kill_all);
+        crate::guard::set_cleanup_hook(cleanup);
+        let run_memcg = Some(RunMemcg::create(limit)?);
         let khugepaged = KhugepagedHold::start(&exe, &mut guard)?;
         let mut backend = KernelBackend {
             exe,
@@ -67,6 +85,7 @@ impl KernelBackend {
             measure: Measurement::new(),
             khugepaged,
             cgroups: BTreeMap::new(),
+            run_memcg,
         };
         crate::agent::prefault_runner();
         // Page tables of processes that exited just before (an earlier run's
@@ -123,6 +142,12 @@ impl KernelBackend {
         self.agents.procs.clear();
         self.khugepaged.stop();
         self.cgroups.clear();
+        self.run_memcg = None;
+    }
+
+    /// The run's memory cgroup and its limit in bytes.
+    pub fn memory_cgroup(&self) -> Option<(&std::path::Path, u64)> {
+        self.run_memcg.as_ref().map(|m| (m.dir(), m.limit()))
     }
 }
 
@@ -139,8 +164,17 @@ impl KernelBackend {
         match &stmt.kind {
             StmtKind::Set(s) => tunable::set(&mut self.guard, &mut self.khugepaged, m, a, stmt, s),
             StmtKind::Machine(s) => machine::machine(stmt, s),
-            StmtKind::Cgroup(s) => memcg::cgroup(&mut self.cgroups, stmt, s),
-            StmtKind::Spawn(s) => task::spawn(&self.exe, &mut self.cgroups, a, stmt, s),
+            StmtKind::Cgroup(s) => {
+                memcg::cgroup(&mut self.cgroups, self.run_memcg.as_ref(), stmt, s)
+            }
+            StmtKind::Spawn(s) => task::spawn(
+                &self.exe,
+                &mut self.cgroups,
+                self.run_memcg.as_mut(),
+                a,
+                stmt,
+                s,
+            ),
             StmtKind::Mmap(s) => mmap::mmap(m, a, stmt, s),
             StmtKind::Brk(s) => mmap::brk(m, a, stmt, s),
             StmtKind::Munmap(s) => mmap::munmap(m, a, stmt, s, gone),
@@ -156,7 +190,15 @@ impl KernelBackend {
             StmtKind::ThpDisable(s) => task::thp_disable(m, a, stmt, s),
             StmtKind::Thread(s) => task::thread(a, stmt, s),
             StmtKind::Exit(s) => task::exit(m, a, stmt, s, gone),
-            StmtKind::Exec(s) => task::exec(m, a, &mut self.cgroups, stmt, s, gone),
+            StmtKind::Exec(s) => task::exec(
+                m,
+                a,
+                &mut self.cgroups,
+                self.run_memcg.as_mut(),
+                stmt,
+                s,
+                gone,
+            ),
             StmtKind::Split(s) => huge_memory::split(m, a, stmt, s),
             StmtKind::Khugepaged => {
                 khugepaged::khugepaged(&mut self.khugepaged, &mut self.guard, m, a, stmt)

@@ -22,6 +22,19 @@
 //! A group is a directory `hugelab.<runner pid>.<name>`; it is removed when
 //! the run ends (after its processes), and `hugelab settings restore` removes
 //! those a killed run left behind.
+//!
+//! **The run's own group** ([`RunMemcg`]): every kernel run's agents run
+//! inside `hugelab.<runner pid>` at the hierarchy's root, whose limit is
+//! what the workload can need at most (`hugelab_workload::bound`, plus its
+//! margin), so a workload that goes wrong OOM-kills only its own agents.
+//! The workload's groups are made inside it; agents in none of them are in
+//! its leaf `agents` (cgroup v2 lets processes live only in leaves of a
+//! group that gives its children the memory controller; v1 gets the same
+//! tree). A parent's limit changes nothing below it while the usage stays
+//! under it: charges, reclaim and the children's counters are their own.
+//! The name carries the runner's pid as the groups above do, so the same
+//! paths remove it: [`RunMemcg`]'s drop, the signal path
+//! ([`remove_own`]) and `hugelab settings restore` ([`remove_stale`]).
 
 use crate::call::failed;
 use crate::error::{KernelError, Result};
@@ -31,14 +44,20 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The `cgroup <cg> [memory.max=]` statement: the group created, by name.
+/// The `cgroup <cg> [memory.max=]` statement: the group created, by name,
+/// inside the run's group if there is one.
 pub(crate) fn cgroup(
     cgroups: &mut BTreeMap<String, Memcg>,
+    run: Option<&RunMemcg>,
     stmt: &Stmt,
     s: &Cgroup,
 ) -> std::result::Result<(), BackendError> {
-    let cg =
-        Memcg::create(&s.cgroup, s.memory_max.map(|m| m.bytes())).map_err(|e| failed(stmt, e))?;
+    let limit = s.memory_max.map(|m| m.bytes());
+    let cg = match run {
+        Some(run) => run.child(&s.cgroup, limit),
+        None => Memcg::create(&s.cgroup, limit),
+    }
+    .map_err(|e| failed(stmt, e))?;
     cgroups.insert(s.cgroup.clone(), cg);
     Ok(())
 }
@@ -72,11 +91,11 @@ pub fn hierarchy() -> Option<(PathBuf, Version)> {
     v1
 }
 
-/// The runner's own memory cgroup directory, in the hierarchy whose root
-/// holds `group` (a group is made at the root): /proc/self/cgroup's
-/// `0::<path>` line on v2, its `memory` line on v1.
-fn runner_memcg(group: &Path, version: Version) -> Option<PathBuf> {
-    let root = group.parent()?;
+/// The runner's own memory cgroup directory: /proc/self/cgroup's
+/// `0::<path>` line on v2, its `memory` line on v1, under the hierarchy's
+/// root.
+fn runner_memcg(version: Version) -> Option<PathBuf> {
+    let (root, _) = hierarchy()?;
     let text = fs::read_to_string("/proc/self/cgroup").ok()?;
     let path = text.lines().find_map(|line| {
         let mut f = line.splitn(3, ':');
@@ -110,6 +129,11 @@ impl Memcg {
             )
         })?;
         let dir = root.join(format!("hugelab.{}.{name}", std::process::id()));
+        Memcg::create_at(dir, name, version, limit)
+    }
+
+    /// Makes the group at `dir` (its parent exists), with a limit if given.
+    fn create_at(dir: PathBuf, name: &str, version: Version, limit: Option<u64>) -> Result<Memcg> {
         fs::create_dir(&dir).map_err(|e| KernelError::io(&dir, e))?;
         let cg = Memcg {
             name: name.to_string(),
@@ -207,7 +231,7 @@ impl Memcg {
     /// there. For `exec`, whose new image sets itself up outside the group
     /// and then joins it again ([`Memcg::attach`]), as at spawn.
     pub fn detach(&self, pid: i32) -> Result<()> {
-        let own = runner_memcg(&self.dir, self.version).ok_or_else(|| {
+        let own = runner_memcg(self.version).ok_or_else(|| {
             KernelError::Refused("cannot find the runner's own memory cgroup".to_string())
         })?;
         let procs = own.join("cgroup.procs");
@@ -266,6 +290,90 @@ impl Memcg {
     }
 }
 
+/// The run's own memory cgroup (see the module doc): `hugelab.<runner
+/// pid>` with the limit, the workload's groups inside it, and the leaf
+/// `agents` for the agents in none of them.
+pub struct RunMemcg {
+    /// Dropped first: a group with children cannot be removed.
+    agents: Memcg,
+    group: Memcg,
+}
+
+/// What the machine keeps beyond a kernel run's memory: MemAvailable less
+/// this is the most a run's group may allow.
+pub const RESERVE_BYTES: u64 = 1 << 30;
+
+/// The limit of a run whose workload has no bound (read from a pipe):
+/// MemAvailable less [`RESERVE_BYTES`], at least 256 MiB.
+pub fn default_limit() -> Result<u64> {
+    let (available, _) = crate::hugetlb::mem_available()?;
+    Ok(available.saturating_sub(RESERVE_BYTES).max(256 << 20))
+}
+
+/// Where a run's group goes and the file its limit is written to, on
+/// this machine (for `--dry-run`); None without a memory controller.
+pub fn run_group_path() -> Option<(PathBuf, &'static str)> {
+    let (root, version) = hierarchy()?;
+    let file = match version {
+        Version::V2 => "memory.max",
+        Version::V1 => "memory.limit_in_bytes",
+    };
+    Some((root.join(format!("hugelab.{}", std::process::id())), file))
+}
+
+impl RunMemcg {
+    /// Makes the run's group with `limit` bytes, and its leaf.
+    pub fn create(limit: u64) -> Result<RunMemcg> {
+        let (root, version) = hierarchy().ok_or_else(|| {
+            KernelError::Refused(
+                "this machine has no memory cgroup controller (neither v2 nor v1 is mounted): a kernel run needs one to keep the workload inside a limit"
+                    .to_string(),
+            )
+        })?;
+        let dir = root.join(format!("hugelab.{}", std::process::id()));
+        let group = Memcg::create_at(dir, "run", version, Some(limit))?;
+        if version == Version::V2 {
+            group.write("cgroup.subtree_control", "+memory")?;
+        }
+        let agents = Memcg::create_at(group.dir.join("agents"), "agents", version, None)?;
+        Ok(RunMemcg { agents, group })
+    }
+
+    /// A workload's group `name` inside the run's group.
+    pub(crate) fn child(&self, name: &str, limit: Option<u64>) -> Result<Memcg> {
+        let dir = self
+            .group
+            .dir
+            .join(format!("hugelab.{}.{name}", std::process::id()));
+        Memcg::create_at(dir, name, self.group.version, limit)
+    }
+
+    /// The run's group.
+    pub fn dir(&self) -> &Path {
+        &self.group.dir
+    }
+
+    /// The leaf the agents in none of the workload's groups are in.
+    pub fn agents_dir(&self) -> &Path {
+        &self.agents.dir
+    }
+
+    /// The run's limit, bytes.
+    pub fn limit(&self) -> u64 {
+        self.group.limit.unwrap_or(u64::MAX)
+    }
+
+    /// Moves an agent into the leaf (see [`Memcg::attach`]).
+    pub fn attach(&mut self, pid: i32) -> Result<()> {
+        self.agents.attach(pid)
+    }
+
+    /// Moves an agent out of the leaf (see [`Memcg::detach`]).
+    pub fn detach(&self, pid: i32) -> Result<()> {
+        self.agents.detach(pid)
+    }
+}
+
 /// The OOM kills in the group at `dir` so far: v2 memory.events, else v1
 /// memory.oom_control (`oom_kill` in both).
 pub fn oom_kills_at(dir: &Path) -> Option<u64> {
@@ -310,14 +418,15 @@ impl Drop for Memcg {
 /// SIGKILLs every process of the group at `dir` and waits (up to 5 s) for
 /// the group to be empty; true if it is. Safe to call from the signal
 /// thread: it only reads the group's task list and sends signals.
+/// The groups below it are searched too (the run's group holds the
+/// workload's).
 pub fn kill_all(dir: &Path) -> bool {
-    let procs = dir.join("cgroup.procs");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        let Ok(text) = fs::read_to_string(&procs) else {
+        if !dir.exists() {
             return true; // the group is gone
-        };
-        let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        }
+        let pids = tasks_below(dir);
         if pids.is_empty() {
             return true;
         }
@@ -330,6 +439,52 @@ pub fn kill_all(dir: &Path) -> bool {
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// The pids in the group at `dir` and in every group below it.
+fn tasks_below(dir: &Path) -> Vec<i32> {
+    let text = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let mut pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    for sub in subgroups(dir) {
+        pids.extend(tasks_below(&sub));
+    }
+    pids
+}
+
+/// The groups directly below the group at `dir`.
+fn subgroups(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Removes the group at `dir` and the groups below it, deepest first (a
+/// group with children cannot be removed); true when it is gone.
+fn remove_tree(dir: &Path) -> bool {
+    for sub in subgroups(dir) {
+        remove_tree(&sub);
+    }
+    fs::remove_dir(dir).is_ok() || !dir.exists()
+}
+
+/// The signal path's cleanup: kills what is left in this process's groups
+/// (and those below them) and removes them. Safe on the signal thread.
+pub fn remove_own() {
+    let Some((root, _)) = hierarchy() else {
+        return;
+    };
+    let own = format!("hugelab.{}", std::process::id());
+    for entry in fs::read_dir(&root).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == own || name.starts_with(&format!("{own}.")) {
+            kill_all(&entry.path());
+            remove_tree(&entry.path());
+        }
     }
 }
 
@@ -352,7 +507,7 @@ pub fn remove_stale() -> Vec<PathBuf> {
             .is_ok_and(|p| Path::new(&format!("/proc/{p}")).exists());
         // What a killed run left in its groups (a benchmarked command) dies
         // with it: a group with tasks cannot be removed.
-        if !alive && kill_all(&entry.path()) && fs::remove_dir(entry.path()).is_ok() {
+        if !alive && kill_all(&entry.path()) && remove_tree(&entry.path()) {
             removed.push(entry.path());
         }
     }

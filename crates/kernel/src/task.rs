@@ -14,7 +14,7 @@
 use crate::agents::{Agents, Proc};
 use crate::call::{failed, Call};
 use crate::measure::{read_process, settle_dead_mms, zeroed_process, Measurement};
-use crate::memcg::Memcg;
+use crate::memcg::{Memcg, RunMemcg};
 use crate::process::AgentProc;
 use crate::protocol::Request;
 use hugelab_workload::gone::Gone;
@@ -27,6 +27,7 @@ use std::path::Path;
 pub(crate) fn spawn(
     exe: &Path,
     cgroups: &mut BTreeMap<String, Memcg>,
+    run: Option<&mut RunMemcg>,
     agents: &mut Agents,
     stmt: &Stmt,
     s: &Spawn,
@@ -43,6 +44,10 @@ pub(crate) fn spawn(
             .ok_or_else(|| failed(stmt, format!("no cgroup '{cg}'")))?;
         memcg.attach(agent.pid).map_err(|e| failed(stmt, e))?;
         memcg_dir = Some(memcg.dir().to_path_buf());
+    } else if let Some(run) = run {
+        // In none of the workload's groups: in the run's own.
+        run.attach(agent.pid).map_err(|e| failed(stmt, e))?;
+        memcg_dir = Some(run.agents_dir().to_path_buf());
     }
     let mut p = Proc::new(agent, BTreeMap::new());
     p.memcg_dir = memcg_dir;
@@ -149,6 +154,7 @@ pub(crate) fn exec(
     m: &mut Measurement,
     agents: &mut Agents,
     cgroups: &mut BTreeMap<String, Memcg>,
+    run: Option<&mut RunMemcg>,
     stmt: &Stmt,
     s: &Exec,
     gone: &mut Gone,
@@ -167,13 +173,18 @@ pub(crate) fn exec(
     let memcg = cgroups
         .values_mut()
         .find(|cg| p.memcg_dir.as_deref() == Some(cg.dir()));
+    let run = run.filter(|r| p.memcg_dir.as_deref() == Some(r.agents_dir()));
     let pid = p.agent.pid;
     if let Some(cg) = &memcg {
         cg.detach(pid).map_err(|e| failed(stmt, e))?;
+    } else if let Some(r) = &run {
+        r.detach(pid).map_err(|e| failed(stmt, e))?;
     }
     p.agent.exec().map_err(|e| failed(stmt, e))?;
     if let Some(cg) = memcg {
         cg.attach(pid).map_err(|e| failed(stmt, e))?;
+    } else if let Some(r) = run {
+        r.attach(pid).map_err(|e| failed(stmt, e))?;
     }
     p.regions.clear();
     p.cursor = 0;

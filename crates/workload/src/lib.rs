@@ -15,6 +15,7 @@
 
 pub mod ast;
 pub mod backend;
+pub mod bound;
 pub mod check;
 mod checker;
 pub mod counters;

@@ -9,12 +9,28 @@ mod common;
 use common::{cannot_run, hugelab, machine_state, state_dir};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 fn scenario(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../scenarios")
         .join(name)
+}
+
+/// The machine's settings while no run changes them: read under the
+/// machine lock every kernel run takes (another helper's run on the same
+/// machine holds its own settings until it ends).
+fn machine_at_rest(state: &Path) -> String {
+    use std::os::fd::AsRawFd;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open("/run/hugelab.lock")
+        .expect("the machine lock opens");
+    // SAFETY: flock on a file we hold open; closing it unlocks.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let settings = machine_state(state);
+    drop(lock);
+    settings
 }
 
 /// `hugelab diff --json FILE`: the exit status and the document.
@@ -103,22 +119,12 @@ fn the_backend_s_own_pages_and_other_processes_stay_out() {
         return;
     }
     let state = state_dir("kernel-noise");
-    let found = machine_state(&state);
+    let found = machine_at_rest(&state);
     drain_page_stays_out(&state);
     no_false_mismatch_under_churn(&state);
-    // Another run on the machine (ours took the settings lock one at a
-    // time) may hold settings of its own at this moment: it gives them back
-    // when it ends.
-    let mut now = machine_state(&state);
-    for _ in 0..300 {
-        if now == found {
-            break;
-        }
-        std::thread::sleep(Duration::from_secs(1));
-        now = machine_state(&state);
-    }
     assert_eq!(
-        now, found,
+        machine_at_rest(&state),
+        found,
         "the runs left a tunable or a hugetlb pool changed"
     );
     let _ = std::fs::remove_dir_all(&state);

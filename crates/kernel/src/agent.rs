@@ -47,8 +47,12 @@ use std::hint::black_box;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU64, Ordering::Relaxed};
 
-/// An empty page of the agent's own (mapped, never touched), for
-/// `drain_lru_batches`.
+/// An empty page of the agent's own for `drain_lru_batches`, mapped
+/// PROT_NONE so that nothing ever populates it: not the agent (a touch would
+/// be a SIGSEGV), and not the MADV_POPULATE_WRITE after `fork`
+/// (`unshare_own_writable` takes only `rw-p` mappings). A populated drain
+/// page would be a folio of the agent's own that MADV_COLD deactivates,
+/// counted in pgdeactivate as the workload's.
 static DRAIN_PAGE: AtomicI64 = AtomicI64::new(0);
 
 /// The runner's pid, passed on at exec.
@@ -104,8 +108,8 @@ pub fn agent_main(fd: RawFd, runner: libc::pid_t, thp_after_exec: Option<bool>) 
         libc::mmap(
             std::ptr::null_mut(),
             PAGE_SIZE as usize,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
             -1,
             0,
         )
@@ -886,12 +890,14 @@ fn pin_to_one_cpu() {
 }
 
 /// lru_add_drain on the agent's CPU: MADV_COLD of an empty page of its own
-/// starts with it (mm/madvise.c `madvise_cold`) and finds nothing to do
-/// besides, so nothing else is counted.
+/// starts with it (mm/madvise.c `madvise_cold`; `can_madv_lru_vma` does not
+/// look at the protection) and finds nothing to do besides, so nothing else
+/// is counted: the page is PROT_NONE and never populated, in every
+/// generation of agents (see [`DRAIN_PAGE`]).
 fn drain_lru_batches() {
     let page = DRAIN_PAGE.load(Relaxed);
     if page != 0 {
-        // SAFETY: our own mapping, never touched.
+        // SAFETY: our own PROT_NONE mapping, never touched.
         unsafe { libc::madvise(page as *mut _, PAGE_SIZE as usize, libc::MADV_COLD) };
     }
 }

@@ -210,6 +210,7 @@ impl Agents {
         p.minflt += reply.loop_faults;
         let mut call = Call {
             faults: reply.all_faults,
+            own_faults: (reply.all_faults - reply.loop_faults).max(0),
             errno: reply.errno,
             killed: None,
         };
@@ -271,6 +272,12 @@ impl Agents {
     /// (see [`Proc::shared_tables`]), if one's are.
     pub(crate) fn shared_tables(&self) -> Option<&String> {
         self.procs.values().find_map(|p| p.shared_tables.as_ref())
+    }
+
+    /// Whether a live agent is in a memory cgroup of the workload's, whose
+    /// limit may make its statements reclaim.
+    pub(crate) fn in_memcg(&self) -> bool {
+        self.procs.values().any(|p| p.memcg_dir.is_some())
     }
 
     /// The live agents' pids, sorted.

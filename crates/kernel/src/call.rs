@@ -11,6 +11,11 @@ use hugelab_workload::{BackendError, Errno, Signal, Stmt};
 /// killed during it, if one.
 pub(crate) struct Call {
     pub(crate) faults: i64,
+    /// Of `faults`, those the agents took outside the workload's own
+    /// accesses (a request's faults beyond its loop's: the agent's own code
+    /// or memory, say a text page reclaimed or a page under migration on a
+    /// busy machine). They are in the window's pgfault, not the workload's.
+    pub(crate) own_faults: i64,
     pub(crate) errno: Errno,
     pub(crate) killed: Option<Killed>,
 }
@@ -28,6 +33,7 @@ impl Call {
     pub(crate) fn ok(faults: i64) -> Call {
         Call {
             faults,
+            own_faults: 0,
             errno: Errno::OK,
             killed: None,
         }

@@ -28,9 +28,22 @@
 //! What is not trusted:
 //! - Another process faulting during a window (detected: the window's pgfault
 //!   exceeds the faults the agents and the runner themselves took) makes the
-//!   system-wide counters after it unknown: all of them while a THP size is
-//!   `always` (the other process may have got THPs too), else the
-//!   anonymous-memory and page-table counters.
+//!   system-wide counters it could move unknown from then on, each with the
+//!   window's reason (see [`taint`]): every system-wide gauge, whatever the
+//!   THP modes (a process that got THPs earlier splits and frees them in
+//!   any mode, without a fault), and every event counter that moved in the
+//!   window. An event counter only grows, so one that did not move there
+//!   counted no one's event, the other process's neither, and stays known.
+//! - The LRU counters (pgdeactivate, pglazyfree, pglazyfreed) moving in a
+//!   window whose statement cannot move them (see [`moves_lru`]): kswapd or
+//!   another process's madvise or reclaim, which take no fault of theirs
+//!   in the window; those counters are unknown from then on.
+//! - Faults an agent takes in a window outside the workload's accesses (its
+//!   request's faults beyond its access loop's: a text page of its own
+//!   reclaimed, a page of its own under migration, both on a busy machine)
+//!   are its own, not the workload's: they leave pgfault, as a fork's do, and
+//!   make the anonymous-memory and page-table gauges unknown (the page may be
+//!   a new one of the agent's own).
 //! - THP collapse outside a `khugepaged` statement or MADV_COLLAPSE (khugepaged
 //!   ran on its own) makes every counter after it unknown: the snapshot would
 //!   not be stable.
@@ -51,7 +64,7 @@ use crate::modes::{Modes, ThpModes};
 use crate::procfile::ProcFile;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps};
-use hugelab_workload::counters::{self, Reported, Scope};
+use hugelab_workload::counters::{self, CounterKind, Reported, Scope};
 use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB, PMD_SIZE};
 use hugelab_workload::{BackendError, Counters, Errno, Reading, Stmt, StmtKind};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -73,8 +86,9 @@ pub(crate) struct Measurement {
     /// The reading after the latest window, to see khugepaged collapse
     /// between two windows.
     last: Option<Counters>,
-    /// Another process disturbed a window (see [`Noise`]).
-    noise: Option<Noise>,
+    /// The system-wide counters another process may have moved, each with
+    /// the reason of the first window that disturbed it (see [`taint`]).
+    tainted: BTreeMap<String, String>,
     /// THP collapse outside a `khugepaged` statement or MADV_COLLAPSE: every
     /// counter after it is unknown.
     unstable: Option<String>,
@@ -113,6 +127,12 @@ pub(crate) struct Measurement {
 struct Kind {
     /// Reported as read, not as a change (see [`is_absolute`]).
     absolute: bool,
+    /// A system-wide change since the start: something another process can
+    /// move (hugetlb pools, set by the workload and read as they are,
+    /// cannot).
+    foreign: bool,
+    /// Counts events: it only grows (see [`taint`]).
+    event: bool,
     /// The size of a per-size mTHP counter (see [`mthp_size_kb`]).
     mthp_size_kb: Option<u64>,
 }
@@ -125,8 +145,13 @@ impl Kinds {
         if let Some(k) = self.0.get(name) {
             return *k;
         }
+        let c = counters::lookup(name);
         let k = Kind {
             absolute: is_absolute(name),
+            foreign: c.is_some_and(|c| {
+                c.family.scope == Scope::System && c.field.reported == Reported::SinceStart
+            }),
+            event: c.is_some_and(|c| c.field.kind == CounterKind::Event),
             mthp_size_kb: mthp_size_kb(name),
         };
         self.0.insert(name.to_string(), k);
@@ -151,13 +176,106 @@ struct Chain {
     own: Option<Own>,
 }
 
-/// Why another process's activity makes system-wide counters unknown.
-struct Noise {
-    why: String,
-    /// Every system-wide counter (a THP size was `always`, or a per-size
-    /// counter moved for a size the workload never enabled), not only the
-    /// anonymous-memory and page-table ones.
-    wide: bool,
+/// The LRU counters: the workload moves them only by the statements of
+/// [`moves_lru`] (the agents drain their CPU's LRU batches after each
+/// MADV_FREE and MADV_COLD, so none is counted later), or by reclaim inside
+/// a memory cgroup's limit.
+const LRU_COUNTERS: [&str; 3] = [
+    "vmstat.pgdeactivate",
+    "vmstat.pglazyfree",
+    "vmstat.pglazyfreed",
+];
+
+/// Whether a statement may move the [`LRU_COUNTERS`] outside a memory
+/// cgroup: MADV_FREE (lru_lazyfree), MADV_COLD and MADV_PAGEOUT
+/// (lru_deactivate, reclaim of lazy-free folios), MADV_COLLAPSE and
+/// khugepaged (they drain the LRU batches), `reclaim`, and what changes the
+/// machine (`set`, `machine`, `fragment`, `sleep` with khugepaged's passes,
+/// `split`).
+fn moves_lru(kind: &StmtKind) -> bool {
+    use hugelab_workload::Advice;
+    match kind {
+        StmtKind::Madvise(m) => matches!(
+            m.advice,
+            Advice::Free | Advice::Cold | Advice::Pageout | Advice::Collapse
+        ),
+        StmtKind::Read(_)
+        | StmtKind::Write(_)
+        | StmtKind::Special(_)
+        | StmtKind::Mmap(_)
+        | StmtKind::Munmap(_)
+        | StmtKind::Mprotect(_)
+        | StmtKind::Mremap(_)
+        | StmtKind::Brk(_)
+        | StmtKind::Pin(_)
+        | StmtKind::Unpin(_)
+        | StmtKind::Fork(_)
+        | StmtKind::ThpDisable(_)
+        | StmtKind::Exit(_)
+        | StmtKind::Exec(_) => false,
+        _ => true,
+    }
+}
+
+/// The [`LRU_COUNTERS`] that moved in the window of `stmt`, a statement
+/// that cannot move them, are another's: unknown from then on.
+fn lru_moved_alone(
+    tainted: &mut BTreeMap<String, String>,
+    stmt: &Stmt,
+    (before, after): (&Counters, &Counters),
+) {
+    for name in LRU_COUNTERS {
+        let (Some(b), Some(a)) = (before.get(name), after.get(name)) else {
+            continue;
+        };
+        if a != b && !tainted.contains_key(name) {
+            let why = format!(
+                "{} {:+} during line {}, a `{}`, which moves no folio between the LRU lists: kswapd's or another process's",
+                name.trim_start_matches("vmstat."),
+                a - b,
+                stmt.pos.line,
+                stmt.kind.keyword()
+            );
+            tainted.insert(name.to_string(), why);
+        }
+    }
+}
+
+/// pgfault and the gauges of anonymous memory and page tables: what any
+/// other process's fault, or an agent's fault of its own, can move.
+const ANON_GAUGES: [&str; 5] = [
+    "vmstat.pgfault",
+    "vmstat.nr_anon_pages",
+    "vmstat.nr_page_table_pages",
+    "meminfo.AnonPages",
+    "meminfo.PageTables",
+];
+
+/// Marks unknown, with `why`, the system-wide counters of a window (read
+/// `before` and `after` it) that another process's activity in it could
+/// have moved, unless an earlier window did: every gauge another process
+/// can move (its THPs split and freed, in any THP mode, take no fault),
+/// and every event counter that moved in the window. An event counter only
+/// grows: one that did not move in the window counted no event of anyone
+/// there, so the other process added nothing to it (a gauge can be moved up
+/// by one and down by the other, so it is not cleared that way).
+fn taint(
+    tainted: &mut BTreeMap<String, String>,
+    kinds: &mut Kinds,
+    why: &str,
+    (before, after): (&Counters, &Counters),
+) {
+    for (name, v) in after {
+        if tainted.contains_key(name) {
+            continue;
+        }
+        let k = kinds.of(name);
+        let moved = before.get(name) != Some(v);
+        let hit = ANON_GAUGES.contains(&name.as_str()) || (k.foreign && (!k.event || moved));
+        if hit {
+            tainted.insert(name.clone(), why.to_string());
+        }
+    }
 }
 
 /// What a window read before its statement besides the system-wide counters.
@@ -191,7 +309,7 @@ impl Measurement {
             totals: Counters::new(),
             absolute: Counters::new(),
             last: None,
-            noise: None,
+            tainted: BTreeMap::new(),
             unstable: None,
             forked: None,
             shared_tables: None,
@@ -319,6 +437,8 @@ impl Measurement {
             // The agents' faults inside fork are their own housekeeping
             // (breaking COW on their own memory), not the workload's.
             *self.totals.entry("vmstat.pgfault".into()).or_default() -= agent_faults;
+        } else {
+            self.leave_out_own_faults(stmt, call.own_faults);
         }
         if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
             eprintln!(
@@ -333,38 +453,29 @@ impl Measurement {
         // both are in the totals, so the window is noisy either way. (The
         // runner's count is an upper bound that includes faults outside the
         // readings, so it cannot be subtracted; it is reported.)
-        let faulted = sys_faults > agent_faults;
-        let mut noisy = faulted;
+        let faulted = (sys_faults > agent_faults).then(|| {
+            format!(
+                "another process faulted during line {} (pgfault +{sys_faults}; the agents' own +{agent_faults}, the runner's +{runner_faults})",
+                stmt.pos.line
+            )
+        });
         // A chained window's modes are those the window before read: only
         // reads and writes ran since.
         let modes = match (opened.chained, self.modes_after.take()) {
             (true, Some(m)) => Some(m),
             _ => self.modes.thp(),
         };
-        self.foreign_sizes(stmt, modes.as_ref(), &before, &after);
-        self.own_changes(
-            stmt,
-            (&opened.own, &own_after),
-            (&before, &after),
-            &mut noisy,
-        );
-        // While a THP size is `always`, whoever disturbed this window may
-        // have got THPs too: every system-wide counter is in doubt.
-        let wide = noisy && modes.as_ref().is_none_or(|m| m.always());
-        let narrower = self.noise.as_ref().is_some_and(|n| !n.wide);
-        if !faulted && wide && narrower {
-            if let Some(n) = self.noise.as_mut() {
-                n.wide = true;
-            }
+        let window = (&before, &after);
+        if let Some(why) = self.foreign_sizes(stmt, modes.as_ref(), window) {
+            taint(&mut self.tainted, &mut self.kinds, &why, window);
         }
-        if faulted && (self.noise.is_none() || (wide && narrower)) {
-            self.noise = Some(Noise {
-                why: format!(
-                    "another process faulted during line {} (pgfault +{sys_faults}; the agents' own +{agent_faults}, the runner's +{runner_faults})",
-                    stmt.pos.line
-                ),
-                wide,
-            });
+        if !moves_lru(&stmt.kind) && !agents.in_memcg() {
+            lru_moved_alone(&mut self.tainted, stmt, window);
+        }
+        let noisy =
+            faulted.or_else(|| own_changes(stmt, self.forked, (&opened.own, &own_after), window));
+        if let Some(why) = noisy {
+            taint(&mut self.tainted, &mut self.kinds, &why, window);
         }
         if !collapse_allowed && self.unstable.is_none() && collapsed(&before, &after) {
             self.unstable = Some(format!(
@@ -394,6 +505,23 @@ impl Measurement {
             ));
         }
         Ok(())
+    }
+
+    /// Faults of the agents' own in the window of `stmt`, outside the
+    /// workload's accesses (see the module doc): out of pgfault; the page
+    /// may be a new one of their own memory.
+    fn leave_out_own_faults(&mut self, stmt: &Stmt, own_faults: i64) {
+        if own_faults <= 0 {
+            return;
+        }
+        *self.totals.entry("vmstat.pgfault".into()).or_default() -= own_faults;
+        let why = format!(
+            "an agent took {own_faults} fault(s) of its own outside the workload's accesses during line {} (left out of pgfault; a page of its own may have come)",
+            stmt.pos.line
+        );
+        for name in &ANON_GAUGES[1..] {
+            self.tainted.entry(name.to_string()).or_insert(why.clone());
+        }
     }
 
     /// The first process killed, and the first the memcg OOM killer killed.
@@ -458,9 +586,8 @@ impl Measurement {
         &mut self,
         stmt: &Stmt,
         modes: Option<&ThpModes>,
-        before: &Counters,
-        after: &Counters,
-    ) {
+        (before, after): (&Counters, &Counters),
+    ) -> Option<String> {
         // Freed, say, when MADV_COLLAPSE drains the LRU caches. A `set`
         // that enables a size enables it inside its own window: other
         // processes' faults may take one there.
@@ -474,77 +601,72 @@ impl Measurement {
                     && before.get(*name).is_some_and(|b| b != *v)
             })
         });
-        // Wide: it replaces a narrow noise recorded earlier, which would
-        // leave the per-size counters trusted.
-        let narrow_or_none = self.noise.as_ref().is_none_or(|n| !n.wide);
-        if let (Some((name, _)), true) = (foreign, narrow_or_none) {
-            self.noise = Some(Noise {
-                why: format!(
-                    "another process's folios changed {name} during line {}, a size this workload never enabled",
-                    stmt.pos.line
-                ),
-                wide: true,
-            });
-        }
+        foreign.map(|(name, _)| {
+            format!(
+                "another process's folios changed {name} during line {}, a size this workload never enabled",
+                stmt.pos.line
+            )
+        })
     }
+}
 
-    /// Whether the system-wide anonymous memory and page tables moved as
-    /// the workload's own processes' did (`own`: before and after the
-    /// window); when not, another process disturbed the window.
-    fn own_changes(
-        &mut self,
-        stmt: &Stmt,
-        own: (&Option<Own>, &Option<Own>),
-        (before, after): (&Counters, &Counters),
-        noisy: &mut bool,
-    ) {
-        let (Some(b), Some(a)) = own else {
-            return;
-        };
-        let same_agents = b.pids == a.pids;
-        // (system counter, what moves it, the agents' own change in
-        // pages, whether the comparison holds in this window)
-        let checks = [
-            // Without shared pages (no fork yet), the workload's
-            // processes' Anonymous memory moves exactly as NR_ANON_MAPPED
-            // does; when it does not, another process mapped or freed
-            // anonymous memory meanwhile.
-            (
-                "vmstat.nr_anon_pages",
-                "another process changed anonymous memory",
-                (a.anon_kb - b.anon_kb) / PAGE_KB as i64,
-                self.forked.is_none(),
-            ),
-            // Page tables are per mm, shared by no one: NR_PAGETABLE
-            // moves as the agents' VmPTE does (both after RCU has freed
-            // what the statement unmapped). When it does not, another
-            // process's page tables came or went: one that exited just
-            // before, its tables freed by an RCU callback inside this
-            // window, leaves no fault. (A fork's child, not an agent
-            // until its window closes, is judged by the fork rule in
-            // `distrust`.)
-            (
-                "vmstat.nr_page_table_pages",
-                "another process's page tables changed",
-                (a.pte_kb - b.pte_kb) / PAGE_KB as i64,
-                !matches!(stmt.kind, StmtKind::Fork { .. }),
-            ),
-        ];
-        for (counter, what, own, applies) in checks {
-            let system = after[counter] - before[counter];
-            if applies && same_agents && own != system && !*noisy {
-                *noisy = true;
-                let field = counter.trim_start_matches("vmstat.");
-                self.noise.get_or_insert(Noise {
-                    why: format!(
-                        "{what} during line {} ({field} {system:+}, the workload's own {own:+})",
-                        stmt.pos.line
-                    ),
-                    wide: false,
-                });
-            }
-        }
+/// Whether the system-wide anonymous memory and page tables moved in a
+/// window (read `before` and `after` it) as the workload's own processes'
+/// did (`own`: before and after the window); when not, another process
+/// disturbed the window: the reason. `forked`: the line of the first fork
+/// so far, after which the agents share pages.
+fn own_changes(
+    stmt: &Stmt,
+    forked: Option<u32>,
+    own: (&Option<Own>, &Option<Own>),
+    (before, after): (&Counters, &Counters),
+) -> Option<String> {
+    let (Some(b), Some(a)) = own else {
+        return None;
+    };
+    if b.pids != a.pids {
+        return None;
     }
+    // (system counter, what moves it, the agents' own change in
+    // pages, whether the comparison holds in this window)
+    let checks = [
+        // Without shared pages (no fork yet), the workload's
+        // processes' Anonymous memory moves exactly as NR_ANON_MAPPED
+        // does; when it does not, another process mapped or freed
+        // anonymous memory meanwhile.
+        (
+            "vmstat.nr_anon_pages",
+            "another process changed anonymous memory",
+            (a.anon_kb - b.anon_kb) / PAGE_KB as i64,
+            forked.is_none(),
+        ),
+        // Page tables are per mm, shared by no one: NR_PAGETABLE
+        // moves as the agents' VmPTE does (both after RCU has freed
+        // what the statement unmapped). When it does not, another
+        // process's page tables came or went: one that exited just
+        // before, its tables freed by an RCU callback inside this
+        // window, leaves no fault. (A fork's child, not an agent
+        // until its window closes, is judged by the fork rule in
+        // `distrust`.)
+        (
+            "vmstat.nr_page_table_pages",
+            "another process's page tables changed",
+            (a.pte_kb - b.pte_kb) / PAGE_KB as i64,
+            !matches!(stmt.kind, StmtKind::Fork { .. }),
+        ),
+    ];
+    checks
+        .into_iter()
+        .find_map(|(counter, what, own, applies)| {
+            let system = after[counter] - before[counter];
+            let field = counter.trim_start_matches("vmstat.");
+            (applies && own != system).then(|| {
+                format!(
+                    "{what} during line {} ({field} {system:+}, the workload's own {own:+})",
+                    stmt.pos.line
+                )
+            })
+        })
 }
 
 /// The live agents' own anonymous memory and page tables; None when one
@@ -752,25 +874,10 @@ impl Measurement {
         if let Some(why) = &self.unstable {
             return Some(why.clone());
         }
-        // A change since the start of something the whole machine moves:
-        // another process can be in it (hugetlb pools, set by the workload
-        // and read as they are, cannot).
-        let system = counters::lookup(name).is_some_and(|c| {
-            c.family.scope == Scope::System && c.field.reported == Reported::SinceStart
-        });
-        let anon_gauge = matches!(
-            name,
-            "vmstat.pgfault"
-                | "vmstat.nr_anon_pages"
-                | "vmstat.nr_page_table_pages"
-                | "meminfo.AnonPages"
-                | "meminfo.PageTables"
-        );
-        if let Some(noise) = &self.noise {
-            if system && (noise.wide || anon_gauge) {
-                return Some(noise.why.clone());
-            }
+        if let Some(why) = self.tainted.get(name) {
+            return Some(why.clone());
         }
+        let anon_gauge = ANON_GAUGES.contains(&name);
         if let (Some((line, proc)), "vmstat.pgfault") = (&self.oom_killed, name) {
             return Some(format!(
                 "the memcg OOM killer killed {proc} at line {line}: how many pages its group's processes faulted in before the group reached memory.max depends on kernel memory the model does not charge (the slab objects of their VMAs and anon_vmas, charged a page at a time through the per-cpu object stock)"
@@ -1013,6 +1120,134 @@ mod tests {
         // Gone: the kept file and a new one both fail.
         assert!(status_anon_pte(pid, &mut files).is_err());
         assert!(files.is_empty());
+    }
+
+    /// A reading of the counters `pairs`.
+    fn reading(pairs: &[(&str, i64)]) -> Counters {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    /// What [`taint`] marks unknown in a window read `before` and `after`.
+    fn tainted_by(before: &Counters, after: &Counters) -> Vec<String> {
+        let mut tainted = BTreeMap::new();
+        taint(&mut tainted, &mut Kinds::default(), "why", (before, after));
+        tainted.into_keys().collect()
+    }
+
+    #[test]
+    fn a_noisy_window_taints_only_what_another_process_could_move() {
+        // thp_fault_alloc and anon_fault_alloc moved: someone's events;
+        // the split counters and pgdeactivate did not: no one's, the other
+        // process's neither. The gauges may be up and down at once; the
+        // pool is the workload's own.
+        let before = reading(&[
+            ("vmstat.pgfault", 100),
+            ("vmstat.nr_anon_pages", 50),
+            ("vmstat.thp_fault_alloc", 7),
+            ("vmstat.thp_split_page", 3),
+            ("vmstat.pgdeactivate", 9),
+            ("mthp.64kB.anon_fault_alloc", 1),
+            ("mthp.64kB.nr_anon", 2),
+            ("mthp.64kB.split", 0),
+            ("hugetlb.2048kB.nr_hugepages", 4),
+        ]);
+        let mut after = before.clone();
+        for (k, d) in [
+            ("vmstat.pgfault", 3),
+            ("vmstat.thp_fault_alloc", 1),
+            ("mthp.64kB.anon_fault_alloc", 2),
+        ] {
+            *after.get_mut(k).unwrap() += d;
+        }
+        assert_eq!(
+            tainted_by(&before, &after),
+            [
+                "mthp.64kB.anon_fault_alloc",
+                "mthp.64kB.nr_anon",
+                "vmstat.nr_anon_pages",
+                "vmstat.pgfault",
+                "vmstat.thp_fault_alloc",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_window_s_reason_stays() {
+        let before = reading(&[("vmstat.pgfault", 1), ("vmstat.thp_fault_alloc", 0)]);
+        let after = reading(&[("vmstat.pgfault", 2), ("vmstat.thp_fault_alloc", 1)]);
+        let (mut tainted, mut kinds) = (BTreeMap::new(), Kinds::default());
+        taint(&mut tainted, &mut kinds, "first", (&before, &after));
+        let later = reading(&[("vmstat.pgfault", 3), ("vmstat.thp_split_page", 1)]);
+        let after_later = reading(&[("vmstat.pgfault", 4), ("vmstat.thp_split_page", 2)]);
+        taint(&mut tainted, &mut kinds, "second", (&later, &after_later));
+        assert_eq!(tainted["vmstat.pgfault"], "first");
+        assert_eq!(tainted["vmstat.thp_fault_alloc"], "first");
+        assert_eq!(tainted["vmstat.thp_split_page"], "second");
+    }
+
+    #[test]
+    fn lru_counters_moved_by_a_statement_that_cannot_are_another_s() {
+        let w = hugelab_workload::parse::parse(
+            "t.hlw",
+            "spawn p\np mmap a 8K\np write a\np madvise a FREE\np madvise a DONTNEED\nreclaim\n",
+        )
+        .unwrap();
+        let moves: Vec<bool> = w.stmts.iter().map(|s| moves_lru(&s.kind)).collect();
+        assert_eq!(moves, [true, false, false, true, false, true]);
+        let before = reading(&[("vmstat.pgdeactivate", 9), ("vmstat.pglazyfree", 4)]);
+        let after = reading(&[("vmstat.pgdeactivate", 10), ("vmstat.pglazyfree", 4)]);
+        let mut tainted = BTreeMap::new();
+        lru_moved_alone(&mut tainted, &w.stmts[2], (&before, &after));
+        assert_eq!(tainted.keys().collect::<Vec<_>>(), ["vmstat.pgdeactivate"]);
+        assert!(
+            tainted["vmstat.pgdeactivate"].starts_with("pgdeactivate +1 during line 3, a `write`"),
+            "{tainted:?}"
+        );
+    }
+
+    #[test]
+    fn anonymous_memory_must_move_as_the_agents_own() {
+        let w =
+            hugelab_workload::parse::parse("t.hlw", "spawn p\np mmap a 8K\np write a\n").unwrap();
+        let stmt = |i: usize| &w.stmts[i];
+        let own = |anon_kb, pte_kb| {
+            Some(Own {
+                pids: vec![1],
+                anon_kb,
+                pte_kb,
+            })
+        };
+        let before = reading(&[
+            ("vmstat.nr_anon_pages", 10),
+            ("vmstat.nr_page_table_pages", 5),
+        ]);
+        let after = reading(&[
+            ("vmstat.nr_anon_pages", 12),
+            ("vmstat.nr_page_table_pages", 5),
+        ]);
+        let window = (&before, &after);
+        // The agents' own 8 kB are the 2 pages.
+        assert_eq!(
+            own_changes(stmt(2), None, (&own(0, 4), &own(8, 4)), window),
+            None
+        );
+        // 4 kB of theirs: another process's page.
+        let why = own_changes(stmt(2), None, (&own(0, 4), &own(4, 4)), window).unwrap();
+        assert!(
+            why.contains("line 3 (nr_anon_pages +2, the workload's own +1)"),
+            "{why}"
+        );
+        // After a fork the agents share pages: not compared.
+        assert_eq!(
+            own_changes(stmt(2), Some(4), (&own(0, 4), &own(4, 4)), window),
+            None
+        );
+        // Page tables: VmPTE moved by 4 kB, the system's not at all.
+        let why = own_changes(stmt(2), None, (&own(0, 4), &own(8, 8)), window).unwrap();
+        assert!(
+            why.starts_with("another process's page tables changed"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -26,14 +26,6 @@ impl ThpModes {
             .map(|(kb, _)| *kb)
             .collect()
     }
-
-    /// Whether some anonymous THP size is `always` (so any process faulting
-    /// may get one).
-    pub(crate) fn always(&self) -> bool {
-        self.sizes
-            .iter()
-            .any(|(_, v)| v.is_some_and(|v| v.resolve(self.top) == ThpEnabled::Always))
-    }
 }
 
 /// Reads the settings again and again.
@@ -124,12 +116,10 @@ mod tests {
             sizes: vec![(16, Some(Never)), (64, Some(Inherit)), (2048, None)],
         };
         assert_eq!(modes.sizes_enabled(), vec![64]);
-        assert!(modes.always());
         let modes = ThpModes {
             top: ThpEnabled::Never,
             sizes: vec![(16, Some(Madvise)), (64, Some(Inherit))],
         };
         assert_eq!(modes.sizes_enabled(), vec![16]);
-        assert!(!modes.always());
     }
 }

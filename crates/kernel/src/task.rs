@@ -209,6 +209,7 @@ fn unmap_all(
         for (start, len) in regions {
             let call = agents.call(stmt, proc, Request::Munmap { addr: start, len })?;
             all.faults += call.faults;
+            all.own_faults += call.own_faults;
             if call.errno != Errno::OK {
                 return Err(failed(
                     stmt,

@@ -12,8 +12,8 @@
 //! for noise only (`--retries`), and counts what stays noisy apart from
 //! what is unknown by construction. The kernel backend's reasons are
 //! sentences (crates/kernel/src/measure.rs and khugepaged.rs); those of
-//! foreign activity start with one of [`NOISE`], and a new reason of that
-//! kind must be listed there.
+//! foreign activity start with one of [`NOISE`] or say one of
+//! [`NOISE_SAYS`], and a new reason of that kind must be listed there.
 
 /// How the reasons of foreign activity start (compared without case).
 const NOISE: &[&str] = &[
@@ -27,10 +27,17 @@ const NOISE: &[&str] = &[
     "khugepaged collapsed memory",
 ];
 
+/// What the reasons of foreign activity that start with a counter's name
+/// say (compared without case): "pgdeactivate +1 during line N, a `munmap`,
+/// which moves no folio between the LRU lists: kswapd's or another
+/// process's".
+const NOISE_SAYS: &[&str] = &["kswapd's or another process's"];
+
 /// Whether an `unknown` reason is noise (see the module doc).
 pub(crate) fn is_noise(why: &str) -> bool {
     let why = why.trim_start().to_lowercase();
     NOISE.iter().any(|start| why.starts_with(start))
+        || NOISE_SAYS.iter().any(|says| why.contains(says))
 }
 
 #[cfg(test)]
@@ -47,6 +54,7 @@ mod tests {
             "another process's folios changed mthp.64kB.anon_fault_alloc during line 3, a size this workload never enabled",
             "khugepaged collapsed memory on its own before line 12",
             "khugepaged collapsed memory during line 12",
+            "pgdeactivate +1 during line 6, a `munmap`, which moves no folio between the LRU lists: kswapd's or another process's",
         ];
         let by_construction = [
             "fork (line 5) copied the agent's own memory and page tables too",

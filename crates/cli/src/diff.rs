@@ -9,7 +9,19 @@
 //! registry (`hugelab_workload::counters`) declares with the reason. A
 //! statement whose system call failed on either side is compared by errno,
 //! one during which a process was killed on either side by signal.
+//!
+//! A workload is deterministic, so a counter that is unknown because of
+//! *noise* (another process's activity in its window: [`diff_noise`]) is
+//! measured again: the workload runs again on the kernel, up to `--retries`
+//! more times, while a counter is noisy in every run so far. The model runs
+//! once. Each counter is taken from a run in which it was not noisy
+//! ([`combine`]), never from a noisy run when a clean one exists, and never
+//! chosen for agreeing with the model: a mismatch in any clean run is a
+//! mismatch, whatever the other runs read. What is noisy in every run is
+//! counted apart (`noisy`), as is what is unknown by construction; `diff`
+//! fails on mismatches, and on noisy counters with `--strict`.
 
+use crate::diff_noise;
 use crate::kernel_limit::{kernel_run_planned, plan, print_dry_run, KernelLimitArgs};
 use crate::table;
 use crate::workload_args::{CounterOutput, WorkloadFiles};
@@ -23,6 +35,7 @@ use hugelab_workload::{
     Signal, Snapshot, Stmt, StmtKind, Tunable,
 };
 use serde::Serialize;
+use std::path::Path;
 use std::process::ExitCode;
 
 /// `run`'s arguments without `--backend` and `--counter`, each help in
@@ -39,6 +52,15 @@ use std::process::ExitCode;
 pub struct DiffArgs {
     #[command(flatten)]
     output: CounterOutput,
+    /// Run a workload on the kernel up to N more times while a counter is
+    /// noisy (another process's activity in its window) in every run so
+    /// far; each counter is taken from a run in which it was not
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    retries: usize,
+    /// Fail (exit 1) on counters still noisy after the retries too, not
+    /// only on mismatches
+    #[arg(long)]
+    strict: bool,
     #[command(flatten)]
     limits: KernelLimitArgs,
     #[command(flatten)]
@@ -51,6 +73,9 @@ enum Verdict {
     Match,
     Mismatch,
     WithinBound,
+    /// Unknown on the kernel because of noise ([`diff_noise`]).
+    Noisy,
+    /// Unknown on the kernel by construction: every run has the reason.
     Unknown,
 }
 
@@ -63,20 +88,31 @@ impl Verdict {
             Verdict::Mismatch
         }
     }
+
+    /// Noisy or Unknown, as the kernel's reason says.
+    fn unknown(why: &str) -> Verdict {
+        if diff_noise::is_noise(why) {
+            Verdict::Noisy
+        } else {
+            Verdict::Unknown
+        }
+    }
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 struct Row {
     snapshot: String,
     counter: String,
     model: i64,
     kernel: Option<i64>,
     verdict: Verdict,
+    /// Which kernel run (1: the first) the kernel's value is from.
+    kernel_run: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 struct FailedExpect {
     backend: String,
     #[serde(flatten)]
@@ -84,7 +120,7 @@ struct FailedExpect {
 }
 
 /// A statement whose system call failed on at least one side.
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 struct CallRow {
     line: u32,
     statement: String,
@@ -95,7 +131,7 @@ struct CallRow {
 
 /// A statement during which a process was killed on at least one side:
 /// the signal on each (0: not killed).
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 struct KillRow {
     line: u32,
     statement: String,
@@ -108,10 +144,28 @@ struct KillRow {
 #[derive(Serialize)]
 struct WorkloadDiff {
     workload: String,
+    /// How many times the workload ran on the kernel (1 + the retries
+    /// its noisy counters took).
+    kernel_runs: usize,
     rows: Vec<Row>,
     calls: Vec<CallRow>,
     kills: Vec<KillRow>,
     failed_expects: Vec<FailedExpect>,
+}
+
+impl WorkloadDiff {
+    /// Every verdict: the counters', the calls' and the kills'.
+    fn verdicts(&self) -> impl Iterator<Item = Verdict> + '_ {
+        self.rows
+            .iter()
+            .map(|r| r.verdict)
+            .chain(self.calls.iter().map(|c| c.verdict))
+            .chain(self.kills.iter().map(|k| k.verdict))
+    }
+
+    fn count(&self, verdict: Verdict) -> usize {
+        self.verdicts().filter(|v| *v == verdict).count()
+    }
 }
 
 /// A workload this machine cannot run now (`BackendErrorKind::Unavailable`)
@@ -127,11 +181,56 @@ struct Skipped {
 struct Totals {
     workloads: usize,
     skipped: usize,
+    /// The kernel runs of the workloads compared, retries included.
+    kernel_runs: usize,
     compared: usize,
+    matches: usize,
     mismatches: usize,
     within_bound: usize,
+    /// Unknown in every kernel run because of noise.
+    noisy: usize,
+    /// Unknown by construction.
     unknown: usize,
     failed_expects: usize,
+}
+
+impl Totals {
+    fn add(&mut self, d: &WorkloadDiff) {
+        self.kernel_runs += d.kernel_runs;
+        for v in d.verdicts() {
+            self.compared += 1;
+            match v {
+                Verdict::Match => self.matches += 1,
+                Verdict::Mismatch => self.mismatches += 1,
+                Verdict::WithinBound => self.within_bound += 1,
+                Verdict::Noisy => self.noisy += 1,
+                Verdict::Unknown => self.unknown += 1,
+            }
+        }
+        self.failed_expects += d.failed_expects.len();
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{} workloads ({} skipped on the kernel: model-only, or not possible here now; {} kernel runs), {} counters compared: {} matches, {} mismatches, {} within declared bounds, {} noisy (another process's activity in every run), {} unknown by construction; {} failed expectations",
+            self.workloads,
+            self.skipped,
+            self.kernel_runs,
+            self.compared,
+            self.matches,
+            self.mismatches,
+            self.within_bound,
+            self.noisy,
+            self.unknown,
+            self.failed_expects
+        )
+    }
+}
+
+/// What one workload gave.
+enum Outcome {
+    Compared(WorkloadDiff),
+    Skipped(Skipped),
 }
 
 pub fn main(args: DiffArgs) -> Result<ExitCode> {
@@ -143,101 +242,157 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
     let mut skipped = Vec::new();
     let mut totals = Totals::default();
     for file in &args.workloads.files {
-        // Refused before either side runs: the model would fail on its own
-        // machine's memory first.
-        let plan = plan(file, &args.limits)?;
-        let model_side = |found: &dyn Fn(&Tunable) -> Result<String>| -> Result<Observation> {
-            let mut model = model_from(found)?;
-            if args.workloads.check {
-                model = model.with_invariant_checks();
-            }
-            Ok(run_file(&mut model, file)?)
-        };
-        // The model starts from the tunables the kernel run finds under the
-        // settings lock: read before it, they could be another run's.
-        let mut model_run = None;
-        let kernel_run = kernel_run_planned(&plan, |k| {
-            model_run = Some(model_side(&|t| Ok(k.found_tunable(t)?))?);
-            Ok(hugelab_workload::run_file(k, file)?)
-        });
-        let model_obs = match model_run {
-            Some(obs) => obs,
-            // No kernel backend here: the machine's tunables as they are.
-            None => model_side(&|t| Ok(sysfs::read_tunable(t)?))?,
-        };
         totals.workloads += 1;
-        let kernel_obs = match kernel_run {
-            Ok(obs) => obs,
-            Err(e)
-                if e.downcast_ref::<RunError>()
-                    .is_some_and(|e| e.is_unavailable() || e.is_unsupported()) =>
-            {
+        match diff_file(file, &args)? {
+            Outcome::Skipped(s) => {
                 totals.skipped += 1;
-                let s = Skipped {
-                    workload: model_obs.workload.clone(),
-                    reason: e.to_string(),
-                };
                 if !args.output.json {
-                    print!(
-                        "# {}
-SKIPPED on the kernel: {}
-
-",
-                        s.workload, s.reason
-                    );
+                    print!("# {}\nSKIPPED on the kernel: {}\n\n", s.workload, s.reason);
                 }
                 skipped.push(s);
-                continue;
             }
-            Err(e) => return Err(e.context(format!("{}: kernel backend", file.display()))),
-        };
-        let d = compare(&model_obs, &kernel_obs);
-        for r in &d.rows {
-            totals.compared += 1;
-            match r.verdict {
-                Verdict::Mismatch => totals.mismatches += 1,
-                Verdict::WithinBound => totals.within_bound += 1,
-                Verdict::Unknown => totals.unknown += 1,
-                Verdict::Match => {}
+            Outcome::Compared(d) => {
+                totals.add(&d);
+                if !args.output.json {
+                    print!("{}", render(&d, args.output.all));
+                }
+                diffs.push(d);
             }
         }
-        for v in d
-            .calls
-            .iter()
-            .map(|c| c.verdict)
-            .chain(d.kills.iter().map(|k| k.verdict))
-        {
-            totals.compared += 1;
-            if v == Verdict::Mismatch {
-                totals.mismatches += 1;
-            }
-        }
-        totals.failed_expects += d.failed_expects.len();
-        if !args.output.json {
-            print!("{}", render(&d, args.output.all));
-        }
-        diffs.push(d);
     }
     if args.output.json {
         let doc = serde_json::json!({ "workloads": diffs, "skipped": skipped, "totals": totals });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        println!(
-            "{} workloads ({} skipped on the kernel: model-only, or not possible here now), {} counters compared: {} mismatches, {} within declared bounds, {} unknown on the kernel; {} failed expectations",
-            totals.workloads,
-            totals.skipped,
-            totals.compared,
-            totals.mismatches,
-            totals.within_bound,
-            totals.unknown,
-            totals.failed_expects
-        );
+        println!("{}", totals.line());
     }
-    Ok(if totals.mismatches > 0 || totals.failed_expects > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let noisy_fails = args.strict && totals.noisy > 0;
+    Ok(
+        if totals.mismatches > 0 || totals.failed_expects > 0 || noisy_fails {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
+}
+
+/// Whether a kernel run's error says the machine cannot run the workload
+/// now, or the kernel backend cannot run it at all.
+fn is_skip(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<RunError>()
+        .is_some_and(|e| e.is_unavailable() || e.is_unsupported())
+}
+
+/// One workload on the model, once, and on the kernel, again while a
+/// counter is noisy in every run so far (at most `--retries` more times).
+fn diff_file(file: &Path, args: &DiffArgs) -> Result<Outcome> {
+    // Refused before either side runs: the model would fail on its own
+    // machine's memory first.
+    let plan = plan(file, &args.limits)?;
+    let model_side = |found: &dyn Fn(&Tunable) -> Result<String>| -> Result<Observation> {
+        let mut model = model_from(found)?;
+        if args.workloads.check {
+            model = model.with_invariant_checks();
+        }
+        Ok(run_file(&mut model, file)?)
+    };
+    // The model starts from the tunables the kernel run finds under the
+    // settings lock: read before it, they could be another run's.
+    let mut model_run = None;
+    let first = kernel_run_planned(&plan, |k| {
+        model_run = Some(model_side(&|t| Ok(k.found_tunable(t)?))?);
+        Ok(run_file(k, file)?)
+    });
+    let model_obs = match model_run {
+        Some(obs) => obs,
+        // No kernel backend here: the machine's tunables as they are.
+        None => model_side(&|t| Ok(sysfs::read_tunable(t)?))?,
+    };
+    let context = || format!("{}: kernel backend", file.display());
+    let first = match first {
+        Ok(obs) => obs,
+        Err(e) if is_skip(&e) => {
+            return Ok(Outcome::Skipped(Skipped {
+                workload: model_obs.workload.clone(),
+                reason: e.to_string(),
+            }))
+        }
+        Err(e) => return Err(e.context(context())),
+    };
+    let mut runs = vec![compare(&model_obs, &first)];
+    let mut d = combine(&runs);
+    while d.count(Verdict::Noisy) > 0 && d.kernel_runs <= args.retries {
+        match kernel_run_planned(&plan, |k| Ok(run_file(k, file)?)) {
+            Ok(obs) => runs.push(compare(&model_obs, &obs)),
+            // The machine cannot run it again now (a pool it could fill
+            // a moment ago): the runs so far stand.
+            Err(e) if is_skip(&e) => break,
+            Err(e) => return Err(e.context(context())),
+        }
+        d = combine(&runs);
+    }
+    Ok(Outcome::Compared(d))
+}
+
+/// The comparison of one workload from the comparisons of its kernel runs
+/// (first run first): each counter from the first run in which it was not
+/// noisy, or from the first clean run that mismatches, if one does — a
+/// mismatch in a clean window is a mismatch even if another run matches:
+/// the runs are not searched for agreement. A counter noisy in every run is
+/// taken from the first. The calls and kills are taken from the first run
+/// whose calls or kills mismatch, else from the first; the failed
+/// expectations of every run are kept (each once).
+fn combine(runs: &[WorkloadDiff]) -> WorkloadDiff {
+    let mut rows: Vec<Vec<Row>> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for (n, run) in runs.iter().enumerate() {
+        for row in &run.rows {
+            let key = (row.snapshot.as_str(), row.counter.as_str());
+            let i = *index.entry(key).or_insert_with(|| {
+                rows.push(Vec::new());
+                rows.len() - 1
+            });
+            rows[i].push(Row {
+                kernel_run: n + 1,
+                ..row.clone()
+            });
+        }
+    }
+    let mut failed_expects: Vec<FailedExpect> = Vec::new();
+    for f in runs.iter().flat_map(|r| &r.failed_expects) {
+        let key = |g: &FailedExpect| (g.backend.clone(), g.outcome.line, g.outcome.col);
+        if !failed_expects.iter().any(|g| key(g) == key(f)) {
+            failed_expects.push(f.clone());
+        }
+    }
+    let mismatched = |d: &&WorkloadDiff| {
+        d.calls
+            .iter()
+            .map(|c| c.verdict)
+            .chain(d.kills.iter().map(|k| k.verdict))
+            .any(|v| v == Verdict::Mismatch)
+    };
+    let taken = runs.iter().find(mismatched).unwrap_or(&runs[0]);
+    WorkloadDiff {
+        workload: taken.workload.clone(),
+        kernel_runs: runs.len(),
+        rows: rows.into_iter().map(pick).collect(),
+        calls: taken.calls.clone(),
+        kills: taken.kills.clone(),
+        failed_expects,
+    }
+}
+
+/// One counter's row from its rows of the runs, in run order (see
+/// [`combine`]).
+fn pick(mut rows: Vec<Row>) -> Row {
+    let clean = |r: &Row| r.verdict != Verdict::Noisy;
+    let at = rows
+        .iter()
+        .position(|r| clean(r) && r.verdict == Verdict::Mismatch)
+        .or_else(|| rows.iter().position(clean))
+        .unwrap_or(0);
+    rows.swap_remove(at)
 }
 
 /// A model whose tunables are this machine's values as `found` gives them.
@@ -287,7 +442,7 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
                     }
                     _ => (Some(k), Verdict::Mismatch, None),
                 },
-                (None, Some(why)) => (None, Verdict::Unknown, Some(why.clone())),
+                (None, Some(why)) => (None, Verdict::unknown(why), Some(why.clone())),
                 (None, None) => continue,
             };
             rows.push(Row {
@@ -296,6 +451,7 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
                 model: m,
                 kernel,
                 verdict,
+                kernel_run: 1,
                 note,
             });
         }
@@ -311,6 +467,7 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
         .collect();
     WorkloadDiff {
         workload: model.workload.clone(),
+        kernel_runs: 1,
         rows,
         calls: compare_calls(model, kernel),
         kills: compare_kills(model, kernel),
@@ -409,7 +566,7 @@ fn by_sum(
     };
     if let Some(unknown) = ks.unknown.get(&partner) {
         return (
-            Verdict::Unknown,
+            Verdict::unknown(unknown),
             Some(format!(
                 "compared by its sum with {partner}, which is unknown: {unknown}"
             )),
@@ -446,19 +603,12 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
                     Verdict::Match => String::new(),
                     Verdict::Mismatch => "MISMATCH".to_string(),
                     Verdict::WithinBound => "within bound".to_string(),
+                    Verdict::Noisy => "noisy".to_string(),
                     Verdict::Unknown => "unknown".to_string(),
                 },
             ]
         })
         .collect();
-    let mismatches = d
-        .rows
-        .iter()
-        .map(|r| r.verdict)
-        .chain(d.calls.iter().map(|c| c.verdict))
-        .chain(d.kills.iter().map(|k| k.verdict))
-        .filter(|v| *v == Verdict::Mismatch)
-        .count();
     let mut out = format!("# {}\n{}", d.workload, table::render(&header, &rows));
     for c in &d.calls {
         let verdict = match c.verdict {
@@ -509,8 +659,11 @@ fn render(d: &WorkloadDiff, all: bool) -> String {
         ));
     }
     out.push_str(&format!(
-        "{} counters compared, {mismatches} mismatches\n\n",
-        d.rows.len() + d.calls.len() + d.kills.len()
+        "{} counters compared, {} mismatches, {} noisy; {}\n\n",
+        d.verdicts().count(),
+        d.count(Verdict::Mismatch),
+        d.count(Verdict::Noisy),
+        table::plural(d.kernel_runs as u64, "kernel run", "kernel runs")
     ));
     out
 }
@@ -581,7 +734,7 @@ mod tests {
         // A partner the kernel could not read makes it unknown.
         let noisy = obs("kernel", &[(PAGES, 16)], &[(BOOT, "another process")]);
         let d = compare(&model, &noisy);
-        assert_eq!(d.rows[1].verdict, Verdict::Unknown);
+        assert_eq!(d.rows[1].verdict, Verdict::Noisy);
         assert!(d.rows[1]
             .note
             .as_deref()
@@ -627,6 +780,109 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("3 counters compared, 2 mismatches"), "{text}");
+        assert!(
+            text.contains("3 counters compared, 2 mismatches, 0 noisy; 1 kernel run\n"),
+            "{text}"
+        );
+    }
+
+    const FAULTS: &str = "vmstat.pgfault";
+    const ANON: &str = "vmstat.nr_anon_pages";
+    const NOISE: &str =
+        "another process faulted during line 3 (pgfault +9; the agents' own +1, the runner's +0)";
+    const FORKED: &str = "fork (line 2) copied the agent's own memory and page tables too";
+
+    /// (counter, kernel value, verdict, run) of each row of the runs'
+    /// combination, by counter name.
+    fn combined(runs: &[Observation]) -> Vec<(String, Option<i64>, Verdict, usize)> {
+        let model = obs("model", &[(FAULTS, 4), (ANON, 512)], &[]);
+        let diffs: Vec<WorkloadDiff> = runs.iter().map(|k| compare(&model, k)).collect();
+        let d = combine(&diffs);
+        assert_eq!(d.kernel_runs, runs.len());
+        d.rows
+            .iter()
+            .map(|r| (r.counter.clone(), r.kernel, r.verdict, r.kernel_run))
+            .collect()
+    }
+
+    fn row(
+        c: &str,
+        k: Option<i64>,
+        v: Verdict,
+        run: usize,
+    ) -> (String, Option<i64>, Verdict, usize) {
+        (c.to_string(), k, v, run)
+    }
+
+    #[test]
+    fn noisy_counters_come_from_the_first_clean_run() {
+        let noisy = obs("kernel", &[], &[(FAULTS, NOISE), (ANON, NOISE)]);
+        let clean = obs("kernel", &[(FAULTS, 4), (ANON, 512)], &[]);
+        let half = obs("kernel", &[(ANON, 512)], &[(FAULTS, NOISE)]);
+        assert_eq!(
+            combined(&[noisy.clone(), half, clean.clone()]),
+            [
+                row(ANON, Some(512), Verdict::Match, 2),
+                row(FAULTS, Some(4), Verdict::Match, 3),
+            ]
+        );
+        // Noisy in every run: noisy, from the first, with its reason.
+        let d = compare(&obs("model", &[(FAULTS, 4)], &[]), &noisy);
+        let d = combine(&[d]);
+        assert_eq!(d.rows[0].verdict, Verdict::Noisy);
+        assert_eq!(d.rows[0].note.as_deref(), Some(NOISE));
+        // A clean run never gives way to a noisy one.
+        assert_eq!(
+            combined(&[clean, noisy]),
+            [
+                row(ANON, Some(512), Verdict::Match, 1),
+                row(FAULTS, Some(4), Verdict::Match, 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_mismatch_in_a_clean_run_stays_a_mismatch_whatever_other_runs_read() {
+        // Run 1: pgfault clean and wrong, anon noisy. Run 2: both clean and
+        // right. The re-run was for anon; pgfault is not shopped for.
+        let first = obs("kernel", &[(FAULTS, 5)], &[(ANON, NOISE)]);
+        let second = obs("kernel", &[(FAULTS, 4), (ANON, 512)], &[]);
+        assert_eq!(
+            combined(&[first.clone(), second.clone()]),
+            [
+                row(ANON, Some(512), Verdict::Match, 2),
+                row(FAULTS, Some(5), Verdict::Mismatch, 1),
+            ]
+        );
+        // The other way round: the later clean run's mismatch wins over
+        // the earlier match.
+        let noisy_anon = obs("kernel", &[(FAULTS, 4)], &[(ANON, NOISE)]);
+        let wrong = obs("kernel", &[(FAULTS, 5), (ANON, 512)], &[]);
+        assert_eq!(
+            combined(&[noisy_anon, wrong]),
+            [
+                row(ANON, Some(512), Verdict::Match, 2),
+                row(FAULTS, Some(5), Verdict::Mismatch, 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_by_construction_is_not_noise() {
+        let forked = obs("kernel", &[(FAULTS, 4)], &[(ANON, FORKED)]);
+        let d = compare(&obs("model", &[(FAULTS, 4), (ANON, 512)], &[]), &forked);
+        assert_eq!(d.count(Verdict::Noisy), 0);
+        assert_eq!(d.count(Verdict::Unknown), 1);
+        let mut totals = Totals::default();
+        totals.add(&combine(&[d]));
+        assert_eq!(
+            (
+                totals.matches,
+                totals.noisy,
+                totals.unknown,
+                totals.kernel_runs
+            ),
+            (1, 0, 1, 1)
+        );
     }
 }

@@ -12,6 +12,7 @@ mod closed_stdout;
 mod compare;
 mod counters;
 mod diff;
+mod diff_noise;
 mod explain;
 mod hugetlb;
 mod hugetlb_measure;

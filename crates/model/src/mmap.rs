@@ -502,11 +502,14 @@ fn shmem_fput(m: &mut Machine, mm: &MmStruct, inode: u32) {
 }
 
 /// free_pgtables: frees the page tables of PMD slots around `[start, end)` that
-/// no VMA overlaps any more.
+/// no VMA overlaps any more. Like free_pgd_range, it visits only the tables
+/// that exist (skipping `pXd_none` entries), so unmapping a huge, barely
+/// touched range costs what it mapped, not its size.
 fn free_pgtables(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
     let first = start / PMD_SIZE;
     let last = (end - 1) / PMD_SIZE;
-    for index in first..=last {
+    let present: Vec<u64> = mm.pmds.range(first..=last).map(|(i, _)| i).collect();
+    for index in present {
         let slot = index * PMD_SIZE;
         if !mm.vmas_in(slot, slot + PMD_SIZE).is_empty() {
             continue;
@@ -526,7 +529,11 @@ fn free_pgtables(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
         (PUD_SIZE, &mut mm.pmd_tables),
         (PUD_SIZE << 9, &mut mm.pud_tables),
     ] {
-        for index in start / size..=(end - 1) / size {
+        let present: Vec<u64> = tables
+            .range(start / size..=(end - 1) / size)
+            .map(|(&i, _)| i)
+            .collect();
+        for index in present {
             let slot = index * size;
             let used = mm
                 .vmas

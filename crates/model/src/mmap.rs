@@ -583,10 +583,8 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
     let flags = prot | calc_vm_flag_bits(s);
     let file = match &s.file {
         Some(name) => {
-            let len = size.bytes().next_multiple_of(PAGE_SIZE);
             let pgoff = s.offset.map_or(0, |o| o.bytes()) >> PAGE_SHIFT;
-            let pages = pgoff + (len >> PAGE_SHIFT);
-            let inode = crate::filemap::file_at_least(m, name, pages);
+            let inode = crate::filemap::file_at_least(m, name);
             Some(FileVma {
                 inode,
                 pgoff,
@@ -595,14 +593,11 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         }
         // shmem_zero_setup: a shared anonymous mapping is of a shmem object
         // of its own.
-        None if shared && s.hugetlb.is_none() => {
-            let pages = size.bytes().next_multiple_of(PAGE_SIZE) >> PAGE_SHIFT;
-            Some(FileVma {
-                inode: crate::filemap::shmem_zero_setup(m, pages),
-                pgoff: 0,
-                shared: true,
-            })
-        }
+        None if shared && s.hugetlb.is_none() => Some(FileVma {
+            inode: crate::filemap::shmem_zero_setup(m),
+            pgoff: 0,
+            shared: true,
+        }),
         None => None,
     };
     if let Some(at) = s.at {

@@ -13,8 +13,8 @@
 //! whole-workload checker ([`check`]), the printer (what parses prints to
 //! text that parses back to the same statements), the lookahead scan, and,
 //! when it parses, a run on a small model machine: bounded to [`MAX_STMTS`]
-//! statements, [`MAX_SLEEP`] of simulated time and [`MODEL_MEMORY`] of
-//! simulated memory. Every failure must be
+//! statements, [`MAX_SLEEP`] of simulated time, mappings of [`MAX_REGION`]
+//! and [`MODEL_MEMORY`] of simulated memory. Every failure must be
 //! an error naming the file, and a line and column when it is about a line;
 //! a panic anywhere is a failure of the harness, with the input that caused
 //! it.
@@ -34,6 +34,8 @@ pub const MAX_STMTS: usize = 64;
 pub const MODEL_MEMORY: u64 = 64 << 20;
 /// Time the model's run of an input may sleep in all (see [`exercise`]).
 pub const MAX_SLEEP: Duration = Duration::from_secs(60);
+/// The largest mapping the model's run of an input makes (see [`exercise`]).
+pub const MAX_REGION: u64 = 1 << 30;
 /// An input slower than this is reported (a loop that does not end is a bug
 /// as much as a panic).
 pub const SLOW: Duration = Duration::from_secs(2);
@@ -352,9 +354,11 @@ fn exercise(input: &[u8], tally: &mut Tally) -> Result<(), String> {
         }
     }
     tally.parsed += 1;
-    // The model's `sleep` makes every khugepaged pass due in it, so its cost
-    // grows with the time slept: the run stops before the sleep that would
-    // take it past MAX_SLEEP.
+    // The model's `sleep` makes every khugepaged pass due in it, and its
+    // `khugepaged` walks every PMD slot of every VMA, so their cost grows
+    // with the time slept and the size mapped: the run stops before the
+    // sleep that would take it past MAX_SLEEP and the mapping larger than
+    // MAX_REGION.
     let mut slept = 0u64;
     let bounded = Workload {
         file: w.file,
@@ -364,6 +368,8 @@ fn exercise(input: &[u8], tally: &mut Tally) -> Result<(), String> {
                     slept = slept.saturating_add(*ns);
                     slept <= MAX_SLEEP.as_nanos() as u64
                 }
+                StmtKind::Mmap(stmt::Mmap { size, .. }) => size.bytes() <= MAX_REGION,
+                StmtKind::Mremap(stmt::Mremap { new_size, .. }) => new_size.bytes() <= MAX_REGION,
                 _ => true,
             })
             .collect(),

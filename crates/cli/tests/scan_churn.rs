@@ -121,6 +121,7 @@ fn scan_all_counts_processes_that_exit_under_fork_churn() {
     line.clear();
     out.read_line(&mut line).unwrap();
     assert!(churn.wait().unwrap().success());
+    let _ = std::fs::remove_dir_all(bin.parent().unwrap());
     let mut fields = line.split_whitespace();
     let forks: f64 = fields.next().unwrap().parse().unwrap();
     let secs: f64 = fields.next().unwrap().parse().unwrap();

@@ -187,7 +187,9 @@ fn scan_processes(args: &ScanArgs, cont_orders: &[u32]) -> Result<Scanned> {
     };
     for pid in pids {
         match scan::scan_process(pid, &opts) {
-            Ok(s) if !strict && s.vmas.is_empty() => {}
+            // No memory: a kernel thread, or a process that exited after
+            // the listing and is a zombie now (counted as exited).
+            Ok(s) if !strict && s.vmas.is_empty() => out.gone += u64::from(scan::has_exited(pid)),
             Ok(s) => out.scans.push(s),
             Err(e) if !strict && scan::is_gone(&e) => out.gone += 1,
             Err(e) if !strict && scan::is_denied(&e) => out.denied += 1,

@@ -356,6 +356,9 @@ fn access_task(
     zero: bool,
 ) -> Result<(), BackendError> {
     let (start, end) = resolve(stmt, proc, mm, range)?;
+    // A step past the range touches its first byte only: clamped to the
+    // range, so that no `addr + step` below can wrap (`step=16E`).
+    let step = step.min(end - start).max(1);
     let mut addr = start;
     while addr < end {
         // A fault below a VM_GROWSDOWN stack grows it (expand_stack).

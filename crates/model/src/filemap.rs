@@ -50,10 +50,11 @@ pub const FAULT_AROUND_PAGES: u64 = 65536 / PAGE_SIZE;
 pub struct PageCache {
     /// Inodes of the workload's files by name.
     names: BTreeMap<String, u32>,
-    /// Each inode's pages, by file page index (`i_pages`); None where no
-    /// page exists (a shmem object's page never faulted, or an inode
-    /// evicted).
-    pages: Vec<Vec<Option<Pfn>>>,
+    /// Each inode's pages, by file page index (`i_pages`, sparse as the
+    /// xarray is: a file of a terabyte with one page faulted holds one
+    /// entry); no entry where no page exists (a shmem object's page never
+    /// faulted, or an inode evicted).
+    pages: Vec<BTreeMap<u64, Pfn>>,
 }
 
 impl PageCache {
@@ -64,10 +65,7 @@ impl PageCache {
 
     /// filemap_get_entry: the page of file page `index`.
     pub fn find_get_page(&self, inode: u32, index: u64) -> Option<Pfn> {
-        *self
-            .pages
-            .get(inode as usize)?
-            .get(usize::try_from(index).ok()?)?
+        self.pages.get(inode as usize)?.get(&index).copied()
     }
 
     /// Whether no file and no shared anonymous mapping was ever made.
@@ -77,12 +75,12 @@ impl PageCache {
 
     /// Every page cache page, for the invariant checks.
     pub fn all_pages(&self) -> impl Iterator<Item = Pfn> + '_ {
-        self.pages.iter().flatten().flatten().copied()
+        self.pages.iter().flat_map(|f| f.values()).copied()
     }
 
-    fn new_inode(&mut self, pages: u64) -> u32 {
+    fn new_inode(&mut self) -> u32 {
         let inode = self.pages.len() as u32;
-        self.pages.push(vec![None; pages as usize]);
+        self.pages.push(BTreeMap::new());
         inode
     }
 }
@@ -91,34 +89,30 @@ impl PageCache {
 fn add_page(m: &mut Machine, inode: u32, index: u64) -> Result<Pfn, Fault> {
     let pfn = alloc_folio(m, 0).ok_or(Fault::Oom)?;
     m.zone.memmap.page_mut(pfn).private = 1;
-    m.page_cache.pages[inode as usize][index as usize] = Some(pfn);
+    m.page_cache.pages[inode as usize].insert(index, pfn);
     Ok(pfn)
 }
 
-/// The file `name`, made at least `pages` pages long (what the kernel
+/// The file `name`, made long enough for a mapping (what the kernel
 /// backend's runner does with `ftruncate` before the mapping): its inode.
-/// The new pages are holes: a page comes into the page cache at the first
-/// fault on it (`shmem_fault`), zero-filled.
-pub fn file_at_least(m: &mut Machine, name: &str, pages: u64) -> u32 {
-    let inode = match m.page_cache.names.get(name) {
+/// The new pages are holes, which the sparse page cache does not hold: a
+/// page comes into the page cache at the first fault on it (`shmem_fault`),
+/// zero-filled, and no fault reaches past the mappings' ends.
+pub fn file_at_least(m: &mut Machine, name: &str) -> u32 {
+    match m.page_cache.names.get(name) {
         Some(&i) => i,
         None => {
-            let i = m.page_cache.new_inode(0);
+            let i = m.page_cache.new_inode();
             m.page_cache.names.insert(name.to_string(), i);
             i
         }
-    };
-    let file = &mut m.page_cache.pages[inode as usize];
-    if (file.len() as u64) < pages {
-        file.resize(pages as usize, None);
     }
-    inode
 }
 
 /// shmem_zero_setup: the shmem object of a new shared anonymous mapping of
-/// `pages` pages, with no page yet; its inode.
-pub fn shmem_zero_setup(m: &mut Machine, pages: u64) -> u32 {
-    m.page_cache.new_inode(pages)
+/// its size, with no page yet; its inode.
+pub fn shmem_zero_setup(m: &mut Machine) -> u32 {
+    m.page_cache.new_inode()
 }
 
 /// shmem_get_folio (SGP_CACHE) for shmem_fault: the page of `index`,
@@ -138,14 +132,14 @@ pub fn shmem_fault(m: &mut Machine, inode: u32, index: u64) -> Result<Pfn, Fault
 /// anonymous region's object): its pages, none mapped, are freed.
 pub fn shmem_evict_inode(m: &mut Machine, inode: u32) {
     let mut pages = std::mem::take(&mut m.page_cache.pages[inode as usize]);
-    for slot in pages.iter_mut() {
-        // A page still mapped stays (none is, when the last VMA went).
-        let Some(pfn) = slot.filter(|p| m.zone.memmap.page(*p).mapcount == 0) else {
-            continue;
-        };
+    // A page still mapped stays (none is, when the last VMA went).
+    pages.retain(|_, &mut pfn| {
+        if m.zone.memmap.page(pfn).mapcount != 0 {
+            return true;
+        }
         m.zone.free_pages(pfn, 0);
-        *slot = None;
-    }
+        false
+    });
     m.page_cache.pages[inode as usize] = pages;
 }
 

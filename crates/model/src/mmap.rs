@@ -502,11 +502,14 @@ fn shmem_fput(m: &mut Machine, mm: &MmStruct, inode: u32) {
 }
 
 /// free_pgtables: frees the page tables of PMD slots around `[start, end)` that
-/// no VMA overlaps any more.
+/// no VMA overlaps any more. Like free_pgd_range, it visits only the tables
+/// that exist (skipping `pXd_none` entries), so unmapping a huge, barely
+/// touched range costs what it mapped, not its size.
 fn free_pgtables(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
     let first = start / PMD_SIZE;
     let last = (end - 1) / PMD_SIZE;
-    for index in first..=last {
+    let present: Vec<u64> = mm.pmds.range(first..=last).map(|(i, _)| i).collect();
+    for index in present {
         let slot = index * PMD_SIZE;
         if !mm.vmas_in(slot, slot + PMD_SIZE).is_empty() {
             continue;
@@ -526,7 +529,11 @@ fn free_pgtables(m: &mut Machine, mm: &mut MmStruct, start: u64, end: u64) {
         (PUD_SIZE, &mut mm.pmd_tables),
         (PUD_SIZE << 9, &mut mm.pud_tables),
     ] {
-        for index in start / size..=(end - 1) / size {
+        let present: Vec<u64> = tables
+            .range(start / size..=(end - 1) / size)
+            .map(|(&i, _)| i)
+            .collect();
+        for index in present {
             let slot = index * size;
             let used = mm
                 .vmas
@@ -576,10 +583,8 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
     let flags = prot | calc_vm_flag_bits(s);
     let file = match &s.file {
         Some(name) => {
-            let len = size.bytes().next_multiple_of(PAGE_SIZE);
             let pgoff = s.offset.map_or(0, |o| o.bytes()) >> PAGE_SHIFT;
-            let pages = pgoff + (len >> PAGE_SHIFT);
-            let inode = crate::filemap::file_at_least(m, name, pages);
+            let inode = crate::filemap::file_at_least(m, name);
             Some(FileVma {
                 inode,
                 pgoff,
@@ -588,14 +593,11 @@ pub fn sys_mmap(m: &mut Machine, stmt: &Stmt, s: &stmt::Mmap) -> Result<(), Back
         }
         // shmem_zero_setup: a shared anonymous mapping is of a shmem object
         // of its own.
-        None if shared && s.hugetlb.is_none() => {
-            let pages = size.bytes().next_multiple_of(PAGE_SIZE) >> PAGE_SHIFT;
-            Some(FileVma {
-                inode: crate::filemap::shmem_zero_setup(m, pages),
-                pgoff: 0,
-                shared: true,
-            })
-        }
+        None if shared && s.hugetlb.is_none() => Some(FileVma {
+            inode: crate::filemap::shmem_zero_setup(m),
+            pgoff: 0,
+            shared: true,
+        }),
         None => None,
     };
     if let Some(at) = s.at {

@@ -1426,6 +1426,13 @@ fn other_bad_input() {
         21,
         "align=12K must be a power of two of at least the base page",
     );
+    // 2^63 bytes: found by the fuzz run (the model's placement overflowed).
+    fails(
+        "spawn a\na mmap buf 64K align=9223372036854775808\n",
+        2,
+        22,
+        "align=8388608T is larger than the user address space (128T)",
+    );
     fails(
         &format!("{PRE}a read buf step=0\n"),
         3,

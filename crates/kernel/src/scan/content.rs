@@ -95,11 +95,16 @@ impl ContentReader {
 
 fn read_error(path: &str, at: u64, e: io::Error) -> KernelError {
     // mem_rw reads nothing once the mm is gone: the process exited.
-    let e = if e.kind() == io::ErrorKind::UnexpectedEof {
-        io::Error::from_raw_os_error(libc::ESRCH)
-    } else {
-        e
-    };
+    // An exited process's mem reads nothing, or fails with ESRCH: either
+    // keeps its errno, which is how `is_gone` knows it (a process that exits
+    // during `scan --all` is counted, not an error).
+    if e.kind() == io::ErrorKind::UnexpectedEof || e.raw_os_error() == Some(libc::ESRCH) {
+        return KernelError::Io {
+            path: path.into(),
+            err: io::Error::from_raw_os_error(libc::ESRCH),
+            why: Some(format!("the process exited while {at:#x} was read")),
+        };
+    }
     KernelError::io(
         path,
         io::Error::new(e.kind(), format!("reading {at:#x}: {e}")),

@@ -667,6 +667,19 @@ pub fn is_denied(e: &KernelError) -> bool {
     }
 }
 
+/// Whether process `pid` has exited: gone from /proc, or a zombie (`Z`,
+/// `X` in /proc/PID/stat), whose maps read empty like a kernel thread's.
+pub fn has_exited(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    // The state follows the command, which is in parentheses and may hold any.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, Some('Z' | 'X' | 'x'))
+}
+
 /// True if the error says the process is gone (it exited mid-scan).
 pub fn is_gone(e: &KernelError) -> bool {
     match e {

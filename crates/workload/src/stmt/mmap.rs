@@ -237,6 +237,18 @@ impl Mmap {
                     format!("align={a} must be a power of two of at least the base page ({base})"),
                 ));
             }
+            // No region of the user address space is aligned to more than
+            // its size: mmap could only fail (ENOMEM), and the placement's
+            // arithmetic (twice the alignment) would overflow.
+            if a.0 > crate::placement::TASK_SIZE {
+                return Err(issue(
+                    Part::Align,
+                    format!(
+                        "align={a} is larger than the user address space ({})",
+                        Size(TASK_SIZE + crate::units::PAGE_SIZE)
+                    ),
+                ));
+            }
         }
         check_file(self, base.0)?;
         if let Some(at) = self.at {

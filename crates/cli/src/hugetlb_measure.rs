@@ -17,13 +17,12 @@ use hugelab_kernel::guard::{require_root, SettingsGuard};
 use hugelab_kernel::hugetlb::{self, HVO};
 use hugelab_kernel::{damon, sysfs};
 use hugelab_workload::Size;
+use hugelab_kernel::memcg::RESERVE_BYTES;
 use serde::Serialize;
 use std::process::ExitCode;
 
 const SIZE_2M: u64 = 2 << 20;
 const SIZE_1G: u64 = 1 << 30;
-/// Memory left free beside the pool being measured.
-pub const MARGIN_BYTES: u64 = 1 << 30;
 
 #[derive(Args)]
 pub struct MeasureArgs {
@@ -90,13 +89,13 @@ pub fn main(args: MeasureArgs) -> Result<ExitCode> {
             original,
             target,
         };
-        if p.bytes_needed() + MARGIN_BYTES > available {
+        if p.bytes_needed() + RESERVE_BYTES > available {
             bail!(
                 "{} more pages of {} ({}) and a margin of {} do not fit in this machine's MemAvailable of {}: ask for fewer with --pages",
                 target - original,
                 Size(size),
                 human(p.bytes_needed()),
-                human(MARGIN_BYTES),
+                human(RESERVE_BYTES),
                 human(available)
             );
         }

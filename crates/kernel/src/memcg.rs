@@ -300,7 +300,8 @@ pub struct RunMemcg {
 }
 
 /// What the machine keeps beyond a kernel run's memory: MemAvailable less
-/// this is the most a run's group may allow.
+/// this is the most a run's group may allow, and the most a HugeTLB pool
+/// `hugetlb measure` grows may take.
 pub const RESERVE_BYTES: u64 = 1 << 30;
 
 /// The limit of a run whose workload has no bound (read from a pipe):

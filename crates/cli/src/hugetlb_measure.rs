@@ -15,9 +15,9 @@ use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_kernel::guard::{require_root, SettingsGuard};
 use hugelab_kernel::hugetlb::{self, HVO};
+use hugelab_kernel::memcg::RESERVE_BYTES;
 use hugelab_kernel::{damon, sysfs};
 use hugelab_workload::Size;
-use hugelab_kernel::memcg::RESERVE_BYTES;
 use serde::Serialize;
 use std::process::ExitCode;
 

@@ -301,38 +301,13 @@ pub fn modules(modules: &Path) -> Vec<Module> {
 }
 
 /// The one stderr line of a kernel run's start about DAMON (None: nothing
-/// to say): the running kdamonds whose schemes act on huge pages, which the
-/// guard has just turned off for the run (`paused`: their indices), and the
-/// enabled DAMON modules, which nothing pauses and which can act on the
-/// agents once their memory has been idle for `min_age`.
-pub fn run_note(views: &[Kdamond], paused: &[u32], modules: &[Module]) -> Option<String> {
+/// to say): the enabled DAMON modules, which nothing pauses and which can
+/// act on the agents once their memory has been idle for `min_age`. The
+/// kdamonds the guard turned off for the run cannot act on it, so they are
+/// not mentioned here: `--dry-run` lists them and `settings show` says a
+/// run paused them.
+pub fn run_note(modules: &[Module]) -> Option<String> {
     let mut parts = Vec::new();
-    for k in views.iter().filter(|k| paused.contains(&k.index)) {
-        let acting: Vec<String> = k
-            .contexts
-            .iter()
-            .flat_map(|c| {
-                c.schemes
-                    .iter()
-                    .filter(|s| s.acts_on_huge_pages)
-                    .map(move |s| {
-                        format!(
-                            "{} {} on regions unchanged for {}",
-                            c.operations,
-                            s.action,
-                            duration(s.min_age_us(c))
-                        )
-                    })
-            })
-            .collect();
-        if !acting.is_empty() {
-            parts.push(format!(
-                "DAMON kdamond {} ({}) is paused for this run and turned on again after it",
-                k.index,
-                acting.join("; ")
-            ));
-        }
-    }
     for m in modules.iter().filter(|m| m.enabled) {
         let age = m
             .get("min_age")
@@ -350,13 +325,12 @@ pub fn run_note(views: &[Kdamond], paused: &[u32], modules: &[Module]) -> Option
     }
 }
 
-/// Prints [`run_note`] to stderr for the kdamonds under `admin` the guard
-/// has just paused (`paused`: their indices), once per process (a `diff` of
-/// many workloads says it once).
-pub fn note_run_start(admin: &Path, paused: &[u32]) {
+/// Prints [`run_note`] to stderr, once per process (a `diff` of many
+/// workloads says it once).
+pub fn note_run_start() {
     static SAID: std::sync::Once = std::sync::Once::new();
     SAID.call_once(|| {
-        if let Some(line) = run_note(&kdamonds(admin), paused, &modules(Path::new(MODULES))) {
+        if let Some(line) = run_note(&modules(Path::new(MODULES))) {
             // A closed stderr must not stop the run.
             use std::io::Write;
             let _ = writeln!(std::io::stderr(), "{line}");
@@ -480,13 +454,8 @@ mod tests {
         assert_eq!(running.len(), 1);
         assert_eq!(running[0].describe(), "kdamond 0 (paddr: pageout)");
 
-        // The run's line names the paused kdamond, not the one that is off.
-        let note = run_note(&ks, &[0], &[]).unwrap();
-        assert_eq!(
-            note,
-            "note: DAMON kdamond 0 (paddr pageout on regions unchanged for 1m0s) is paused for this run and turned on again after it"
-        );
-        assert_eq!(run_note(&ks, &[], &[]), None);
+        // A kdamond the run pauses cannot act on it: no line for it.
+        assert_eq!(run_note(&[]), None);
 
         // DAMON_RECLAIM: listed when present, in the line when enabled.
         let m = root.join("module");
@@ -497,7 +466,7 @@ mod tests {
         assert_eq!(mods.len(), 2);
         assert!(mods[0].enabled && !mods[1].enabled);
         assert_eq!(mods[0].get("min_age"), Some("120000000"));
-        let note = run_note(&ks, &[], &mods).unwrap();
+        let note = run_note(&mods).unwrap();
         assert_eq!(
             note,
             "note: DAMON_RECLAIM is enabled and not paused: it can act on the agents' memory once unchanged for 2m0s"

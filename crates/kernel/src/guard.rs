@@ -213,9 +213,8 @@ impl SettingsGuard {
             restored: false,
         };
         // On failure the guard drops here and puts back what it turned off.
-        let paused = guard.pause_damon_at(Path::new(damon::ADMIN))?;
-        let paused: Vec<u32> = paused.iter().map(|k| k.index).collect();
-        crate::damon_view::note_run_start(Path::new(damon::ADMIN), &paused);
+        guard.pause_damon_at(Path::new(damon::ADMIN))?;
+        crate::damon_view::note_run_start();
         Ok(guard)
     }
 

@@ -132,7 +132,10 @@ fn scan_predicts_the_memory_the_split_gives_back_to_the_cgroup() {
     let splits0 = counter(&mut kb, "vmstat.thp_split_page");
     run_until(&mut kb, &stmts[at..], "after");
     let (cur1, rss1) = (counter(&mut kb, current), counter(&mut kb, "smaps.a.Rss"));
-    let splits = counter(&mut kb, "vmstat.thp_split_page").unwrap() - splits0.unwrap();
+    // Machine-wide: unknown when another process was busy in a window.
+    let splits = counter(&mut kb, "vmstat.thp_split_page")
+        .zip(splits0)
+        .map(|(b, a)| b - a);
     let thps_left = thps(&mut kb, "a", &["buf", "sparse"]);
     kb.finish().unwrap();
 
@@ -141,7 +144,10 @@ fn scan_predicts_the_memory_the_split_gives_back_to_the_cgroup() {
     // thp_split_page is machine-wide, and the same reclaim splits the
     // queued THPs of every other process too: at least a's 18, and a is
     // left with none.
-    assert!(splits >= 18, "thp_split_page rose by {splits}");
+    match splits {
+        Some(splits) => assert!(splits >= 18, "thp_split_page rose by {splits}"),
+        None => eprintln!("thp_split_page not compared: another process was busy in a window"),
+    }
     assert_eq!(thps_left, 0, "a's THPs after the reclaim");
     let (cur0, cur1) = (cur0.expect("memory.current read"), cur1.unwrap());
     let (rss0, rss1) = (rss0.unwrap(), rss1.unwrap());

@@ -271,7 +271,11 @@ fn taint(
         }
         let k = kinds.of(name);
         let moved = before.get(name) != Some(v);
-        let hit = ANON_GAUGES.contains(&name.as_str()) || (k.foreign && (!k.event || moved));
+        // The vmemmap's pages move only with HugeTLB pools (HVO), which a
+        // sysfs write by root changes, not another process's faults.
+        let memmap = name.starts_with("vmstat.nr_memmap");
+        let hit =
+            ANON_GAUGES.contains(&name.as_str()) || (k.foreign && !memmap && (!k.event || moved));
         if hit {
             tainted.insert(name.clone(), why.to_string());
         }

@@ -83,7 +83,7 @@ fn a_run_killed_with_sigkill_leaves_damon_off_until_settings_restore() {
         return;
     };
     let state = state_dir("damon-kill");
-    let _cleanup = Cleanup(state.clone());
+    let _cleanup = Cleanup(state.to_path_buf());
     let wl = state.join("slow.hlw");
     std::fs::write(&wl, "spawn a\na mmap buf 2M\na write buf\nsleep 60s\n").unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
@@ -127,7 +127,7 @@ fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
         return;
     };
     let state = state_dir("damon");
-    let _cleanup = Cleanup(state.clone());
+    let _cleanup = Cleanup(state.to_path_buf());
     let wl = state.join("damon.hlw");
     // The sleep keeps the run going long enough to see DAMON off in it.
     std::fs::write(

@@ -42,16 +42,17 @@ fn cannot_run() -> Option<String> {
 }
 
 /// A kernel backend prepared for `workload`, its tunables journaled in a
-/// state directory of this test binary.
-fn backend(workload: &Workload) -> KernelBackend {
+/// state directory of this test binary (removed when the test drops it,
+/// after the backend).
+fn backend(workload: &Workload) -> (KernelBackend, common::StateDir) {
     let state = common::state_dir("give-back");
     // SAFETY of set_var: every test of this binary holds KERNEL while it
     // runs a backend, and sets the same value.
-    std::env::set_var("HUGELAB_STATE_DIR", &state);
+    std::env::set_var("HUGELAB_STATE_DIR", &*state);
     let mut kb = KernelBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_hugelab"))).unwrap();
     kb.prepare(&hugelab_workload::Lookahead::of(&workload.stmts))
         .unwrap();
-    kb
+    (kb, state)
 }
 
 fn counter(kb: &mut KernelBackend, name: &str) -> Option<i64> {
@@ -119,7 +120,7 @@ fn scan_predicts_the_memory_the_split_gives_back_to_the_cgroup() {
     let _one = KERNEL.lock().unwrap_or_else(|e| e.into_inner());
     let text = std::fs::read_to_string(SCENARIO).unwrap();
     let workload = hugelab_workload::parse(SCENARIO, &text).unwrap();
-    let mut kb = backend(&workload);
+    let (mut kb, _state) = backend(&workload);
     let stmts = &workload.stmts;
     let at = run_until(&mut kb, stmts, "before");
     let pid = kb.processes()[0].pid.to_string();
@@ -194,7 +195,7 @@ fn a_rollup_counts_a_thp_shared_after_fork_once_and_a_pid_given_twice_once() {
     }
     let _one = KERNEL.lock().unwrap_or_else(|e| e.into_inner());
     let workload = hugelab_workload::parse("forked.hlw", FORKED).unwrap();
-    let mut kb = backend(&workload);
+    let (mut kb, _state) = backend(&workload);
     let stmts = &workload.stmts;
     let at = run_until(&mut kb, stmts, "shared");
     let procs = kb.processes();

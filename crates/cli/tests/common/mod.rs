@@ -62,10 +62,39 @@ pub fn machine_state(state: &Path) -> String {
         .collect()
 }
 
-pub fn state_dir(name: &str) -> PathBuf {
+/// A test's own hugelab state directory (`HUGELAB_STATE_DIR`), removed
+/// when the test lets go of it, whether it passes or fails.
+pub struct StateDir(PathBuf);
+
+impl std::ops::Deref for StateDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for StateDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for StateDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn state_dir(name: &str) -> StateDir {
     let dir = std::env::temp_dir().join(format!("hugelab-test-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    StateDir(dir)
 }
 
 pub fn read(path: &str) -> String {

@@ -38,6 +38,10 @@
 //!   window whose statement cannot move them (see [`moves_lru`]): kswapd or
 //!   another process's madvise or reclaim, which take no fault of theirs
 //!   in the window; those counters are unknown from then on.
+//! - A noisy window also makes unknown the event counters the window before
+//!   it moved ([`Measurement::straddled`]): a fault counts its allocation
+//!   while it runs and its pgfault when it ends, so another process's fault
+//!   that ended in the noisy window may have allocated in the one before.
 //! - Faults an agent takes in a window outside the workload's accesses (its
 //!   request's faults beyond its access loop's: a text page of its own
 //!   reclaimed, a page of its own under migration, both on a busy machine)
@@ -118,6 +122,9 @@ pub(crate) struct Measurement {
     kinds: Kinds,
     /// The THP modes as the latest window read them after its statement.
     modes_after: Option<ThpModes>,
+    /// The system-wide event counters the latest window moved (see
+    /// [`Measurement::straddled`]).
+    moved_last: Vec<String>,
 }
 
 /// What a window needs to know of a system-wide counter, looked up in the
@@ -325,6 +332,7 @@ impl Measurement {
             status: StatusFiles::new(),
             kinds: Kinds::default(),
             modes_after: None,
+            moved_last: Vec::new(),
         }
     }
 
@@ -478,6 +486,7 @@ impl Measurement {
         }
         let noisy =
             faulted.or_else(|| own_changes(stmt, self.forked, (&opened.own, &own_after), window));
+        self.straddled(stmt, noisy.is_some(), window);
         if let Some(why) = noisy {
             taint(&mut self.tainted, &mut self.kinds, &why, window);
         }
@@ -509,6 +518,36 @@ impl Measurement {
             ));
         }
         Ok(())
+    }
+
+    /// A fault counts its events while it runs (an mTHP allocation in
+    /// `alloc_anon_folio`) and its pgfault when it ends (`mm_account_fault`,
+    /// after `__handle_mm_fault`): another process's fault that ended in
+    /// this window (`noisy`) may have counted its allocation in the window
+    /// before, which then looked clean. The event counters that window moved
+    /// are unknown from then on. Then notes the ones this window moved, for
+    /// the next. (A fault that ends in the gap between two windows is not
+    /// seen: agents start up there, so pgfault moving there says nothing.)
+    fn straddled(&mut self, stmt: &Stmt, noisy: bool, (before, after): (&Counters, &Counters)) {
+        let moved_last = std::mem::take(&mut self.moved_last);
+        if noisy {
+            for name in moved_last {
+                self.tainted.entry(name).or_insert_with(|| {
+                    format!(
+                        "another process's fault may have begun in the window before line {} and counted its events there",
+                        stmt.pos.line
+                    )
+                });
+            }
+        }
+        self.moved_last = after
+            .iter()
+            .filter(|(name, v)| {
+                let k = self.kinds.of(name);
+                k.foreign && k.event && before.get(*name) != Some(*v)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
     }
 
     /// Faults of the agents' own in the window of `stmt`, outside the
@@ -1187,6 +1226,32 @@ mod tests {
         assert_eq!(tainted["vmstat.pgfault"], "first");
         assert_eq!(tainted["vmstat.thp_fault_alloc"], "first");
         assert_eq!(tainted["vmstat.thp_split_page"], "second");
+    }
+
+    /// mTHP allocations of a window whose next window is noisy are
+    /// unknown (the foreign fault may have begun in the first); those of a
+    /// window followed by a clean one stay known.
+    #[test]
+    fn a_noisy_window_taints_the_events_the_window_before_moved() {
+        let w = hugelab_workload::parse::parse(
+            "t.hlw",
+            "spawn p\np mmap a 64K\np write a\np write a\n",
+        )
+        .unwrap();
+        let mut m = Measurement::new();
+        let alloc = "mthp.64kB.anon_fault_alloc";
+        let r = |n| reading(&[("vmstat.pgfault", n), (alloc, n)]);
+        m.straddled(&w.stmts[2], false, (&r(0), &r(1)));
+        m.straddled(&w.stmts[3], false, (&r(1), &r(1)));
+        assert!(m.tainted.is_empty(), "{:?}", m.tainted);
+        m.straddled(&w.stmts[2], false, (&r(1), &r(2)));
+        m.straddled(&w.stmts[3], true, (&r(2), &r(2)));
+        assert!(
+            m.tainted[alloc]
+                .starts_with("another process's fault may have begun in the window before line 4"),
+            "{:?}",
+            m.tainted
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@
 pub mod agent;
 pub mod agent_task;
 mod agents;
+mod attribute;
 pub mod backend;
 mod call;
 pub mod command;

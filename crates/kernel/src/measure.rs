@@ -25,6 +25,12 @@
 //! unknown and why. Per-process counters are read fresh at each reading
 //! ([`read_process`]).
 //!
+//! A noisy window does not make everything unknown: what the agents' own
+//! /proc files count (their faults, RssAnon, VmPTE) and the per-size
+//! counters of a size no other process holds stay the workload's (see
+//! [`crate::attribute`]). The /proc/meminfo fields that print a vmstat item
+//! (AnonPages, PageTables, AnonHugePages) follow that item.
+//!
 //! What is not trusted:
 //! - Another process faulting during a window (detected: the window's pgfault
 //!   exceeds the faults the agents and the runner themselves took) makes the
@@ -62,6 +68,7 @@
 //!   an earlier run split already only the machine's history says.
 
 use crate::agents::Agents;
+use crate::attribute;
 use crate::call::{failed, Call};
 use crate::error::KernelError;
 use crate::modes::{Modes, ThpModes};
@@ -125,6 +132,9 @@ pub(crate) struct Measurement {
     /// The system-wide event counters the latest window moved (see
     /// [`Measurement::straddled`]).
     moved_last: Vec<String>,
+    /// Whether another process disturbed the latest window (see
+    /// [`Measurement::after_noisy`]).
+    last_noisy: bool,
 }
 
 /// What a window needs to know of a system-wide counter, looked up in the
@@ -271,9 +281,10 @@ fn taint(
     kinds: &mut Kinds,
     why: &str,
     (before, after): (&Counters, &Counters),
+    known: &BTreeSet<String>,
 ) {
     for (name, v) in after {
-        if tainted.contains_key(name) {
+        if tainted.contains_key(name) || known.contains(name) {
             continue;
         }
         let k = kinds.of(name);
@@ -333,6 +344,7 @@ impl Measurement {
             kinds: Kinds::default(),
             modes_after: None,
             moved_last: Vec::new(),
+            last_noisy: false,
         }
     }
 
@@ -399,7 +411,7 @@ impl Measurement {
         let own = agents_own(agents, &mut self.status);
         let sizes = self.mthp_sizes_enabled();
         self.mthp_sizes_used.extend(sizes);
-        self.before.capture(false).map_err(|e| failed(stmt, e))?;
+        self.before.capture(true).map_err(|e| failed(stmt, e))?;
         Ok(Opened {
             runner_minflt,
             own,
@@ -445,13 +457,14 @@ impl Measurement {
             }
         }
         let sys_faults = after["vmstat.pgfault"] - before["vmstat.pgfault"];
-        if matches!(stmt.kind, StmtKind::Fork { .. }) {
+        let own_why = if matches!(stmt.kind, StmtKind::Fork { .. }) {
             // The agents' faults inside fork are their own housekeeping
             // (breaking COW on their own memory), not the workload's.
             *self.totals.entry("vmstat.pgfault".into()).or_default() -= agent_faults;
+            None
         } else {
-            self.leave_out_own_faults(stmt, call.own_faults);
-        }
+            self.leave_out_own_faults(stmt, call.own_faults)
+        };
         if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
             eprintln!(
                 "window line {}: pgfault +{sys_faults} agents +{agent_faults} runner +{runner_faults} nr_anon_pages {:+} nr_page_table_pages {:+}",
@@ -478,18 +491,29 @@ impl Measurement {
             _ => self.modes.thp(),
         };
         let window = (&before, &after);
-        if let Some(why) = self.foreign_sizes(stmt, modes.as_ref(), window) {
-            taint(&mut self.tainted, &mut self.kinds, &why, window);
-        }
+        let sizes_why = self.foreign_sizes(stmt, modes.as_ref(), window);
         if !moves_lru(&stmt.kind) && !agents.in_memcg() {
             lru_moved_alone(&mut self.tainted, stmt, window);
         }
         let noisy =
             faulted.or_else(|| own_changes(stmt, self.forked, (&opened.own, &own_after), window));
-        self.straddled(stmt, noisy.is_some(), window);
-        if let Some(why) = noisy {
-            taint(&mut self.tainted, &mut self.kinds, &why, window);
+        let reasons = [
+            sizes_why,
+            noisy,
+            own_why,
+            self.after_noisy(stmt, opened.chained),
+        ];
+        let known = if reasons.iter().any(Option::is_some) {
+            self.still_own(stmt, &call, (&opened.own, &own_after), window)
+        } else {
+            BTreeSet::new()
+        };
+        self.straddled(stmt, reasons[1].is_some(), window);
+        self.last_noisy = reasons[1].is_some();
+        for why in reasons.into_iter().flatten() {
+            taint(&mut self.tainted, &mut self.kinds, &why, window, &known);
         }
+        self.mirror_meminfo();
         if !collapse_allowed && self.unstable.is_none() && collapsed(&before, &after) {
             self.unstable = Some(format!(
                 "khugepaged collapsed memory during line {}",
@@ -553,17 +577,64 @@ impl Measurement {
     /// Faults of the agents' own in the window of `stmt`, outside the
     /// workload's accesses (see the module doc): out of pgfault; the page
     /// may be a new one of their own memory.
-    fn leave_out_own_faults(&mut self, stmt: &Stmt, own_faults: i64) {
+    /// A fault of its own may allocate a folio of any size enabled then
+    /// and count its events, as another process's does: the reason, which
+    /// makes the window noisy (pgfault stays known: the faults are left out
+    /// exactly).
+    fn leave_out_own_faults(&mut self, stmt: &Stmt, own_faults: i64) -> Option<String> {
         if own_faults <= 0 {
-            return;
+            return None;
         }
         *self.totals.entry("vmstat.pgfault".into()).or_default() -= own_faults;
-        let why = format!(
+        Some(format!(
             "an agent took {own_faults} fault(s) of its own outside the workload's accesses during line {} (left out of pgfault; a page of its own may have come)",
             stmt.pos.line
-        );
-        for name in &ANON_GAUGES[1..] {
-            self.tainted.entry(name.to_string()).or_insert(why.clone());
+        ))
+    }
+
+    /// A window chained to a noisy one starts from that window's reading
+    /// after, whose sysfs files were read before its /proc/vmstat: another
+    /// process's fault that counted an event between the two and ended
+    /// before the second made the window before noisy, and its event is in
+    /// this one's change. The reason, for the events this window moved.
+    fn after_noisy(&self, stmt: &Stmt, chained: bool) -> Option<String> {
+        (chained && self.last_noisy).then(|| {
+            format!(
+                "another process's fault in the reading before line {} may have counted its events in this window",
+                stmt.pos.line
+            )
+        })
+    }
+
+    /// The /proc/meminfo fields that are a /proc/vmstat item in other units
+    /// (`show_mem`/`meminfo_proc_show` print the same node counter): their
+    /// sums and trust are the vmstat item's. The two files are read one
+    /// after the other, and another process's change between the reads
+    /// would otherwise reach one of them only.
+    fn mirror_meminfo(&mut self) {
+        const HPAGE_PMD_KB: i64 = (PMD_SIZE >> 10) as i64;
+        const MIRRORS: [(&str, &str, i64); 3] = [
+            ("meminfo.AnonPages", "vmstat.nr_anon_pages", PAGE_KB as i64),
+            (
+                "meminfo.PageTables",
+                "vmstat.nr_page_table_pages",
+                PAGE_KB as i64,
+            ),
+            (
+                "meminfo.AnonHugePages",
+                "vmstat.nr_anon_transparent_hugepages",
+                HPAGE_PMD_KB,
+            ),
+        ];
+        for (mirror, item, kb) in MIRRORS {
+            let Some(v) = self.totals.get(item).copied() else {
+                continue;
+            };
+            self.totals.insert(mirror.to_string(), v * kb);
+            match self.tainted.get(item).cloned() {
+                Some(why) => self.tainted.insert(mirror.to_string(), why),
+                None => self.tainted.remove(mirror),
+            };
         }
     }
 
@@ -615,11 +686,65 @@ impl Measurement {
         if settle {
             rcu_settle();
         }
-        self.after.capture(true).map_err(|e| failed(stmt, e))?;
+        self.after.capture(false).map_err(|e| failed(stmt, e))?;
         Ok(match early {
             Some(own) => own,
             None => agents_own(agents, &mut self.status),
         })
+    }
+
+    /// The counters of a noisy window whose change is still the workload's
+    /// (see [`crate::attribute`]): those the agents' own counts stand for,
+    /// their change in the totals replaced by the agents', and the per-size
+    /// gauges of sizes no other process holds.
+    fn still_own(
+        &mut self,
+        stmt: &Stmt,
+        call: &Call,
+        (own_before, own_after): (&Option<Own>, &Option<Own>),
+        (before, after): (&Counters, &Counters),
+    ) -> BTreeSet<String> {
+        let plain = call.killed.is_none() && !matches!(stmt.kind, StmtKind::Fork { .. });
+        let same = match (own_before, own_after) {
+            (Some(b), Some(a)) if plain && b.pids == a.pids => Some((b, a)),
+            _ => None,
+        };
+        let own = attribute::Own {
+            faults: plain.then_some(call.faults - call.own_faults.max(0)),
+            anon_kb: same
+                .filter(|_| self.forked.is_none() && call.own_faults <= 0)
+                .map(|(b, a)| a.anon_kb - b.anon_kb),
+            pte_kb: same.map(|(b, a)| a.pte_kb - b.pte_kb),
+        };
+        let mut known = BTreeSet::new();
+        for (name, delta) in attribute::own_deltas(&own) {
+            let (Some(b), Some(a)) = (before.get(name), after.get(name)) else {
+                continue;
+            };
+            // The totals hold the system's change (pgfault less the agents'
+            // own faults, already left out): the agents' takes its place.
+            let system = if name == "vmstat.pgfault" {
+                a - b - call.own_faults.max(0)
+            } else {
+                a - b
+            };
+            *self.totals.entry(name.to_string()).or_default() += delta - system;
+            known.insert(name.to_string());
+        }
+        let sizes: BTreeSet<u64> = after
+            .keys()
+            .filter(|n| n.ends_with(".nr_anon"))
+            .filter_map(|n| self.kinds.of(n).mthp_size_kb)
+            .collect();
+        let tainted = &self.tainted;
+        known.extend(attribute::sizes_alone(
+            sizes,
+            (before, after),
+            &self.totals,
+            &|n| tainted.contains_key(n),
+            &self.moved_last,
+        ));
+        known
     }
 
     /// mTHPs below the PMD size come only from faults while their size is
@@ -1173,7 +1298,13 @@ mod tests {
     /// What [`taint`] marks unknown in a window read `before` and `after`.
     fn tainted_by(before: &Counters, after: &Counters) -> Vec<String> {
         let mut tainted = BTreeMap::new();
-        taint(&mut tainted, &mut Kinds::default(), "why", (before, after));
+        taint(
+            &mut tainted,
+            &mut Kinds::default(),
+            "why",
+            (before, after),
+            &BTreeSet::new(),
+        );
         tainted.into_keys().collect()
     }
 
@@ -1219,10 +1350,22 @@ mod tests {
         let before = reading(&[("vmstat.pgfault", 1), ("vmstat.thp_fault_alloc", 0)]);
         let after = reading(&[("vmstat.pgfault", 2), ("vmstat.thp_fault_alloc", 1)]);
         let (mut tainted, mut kinds) = (BTreeMap::new(), Kinds::default());
-        taint(&mut tainted, &mut kinds, "first", (&before, &after));
+        taint(
+            &mut tainted,
+            &mut kinds,
+            "first",
+            (&before, &after),
+            &BTreeSet::new(),
+        );
         let later = reading(&[("vmstat.pgfault", 3), ("vmstat.thp_split_page", 1)]);
         let after_later = reading(&[("vmstat.pgfault", 4), ("vmstat.thp_split_page", 2)]);
-        taint(&mut tainted, &mut kinds, "second", (&later, &after_later));
+        taint(
+            &mut tainted,
+            &mut kinds,
+            "second",
+            (&later, &after_later),
+            &BTreeSet::new(),
+        );
         assert_eq!(tainted["vmstat.pgfault"], "first");
         assert_eq!(tainted["vmstat.thp_fault_alloc"], "first");
         assert_eq!(tainted["vmstat.thp_split_page"], "second");

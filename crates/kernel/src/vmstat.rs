@@ -6,8 +6,11 @@
 //! Node counters (nr_anon_pages, ...) are per-cpu batched: [`stat_refresh`]
 //! folds them first. Reading must not fault in the runner itself between two
 //! readings of pgfault, which is how noise from other processes is detected:
-//! files are read into buffers kept from one reading to the next, /proc/vmstat
-//! last on the way into a statement and first on the way out.
+//! files are read into buffers kept from one reading to the next. In a
+//! measurement window /proc/vmstat is read first on the way into a statement
+//! and last on the way out, so that the window's pgfault spans the reading of
+//! every other file: another process's fault that counts an event there is
+//! in the window's pgfault too.
 
 use crate::error::{KernelError, Result};
 use crate::procfile::ProcFile;

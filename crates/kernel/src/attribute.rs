@@ -1,0 +1,263 @@
+//! What of a noisy window is still the workload's own.
+//!
+//! A window is noisy when another process faulted in it or changed
+//! anonymous memory or page tables (see [`crate::measure`]). On a busy
+//! machine that is most windows, and the counters another process can move
+//! would be unknown from the first of them on. Two rules keep some of them
+//! known, each from the kernel's own readings, never from the model:
+//!
+//! - **The agents' own counts** ([`own_deltas`]). pgfault, NR_ANON_MAPPED
+//!   and NR_PAGETABLE are counted system-wide and, for the same events, per
+//!   process: the faults each agent took (`mm_account_fault` counts a fault
+//!   in PGFAULT and in the task's min_flt/maj_flt; the agents add the
+//!   failed ones, which only PGFAULT counts), its RssAnon (MM_ANONPAGES,
+//!   moved with NR_ANON_MAPPED by the same rmap calls while no page is
+//!   shared, i.e. before any fork) and its VmPTE (`mm->pgtables_bytes`,
+//!   moved with NR_PAGETABLE by the same table allocations and frees, which
+//!   the window waits for). In a clean window the two agree (checked:
+//!   `own_changes`, and pgfault against the agents' faults), so in a noisy
+//!   one the per-process change is the workload's.
+//! - **A size no one else holds** ([`sizes_alone`]). The per-size gauges
+//!   `mthp.<size>.nr_anon` and `nr_anon_partially_mapped` (and, for the PMD
+//!   size, AnonHugePages) move only with anonymous folios of that size, and
+//!   some events only with a partially unmapped one (`split_deferred`; for
+//!   the PMD size thp_deferred_split_page and the under-used shrinker's
+//!   split). When, as the window opens, the machine holds exactly as many
+//!   of them as the workload's windows made (so no other process holds
+//!   one) and nothing that makes one (a fault's or swap-in's allocation,
+//!   khugepaged's collapse) moved in the window or in the one before (a
+//!   fault counts its allocation before its pgfault), another process had
+//!   none to free, split or map: those counters' change is the workload's.
+//!   Anonymous folios split only to order 0 in Linux 6.18 (`split_folio`
+//!   from deferred_split_scan, reclaim, migration and madvise), so another
+//!   process's split of a larger folio makes none of a smaller size.
+//!
+//! What stays unknown: the event counters another process moved in the
+//! window (no per-process count of them exists), the anonymous-memory
+//! gauges after a fork (pages shared between agents count once in the
+//! machine, in each agent's RssAnon), a window in which an agent was
+//! killed, exited or took faults of its own (its own memory moved), and a
+//! size whose folios another process holds.
+
+use hugelab_workload::units::{PAGE_KB, PMD_SIZE};
+use hugelab_workload::Counters;
+
+/// The agents' own faults, anonymous memory and page tables before and
+/// after a window, and whether the per-process counts stand for the
+/// workload's there (see [`own_deltas`]).
+pub(crate) struct Own {
+    /// The faults the agents took in the window, failed ones included,
+    /// less those outside the workload's accesses.
+    pub(crate) faults: Option<i64>,
+    /// The change of the agents' RssAnon, kB, when it is the workload's
+    /// NR_ANON_MAPPED change (no fork so far, the same agents, none of
+    /// their own faults).
+    pub(crate) anon_kb: Option<i64>,
+    /// The change of the agents' VmPTE, kB, when it is the workload's
+    /// NR_PAGETABLE change (not a fork, the same agents).
+    pub(crate) pte_kb: Option<i64>,
+}
+
+/// The workload's change of each counter the agents' own counts stand for
+/// in a noisy window, with the system-wide name.
+pub(crate) fn own_deltas(own: &Own) -> Vec<(&'static str, i64)> {
+    let page_kb = PAGE_KB as i64;
+    let mut out = Vec::new();
+    if let Some(f) = own.faults {
+        out.push(("vmstat.pgfault", f));
+    }
+    if let Some(kb) = own.anon_kb {
+        out.push(("vmstat.nr_anon_pages", kb / page_kb));
+        out.push(("meminfo.AnonPages", kb));
+    }
+    if let Some(kb) = own.pte_kb {
+        out.push(("vmstat.nr_page_table_pages", kb / page_kb));
+        out.push(("meminfo.PageTables", kb));
+    }
+    out
+}
+
+/// The gauges of mTHP size `kb`: what only anonymous folios of that size
+/// move.
+fn size_gauges(kb: u64) -> Vec<String> {
+    let mut g = vec![
+        format!("mthp.{kb}kB.nr_anon"),
+        format!("mthp.{kb}kB.nr_anon_partially_mapped"),
+    ];
+    if kb == PMD_SIZE >> 10 {
+        // NR_ANON_THPS: PMD-mapped anonymous folios of the PMD size.
+        g.push("meminfo.AnonHugePages".into());
+        g.push("vmstat.nr_anon_transparent_hugepages".into());
+    }
+    g
+}
+
+/// The counters whose change makes an anonymous folio of size `kb`:
+/// a fault's or a swap-in's allocation, and for the PMD size khugepaged's
+/// and MADV_COLLAPSE's. (Splits of anonymous folios make order-0 pages
+/// only; migration needs a folio of the size already.)
+fn makes_size(name: &str, kb: u64) -> bool {
+    let of_size = |item: &str| name == format!("mthp.{kb}kB.{item}");
+    of_size("anon_fault_alloc")
+        || of_size("swpin")
+        || (kb == PMD_SIZE >> 10
+            && matches!(
+                name,
+                "vmstat.thp_fault_alloc"
+                    | "vmstat.thp_collapse_alloc"
+                    | "khugepaged.pages_collapsed"
+            ))
+}
+
+/// The event counters that only the holder of an anonymous folio of size
+/// `kb` moves: `deferred_split_folio` (a partially unmapped anonymous
+/// folio) and, for the PMD size, the under-used shrinker's split. (The
+/// `split` counters also count page-cache folios, and thp_split_pmd file
+/// THPs and the huge zero page, which anyone may hold.)
+fn held_events(kb: u64) -> Vec<String> {
+    let mut e = vec![format!("mthp.{kb}kB.split_deferred")];
+    if kb == PMD_SIZE >> 10 {
+        e.push("vmstat.thp_deferred_split_page".into());
+        e.push("vmstat.thp_underused_split_page".into());
+    }
+    e
+}
+
+/// The per-size gauges and held events whose change in a noisy window
+/// (read `before` and `after` it) is the workload's alone (see the module
+/// doc): for each mTHP size, the machine's `nr_anon` as the window opened
+/// equals the workload's (`totals`, the windows' sums with this one's,
+/// none of the size's gauges `tainted`), and no counter that makes a folio
+/// of the size moved in the window or in `moved_last` (the window before's
+/// moved events).
+pub(crate) fn sizes_alone(
+    sizes_kb: impl IntoIterator<Item = u64>,
+    (before, after): (&Counters, &Counters),
+    totals: &Counters,
+    tainted: &dyn Fn(&str) -> bool,
+    moved_last: &[String],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for kb in sizes_kb {
+        let nr_anon = format!("mthp.{kb}kB.nr_anon");
+        let gauges = size_gauges(kb);
+        if gauges.iter().any(|g| tainted(g) || !after.contains_key(g)) {
+            continue;
+        }
+        let (Some(b), Some(a)) = (before.get(&nr_anon), after.get(&nr_anon)) else {
+            continue;
+        };
+        // The windows' sum before this window's change was added.
+        let workload = totals.get(&nr_anon).copied().unwrap_or(0) - (a - b);
+        if *b != workload {
+            continue;
+        }
+        let made_here = after
+            .iter()
+            .any(|(n, v)| before.get(n) != Some(v) && makes_size(n, kb));
+        let made_before = moved_last.iter().any(|n| makes_size(n, kb));
+        if !made_here && !made_before {
+            out.extend(gauges);
+            out.extend(held_events(kb).into_iter().filter(|e| !tainted(e)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(pairs: &[(&str, i64)]) -> Counters {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    fn alone(
+        before: &Counters,
+        after: &Counters,
+        totals: &Counters,
+        moved_last: &[String],
+    ) -> Vec<String> {
+        sizes_alone([64, 2048], (before, after), totals, &|_| false, moved_last)
+    }
+
+    fn reading(n64: i64, alloc64: i64, n2m: i64, thp: i64) -> Counters {
+        c(&[
+            ("mthp.64kB.nr_anon", n64),
+            ("mthp.64kB.nr_anon_partially_mapped", 0),
+            ("mthp.64kB.anon_fault_alloc", alloc64),
+            ("mthp.2048kB.nr_anon", n2m),
+            ("mthp.2048kB.nr_anon_partially_mapped", 0),
+            ("meminfo.AnonHugePages", n2m * 2048),
+            ("vmstat.nr_anon_transparent_hugepages", n2m),
+            ("vmstat.thp_fault_alloc", thp),
+        ])
+    }
+
+    #[test]
+    fn a_size_no_one_else_holds_stays_the_workload_s() {
+        // The workload made 3 64K folios in earlier windows and frees one
+        // in this one; the machine held exactly those 3.
+        let (before, after) = (reading(3, 10, 0, 0), reading(2, 10, 0, 0));
+        let totals = c(&[("mthp.64kB.nr_anon", 2), ("mthp.2048kB.nr_anon", 0)]);
+        let got = alone(&before, &after, &totals, &[]);
+        assert!(got.contains(&"mthp.64kB.nr_anon".to_string()));
+        assert!(got.contains(&"meminfo.AnonHugePages".to_string()));
+    }
+
+    #[test]
+    fn a_size_another_process_holds_is_not() {
+        // The machine holds 5 64K folios, the workload made 3: two are
+        // another's, which it may free in this window.
+        let (before, after) = (reading(5, 10, 0, 0), reading(4, 10, 0, 0));
+        let totals = c(&[("mthp.64kB.nr_anon", 2)]);
+        let got = alone(&before, &after, &totals, &[]);
+        assert!(!got.iter().any(|g| g.starts_with("mthp.64kB")));
+        assert!(got.contains(&"mthp.2048kB.nr_anon".to_string()));
+    }
+
+    #[test]
+    fn an_allocation_of_the_size_in_the_window_or_the_one_before_is_anyone_s() {
+        let (before, after) = (reading(0, 10, 0, 4), reading(1, 11, 1, 5));
+        let totals = c(&[("mthp.64kB.nr_anon", 1), ("mthp.2048kB.nr_anon", 1)]);
+        assert!(alone(&before, &after, &totals, &[]).is_empty());
+        let (before, after) = (reading(0, 10, 0, 4), reading(0, 10, 0, 4));
+        let totals = c(&[("mthp.64kB.nr_anon", 0), ("mthp.2048kB.nr_anon", 0)]);
+        let last = ["vmstat.thp_fault_alloc".to_string()];
+        let got = alone(&before, &after, &totals, &last);
+        assert!(got.iter().all(|g| g.starts_with("mthp.64kB")), "{got:?}");
+    }
+
+    #[test]
+    fn a_deferred_split_is_the_holder_s() {
+        let mut before = reading(4, 10, 0, 0);
+        before.insert("mthp.64kB.split_deferred".into(), 1);
+        let mut after = reading(4, 10, 0, 0);
+        after.insert("mthp.64kB.nr_anon_partially_mapped".into(), 1);
+        after.insert("mthp.64kB.split_deferred".into(), 2);
+        let totals = c(&[("mthp.64kB.nr_anon", 4)]);
+        let got = alone(&before, &after, &totals, &[]);
+        assert!(got.contains(&"mthp.64kB.split_deferred".to_string()));
+        // Another process holds one 64K folio: its split may be this one.
+        let totals = c(&[("mthp.64kB.nr_anon", 3)]);
+        let got = alone(&before, &after, &totals, &[]);
+        assert!(!got.contains(&"mthp.64kB.split_deferred".to_string()));
+    }
+
+    #[test]
+    fn the_agents_own_counts_name_the_system_counters() {
+        let own = Own {
+            faults: Some(7),
+            anon_kb: Some(-64),
+            pte_kb: None,
+        };
+        assert_eq!(
+            own_deltas(&own),
+            vec![
+                ("vmstat.pgfault", 7),
+                ("vmstat.nr_anon_pages", -16),
+                ("meminfo.AnonPages", -64)
+            ]
+        );
+    }
+}

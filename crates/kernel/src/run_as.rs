@@ -9,7 +9,10 @@
 //! The child drops (setgroups, setgid, setuid, in that order: only root may
 //! set groups and gid) between fork and exec, after it has joined its memory
 //! cgroup ([`crate::command`]); [`RunAs::drop_privileges`] is the
-//! async-signal-safe part it calls there.
+//! async-signal-safe part it calls there. Like sudo's `closefrom 3`, it also
+//! keeps every descriptor above stderr from reaching the command: one that
+//! hugelab inherited (a file root opened for writing, say) would otherwise
+//! let the user's command use it as root could.
 
 use crate::error::{KernelError, Result};
 use std::ffi::{CStr, CString};
@@ -123,9 +126,11 @@ impl RunAs {
         env
     }
 
-    /// setgroups, setgid, setuid: between fork and exec, so only
-    /// async-signal-safe calls on memory prepared before the fork.
+    /// Descriptors above stderr closed on exec, then setgroups, setgid,
+    /// setuid: between fork and exec, so only async-signal-safe calls on
+    /// memory prepared before the fork.
     pub fn drop_privileges(&self) -> std::io::Result<()> {
+        close_on_exec_from(3)?;
         // SAFETY: the three calls take plain values and a pointer to
         // `groups`, which lives as long as self.
         unsafe {
@@ -138,6 +143,33 @@ impl RunAs {
         }
         Ok(())
     }
+}
+
+/// Marks every descriptor from `first` on close-on-exec (sudo's
+/// `closefrom`): close_range(CLOSE_RANGE_CLOEXEC), Linux 5.11 on; before
+/// that, fcntl on each descriptor below the open-files limit. Marked rather
+/// than closed, so that the spawner's own exec-error pipe still works.
+fn close_on_exec_from(first: u32) -> std::io::Result<()> {
+    // SAFETY: close_range and fcntl take plain values; getrlimit fills a
+    // local.
+    unsafe {
+        let flags = libc::CLOSE_RANGE_CLOEXEC as libc::c_uint;
+        if libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, flags) == 0 {
+            return Ok(());
+        }
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let end = lim.rlim_cur.min(1 << 20) as libc::c_int;
+        for fd in first as libc::c_int..end {
+            let f = libc::fcntl(fd, libc::F_GETFD);
+            if f >= 0 && f & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, f | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn passwd_of_name(name: &str) -> Option<Passwd> {
@@ -256,5 +288,41 @@ mod tests {
         );
         assert_eq!(get("PATH"), Some(SANE_PATH));
         assert_eq!(get("TERM"), Some("xterm"));
+    }
+
+    /// A descriptor without close-on-exec (9, on /dev/null) reaches an
+    /// executed program unless the child marks everything above stderr.
+    #[test]
+    fn descriptors_above_stderr_do_not_reach_the_command() {
+        use std::os::unix::io::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let fd = null.as_raw_fd();
+        let open_in_ls = |mark: bool| {
+            let mut cmd = std::process::Command::new("ls");
+            cmd.arg("/proc/self/fd");
+            // SAFETY: dup2 and close_on_exec_from only, between fork and
+            // exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    if libc::dup2(fd, 9) != 9 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    if mark {
+                        close_on_exec_from(3)?;
+                    }
+                    Ok(())
+                });
+            }
+            let out = cmd.output().unwrap();
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert!(open_in_ls(false).contains(&"9".to_string()));
+        // stdin, the two output pipes, and ls's own directory.
+        assert_eq!(open_in_ls(true), ["0", "1", "2", "3"]);
     }
 }

@@ -245,6 +245,7 @@ fn scan_kernel(
             content: true,
             cont_orders: Vec::new(),
             range,
+            threads: 0,
         };
         let s = scan::scan_process(pid, &opts).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
         if s.unclassified_kb() > 0 {

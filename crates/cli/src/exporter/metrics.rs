@@ -280,7 +280,7 @@ fn give_back(out: &mut Exposition, pass: &Pass) {
 }
 
 /// The exporter's own cost.
-fn cost(out: &mut Exposition, pass: Option<&Pass>, passes: u64, budget: f64) {
+fn cost(out: &mut Exposition, pass: Option<&Pass>, state: ScanState, budget: f64) {
     out.single(
         "hugelab_exporter_cpu_seconds_total",
         Kind::Counter,
@@ -297,7 +297,13 @@ fn cost(out: &mut Exposition, pass: Option<&Pass>, passes: u64, budget: f64) {
         "hugelab_exporter_scans_total",
         Kind::Counter,
         "complete scans of every process's page contents since the exporter started",
-        passes as f64,
+        state.passes as f64,
+    );
+    out.single(
+        "hugelab_exporter_scan_running",
+        Kind::Gauge,
+        "1 while a scan runs (the figures served are the last complete scan's), 0 while it waits for the next interval",
+        f64::from(u8::from(state.running)),
     );
     let Some(pass) = pass else {
         return;
@@ -323,15 +329,24 @@ fn cost(out: &mut Exposition, pass: Option<&Pass>, passes: u64, budget: f64) {
     }
 }
 
+/// Where the scanner thread is.
+#[derive(Clone, Copy, Debug)]
+pub struct ScanState {
+    /// Complete passes so far.
+    pub passes: u64,
+    /// A pass is running.
+    pub running: bool,
+}
+
 /// The whole exposition: the machine's counters as just read, the last
 /// complete pass (none before the first ends) and the exporter's cost.
-pub fn render(read: &Counters, pass: Option<&Pass>, passes: u64, budget: f64) -> String {
+pub fn render(read: &Counters, pass: Option<&Pass>, state: ScanState, budget: f64) -> String {
     let mut out = Exposition::default();
     machine(&mut out, read);
     if let Some(p) = pass {
         cgroups(&mut out, p);
     }
-    cost(&mut out, pass, passes, budget);
+    cost(&mut out, pass, state, budget);
     out.finish()
 }
 

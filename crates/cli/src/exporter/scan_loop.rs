@@ -20,6 +20,7 @@ use anyhow::Result;
 use hugelab_kernel::memcg;
 use hugelab_kernel::scan::{self, ScanOptions};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -31,6 +32,8 @@ pub struct Shared {
     published: Condvar,
     /// Complete passes so far.
     passes: Mutex<u64>,
+    /// A pass is running (not waiting for the next interval).
+    running: AtomicBool,
 }
 
 impl Shared {
@@ -40,6 +43,10 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    pub fn running(&self) -> bool {
+        self.running.load(Ordering::Relaxed)
     }
 
     pub fn passes(&self) -> u64 {
@@ -72,7 +79,10 @@ pub fn start(config: &Config) -> Result<Arc<Shared>> {
         .name("hugelab-scan".into())
         .spawn(move || loop {
             let start = Instant::now();
-            match one_pass(depth, budget) {
+            theirs.running.store(true, Ordering::Relaxed);
+            let pass = one_pass(depth, budget);
+            theirs.running.store(false, Ordering::Relaxed);
+            match pass {
                 Ok(pass) => theirs.publish(pass),
                 Err(e) => eprintln!("hugelab: exporter: the scan failed: {e:#}"),
             }

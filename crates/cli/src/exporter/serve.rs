@@ -5,7 +5,7 @@
 //! one; the temporary name does not end in `.prom`, so the collector never
 //! reads it). Read-only: no request changes anything.
 
-use super::metrics::{self, CONTENT_TYPE};
+use super::metrics::{self, ScanState, CONTENT_TYPE};
 use super::scan_loop::Shared;
 use super::Config;
 use anyhow::{anyhow, bail, Result};
@@ -20,12 +20,11 @@ fn exposition(reader: &mut SystemReader, shared: &Shared, budget: f64) -> Result
     reader.capture_unfolded()?;
     let read = reader.parse()?;
     let pass = shared.latest();
-    Ok(metrics::render(
-        &read,
-        pass.as_deref(),
-        shared.passes(),
-        budget,
-    ))
+    let state = ScanState {
+        passes: shared.passes(),
+        running: shared.running(),
+    };
+    Ok(metrics::render(&read, pass.as_deref(), state, budget))
 }
 
 /// Serves until the process is ended. The address served is printed first

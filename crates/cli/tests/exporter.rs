@@ -442,6 +442,72 @@ fn answers_while_a_scan_runs(e: &Exporter) {
     assert!(median < Duration::from_millis(50), "{during:?}");
 }
 
+/// The exporter's CPU time (user and system, every thread) from
+/// /proc/PID/stat, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm = stat.rsplit_once(')').unwrap().1;
+    let f: Vec<&str> = after_comm.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after the comm.
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    ticks as f64 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// At 10 % of a CPU with scans every second, the exporter's CPU time stays
+/// within 10 % of the time it ran, by the kernel's count (its CPU time in
+/// /proc/PID/stat) and by its own figures of each scan; the slack is a
+/// scheduler tick per second and the start before the first scan.
+#[test]
+fn the_cpu_budget_holds() {
+    if let Some(why) = common::cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let start = Instant::now();
+    let e = Exporter::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--interval",
+        "1s",
+        "--cpu-budget",
+        "10",
+    ]);
+    let pid = e.child.id();
+    let mut body = String::new();
+    while start.elapsed() < Duration::from_secs(12) {
+        std::thread::sleep(Duration::from_secs(2));
+        body = e.get("/metrics").1;
+    }
+    let (cpu, wall) = (cpu_seconds(pid), start.elapsed().as_secs_f64());
+    let samples = parse_exposition(&body).unwrap_or_else(|why| panic!("{why}"));
+    let v = |name| sum(&samples, name, &[]);
+    println!(
+        "{cpu:.2} s of CPU in {wall:.1} s ({:.1} %); last scan: {:.3} s of CPU in {:.2} s, {} processes, {} scans",
+        100.0 * cpu / wall,
+        v("hugelab_exporter_scan_cpu_seconds"),
+        v("hugelab_exporter_scan_duration_seconds"),
+        v("hugelab_exporter_scan_processes"),
+        v("hugelab_exporter_scans_total")
+    );
+    assert!(v("hugelab_exporter_scans_total") >= 1.0, "{body}");
+    assert!(
+        cpu <= 0.10 * wall + 0.01 * wall + 0.3,
+        "{cpu} s of CPU in {wall} s"
+    );
+    let (scan_cpu, scan_wall) = (
+        v("hugelab_exporter_scan_cpu_seconds"),
+        v("hugelab_exporter_scan_duration_seconds"),
+    );
+    assert!(
+        scan_cpu <= 0.10 * scan_wall + 0.02,
+        "{scan_cpu} s of CPU in a scan of {scan_wall} s"
+    );
+    // Its own count is the kernel's (measured a moment apart).
+    let own = v("hugelab_exporter_cpu_seconds_total");
+    assert!((own - cpu).abs() < 0.1 + 0.01 * wall, "{own} vs {cpu}");
+}
+
 #[test]
 fn the_textfile_is_written_whole_after_a_scan() {
     if let Some(why) = common::cannot_run() {

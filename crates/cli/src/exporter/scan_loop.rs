@@ -93,17 +93,23 @@ pub fn start(config: &Config) -> Result<Arc<Shared>> {
 
 /// The exporter's CPU time so far, every thread.
 pub fn cpu_time() -> Duration {
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+fn clock(id: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// Keeps the CPU time since `start` within `rate` of the wall time.
 struct Budget {
+    /// The CPU time counted ([`cpu_time`]).
+    clock: fn() -> Duration,
     rate: f64,
     wall: Instant,
     cpu: Duration,
@@ -112,16 +118,21 @@ struct Budget {
 
 impl Budget {
     fn new(rate: f64) -> Budget {
+        Budget::counting(cpu_time, rate)
+    }
+
+    fn counting(clock: fn() -> Duration, rate: f64) -> Budget {
         Budget {
+            clock,
             rate,
             wall: Instant::now(),
-            cpu: cpu_time(),
+            cpu: clock(),
             waited: Duration::ZERO,
         }
     }
 
     fn used(&self) -> Duration {
-        cpu_time().saturating_sub(self.cpu)
+        (self.clock)().saturating_sub(self.cpu)
     }
 
     /// Sleeps until the CPU time used is within the budget.
@@ -193,4 +204,38 @@ fn one_pass(depth: usize, rate: f64) -> Result<Pass> {
         cgroups,
         cost,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This thread's CPU time: the other tests' threads run meanwhile.
+    fn thread_cpu_time() -> Duration {
+        clock(libc::CLOCK_THREAD_CPUTIME_ID)
+    }
+
+    /// CPU spent faster than the budget allows is paid back by a wait:
+    /// afterwards the CPU time is within the budget of the wall time.
+    #[test]
+    fn pacing_keeps_the_cpu_time_within_the_budget() {
+        let mut b = Budget::counting(thread_cpu_time, 0.05);
+        let spin = thread_cpu_time() + Duration::from_millis(20);
+        let mut x = 0u64;
+        while thread_cpu_time() < spin {
+            x = x.wrapping_add(std::hint::black_box(1));
+        }
+        std::hint::black_box(x);
+        b.pace();
+        let (used, wall) = (b.used(), b.wall.elapsed());
+        // 20 ms of CPU at 5 % is 400 ms: spinning took less (it is all CPU).
+        assert!(
+            b.waited > Duration::ZERO,
+            "no wait after {used:?} of CPU in {wall:?}"
+        );
+        assert!(
+            used.as_secs_f64() <= 0.05 * wall.as_secs_f64() * 1.01,
+            "{used:?} of CPU in {wall:?}"
+        );
+    }
 }

@@ -179,6 +179,7 @@ fn scan_processes(args: &ScanArgs, cont_orders: &[u32]) -> Result<Scanned> {
         cont_orders: cont_orders.to_vec(),
         range: None,
         threads: 0,
+        pace: None,
     };
     let mut out = Scanned {
         scans: Vec::new(),

@@ -11,8 +11,9 @@
 //! time since then, and sleeps until they meet. The budget so holds over
 //! each pass whatever the machine holds; a pass that needs more than the
 //! interval at the budget takes longer (its figures are served with their
-//! age), and the next starts at once. One process is scanned at a stretch:
-//! a large process is a burst of one CPU, paid back by the wait after it.
+//! age), and the next starts at once. The scan also waits between the
+//! chunks of a process (256 MiB of present memory each, `ScanOptions::pace`),
+//! so a large process is no burst longer than one chunk's reading.
 
 use super::figures::{at_depth, CgroupFigures, Cost, Pass, Predictions, Skip};
 use super::Config;
@@ -146,15 +147,50 @@ impl Budget {
     }
 }
 
+thread_local! {
+    /// The budget of the pass this thread runs, for [`pace_pass`].
+    static PASS: std::cell::RefCell<Option<Budget>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Paces the pass this thread runs: the scan calls it between chunks of a
+/// process.
+fn pace_pass() {
+    PASS.with(|b| {
+        if let Some(b) = b.borrow_mut().as_mut() {
+            b.pace();
+        }
+    });
+}
+
 /// Scans every process once, pacing itself to the budget.
 fn one_pass(depth: usize, rate: f64) -> Result<Pass> {
-    let mut budget = Budget::new(rate);
+    PASS.with(|b| *b.borrow_mut() = Some(Budget::new(rate)));
+    let pass = walk_processes(depth);
+    let budget = PASS
+        .with(|b| b.borrow_mut().take())
+        .expect("the pass's budget");
+    let (cgroups, mut cost, predictions) = pass?;
+    cost.wall = budget.wall.elapsed();
+    cost.cpu = budget.used();
+    cost.waited = budget.waited;
+    Ok(Pass {
+        finished: SystemTime::now(),
+        finished_at: Instant::now(),
+        predictions,
+        cgroups,
+        cost,
+    })
+}
+
+/// Every process scanned and added to its cgroup, paced after each.
+fn walk_processes(depth: usize) -> Result<(BTreeMap<String, CgroupFigures>, Cost, Predictions)> {
     let predictions = Predictions::new(scan::shrinker_settings()?);
     let hierarchy = memcg::hierarchy();
     let me = std::process::id() as i32;
     let opts = ScanOptions {
         content: true,
         threads: 1,
+        pace: Some(pace_pass),
         ..ScanOptions::default()
     };
     let mut cgroups: BTreeMap<String, CgroupFigures> = BTreeMap::new();
@@ -189,21 +225,12 @@ fn one_pass(depth: usize, rate: f64) -> Result<Pass> {
             Ok(false) => {}
             Err(skip) => *cost.skipped.entry(skip).or_default() += 1,
         }
-        budget.pace();
+        pace_pass();
     }
     if let Some(e) = first_error {
         eprintln!("hugelab: exporter: not scanned ({e}; counted as skipped, reason error)");
     }
-    cost.wall = budget.wall.elapsed();
-    cost.cpu = budget.used();
-    cost.waited = budget.waited;
-    Ok(Pass {
-        finished: SystemTime::now(),
-        finished_at: Instant::now(),
-        predictions,
-        cgroups,
-        cost,
-    })
+    Ok((cgroups, cost, predictions))
 }
 
 #[cfg(test)]

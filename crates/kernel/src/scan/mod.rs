@@ -69,6 +69,10 @@ pub struct ScanOptions {
     /// CPU (at most 8), the fastest scan; 1 for a scan that never takes more
     /// than one CPU (the exporter's).
     pub threads: usize,
+    /// Called on the scanning thread after each wave of chunks (256 MiB of
+    /// present memory per thread): where a caller that keeps to a CPU budget
+    /// waits, so that a large process is not scanned in one burst.
+    pub pace: Option<fn()>,
 }
 
 /// The threads a scan with `opts` reads on. Reading pagemap, kpageflags and
@@ -194,6 +198,7 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
             folios: &mut folios,
             folio_pages: &mut out.folio_pages,
             threads: scan_threads(opts),
+            pace: opts.pace,
         };
         walk.vma(&mut v, &present)?;
         v.shape.anon.pmd_kb = v.vma.anon_huge_kb;
@@ -234,6 +239,7 @@ struct VmaWalk<'a> {
     folios: &'a mut HashMap<u64, FolioUse, PfnBuild>,
     folio_pages: &'a mut u64,
     threads: usize,
+    pace: Option<fn()>,
 }
 
 /// A present page of a chunk.
@@ -295,6 +301,9 @@ impl VmaWalk<'_> {
             };
             for chunk in read {
                 self.walk_chunk(v, &mut walker, anon_vma, chunk)?;
+            }
+            if let Some(pace) = self.pace {
+                pace();
             }
         }
         drop(walker);

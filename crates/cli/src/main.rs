@@ -14,6 +14,7 @@ mod counters;
 mod diff;
 mod diff_noise;
 mod explain;
+mod exporter;
 mod hugetlb;
 mod hugetlb_measure;
 mod hugetlb_measure_report;
@@ -74,6 +75,8 @@ enum Command {
     Counters(counters::CountersArgs),
     /// The huge pages of running processes: shape, utilization, what the shrinker would free.
     Scan(scan::ScanArgs),
+    /// Prometheus metrics of this machine's huge pages, per memory cgroup too (root).
+    Exporter(exporter::ExporterArgs),
     /// How full each large folio is at a snapshot, why it exists, and what the
     /// deferred split shrinker would give back.
     Utilization(utilization::UtilizationArgs),
@@ -123,6 +126,7 @@ fn dispatch(cli: Cli) -> ExitCode {
         Command::Explain(args) => explain::main(args),
         Command::Counters(args) => counters::main(args),
         Command::Scan(args) => scan::main(args),
+        Command::Exporter(args) => exporter::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Record(args) => record::main(args),
         Command::Hugetlb(cmd) => hugetlb::main(cmd),

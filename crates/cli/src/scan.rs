@@ -178,6 +178,8 @@ fn scan_processes(args: &ScanArgs, cont_orders: &[u32]) -> Result<Scanned> {
         content: !args.shape_only,
         cont_orders: cont_orders.to_vec(),
         range: None,
+        threads: 0,
+        pace: None,
     };
     let mut out = Scanned {
         scans: Vec::new(),

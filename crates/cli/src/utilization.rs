@@ -245,6 +245,8 @@ fn scan_kernel(
             content: true,
             cont_orders: Vec::new(),
             range,
+            threads: 0,
+            pace: None,
         };
         let s = scan::scan_process(pid, &opts).map_err(|e| anyhow::anyhow!("{}: {e}", at()))?;
         if s.unclassified_kb() > 0 {

@@ -496,6 +496,37 @@ fn check_bench(out: &str, runs: u32) {
     assert!(out.contains("memory"), "{out}");
 }
 
+/// `hugelab exporter` on a free loopback port (9853 may be taken): the
+/// first line names the address, `/metrics` has the machine's THP counters
+/// by their kernel names; stopped (it changes nothing) and reaped.
+fn check_exporter() {
+    use std::io::{BufRead, Read, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
+        .args(["exporter", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let read = std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+    let body = read.ok().and_then(|_| {
+        let addr = line
+            .trim()
+            .strip_prefix("hugelab exporter: serving http://")?;
+        let mut s = std::net::TcpStream::connect(addr.strip_suffix("/metrics")?).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        Some(body)
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let body = body.unwrap_or_else(|| panic!("no /metrics from the address printed: {line:?}"));
+    assert!(
+        body.contains("\nhugelab_vmstat_thp_fault_alloc_total "),
+        "{body}"
+    );
+}
+
 /// The README's root-only examples, as written but for their placeholders:
 /// PID is a process of a kernel-backend run, FILE and S a workload and its
 /// snapshot, CMD ARGS a small command. Three run smaller than written, to
@@ -627,6 +658,7 @@ fn every_root_readme_example_runs_on_this_machine() {
                 assert!(out.contains("predict:") && out.contains("faster than that"), "{out}");
                 let _ = std::fs::remove_file(&file);
             }
+            "hugelab exporter" => check_exporter(),
             c if c.starts_with("hugelab scan ") => {
                 scans.push(c.to_string());
                 continue;

@@ -132,6 +132,8 @@ fn scan_predicts_what_the_underused_shrinker_gives_back() {
         content: true,
         cont_orders: vec![4],
         range: None,
+        threads: 0,
+        pace: None,
     };
     let seen = fingerprint(*pid, start, len);
     scan::scan_process(*pid, &whole).unwrap();

@@ -97,7 +97,22 @@ pub fn hierarchy() -> Option<(PathBuf, Version)> {
 fn runner_memcg(version: Version) -> Option<PathBuf> {
     let (root, _) = hierarchy()?;
     let text = fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = text.lines().find_map(|line| {
+    Some(root.join(memcg_in(&text, version)?))
+}
+
+/// The memory cgroup of process `pid`, relative to the hierarchy's root
+/// (`""` for the root itself); None when the process is gone or the
+/// machine has no memory cgroups.
+pub fn memcg_of(pid: i32, version: Version) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    memcg_in(&text, version)
+}
+
+/// The memory cgroup's path in the text of a /proc/PID/cgroup: the
+/// `0::<path>` line on v2, the line naming `memory` on v1; without its
+/// leading `/`.
+fn memcg_in(text: &str, version: Version) -> Option<String> {
+    text.lines().find_map(|line| {
         let mut f = line.splitn(3, ':');
         let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
         let ours = match version {
@@ -105,8 +120,7 @@ fn runner_memcg(version: Version) -> Option<PathBuf> {
             Version::V1 => controllers.split(',').any(|c| c == "memory"),
         };
         ours.then(|| path.trim_start_matches('/').to_string())
-    })?;
-    Some(root.join(path))
+    })
 }
 
 pub struct Memcg {
@@ -518,6 +532,15 @@ pub fn remove_stale() -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_memory_cgroup_of_either_hierarchy() {
+        let text = "12:pids:/user.slice\n4:cpu,memory:/hugelab.7/g\n0::/init.scope\n";
+        assert_eq!(memcg_in(text, Version::V1).as_deref(), Some("hugelab.7/g"));
+        assert_eq!(memcg_in(text, Version::V2).as_deref(), Some("init.scope"));
+        assert_eq!(memcg_in("0::/\n", Version::V2).as_deref(), Some(""));
+        assert_eq!(memcg_in("0::/\n", Version::V1), None);
+    }
 
     #[test]
     fn anon_of_either_memory_stat() {

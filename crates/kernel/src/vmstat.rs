@@ -129,6 +129,17 @@ impl SystemReader {
         }
     }
 
+    /// Reads every file without folding the per-cpu deltas first (no write:
+    /// what a read-only reader such as the exporter does). Node counters
+    /// then lag by what the CPUs have not folded yet (at most
+    /// `stat_threshold` pages per CPU and counter, folded every second by
+    /// vmstat_update).
+    pub fn capture_unfolded(&mut self) -> Result<()> {
+        self.read_files()?;
+        self.meminfo_file.read_into(&mut self.meminfo)?;
+        self.vmstat_file.read_into(&mut self.vmstat)
+    }
+
     fn read_files(&mut self) -> Result<()> {
         for s in &mut self.files {
             s.file.read_into(&mut s.buf)?;

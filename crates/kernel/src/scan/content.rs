@@ -35,12 +35,11 @@ pub struct ContentReader {
 }
 
 impl ContentReader {
-    pub fn open(pid: i32) -> Result<ContentReader> {
+    /// A reader of process `pid`'s pages on `threads` threads (see
+    /// [`super::scan_threads`]).
+    pub fn open(pid: i32, threads: usize) -> Result<ContentReader> {
         let path = format!("/proc/{pid}/mem");
         let file = File::open(&path).map_err(|e| KernelError::io(&path, e))?;
-        // The kernel copies each page twice (into a bounce page, then to
-        // us): that is the cost of a scan, so spread it over the CPUs.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
         Ok(ContentReader {
             file,
             path,
@@ -153,7 +152,7 @@ mod tests {
         let base = (mem.as_ptr() as u64).next_multiple_of(PAGE_SIZE);
         let off = (base - mem.as_ptr() as u64) as usize;
         mem[off + PAGE_SIZE as usize + 7] = 1;
-        let r = ContentReader::open(std::process::id() as i32).unwrap();
+        let r = ContentReader::open(std::process::id() as i32, 2).unwrap();
         let mut got = [false; 3];
         r.zero_pages(&[(base, 1), (base + PAGE_SIZE, 2)], &mut got)
             .unwrap();

@@ -65,6 +65,25 @@ pub struct ScanOptions {
     pub cont_orders: Vec<u32>,
     /// Only the VMAs inside `[start, end)` (a workload's region).
     pub range: Option<(u64, u64)>,
+    /// Threads reading pagemap, kpageflags and page contents: 0 for one per
+    /// CPU (at most 8), the fastest scan; 1 for a scan that never takes more
+    /// than one CPU (the exporter's).
+    pub threads: usize,
+    /// Called on the scanning thread after each wave of chunks (256 MiB of
+    /// present memory per thread): where a caller that keeps to a CPU budget
+    /// waits, so that a large process is not scanned in one burst.
+    pub pace: Option<fn()>,
+}
+
+/// The threads a scan with `opts` reads on. Reading pagemap, kpageflags and
+/// page contents is the kernel's work, one entry or page at a time (each
+/// page copied twice, into a bounce page, then to us): that is the cost of a
+/// scan, so by default it is spread over the CPUs.
+pub fn scan_threads(opts: &ScanOptions) -> usize {
+    match opts.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+        n => n,
+    }
 }
 
 /// One VMA's figures.
@@ -134,7 +153,7 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
     let mut pagemap = Pagemap::open(pid)?;
     let kpf = File::open(KPAGEFLAGS).map_err(|e| KernelError::io(KPAGEFLAGS, e))?;
     let content = if opts.content {
-        Some(ContentReader::open(pid)?)
+        Some(ContentReader::open(pid, scan_threads(opts))?)
     } else {
         None
     };
@@ -178,6 +197,8 @@ pub fn scan_process(pid: i32, opts: &ScanOptions) -> Result<ProcessScan> {
             content: content.as_ref(),
             folios: &mut folios,
             folio_pages: &mut out.folio_pages,
+            threads: scan_threads(opts),
+            pace: opts.pace,
         };
         walk.vma(&mut v, &present)?;
         v.shape.anon.pmd_kb = v.vma.anon_huge_kb;
@@ -217,6 +238,8 @@ struct VmaWalk<'a> {
     content: Option<&'a ContentReader>,
     folios: &'a mut HashMap<u64, FolioUse, PfnBuild>,
     folio_pages: &'a mut u64,
+    threads: usize,
+    pace: Option<fn()>,
 }
 
 /// A present page of a chunk.
@@ -254,8 +277,7 @@ impl VmaWalk<'_> {
         }
         // Reading pagemap and kpageflags is the kernel's work, one entry at a
         // time: read a wave of chunks on every CPU, then walk them in order.
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-        for wave in chunks.chunks(threads) {
+        for wave in chunks.chunks(self.threads) {
             let read: Vec<Chunk> = if wave.len() == 1 {
                 vec![read_chunk(self.pagemap, self.kpf, &wave[0])?]
             } else {
@@ -279,6 +301,9 @@ impl VmaWalk<'_> {
             };
             for chunk in read {
                 self.walk_chunk(v, &mut walker, anon_vma, chunk)?;
+            }
+            if let Some(pace) = self.pace {
+                pace();
             }
         }
         drop(walker);

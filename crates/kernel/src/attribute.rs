@@ -32,6 +32,26 @@
 //!   from deferred_split_scan, reclaim, migration and madvise), so another
 //!   process's split of a larger folio makes none of a smaller size.
 //!
+//! - **A range's new folios** ([`Touched`]). Before any fork, a `read` or
+//!   `write` of a range with nothing swapped out in it allocates exactly
+//!   the folios it maps there beyond those mapped before (pagemap and
+//!   kpageflags, read before the window and after it; a range with nothing
+//!   mapped, found by one PAGEMAP_SCAN call, is not read before; one above
+//!   64 MiB with something mapped is not attributed). A fault allocates
+//!   only where every entry of its block is none, never unmaps, and a read
+//!   fault maps the zero page: of each mTHP size, `anon_fault_alloc` and
+//!   `nr_anon` change by the new folios and `nr_anon_partially_mapped` not
+//!   at all; the new PMD-mapped ones are thp_fault_alloc and
+//!   nr_anon_transparent_hugepages. Not when kpageflags reads 0 for one of
+//!   the range's pages, or an order-9 folio is mapped by PTEs.
+//!
+//! - **A statement that leaves the folios alone** ([`leaves_folios`]): a
+//!   `set` of a THP knob, an mmap without MAP_POPULATE, MADV_HUGEPAGE or
+//!   NOHUGEPAGE, `thp_disable`, when the agents took
+//!   no fault in it, change no THP counter of the workload's: every
+//!   `mthp.*` and `vmstat.thp_*` change of the window is another's (or
+//!   khugepaged's, which is judged apart), the workload's is 0.
+//!
 //! What stays unknown: the event counters another process moved in the
 //! window (no per-process count of them exists), the anonymous-memory
 //! gauges after a fork (pages shared between agents count once in the
@@ -39,8 +59,9 @@
 //! killed, exited or took faults of its own (its own memory moved), and a
 //! size whose folios another process holds.
 
-use hugelab_workload::units::{PAGE_KB, PMD_SIZE};
-use hugelab_workload::Counters;
+use crate::pagemap::{self, FolioScan};
+use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB, PMD_SIZE};
+use hugelab_workload::{Counters, StmtKind};
 
 /// The agents' own faults, anonymous memory and page tables before and
 /// after a window, and whether the per-process counts stand for the
@@ -75,6 +96,110 @@ pub(crate) fn own_deltas(own: &Own) -> Vec<(&'static str, i64)> {
         out.push(("meminfo.PageTables", kb));
     }
     out
+}
+
+/// A `read` or `write` of `[start, end)` of process `pid`, with nothing
+/// swapped out in it and no fork so far (see the module doc).
+#[derive(Clone, Debug)]
+pub(crate) struct Touched {
+    pub(crate) pid: i32,
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    /// Its folios before the statement; None: nothing was mapped in it.
+    pub(crate) before: Option<FolioScan>,
+}
+
+/// The largest range whose folios are read before a `read` or `write`
+/// that finds something mapped in it: the scan (pagemap and kpageflags,
+/// outside the window) costs time in proportion.
+const SCAN_BEFORE_MAX: u64 = 64 << 20;
+
+impl Touched {
+    /// What a `read` or `write` of `[start, end)` of `pid` needs to know
+    /// beforehand, when its allocations can be told afterwards: not after a
+    /// fork (a write may copy a shared folio, which then leaves the range),
+    /// nor with a page swapped out (a swap-in is no fault allocation).
+    pub(crate) fn before(pid: i32, start: u64, end: u64, forked: bool) -> Option<Touched> {
+        if forked {
+            return None;
+        }
+        let before = if pagemap::anything_in(pid, start, end).ok()? {
+            if end - start > SCAN_BEFORE_MAX || pagemap::swapped_in(pid, start, end).ok()? {
+                return None;
+            }
+            Some(pagemap::scan_folios(pid, start, end).ok()?)
+        } else {
+            None
+        };
+        Some(Touched {
+            pid,
+            start,
+            end,
+            before,
+        })
+    }
+}
+
+/// The workload's change of each allocation counter and per-size gauge in
+/// the window of a [`Touched`] range, from its folios now (`sizes_kb`: the
+/// mTHP sizes the machine has); None when they cannot all be told.
+pub(crate) fn touched_deltas(t: &Touched, sizes_kb: &[u64]) -> Option<Vec<(String, i64)>> {
+    let after = pagemap::scan_folios(t.pid, t.start, t.end).ok()?;
+    let empty = FolioScan::default();
+    let before = t.before.as_ref().unwrap_or(&empty);
+    let pmd_order = HPAGE_PMD_ORDER as usize;
+    for s in [before, &after] {
+        if s.unknown_pages != 0 || s.total[pmd_order] != s.pmd_mapped {
+            return None;
+        }
+    }
+    // A fault only adds folios: fewer of a size is something else.
+    let made = |order: usize| -> Option<i64> {
+        let n = after
+            .total
+            .get(order)?
+            .checked_sub(*before.total.get(order)?)?;
+        Some(n as i64)
+    };
+    let mut out = Vec::new();
+    for &kb in sizes_kb {
+        let n = made((kb / PAGE_KB).trailing_zeros() as usize)?;
+        out.push((format!("mthp.{kb}kB.anon_fault_alloc"), n));
+        out.push((format!("mthp.{kb}kB.nr_anon"), n));
+        out.push((format!("mthp.{kb}kB.nr_anon_partially_mapped"), 0));
+    }
+    let pmd = after.pmd_mapped.checked_sub(before.pmd_mapped)? as i64;
+    out.push(("vmstat.thp_fault_alloc".into(), pmd));
+    out.push(("vmstat.nr_anon_transparent_hugepages".into(), pmd));
+    Some(out)
+}
+
+/// Whether a statement that took no fault leaves every folio of the
+/// workload as it was (see the module doc).
+pub(crate) fn leaves_folios(kind: &StmtKind) -> bool {
+    use hugelab_workload::Advice;
+    match kind {
+        StmtKind::Set(s) => s.tunable.path().starts_with("transparent_hugepage/"),
+        StmtKind::Mmap(m) => !m.populate,
+        StmtKind::Madvise(m) => matches!(m.advice, Advice::Hugepage | Advice::NoHugepage),
+        StmtKind::ThpDisable(_) => true,
+        _ => false,
+    }
+}
+
+/// The THP counters of a window whose statement [`leaves_folios`]: the
+/// workload's change of each is 0 (page-cache and shmem THPs are not the
+/// agents').
+pub(crate) fn untouched(names: impl IntoIterator<Item = String>) -> Vec<(String, i64)> {
+    names
+        .into_iter()
+        .filter(|n| {
+            let mthp = n.starts_with("mthp.") && !n.contains(".shmem_");
+            let thp = n.starts_with("vmstat.thp_") && !n.starts_with("vmstat.thp_file_");
+            mthp || thp || n == "vmstat.nr_anon_transparent_hugepages"
+        })
+        .map(|n| (n, 0))
+        .collect()
 }
 
 /// The gauges of mTHP size `kb`: what only anonymous folios of that size

@@ -68,7 +68,7 @@
 //!   an earlier run split already only the machine's history says.
 
 use crate::agents::Agents;
-use crate::attribute;
+use crate::attribute::{self, Touched};
 use crate::call::{failed, Call};
 use crate::error::KernelError;
 use crate::modes::{Modes, ThpModes};
@@ -135,6 +135,9 @@ pub(crate) struct Measurement {
     /// Whether another process disturbed the latest window (see
     /// [`Measurement::after_noisy`]).
     last_noisy: bool,
+    /// The fresh range the current window's `read` or `write` touches (see
+    /// [`Measurement::touch_window`]).
+    touched: Option<Touched>,
 }
 
 /// What a window needs to know of a system-wide counter, looked up in the
@@ -345,6 +348,7 @@ impl Measurement {
             modes_after: None,
             moved_last: Vec::new(),
             last_noisy: false,
+            touched: None,
         }
     }
 
@@ -377,6 +381,27 @@ impl Measurement {
         let opened = self.open(stmt, agents)?;
         let call = f(agents)?;
         self.close(stmt, collapse_allowed, opened, call, agents)
+    }
+
+    /// Whether an agent forked in this workload.
+    pub(crate) fn forked(&self) -> bool {
+        self.forked.is_some()
+    }
+
+    /// [`Measurement::window`] for a `read` or `write` whose folios before
+    /// it are known (`touched`): in a noisy window its allocations are told
+    /// from its folios after it (see [`crate::attribute`]).
+    pub(crate) fn touch_window(
+        &mut self,
+        stmt: &Stmt,
+        agents: &mut Agents,
+        touched: Option<Touched>,
+        f: impl FnOnce(&mut Agents) -> Result<Call, BackendError>,
+    ) -> Result<(), BackendError> {
+        self.touched = touched;
+        let done = self.window(stmt, false, agents, f);
+        self.touched = None;
+        done
     }
 
     /// Every counter from now on is unknown, for `why` (the first reason
@@ -441,20 +466,25 @@ impl Measurement {
         let runner_faults = runner_minflt - opened.runner_minflt;
         let before = self.reading_before(opened.chained).map_err(kerr)?;
         let after = self.after.parse().map_err(kerr)?;
-        if let Some(last) = &self.last {
-            if self.unstable.is_none() && collapsed(last, &before) {
-                self.unstable = Some(format!(
-                    "khugepaged collapsed memory on its own before line {}",
-                    stmt.pos.line
-                ));
-            }
-        }
         for (name, v) in &after {
             if self.kinds.of(name).absolute {
                 self.absolute.insert(name.clone(), *v);
             } else {
                 *self.totals.entry(name.clone()).or_default() += v - before.get(name).unwrap_or(v);
             }
+        }
+        // khugepaged collapsing between two windows: harmless when it was
+        // another process's memory (the agents' THPs are still the
+        // windows' sum, this one's included).
+        let gap_collapse = self
+            .last
+            .as_ref()
+            .is_some_and(|last| collapsed(last, &before));
+        if self.unstable.is_none() && gap_collapse && !self.agents_uncollapsed(agents, 0) {
+            self.unstable = Some(format!(
+                "khugepaged collapsed memory on its own before line {}",
+                stmt.pos.line
+            ));
         }
         let sys_faults = after["vmstat.pgfault"] - before["vmstat.pgfault"];
         let own_why = if matches!(stmt.kind, StmtKind::Fork { .. }) {
@@ -497,29 +527,25 @@ impl Measurement {
         }
         let noisy =
             faulted.or_else(|| own_changes(stmt, self.forked, (&opened.own, &own_after), window));
+        let others_collapse = self.others_collapse(stmt, collapse_allowed, agents, window);
         let reasons = [
             sizes_why,
             noisy,
             own_why,
             self.after_noisy(stmt, opened.chained),
+            others_collapse,
         ];
         let known = if reasons.iter().any(Option::is_some) {
             self.still_own(stmt, &call, (&opened.own, &own_after), window)
         } else {
             BTreeSet::new()
         };
-        self.straddled(stmt, reasons[1].is_some(), window);
+        self.straddled(stmt, reasons[1].is_some(), window, &known);
         self.last_noisy = reasons[1].is_some();
         for why in reasons.into_iter().flatten() {
             taint(&mut self.tainted, &mut self.kinds, &why, window, &known);
         }
         self.mirror_meminfo();
-        if !collapse_allowed && self.unstable.is_none() && collapsed(&before, &after) {
-            self.unstable = Some(format!(
-                "khugepaged collapsed memory during line {}",
-                stmt.pos.line
-            ));
-        }
         self.last = Some(after);
         self.modes_after = modes;
         self.chain = (call.killed.is_none() && call.errno == Errno::OK && is_touch(&stmt.kind))
@@ -550,9 +576,15 @@ impl Measurement {
     /// this window (`noisy`) may have counted its allocation in the window
     /// before, which then looked clean. The event counters that window moved
     /// are unknown from then on. Then notes the ones this window moved, for
-    /// the next. (A fault that ends in the gap between two windows is not
+    /// the next (not pgfault, nor those whose change was the agents' own). (A fault that ends in the gap between two windows is not
     /// seen: agents start up there, so pgfault moving there says nothing.)
-    fn straddled(&mut self, stmt: &Stmt, noisy: bool, (before, after): (&Counters, &Counters)) {
+    fn straddled(
+        &mut self,
+        stmt: &Stmt,
+        noisy: bool,
+        (before, after): (&Counters, &Counters),
+        known: &BTreeSet<String>,
+    ) {
         let moved_last = std::mem::take(&mut self.moved_last);
         if noisy {
             for name in moved_last {
@@ -564,11 +596,17 @@ impl Measurement {
                 });
             }
         }
+        // pgfault is counted when a fault ends, and the window's `known`
+        // changes are the agents' own: neither holds another's event.
         self.moved_last = after
             .iter()
             .filter(|(name, v)| {
                 let k = self.kinds.of(name);
-                k.foreign && k.event && before.get(*name) != Some(*v)
+                k.foreign
+                    && k.event
+                    && before.get(*name) != Some(*v)
+                    && *name != "vmstat.pgfault"
+                    && !known.contains(*name)
             })
             .map(|(name, _)| name.clone())
             .collect();
@@ -590,6 +628,59 @@ impl Measurement {
             "an agent took {own_faults} fault(s) of its own outside the workload's accesses during line {} (left out of pgfault; a page of its own may have come)",
             stmt.pos.line
         ))
+    }
+
+    /// khugepaged collapsing on its own inside the window of a statement
+    /// that does not collapse: the reason, when the collapse was another
+    /// process's memory (then the counters it moved are unknown as for any
+    /// noise); else every counter from then on is unknown (`unstable`).
+    fn others_collapse(
+        &mut self,
+        stmt: &Stmt,
+        collapse_allowed: bool,
+        agents: &Agents,
+        (before, after): (&Counters, &Counters),
+    ) -> Option<String> {
+        if collapse_allowed || self.unstable.is_some() || !collapsed(before, after) {
+            return None;
+        }
+        let n = after["vmstat.thp_collapse_alloc"] - before["vmstat.thp_collapse_alloc"];
+        if self.agents_uncollapsed(agents, n) {
+            return Some(format!(
+                "khugepaged collapsed another process's memory during line {}",
+                stmt.pos.line
+            ));
+        }
+        self.unstable = Some(format!(
+            "khugepaged collapsed memory during line {}",
+            stmt.pos.line
+        ));
+        None
+    }
+
+    /// Whether a collapse khugepaged made on its own left the agents'
+    /// memory alone: their PMD-mapped THPs (smaps_rollup, read now) are
+    /// exactly the workload's so far (the windows' sum of
+    /// nr_anon_transparent_hugepages, less the `in_window` collapses of
+    /// the current window, which the sum holds). A collapse of theirs would
+    /// add one. Unknown (a fork shares THPs, the sum is not known, an
+    /// agent's file cannot be read) is not alone.
+    fn agents_uncollapsed(&self, agents: &Agents, in_window: i64) -> bool {
+        const ITEM: &str = "vmstat.nr_anon_transparent_hugepages";
+        if self.forked.is_some() || self.tainted.contains_key(ITEM) {
+            return false;
+        }
+        let Some(workload) = self.totals.get(ITEM).map(|t| t - in_window) else {
+            return false;
+        };
+        let mut kb = 0;
+        for pid in agents.pids() {
+            match smaps::rollup_anon_huge_kb(pid) {
+                Ok(v) => kb += v,
+                Err(_) => return false,
+            }
+        }
+        kb == workload * (PMD_SIZE >> 10) as i64
     }
 
     /// A window chained to a noisy one starts from that window's reading
@@ -716,8 +807,43 @@ impl Measurement {
                 .map(|(b, a)| a.anon_kb - b.anon_kb),
             pte_kb: same.map(|(b, a)| a.pte_kb - b.pte_kb),
         };
-        let mut known = BTreeSet::new();
-        for (name, delta) in attribute::own_deltas(&own) {
+        let mut deltas: Vec<(String, i64)> = attribute::own_deltas(&own)
+            .into_iter()
+            .map(|(n, d)| (n.to_string(), d))
+            .collect();
+        let clean_call = plain && call.errno == Errno::OK && call.own_faults <= 0;
+        if let Some(t) = self.touched.as_ref().filter(|_| clean_call) {
+            let sizes: Vec<u64> = after
+                .keys()
+                .filter(|n| n.ends_with(".anon_fault_alloc"))
+                .filter_map(|n| self.kinds.of(n).mthp_size_kb)
+                .collect();
+            let told = attribute::touched_deltas(t, &sizes);
+            if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
+                eprintln!("touched line {}: {t:?} -> {told:?}", stmt.pos.line);
+            }
+            deltas.extend(told.unwrap_or_default());
+        }
+        if plain && call.faults == 0 && attribute::leaves_folios(&stmt.kind) {
+            deltas.extend(attribute::untouched(after.keys().cloned()));
+        }
+        // The size rule reads the totals before any change is replaced.
+        let sizes: BTreeSet<u64> = after
+            .keys()
+            .filter(|n| n.ends_with(".nr_anon"))
+            .filter_map(|n| self.kinds.of(n).mthp_size_kb)
+            .collect();
+        let tainted = &self.tainted;
+        let mut known: BTreeSet<String> = BTreeSet::new();
+        known.extend(attribute::sizes_alone(
+            sizes,
+            (before, after),
+            &self.totals,
+            &|n| tainted.contains_key(n),
+            &self.moved_last,
+        ));
+        for (name, delta) in deltas {
+            let name = name.as_str();
             let (Some(b), Some(a)) = (before.get(name), after.get(name)) else {
                 continue;
             };
@@ -731,19 +857,6 @@ impl Measurement {
             *self.totals.entry(name.to_string()).or_default() += delta - system;
             known.insert(name.to_string());
         }
-        let sizes: BTreeSet<u64> = after
-            .keys()
-            .filter(|n| n.ends_with(".nr_anon"))
-            .filter_map(|n| self.kinds.of(n).mthp_size_kb)
-            .collect();
-        let tainted = &self.tainted;
-        known.extend(attribute::sizes_alone(
-            sizes,
-            (before, after),
-            &self.totals,
-            &|n| tainted.contains_key(n),
-            &self.moved_last,
-        ));
         known
     }
 
@@ -1384,11 +1497,11 @@ mod tests {
         let mut m = Measurement::new();
         let alloc = "mthp.64kB.anon_fault_alloc";
         let r = |n| reading(&[("vmstat.pgfault", n), (alloc, n)]);
-        m.straddled(&w.stmts[2], false, (&r(0), &r(1)));
-        m.straddled(&w.stmts[3], false, (&r(1), &r(1)));
+        m.straddled(&w.stmts[2], false, (&r(0), &r(1)), &BTreeSet::new());
+        m.straddled(&w.stmts[3], false, (&r(1), &r(1)), &BTreeSet::new());
         assert!(m.tainted.is_empty(), "{:?}", m.tainted);
-        m.straddled(&w.stmts[2], false, (&r(1), &r(2)));
-        m.straddled(&w.stmts[3], true, (&r(2), &r(2)));
+        m.straddled(&w.stmts[2], false, (&r(1), &r(2)), &BTreeSet::new());
+        m.straddled(&w.stmts[3], true, (&r(2), &r(2)), &BTreeSet::new());
         assert!(
             m.tainted[alloc]
                 .starts_with("another process's fault may have begun in the window before line 4"),

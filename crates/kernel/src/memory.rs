@@ -3,6 +3,7 @@
 //! agent's own vDSO and vvar.
 
 use crate::agents::Agents;
+use crate::attribute::Touched;
 use crate::call::failed;
 use crate::measure::Measurement;
 use crate::protocol::{Access, Request};
@@ -52,7 +53,11 @@ fn touch(
         step,
         access,
     };
-    m.window(stmt, false, agents, |agents| agents.call(stmt, proc, req))
+    // Its folios before, to tell its allocations in a noisy window (see
+    // `attribute::Touched`).
+    let pid = agents.get_mut(stmt, proc)?.agent.pid;
+    let touched = Touched::before(pid, start, start + len, m.forked());
+    m.touch_window(stmt, agents, touched, |agents| agents.call(stmt, proc, req))
 }
 
 /// `<proc> special <mapping>[+off][:len]`: the agent reads the pages at the

@@ -216,6 +216,45 @@ pub(crate) fn pagemap_scan(pagemap: &Pagemap, start: u64, end: u64) -> Result<Ve
     )
 }
 
+/// Whether any page of `[start, end)` (page aligned) of process `pid` is
+/// mapped or swapped out: one PAGEMAP_SCAN call that stops at the first
+/// such page. A range where none is has only pte_none entries (or none
+/// at all), so every fault in it allocates a new folio or maps a zero page.
+pub fn anything_in(pid: i32, start: u64, end: u64) -> Result<bool> {
+    first_of(pid, start, end, PAGE_IS_PRESENT | PAGE_IS_SWAPPED)
+}
+
+/// Whether any page of `[start, end)` of process `pid` has one of the
+/// PAGEMAP_SCAN `categories`: one call that stops at the first.
+fn first_of(pid: i32, start: u64, end: u64, categories: u64) -> Result<bool> {
+    let path = format!("/proc/{pid}/pagemap");
+    let file = File::open(&path).map_err(|e| KernelError::io(&path, e))?;
+    let mut vec = [PageRegion::default(); 1];
+    let mut arg = PmScanArg {
+        size: size_of::<PmScanArg>() as u64,
+        start,
+        end,
+        vec: vec.as_mut_ptr() as u64,
+        vec_len: 1,
+        max_pages: 1,
+        category_anyof_mask: categories,
+        return_mask: categories,
+        ..PmScanArg::default()
+    };
+    // SAFETY: `arg` is a live, correctly sized pm_scan_arg and `vec` has
+    // room for the one page_region it asks for.
+    let n = unsafe { libc::ioctl(file.as_raw_fd(), PAGEMAP_SCAN as _, &mut arg) };
+    if n < 0 {
+        return Err(KernelError::io(&path, io::Error::last_os_error()));
+    }
+    Ok(n > 0)
+}
+
+/// Whether any page of `[start, end)` of process `pid` is swapped out.
+pub fn swapped_in(pid: i32, start: u64, end: u64) -> Result<bool> {
+    first_of(pid, start, end, PAGE_IS_SWAPPED)
+}
+
 /// Regions per PAGEMAP_SCAN call: the kernel's bounce buffer
 /// (`PAGEMAP_WALK_SIZE >> PAGE_SHIFT`, 512 entries with 4K pages). With a
 /// longer vec, a call whose bounce buffer fills once and whose next walk

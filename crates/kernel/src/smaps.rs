@@ -82,6 +82,15 @@ pub fn status_anon_pte_kb(pid: i32) -> Result<(i64, i64)> {
     status_anon_pte_of(&path, &text)
 }
 
+/// AnonHugePages of process `pid`, kB: its PMD-mapped anonymous THPs, from
+/// /proc/PID/smaps_rollup (a walk of its page tables: read only when
+/// needed).
+pub fn rollup_anon_huge_kb(pid: i32) -> Result<i64> {
+    let path = format!("/proc/{pid}/smaps_rollup");
+    let text = std::fs::read_to_string(&path).map_err(|e| KernelError::io(&path, e))?;
+    status_field_kb(&path, &text, "AnonHugePages")
+}
+
 /// RssAnon and VmPTE, kB, of the /proc/PID/status file `path` read as
 /// `text` (see [`status_anon_pte_kb`]).
 pub fn status_anon_pte_of(path: &str, text: &str) -> Result<(i64, i64)> {

@@ -16,6 +16,9 @@ pub(crate) struct Region {
     pub(crate) start: u64,
     pub(crate) len: u64,
     pub(crate) mapped: Mapped,
+    /// Private anonymous memory (not a file, shared or HugeTLB mapping):
+    /// its folios are anonymous ones, counted by the mTHP and THP counters.
+    pub(crate) anon: bool,
 }
 
 /// One of the workload's processes: its agent and its regions.

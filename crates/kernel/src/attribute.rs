@@ -33,7 +33,10 @@
 //!   process's split of a larger folio makes none of a smaller size.
 //!
 //! - **A range's new folios** ([`Touched`]). Before any fork, a `read` or
-//!   `write` of a range with nothing swapped out in it allocates exactly
+//!   `write` of a range of private anonymous memory (not a file, shared or
+//!   HugeTLB mapping, whose folios these counters do not count), by a
+//!   process outside the workload's memory cgroups (a charge there may
+//!   reclaim elsewhere), with nothing swapped out in it, allocates exactly
 //!   the folios it maps there beyond those mapped before (pagemap and
 //!   kpageflags, read before the window and after it; a range with nothing
 //!   mapped, found by one PAGEMAP_SCAN call, is not read before; one above

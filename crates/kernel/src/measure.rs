@@ -473,19 +473,7 @@ impl Measurement {
                 *self.totals.entry(name.clone()).or_default() += v - before.get(name).unwrap_or(v);
             }
         }
-        // khugepaged collapsing between two windows: harmless when it was
-        // another process's memory (the agents' THPs are still the
-        // windows' sum, this one's included).
-        let gap_collapse = self
-            .last
-            .as_ref()
-            .is_some_and(|last| collapsed(last, &before));
-        if self.unstable.is_none() && gap_collapse && !self.agents_uncollapsed(agents, 0) {
-            self.unstable = Some(format!(
-                "khugepaged collapsed memory on its own before line {}",
-                stmt.pos.line
-            ));
-        }
+        self.gap_collapse(stmt, agents, &before);
         let sys_faults = after["vmstat.pgfault"] - before["vmstat.pgfault"];
         let own_why = if matches!(stmt.kind, StmtKind::Fork { .. }) {
             // The agents' faults inside fork are their own housekeeping
@@ -495,14 +483,11 @@ impl Measurement {
         } else {
             self.leave_out_own_faults(stmt, call.own_faults)
         };
-        if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
-            eprintln!(
-                "window line {}: pgfault +{sys_faults} agents +{agent_faults} runner +{runner_faults} nr_anon_pages {:+} nr_page_table_pages {:+}",
-                stmt.pos.line,
-                after["vmstat.nr_anon_pages"] - before["vmstat.nr_anon_pages"],
-                after["vmstat.nr_page_table_pages"] - before["vmstat.nr_page_table_pages"]
-            );
-        }
+        debug_window(
+            stmt,
+            (&before, &after),
+            (sys_faults, agent_faults, runner_faults),
+        );
         // Faults beyond the agents' are another process's or the runner's
         // own between the two readings: neither is the workload's, and
         // both are in the totals, so the window is noisy either way. (The
@@ -628,6 +613,23 @@ impl Measurement {
             "an agent took {own_faults} fault(s) of its own outside the workload's accesses during line {} (left out of pgfault; a page of its own may have come)",
             stmt.pos.line
         ))
+    }
+
+    /// khugepaged collapsing between two windows: harmless when it was
+    /// another process's memory (the agents' THPs are still the windows'
+    /// sum, this one's included); else every counter from then on is
+    /// unknown.
+    fn gap_collapse(&mut self, stmt: &Stmt, agents: &Agents, before: &Counters) {
+        let gap = self
+            .last
+            .as_ref()
+            .is_some_and(|last| collapsed(last, before));
+        if self.unstable.is_none() && gap && !self.agents_uncollapsed(agents, 0) {
+            self.unstable = Some(format!(
+                "khugepaged collapsed memory on its own before line {}",
+                stmt.pos.line
+            ));
+        }
     }
 
     /// khugepaged collapsing on its own inside the window of a statement
@@ -888,6 +890,24 @@ impl Measurement {
                 stmt.pos.line
             )
         })
+    }
+}
+
+/// With HUGELAB_DEBUG_WINDOWS set, one line per window on stderr: pgfault
+/// against the agents' and the runner's faults, and the anonymous-memory and
+/// page-table changes.
+fn debug_window(
+    stmt: &Stmt,
+    (before, after): (&Counters, &Counters),
+    (sys_faults, agent_faults, runner_faults): (i64, i64, i64),
+) {
+    if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
+        eprintln!(
+            "window line {}: pgfault +{sys_faults} agents +{agent_faults} runner +{runner_faults} nr_anon_pages {:+} nr_page_table_pages {:+}",
+            stmt.pos.line,
+            after["vmstat.nr_anon_pages"] - before["vmstat.nr_anon_pages"],
+            after["vmstat.nr_page_table_pages"] - before["vmstat.nr_page_table_pages"]
+        );
     }
 }
 

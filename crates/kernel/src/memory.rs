@@ -55,8 +55,14 @@ fn touch(
     };
     // Its folios before, to tell its allocations in a noisy window (see
     // `attribute::Touched`).
-    let pid = agents.get_mut(stmt, proc)?.agent.pid;
-    let touched = Touched::before(pid, start, start + len, m.forked());
+    // Not inside a memory cgroup of the workload's: a charge there may
+    // reclaim (split, free) folios outside the range.
+    let p = agents.get_mut(stmt, proc)?;
+    let anon = p.regions.get(&range.region).is_some_and(|r| r.anon);
+    let (pid, alone) = (p.agent.pid, anon && p.memcg_dir.is_none());
+    let touched = alone
+        .then(|| Touched::before(pid, start, start + len, m.forked()))
+        .flatten();
     m.touch_window(stmt, agents, touched, |agents| agents.call(stmt, proc, req))
 }
 

@@ -75,6 +75,7 @@ pub(crate) fn mmap(
             start: addr,
             len,
             mapped: Mapped::whole(len),
+            anon: s.file.is_none() && !s.shared && s.hugetlb.is_none(),
         },
     );
     p.cursor = cursor;
@@ -218,6 +219,7 @@ pub(crate) fn brk(
             start,
             len: new,
             mapped: Mapped::whole(newbrk - start),
+            anon: true,
         },
     );
     Ok(())

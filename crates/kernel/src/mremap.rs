@@ -59,6 +59,7 @@ pub(crate) fn mremap(
     }
     // As the checker keeps it: a shrink, or a move of the same size, keeps
     // the holes of what stays.
+    let anon = p.regions.get(&s.range.region).is_some_and(|r| r.anon);
     let mapped = match p.regions.get(&s.range.region) {
         Some(r) if new_len <= old_len => {
             let mut m = r.mapped.clone();
@@ -73,6 +74,7 @@ pub(crate) fn mremap(
             start: new_addr,
             len: new_len,
             mapped,
+            anon,
         },
     );
     Ok(())

@@ -228,19 +228,27 @@ impl Exporter {
 
     /// GET `path`: (status line, body, how long the answer took).
     fn get(&self, path: &str) -> (String, String, Duration) {
-        let t = Instant::now();
-        let mut s = TcpStream::connect(&self.addr).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).unwrap();
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).unwrap();
-        let took = t.elapsed();
-        let (head, body) = answer.split_once("\r\n\r\n").unwrap();
-        (
-            head.lines().next().unwrap().to_string(),
-            body.to_string(),
-            took,
-        )
+        http_get(&self.addr, path).unwrap_or_else(|e| panic!("GET http://{}{path}: {e}", self.addr))
     }
+}
+
+/// GET `path` from `addr` over HTTP/1.0 (the answer whole, the connection
+/// closed): (status line, body, how long the answer took).
+fn http_get(addr: &str, path: &str) -> std::io::Result<(String, String, Duration)> {
+    let t = Instant::now();
+    let mut s = TcpStream::connect(addr)?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    let took = t.elapsed();
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, "an answer without a head")
+    })?;
+    Ok((
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+        took,
+    ))
 }
 
 impl Drop for Exporter {
@@ -283,18 +291,21 @@ fn sum(samples: &[Sample], name: &str, with: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-/// `promtool check metrics` on `text`, where promtool is installed.
+/// `promtool check metrics` on `text` (promtool is Debian's `prometheus`
+/// package, installed by the project's script when missing; where it cannot
+/// be, the check is skipped and says why).
 fn promtool(text: &str) {
-    let Ok(mut p) = Command::new("promtool")
+    if let Err(why) = common::test_package("prometheus") {
+        println!("promtool check metrics not run: {why}");
+        return;
+    }
+    let mut p = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-    else {
-        println!("promtool check metrics not run: promtool is not installed");
-        return;
-    };
+        .expect("promtool runs once its package is installed");
     p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let out = p.wait_with_output().unwrap();
     assert!(
@@ -311,7 +322,17 @@ fn the_exporter_serves_a_cgroups_zero_filled_thp_memory() {
         eprintln!("skipped: {why}");
         return;
     }
-    let state = common::state_dir("exporter");
+    with_known_thps("exporter", scrape_until_known);
+}
+
+/// Runs the workload's process (four THPs of known content in a cgroup of
+/// its own) on the kernel backend, calls `f` with its pid, and ends the run
+/// (process, cgroup, settings) whether `f` passes or panics. One such run
+/// at a time in this binary (the state directory is in the environment).
+fn with_known_thps(name: &str, f: impl FnOnce(i32) + std::panic::UnwindSafe) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let state = common::state_dir(name);
     std::env::set_var("HUGELAB_STATE_DIR", &*state);
     let workload = hugelab_workload::parse("exporter.hlw", WORKLOAD).unwrap();
     let mut kb = KernelBackend::new(PathBuf::from(env!("CARGO_BIN_EXE_hugelab"))).unwrap();
@@ -326,7 +347,13 @@ fn the_exporter_serves_a_cgroups_zero_filled_thp_memory() {
     }
     let pid = kb.processes()[0].pid;
     let thps = kb.read().unwrap().counters["folios.a.buf.2048kB.pmd"];
-    let result = std::panic::catch_unwind(|| scrape_until_known(pid, thps));
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(
+            thps, 4,
+            "the workload's 4 THPs were not all allocated as THPs"
+        );
+        f(pid)
+    });
     kb.finish().unwrap();
     if let Err(e) = result {
         std::panic::resume_unwind(e);
@@ -335,11 +362,7 @@ fn the_exporter_serves_a_cgroups_zero_filled_thp_memory() {
 
 /// Scrapes until the exporter's figures for `pid`'s cgroup are those of
 /// the workload's four THPs, and checks each scrape.
-fn scrape_until_known(pid: i32, thps: i64) {
-    assert_eq!(
-        thps, 4,
-        "the workload's 4 THPs were not all allocated as THPs"
-    );
+fn scrape_until_known(pid: i32) {
     let cg = cgroup_label(pid);
     // The run's group at the root, the workload's g inside it.
     assert!(cg.ends_with(".g"), "{cg}");
@@ -598,4 +621,164 @@ fn a_port_in_use_and_an_unwritable_directory_are_named() {
     let err = common::stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("--textfile /sys: cannot write there"), "{err}");
+}
+
+/// A Prometheus server (Debian's package) on a free loopback port, with a
+/// generated configuration scraping one target every second and its storage
+/// in a directory of the test's own. Dropped on every exit path of the test:
+/// killed, reaped, and its directory removed.
+struct Prometheus {
+    child: Child,
+    addr: String,
+    dir: common::StateDir,
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Prometheus {
+        let dir = common::state_dir("prometheus");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: hugelab\n    static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        // A free port: the kernel's pick, let go just before Prometheus binds it.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .to_string();
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("prometheus runs once its package is installed");
+        let p = Prometheus { child, addr, dir };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !matches!(http_get(&p.addr, "/-/ready"), Ok((s, _, _)) if s.contains(" 200 ")) {
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus not ready in 60 s:\n{}",
+                std::fs::read_to_string(p.dir.join("prometheus.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        p
+    }
+
+    /// The value of `promql` (an instant query of one series) through the
+    /// HTTP API, or None while the result is empty.
+    fn query(&self, promql: &str) -> Option<f64> {
+        let encoded: String = promql
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect();
+        let (status, body, _) = http_get(&self.addr, &format!("/api/v1/query?query={encoded}"))
+            .unwrap_or_else(|e| panic!("Prometheus's API: {e}"));
+        assert!(status.contains(" 200 "), "{promql}: {status}\n{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["status"], "success", "{body}");
+        let result = v["data"]["result"].as_array().unwrap();
+        assert!(result.len() <= 1, "{promql}: more than one series: {body}");
+        let value = result.first()?["value"][1].as_str().unwrap();
+        Some(value.parse().unwrap())
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Processes whose command line mentions `text`.
+fn processes_naming(text: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            e.file_name().to_str()?.parse::<u32>().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            cmd.contains(text).then_some(cmd)
+        })
+        .collect()
+}
+
+/// The issue's test: a real Prometheus scrapes the exporter every second,
+/// and its HTTP API is queried until the per-cgroup zero-filled figure is the
+/// one the workload's writes leave (1428 subpages of 4 KiB); then both are
+/// stopped and no process of either is left.
+#[test]
+fn prometheus_scrapes_a_cgroups_zero_filled_thp_memory() {
+    if let Some(why) = common::cannot_run() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    if let Err(why) = common::test_package("prometheus") {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    with_known_thps("exporter-prometheus", |pid| {
+        let cg = cgroup_label(pid);
+        let zero = (ZERO.iter().sum::<u64>() * PAGE) as f64;
+        let query = format!(
+            "sum(hugelab_cgroup_thp_utilization_zero_filled_bytes{{cgroup=\"{}\"}})",
+            cg.replace('\\', "\\\\").replace('"', "\\\"")
+        );
+        let (pids, dir) = {
+            let e = Exporter::start(&[
+                "--listen",
+                "127.0.0.1:0",
+                "--interval",
+                "1s",
+                "--cpu-budget",
+                "50",
+            ]);
+            let p = Prometheus::start(&e.addr);
+            let start = Instant::now();
+            let mut got = None;
+            while got != Some(zero) {
+                assert!(
+                    start.elapsed() < Duration::from_secs(120),
+                    "Prometheus read {got:?} for {query}, not {zero}, for 120 s"
+                );
+                std::thread::sleep(Duration::from_millis(500));
+                got = p.query(&query);
+            }
+            assert_eq!(p.query("up{job=\"hugelab\"}"), Some(1.0));
+            println!(
+                "Prometheus had {query} = {zero} after {:.1} s",
+                start.elapsed().as_secs_f64()
+            );
+            (
+                [e.child.id(), p.child.id()],
+                p.dir.to_string_lossy().into_owned(),
+            )
+        };
+        for pid in pids {
+            assert!(
+                !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                "process {pid} is still there"
+            );
+        }
+        assert_eq!(processes_naming(&dir), Vec::<String>::new());
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} is left");
+    });
 }

@@ -9,7 +9,9 @@
 //!   interval under a CPU-time budget and publishes each complete pass;
 //! - `metrics.rs`: the exposition (Prometheus text format 0.0.4), names,
 //!   types, units and HELP texts from the counter registry;
-//! - `serve.rs`: the HTTP endpoint and the textfile writer.
+//! - `serve.rs`: the HTTP endpoint and the textfile writer;
+//! - `dashboard_check.rs` (tests only): contrib/grafana/hugelab.json's
+//!   queries against the metrics the endpoint exposes.
 //!
 //! The machine's counters (vmstat, mTHP stats, khugepaged, HugeTLB pools)
 //! are read at each scrape, from the kernel crate's [`SystemReader`]
@@ -20,6 +22,8 @@
 //!
 //! [`SystemReader`]: hugelab_kernel::vmstat::SystemReader
 
+#[cfg(test)]
+mod dashboard_check;
 mod figures;
 mod metrics;
 mod scan_loop;

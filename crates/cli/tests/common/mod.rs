@@ -203,3 +203,25 @@ set transparent_hugepage/khugepaged/max_ptes_none 409
 "
     };
 }
+
+/// Installs the Debian `package` the test needs with the project's own
+/// script (scripts/install-test-packages: apt-get when missing, nothing when
+/// installed), once per test binary at a time; Err says why it could not be
+/// (the test then skips and prints it).
+pub fn test_package(package: &str) -> Result<(), String> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-test-packages");
+    let out = Command::new(&script)
+        .arg(package)
+        .output()
+        .map_err(|e| format!("{} did not run: {e}", script.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the Debian package {package} is not installed and could not be: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}

@@ -1,0 +1,23 @@
+//! One workload on the model under several settings: what `hugelab compare`
+//! (and `predict`, `bench`) and the Python package share.
+//!
+//! - [`setting`]: a setting (`NAME:TUNABLE=VALUE,...`), parsed as `set`
+//!   statements, and a workload run under it on a backend, the workload's own
+//!   prelude `set`s of the setting's tunables dropped (docs/language.md,
+//!   "Settings over a workload");
+//! - [`compare`]: the workload under each setting on a fresh model, the
+//!   compared snapshot's counters per setting, the summary in the terms of
+//!   the multi-size THP series' tables, and the notes on identical columns;
+//! - [`machine`]: a machine shape (`memory=`, `fragment=`) as the
+//!   statements that make it, run before the workload.
+//!
+//! The model is pure and the CLI prints; this crate runs and computes, so
+//! that the CLI's tables and the Python package's DataFrames hold the same
+//! figures.
+
+pub mod compare;
+pub mod machine;
+pub mod setting;
+
+pub use compare::{compare, run_on_model, Comparison, StmtStream, Summary};
+pub use setting::{parse_setting, parse_settings, Setting};

@@ -16,6 +16,7 @@
 //! figures.
 
 pub mod compare;
+pub mod explain;
 pub mod machine;
 pub mod setting;
 

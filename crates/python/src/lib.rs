@@ -1,6 +1,6 @@
 //! `hugelab._native`: the Rust half of the Python package `hugelab`. The
-//! model runs in-process, through `hugelab_compare` as `hugelab run` and
-//! `hugelab compare` run it; each function returns JSON (the documents the
+//! model runs in-process, through `hugelab_compare` as `hugelab run`,
+//! `hugelab compare` and `hugelab explain` run it; each function returns JSON (the documents the
 //! CLI's `--json` prints) that `hugelab/__init__.py` turns into result
 //! objects and pandas DataFrames.
 //!
@@ -8,6 +8,7 @@
 //! message (`file:line:col: ...`) and, for a workload's, its place.
 
 use anyhow::{bail, Result};
+use hugelab_compare::explain::explain;
 use hugelab_compare::machine::{machine_statements, MACHINE_FILE};
 use hugelab_compare::{compare, parse_settings, run_on_model, Setting, StmtStream};
 use hugelab_workload::counters::FAMILIES;
@@ -106,6 +107,15 @@ fn compare_json(
     Ok(serde_json::to_string(&c.json())?)
 }
 
+fn explain_json(source: &Source, line: Option<u32>) -> Result<String> {
+    let run = explain(source.name(), source.open()?, line)?;
+    Ok(serde_json::json!({
+        "explained": run.explained,
+        "stopped": run.stopped.map(|e| e.to_string()),
+    })
+    .to_string())
+}
+
 /// The exception for `err`: its class in `hugelab._errors`, the CLI's
 /// message, and the place of a workload's error.
 fn to_py(py: Python<'_>, err: anyhow::Error) -> PyErr {
@@ -186,6 +196,25 @@ fn compare_settings(
         .map_err(|e| to_py(py, e))
 }
 
+/// Why each fault of the statement on `line` (every statement that faults
+/// without one) got its folio size: `{"explained": hugelab explain --json's
+/// document, "stopped": why the run stopped early, or null}`.
+#[pyfunction]
+#[pyo3(signature = (source, is_path, line))]
+fn explain_faults(
+    py: Python<'_>,
+    source: String,
+    is_path: bool,
+    line: Option<u32>,
+) -> PyResult<String> {
+    let source = Source {
+        text: source,
+        is_path,
+    };
+    py.detach(|| explain_json(&source, line))
+        .map_err(|e| to_py(py, e))
+}
+
 /// The counter registry: `hugelab counters --json`'s document.
 #[pyfunction]
 fn counters() -> PyResult<String> {
@@ -197,6 +226,7 @@ fn counters() -> PyResult<String> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(compare_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(explain_faults, m)?)?;
     m.add_function(wrap_pyfunction!(counters, m)?)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -3,8 +3,9 @@
 The executable model of Linux 6.18's mm/ runs in this process (no
 subprocess): :func:`run` runs a workload and returns its counters at each
 snapshot, :func:`compare` runs one under several settings and returns the
-figures ``hugelab compare`` prints as pandas DataFrames, :func:`counters` is
-the counter registry.
+figures ``hugelab compare`` prints as pandas DataFrames, :func:`explain` says why
+each fault got the folio size it got, :func:`counters` is the counter
+registry.
 
 A workload is a path to a ``.hlw``, ``.hlw.gz`` or ``.hlw.zst`` file (a
 ``str`` ending so, or any ``os.PathLike``) or a ``str`` of .hlw text. A
@@ -31,9 +32,11 @@ from ._errors import Error, MachineError, SettingError, WorkloadError
 __all__ = [
     "run",
     "compare",
+    "explain",
     "counters",
     "RunResult",
     "Comparison",
+    "Explanation",
     "Error",
     "WorkloadError",
     "SettingError",
@@ -323,6 +326,94 @@ def compare(
     given = [(str(name), _pairs(f"setting {name}", sets)) for name, sets in settings.items()]
     doc = _native.compare_settings(text, is_path, given, snapshot, _pairs("machine", machine))
     return Comparison(json.loads(doc))
+
+
+class Explanation:
+    """Why each fault of a statement got the folio size it got, and what
+    each collapse did, as ``hugelab explain`` prints it.
+
+    Attributes:
+        statements: a row per statement explained: ``line``, ``statement``,
+            ``faults``, ``fell_back`` (faults that tried a larger size and
+            fell back), ``ranges`` (PMD ranges a collapse scanned),
+            ``collapsed``.
+        outcomes: a row per statement and outcome (``got 64K``, ``got the
+            zero page``, ...), the largest folio first: ``line``,
+            ``outcome``, ``faults``.
+        groups: a row per group of faults that took the same decisions:
+            ``line``, ``faults``, ``write``, ``first`` and ``last`` (the
+            first and last faulting address, ``region+offset``) and
+            ``chain`` (the decisions, in words, as a list).
+        collapses: a row per group of collapse steps with equal outcomes:
+            ``line``, ``ranges``, ``first``, ``last``, ``chain``.
+        stopped: why the run stopped after explaining what ran, or None.
+        json: the statements as ``hugelab explain --json`` prints them.
+    """
+
+    def __init__(self, doc: Dict[str, Any]) -> None:
+        explained = doc["explained"]
+        self.json: List[Dict[str, Any]] = explained
+        self.stopped: Optional[str] = doc["stopped"]
+        self.statements = pd.DataFrame(
+            [
+                {
+                    "line": e["line"],
+                    "statement": e["statement"],
+                    "faults": e["faults"],
+                    "fell_back": e["totals"]["fell_back"],
+                    "ranges": e["totals"]["ranges"],
+                    "collapsed": e["totals"]["collapsed"],
+                }
+                for e in explained
+            ],
+            columns=["line", "statement", "faults", "fell_back", "ranges", "collapsed"],
+        )
+        self.outcomes = pd.DataFrame(
+            [
+                {"line": e["line"], "outcome": outcome, "faults": n}
+                for e in explained
+                for outcome, n in e["totals"]["got"]
+            ],
+            columns=["line", "outcome", "faults"],
+        )
+        group_columns = ["line", "faults", "write", "first", "last", "chain"]
+        self.groups = pd.DataFrame(
+            [
+                {"line": e["line"], **{k: g[k] for k in group_columns[1:]}}
+                for e in explained
+                for g in e["groups"]
+            ],
+            columns=group_columns,
+        )
+        collapse_columns = ["line", "ranges", "first", "last", "chain"]
+        self.collapses = pd.DataFrame(
+            [
+                {"line": e["line"], **{k: c[k] for k in collapse_columns[1:]}}
+                for e in explained
+                for c in e["collapses"]
+            ],
+            columns=collapse_columns,
+        )
+
+    def __repr__(self) -> str:
+        return f"<hugelab.Explanation of {len(self.json)} statements>\n" + self.statements.to_string()
+
+
+def explain(workload: Workload, line: Optional[int] = None) -> Explanation:
+    """Runs a workload on the model with its tracepoints on and says why
+    each fault of the statement starting on ``line`` (every statement that
+    faults or collapses, without one) got the folio size it got, each
+    decision named after the kernel function that takes it, as
+    ``hugelab explain FILE[:LINE]`` does.
+
+    Raises:
+        WorkloadError: the workload is wrong, or stopped before any
+            statement was explained; Error: no statement starts on ``line``.
+    """
+    text, is_path = _source(workload)
+    if line is not None and (not isinstance(line, int) or line < 1):
+        raise TypeError("line is a line number: an int from 1")
+    return Explanation(json.loads(_native.explain_faults(text, is_path, line)))
 
 
 def counters() -> pd.DataFrame:

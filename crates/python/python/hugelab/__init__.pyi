@@ -44,6 +44,14 @@ class Comparison:
     summary: pd.DataFrame
     table: pd.DataFrame
 
+class Explanation:
+    json: List[Dict[str, Any]]
+    stopped: Optional[str]
+    statements: pd.DataFrame
+    outcomes: pd.DataFrame
+    groups: pd.DataFrame
+    collapses: pd.DataFrame
+
 def run(
     workload: Workload,
     settings: Optional[Setting] = None,
@@ -55,4 +63,5 @@ def compare(
     snapshot: Optional[str] = None,
     machine: Optional[Machine] = None,
 ) -> Comparison: ...
+def explain(workload: Workload, line: Optional[int] = None) -> Explanation: ...
 def counters() -> pd.DataFrame: ...

@@ -19,6 +19,7 @@ pub mod compare;
 pub mod explain;
 pub mod machine;
 pub mod setting;
+pub mod utilization;
 
 pub use compare::{compare, run_on_model, Comparison, StmtStream, Summary};
 pub use setting::{parse_setting, parse_settings, Setting};

@@ -1,6 +1,6 @@
 //! `hugelab._native`: the Rust half of the Python package `hugelab`. The
 //! model runs in-process, through `hugelab_compare` as `hugelab run`,
-//! `hugelab compare` and `hugelab explain` run it; each function returns JSON (the documents the
+//! `hugelab compare`, `hugelab explain` and `hugelab utilization` run it; each function returns JSON (the documents the
 //! CLI's `--json` prints) that `hugelab/__init__.py` turns into result
 //! objects and pandas DataFrames.
 //!
@@ -10,8 +10,11 @@
 use anyhow::{bail, Result};
 use hugelab_compare::explain::explain;
 use hugelab_compare::machine::{machine_statements, MACHINE_FILE};
+use hugelab_compare::utilization::{report, reports_json, scan_model};
 use hugelab_compare::{compare, parse_settings, run_on_model, Setting, StmtStream};
+use hugelab_model::thp_utilization::Scope;
 use hugelab_workload::counters::FAMILIES;
+use hugelab_workload::utilization::MAX_PTES_NONE_OFF;
 use hugelab_workload::{stream_file, ParseError, RunError, Statements};
 use pyo3::prelude::*;
 use std::io::Cursor;
@@ -116,6 +119,40 @@ fn explain_json(source: &Source, line: Option<u32>) -> Result<String> {
     .to_string())
 }
 
+/// Where `utilization` looks: a process, a region of it, or every process.
+struct Within {
+    snapshot: Option<String>,
+    proc: Option<String>,
+    region: Option<String>,
+}
+
+fn utilization_json(
+    source: &Source,
+    within: &Within,
+    buckets: usize,
+    max_ptes_none: Option<u32>,
+) -> Result<String> {
+    if !(1..=512).contains(&buckets) {
+        bail!("buckets: {buckets} is not in 1..=512");
+    }
+    if let Some(n) = max_ptes_none.filter(|n| *n > MAX_PTES_NONE_OFF) {
+        bail!("max_ptes_none: {n} is not in 0..={MAX_PTES_NONE_OFF}");
+    }
+    let scope = match (&within.proc, &within.region) {
+        (Some(proc), Some(region)) => Scope::Region { proc, region },
+        (Some(proc), None) => Scope::Process(proc),
+        (None, Some(_)) => bail!("region: a region needs its process (proc=)"),
+        (None, None) => Scope::All,
+    };
+    let each = matches!(scope, Scope::All);
+    let snapshot = within.snapshot.as_deref();
+    let r = report(max_ptes_none, buckets, each, || {
+        let (scan, _) = scan_model(source.name(), source.open()?, snapshot, scope)?;
+        Ok(scan)
+    })?;
+    Ok(reports_json(&r, each)?.to_string())
+}
+
 /// The exception for `err`: its class in `hugelab._errors`, the CLI's
 /// message, and the place of a workload's error.
 fn to_py(py: Python<'_>, err: anyhow::Error) -> PyErr {
@@ -215,6 +252,35 @@ fn explain_faults(
         .map_err(|e| to_py(py, e))
 }
 
+/// How full the large folios are at a snapshot, why they exist and what
+/// the deferred split shrinker would give back: `hugelab utilization
+/// --json`'s document (the model's).
+#[pyfunction]
+#[pyo3(signature = (source, is_path, snapshot, proc, region, buckets, max_ptes_none))]
+#[allow(clippy::too_many_arguments)]
+fn utilization(
+    py: Python<'_>,
+    source: String,
+    is_path: bool,
+    snapshot: Option<String>,
+    proc: Option<String>,
+    region: Option<String>,
+    buckets: usize,
+    max_ptes_none: Option<u32>,
+) -> PyResult<String> {
+    let source = Source {
+        text: source,
+        is_path,
+    };
+    let within = Within {
+        snapshot,
+        proc,
+        region,
+    };
+    py.detach(|| utilization_json(&source, &within, buckets, max_ptes_none))
+        .map_err(|e| to_py(py, e))
+}
+
 /// The counter registry: `hugelab counters --json`'s document.
 #[pyfunction]
 fn counters() -> PyResult<String> {
@@ -227,6 +293,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(compare_settings, m)?)?;
     m.add_function(wrap_pyfunction!(explain_faults, m)?)?;
+    m.add_function(wrap_pyfunction!(utilization, m)?)?;
     m.add_function(wrap_pyfunction!(counters, m)?)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -4,7 +4,8 @@ The executable model of Linux 6.18's mm/ runs in this process (no
 subprocess): :func:`run` runs a workload and returns its counters at each
 snapshot, :func:`compare` runs one under several settings and returns the
 figures ``hugelab compare`` prints as pandas DataFrames, :func:`explain` says why
-each fault got the folio size it got, :func:`counters` is the counter
+each fault got the folio size it got, :func:`utilization` how full the large
+folios are and what the deferred split shrinker would give back, :func:`counters` is the counter
 registry.
 
 A workload is a path to a ``.hlw``, ``.hlw.gz`` or ``.hlw.zst`` file (a
@@ -33,10 +34,12 @@ __all__ = [
     "run",
     "compare",
     "explain",
+    "utilization",
     "counters",
     "RunResult",
     "Comparison",
     "Explanation",
+    "UtilizationReport",
     "Error",
     "WorkloadError",
     "SettingError",
@@ -414,6 +417,80 @@ def explain(workload: Workload, line: Optional[int] = None) -> Explanation:
     if line is not None and (not isinstance(line, int) or line < 1):
         raise TypeError("line is a line number: an int from 1")
     return Explanation(json.loads(_native.explain_faults(text, is_path, line)))
+
+
+class UtilizationReport:
+    """How full the large folios are, why they exist and what the deferred
+    split shrinker would give back, as ``hugelab utilization`` reports it.
+
+    Attributes:
+        histogram: a row per folio size and bucket of used subpages:
+            ``size_kb``, ``lo``, ``hi`` (the bucket's used subpages, both
+            ends in), ``folios``, ``zero_pages`` (zero-filled subpages).
+        sizes: a row per folio size: ``size_kb``, ``order``,
+            ``pmd_mapped``, ``partial_folios``, ``partial_mapped_pages``,
+            ``partial_zero_pages``.
+        bloat: never-written memory by cause and folio size: ``cause``,
+            ``size_kb``, ``folios``, ``never_written_kb``.
+        give_back: what the shrinker would give back (``freed_kb``,
+            ``rss_kb``, ``underused_folios``, ...), a dict.
+        settings: the shrinker settings the report is at, a dict.
+        processes: each process's own report by name (every process's
+            scope only; otherwise empty).
+        json: the document, as ``hugelab utilization --json`` prints it.
+    """
+
+    def __init__(self, doc: Dict[str, Any]) -> None:
+        self.json: Dict[str, Any] = doc
+        self.give_back: Dict[str, Any] = doc["give_back"]
+        self.settings: Dict[str, Any] = doc["settings"]
+        self.histogram = pd.DataFrame(
+            [{"size_kb": s["size_kb"], **b} for s in doc["sizes"] for b in s["buckets"]],
+            columns=["size_kb", "lo", "hi", "folios", "zero_pages"],
+        )
+        size_columns = ["size_kb", "order", "pmd_mapped", "partial_folios",
+                        "partial_mapped_pages", "partial_zero_pages"]
+        self.sizes = pd.DataFrame(
+            [{k: s[k] for k in size_columns} for s in doc["sizes"]], columns=size_columns
+        )
+        self.bloat = pd.DataFrame(
+            doc["bloat"], columns=["cause", "size_kb", "folios", "never_written_kb"]
+        )
+        self.processes: Dict[str, "UtilizationReport"] = {
+            name: UtilizationReport(p) for name, p in doc.get("processes", {}).items()
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<hugelab.UtilizationReport: {self.sizes['size_kb'].tolist()} kB folios; "
+            f"the shrinker would give back {self.give_back['freed_kb']} kB>"
+        )
+
+
+def utilization(
+    workload: Workload,
+    snapshot: Optional[str] = None,
+    proc: Optional[str] = None,
+    region: Optional[str] = None,
+    buckets: int = 10,
+    max_ptes_none: Optional[int] = None,
+) -> UtilizationReport:
+    """Runs a workload on the model up to its ``snapshot`` statement (default:
+    its end) and reports on the large folios of every process (or of
+    ``proc``, or of ``region`` of it), as ``hugelab utilization`` does.
+
+    Args:
+        buckets: buckets per folio size (1 to 512).
+        max_ptes_none: predict the shrinker at this
+            ``khugepaged/max_ptes_none`` instead of the workload's.
+
+    Raises:
+        WorkloadError: the workload is wrong; Error: no such snapshot,
+            process or region, or a bucket count out of range.
+    """
+    text, is_path = _source(workload)
+    doc = _native.utilization(text, is_path, snapshot, proc, region, buckets, max_ptes_none)
+    return UtilizationReport(json.loads(doc))
 
 
 def counters() -> pd.DataFrame:

@@ -52,6 +52,15 @@ class Explanation:
     groups: pd.DataFrame
     collapses: pd.DataFrame
 
+class UtilizationReport:
+    json: Dict[str, Any]
+    give_back: Dict[str, Any]
+    settings: Dict[str, Any]
+    histogram: pd.DataFrame
+    sizes: pd.DataFrame
+    bloat: pd.DataFrame
+    processes: Dict[str, UtilizationReport]
+
 def run(
     workload: Workload,
     settings: Optional[Setting] = None,
@@ -64,4 +73,12 @@ def compare(
     machine: Optional[Machine] = None,
 ) -> Comparison: ...
 def explain(workload: Workload, line: Optional[int] = None) -> Explanation: ...
+def utilization(
+    workload: Workload,
+    snapshot: Optional[str] = None,
+    proc: Optional[str] = None,
+    region: Optional[str] = None,
+    buckets: int = 10,
+    max_ptes_none: Optional[int] = None,
+) -> UtilizationReport: ...
 def counters() -> pd.DataFrame: ...

@@ -1,5 +1,6 @@
-//! One workload on the model under several settings: what `hugelab compare`
-//! (and `predict`, `bench`) and the Python package share.
+//! Workloads on the model, computed once for the `hugelab` command and the
+//! Python package: `compare` (and `predict`'s and `bench`'s settings),
+//! `explain` and `utilization`'s model side.
 //!
 //! - [`setting`]: a setting (`NAME:TUNABLE=VALUE,...`), parsed as `set`
 //!   statements, and a workload run under it on a backend, the workload's own
@@ -8,6 +9,10 @@
 //! - [`compare`]: the workload under each setting on a fresh model, the
 //!   compared snapshot's counters per setting, the summary in the terms of
 //!   the multi-size THP series' tables, and the notes on identical columns;
+//! - [`explain`]: each statement's faults grouped by their chain of
+//!   decisions, its collapses by outcome (`explain`, `predict --why`);
+//! - [`utilization`]: a workload run up to a snapshot, its folios scanned
+//!   and reported (`utilization` on the model);
 //! - [`machine`]: a machine shape (`memory=`, `fragment=`) as the
 //!   statements that make it, run before the workload.
 //!

@@ -36,3 +36,45 @@ pub fn machine_statements(shape: &[(String, String)]) -> Result<Vec<Stmt>> {
     }
     Ok(parse(MACHINE_FILE, &text)?.stmts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_shape_is_a_machine_then_a_fragment_statement() {
+        let stmts = machine_statements(&shape(&[("fragment", "10%"), ("memory", "64M")])).unwrap();
+        let text: Vec<String> = stmts.iter().map(|s| s.to_string()).collect();
+        // The printer writes the default pattern out.
+        assert_eq!(
+            text,
+            [
+                "machine memory=64M",
+                "fragment unmovable=10% pattern=spread"
+            ]
+        );
+        assert!(machine_statements(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_bad_shape_is_refused_at_its_place() {
+        let err = machine_statements(&shape(&[("memory", "0")])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "machine:1:16: machine memory must be nonzero"
+        );
+        let twice = shape(&[("fragment", "1%"), ("fragment", "2%")]);
+        let err = machine_statements(&twice).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "machine shape: gives fragment twice; give it one value"
+        );
+    }
+}

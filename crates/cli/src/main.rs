@@ -29,7 +29,6 @@ mod run;
 mod scan;
 mod scan_print;
 mod scan_report;
-mod setting_run;
 mod settings;
 mod settings_activity;
 mod svg;

@@ -15,9 +15,9 @@
 
 use crate::predict_report::{self, Figures, LayoutSpread, Prediction};
 use crate::predict_why::{self, WhyFold};
-use crate::setting_run::{parse_settings, run_under, Setting, MEMORY_MAX, SERIES_SETTINGS};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use hugelab_compare::setting::{parse_settings, run_under, Setting, MEMORY_MAX, SERIES_SETTINGS};
 use hugelab_model::Model;
 use hugelab_workload::gone::Gone;
 use hugelab_workload::layout::Relayout;

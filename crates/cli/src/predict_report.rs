@@ -6,9 +6,9 @@
 
 use crate::bench_plot::{render_panels, Panel};
 use crate::predict_why::WhyFold;
-use crate::setting_run::{change_pct, per_size, short_size};
 use crate::table;
 use anyhow::Result;
+use hugelab_compare::setting::{change_pct, per_size, short_size};
 use hugelab_model::mm_types::PAGE_SIZE;
 use hugelab_model::Model;
 use hugelab_workload::prelude::SettingEffect;

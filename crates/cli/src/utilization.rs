@@ -4,24 +4,20 @@
 //!
 //! The workload runs, as a stream, up to its `snapshot NAME` statement
 //! (default: its end) on a backend ([`run_until`]), which is then scanned for
-//! its large folios: the model's folios, or the kernel backend's agent
+//! its large folios: the model's folios (`hugelab_compare::utilization`,
+//! shared with the Python package), or the kernel backend's agent
 //! processes, scanned live at the same point.
 
 use crate::kernel_limit::KernelLimitArgs;
 use crate::utilization_view;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use hugelab_compare::utilization::{describe_snapshot, report, reports_json, Reports, Scan};
 use hugelab_kernel::scan::{self, ScanOptions};
 use hugelab_kernel::KernelBackend;
 use hugelab_model::thp_utilization::Scope;
-use hugelab_model::Model;
-use hugelab_workload::utilization::{
-    utilization_report, FolioUse, ShrinkerSettings, UtilizationReport, DEFAULT_BUCKETS,
-    MAX_PTES_NONE_OFF,
-};
-use hugelab_workload::{
-    open, run_stream, stmt, stream_file, Backend, Lookahead, Observation, Stmt, StmtKind,
-};
+use hugelab_workload::utilization::{UtilizationReport, DEFAULT_BUCKETS, MAX_PTES_NONE_OFF};
+use hugelab_workload::{open, stream_file, Backend, Lookahead, Observation};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -70,19 +66,8 @@ pub enum Where {
     Both,
 }
 
-/// What a backend's scan at the snapshot found.
-pub struct Scan {
-    /// The large folios of each process scanned, by workload name, in
-    /// name order.
-    pub processes: Vec<(String, Vec<FolioUse>)>,
-    /// The shrinker settings in force at the snapshot.
-    pub settings: ShrinkerSettings,
-}
-
 /// Runs the workload file at `path` on `backend` as a stream, up to its
-/// `snapshot` statement labelled `snapshot` (`None` or `end`: to its end);
-/// what comes after that statement is not read. A label the workload does
-/// not have is an error once the whole workload has run.
+/// `snapshot` statement labelled `snapshot` (`hugelab_compare::utilization::run_until`).
 pub fn run_until(
     backend: &mut dyn Backend,
     path: &Path,
@@ -95,72 +80,7 @@ pub fn run_until(
     } else {
         Lookahead::default()
     };
-    let want = snapshot.filter(|l| *l != "end");
-    let (mut found, mut labels) = (false, Vec::new());
-    let until = stmts.take_while(|s| {
-        if let Ok(Stmt {
-            kind: StmtKind::Snapshot(stmt::Snapshot { label }),
-            ..
-        }) = s
-        {
-            if Some(label.as_str()) == want {
-                found = true;
-                return false;
-            }
-            labels.push(format!("'{label}'"));
-        }
-        true
-    });
-    let obs = run_stream(backend, &file, &ahead, until)?;
-    if let (Some(label), false) = (want, found) {
-        let known = if labels.is_empty() {
-            "it has none but the implicit 'end'".to_string()
-        } else {
-            format!("its snapshots are {} and 'end'", labels.join(", "))
-        };
-        bail!("{file} has no snapshot named '{label}': {known}");
-    }
-    Ok(obs)
-}
-
-/// The report over everything scanned, and, when the scope is every
-/// process, one per process (name, report) even if there is only one.
-pub struct Reports {
-    pub total: UtilizationReport,
-    pub processes: Vec<(String, UtilizationReport)>,
-}
-
-/// Builds the reports from what `scan` found (it runs the workload up to the
-/// snapshot on its backend and scans the backend then), at the scanned
-/// settings unless `max_ptes_none` overrides them; the per-process ones
-/// when `each` (the scope is every process).
-pub fn report(
-    max_ptes_none: Option<u32>,
-    buckets: usize,
-    each: bool,
-    scan: impl FnOnce() -> Result<Scan>,
-) -> Result<Reports> {
-    let Scan {
-        processes,
-        mut settings,
-    } = scan()?;
-    if let Some(n) = max_ptes_none {
-        settings.max_ptes_none = n;
-    }
-    let total = utilization_report(
-        processes.iter().flat_map(|(_, f)| f.iter()),
-        settings,
-        buckets,
-    );
-    let processes = if each {
-        processes
-            .iter()
-            .map(|(name, f)| (name.clone(), utilization_report(f, settings, buckets)))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    Ok(Reports { total, processes })
+    hugelab_compare::utilization::run_until(backend, &file, stmts, &ahead, snapshot)
 }
 
 /// Failed `expect` lines before the snapshot, as warnings (the report is
@@ -171,36 +91,14 @@ fn warn_failed_expects(obs: &Observation) {
     }
 }
 
-/// "snapshot 'NAME'" or "the end", for messages.
-fn describe_snapshot(snapshot: Option<&str>) -> String {
-    snapshot.map_or("the end".to_string(), |s| format!("snapshot '{s}'"))
-}
-
-/// The model's scan: runs the workload at `path` up to `snapshot` on a fresh
-/// model, then lists the folios of `scope`.
+/// The model's scan (`hugelab_compare::utilization::scan_model`) of the
+/// workload at `path`, its failed `expect` lines said as warnings.
 fn scan_model(path: &Path, snapshot: Option<&str>, scope: Scope<'_>) -> Result<Scan> {
-    let mut model = Model::default();
-    let obs = run_until(&mut model, path, snapshot)?;
+    let stmts = stream_file(path)?;
+    let file = stmts.file().to_string();
+    let (scan, obs) = hugelab_compare::utilization::scan_model(&file, stmts, snapshot, scope)?;
     warn_failed_expects(&obs);
-    let at = || format!("{} at {}", obs.workload, describe_snapshot(snapshot));
-    let processes = match scope {
-        Scope::All => model
-            .machine
-            .tasks
-            .keys()
-            .map(|name| {
-                let folios = model.folio_uses(Scope::Process(name)).with_context(at)?;
-                Ok((name.clone(), folios))
-            })
-            .collect::<Result<Vec<_>>>()?,
-        Scope::Process(name) | Scope::Region { proc: name, .. } => {
-            vec![(name.to_string(), model.folio_uses(scope).with_context(at)?)]
-        }
-    };
-    Ok(Scan {
-        processes,
-        settings: model.shrinker_settings(),
-    })
+    Ok(scan)
 }
 
 /// The kernel's scan: runs the workload at `path` up to `snapshot` on this
@@ -307,21 +205,9 @@ pub fn main(args: UtilizationArgs) -> Result<ExitCode> {
         utilization_view::write_svg(&at, &refs, svg)?;
     }
     if args.json {
-        // The total report itself, with `processes` (name -> report) when
-        // the scope is every process, also for one process; both backends:
+        // One backend's reports as reports_json makes them; both backends:
         // keyed by backend.
-        let doc = |r: &Reports| -> Result<serde_json::Value> {
-            let mut v = serde_json::to_value(&r.total)?;
-            if each {
-                let per: serde_json::Map<String, serde_json::Value> = r
-                    .processes
-                    .iter()
-                    .map(|(n, p)| Ok((n.clone(), serde_json::to_value(p)?)))
-                    .collect::<Result<_>>()?;
-                v["processes"] = per.into();
-            }
-            Ok(v)
-        };
+        let doc = |r: &Reports| reports_json(r, each);
         let out = if let [(_, r)] = reports.as_slice() {
             doc(r)?
         } else {

@@ -6,8 +6,8 @@
 use crate::bench_record::{BenchResult, OOM_KILLS};
 use crate::bench_stats::Summary;
 use crate::predict_report::{PerSize, Prediction, Spread};
-use crate::setting_run::per_kb;
 use crate::table;
+use hugelab_compare::setting::per_kb;
 use serde::Serialize;
 use std::collections::BTreeSet;
 

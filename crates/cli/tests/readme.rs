@@ -333,9 +333,17 @@ fn every_readme_example_runs_and_shows_what_the_readme_says() {
                 // The same binary, without a release build.
                 check_compare_default(&ok(&["compare"]));
             }
-            "cargo test --workspace" => {
+            "cargo test --workspace" | ".ci/run" => {
                 println!("skipped (the whole suite, which this test is part of): {cmd}");
                 continue;
+            }
+            "pip install ./crates/python" => {
+                // The package .ci/run builds (scripts/python-env) and tests
+                // with pytest; here, that it is where the README says.
+                let pyproject = repo().join("crates/python/pyproject.toml");
+                let text = std::fs::read_to_string(&pyproject).expect("pyproject.toml");
+                assert!(text.contains("name = \"hugelab\""), "{text}");
+                println!("checked that {cmd} names the package; .ci/run installs and tests it");
             }
             "hugelab run scenarios/mthp-64k-only-8m.hlw" => check_run(&ok(&args)),
             "hugelab run --json FILE..." => {

@@ -1,6 +1,7 @@
-//! What `compare` and `predict` share: a setting (`NAME:TUNABLE=VALUE,...`,
-//! as `bench` takes it too), a workload run under it on a backend, and the
-//! changes against the first setting their tables print.
+//! What `compare`, `predict` and the Python package share: a setting
+//! (`NAME:TUNABLE=VALUE,...`, as `bench` takes it too), a workload run under
+//! it on a backend, and the changes against the first setting their tables
+//! print.
 //!
 //! Each setting's `set`s run before the workload, which is read as a stream
 //! through `hugelab_workload::prelude::UnderSetting`: the workload's own
@@ -17,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The multi-size THP series' configurations: 4K pages only, then 16K,
 /// 32K+16K, 64K+32K+16K small-order THP, then PMD THP.
-pub(crate) const SERIES_SETTINGS: &[&str] = &[
+pub const SERIES_SETTINGS: &[&str] = &[
     "4K:transparent_hugepage/enabled=never",
     "16K:transparent_hugepage/enabled=never,transparent_hugepage/hugepages-16kB/enabled=always",
     "32K+16K:transparent_hugepage/enabled=never,transparent_hugepage/hugepages-16kB/enabled=always,transparent_hugepage/hugepages-32kB/enabled=always",
@@ -25,21 +26,21 @@ pub(crate) const SERIES_SETTINGS: &[&str] = &[
     "PMD:transparent_hugepage/enabled=always",
 ];
 
-pub(crate) struct Setting {
-    pub(crate) name: String,
+pub struct Setting {
+    pub name: String,
     /// The setting's `set` statements, to run before the workload.
-    pub(crate) workload: Workload,
+    pub workload: Workload,
     /// What they set, in the order given, each tunable once.
-    pub(crate) sets: Vec<(Tunable, SetValue)>,
+    pub sets: Vec<(Tunable, SetValue)>,
     /// `memory.max=SIZE`: the memory limit of the program's cgroup, bytes
     /// (None: `max`, or not given). Not a tunable: `bench` gives it to each
     /// run's cgroup, `predict` to the model's cgroup the workload runs in.
-    pub(crate) memory_max: Option<u64>,
+    pub memory_max: Option<u64>,
 }
 
 impl Setting {
     /// What the setting writes, whatever the order and the alias it names.
-    pub(crate) fn values(&self) -> BTreeMap<Tunable, SetValue> {
+    pub fn values(&self) -> BTreeMap<Tunable, SetValue> {
         self.sets
             .iter()
             .map(|(t, v)| (same_variable(t), *v))
@@ -49,7 +50,7 @@ impl Setting {
 
 /// Parses every `--setting` (`compare` and `bench`): a name used twice is
 /// refused, since its columns could not be told apart.
-pub(crate) fn parse_settings(specs: &[String]) -> Result<Vec<Setting>> {
+pub fn parse_settings(specs: &[String]) -> Result<Vec<Setting>> {
     let mut settings: Vec<Setting> = Vec::new();
     for spec in specs {
         let s = parse_setting(spec)?;
@@ -67,7 +68,7 @@ pub(crate) fn parse_settings(specs: &[String]) -> Result<Vec<Setting>> {
 
 /// Parses `NAME:TUNABLE=VALUE,...` into `set` statements, checked by the
 /// workload parser like any other.
-pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
+pub fn parse_setting(spec: &str) -> Result<Setting> {
     let (name, assignments) = spec
         .split_once(':')
         .with_context(|| format!("--setting '{spec}': expected NAME:TUNABLE=VALUE,..."))?;
@@ -115,7 +116,7 @@ pub(crate) fn parse_setting(spec: &str) -> Result<Setting> {
 }
 
 /// A setting's memory limit of the program's cgroup (`memory.max=20M`).
-pub(crate) const MEMORY_MAX: &str = "memory.max";
+pub const MEMORY_MAX: &str = "memory.max";
 
 /// The value of `memory.max=`: a size as the workload language writes one,
 /// or `max` (no limit).
@@ -132,7 +133,7 @@ fn parse_memory_max(spec: &str, value: &str) -> Result<Option<u64>> {
 /// e.g. a cgroup to run in), then the workload's `stmts`, each passed
 /// through `edit` (which may drop it), on `backend`: the workload's prelude
 /// `set`s of the setting's tunables dropped (and said in the effect).
-pub(crate) fn run_under(
+pub fn run_under(
     setting: &Setting,
     backend: &mut dyn Backend,
     file: &str,
@@ -159,7 +160,7 @@ pub(crate) fn run_under(
 }
 
 /// The change from `base` to `v` in percent; `None` when `base` is 0 and `v` is not.
-pub(crate) fn change_pct(base: i64, v: i64) -> Option<f64> {
+pub fn change_pct(base: i64, v: i64) -> Option<f64> {
     match (base, v) {
         (0, 0) => Some(0.0),
         (0, _) => None,
@@ -168,7 +169,7 @@ pub(crate) fn change_pct(base: i64, v: i64) -> Option<f64> {
 }
 
 /// `64K`, `2M`: a size in kB as the series' tables write it.
-pub(crate) fn short_size(size: &str) -> String {
+pub fn short_size(size: &str) -> String {
     let kb = per_kb(size);
     if kb >= 1024 && kb.is_multiple_of(1024) {
         format!("{}M", kb / 1024)
@@ -178,7 +179,7 @@ pub(crate) fn short_size(size: &str) -> String {
 }
 
 /// A change as the series' tables print it: `0.0%` for none, else signed.
-pub(crate) fn change_cell(base: i64, v: i64) -> String {
+pub fn change_cell(base: i64, v: i64) -> String {
     match change_pct(base, v) {
         Some(0.0) => "0.0%".into(),
         Some(p) => format!("{p:+.1}%"),
@@ -187,12 +188,12 @@ pub(crate) fn change_cell(base: i64, v: i64) -> String {
 }
 
 /// The kB of a sysfs size name (`64kB` → 64), for ordering.
-pub(crate) fn per_kb(size: &str) -> u64 {
+pub fn per_kb(size: &str) -> u64 {
     size.trim_end_matches("kB").parse().unwrap_or(0)
 }
 
 /// `(size in kB, value)` of every `mthp.<size>.<stat>` counter, smallest size first.
-pub(crate) fn per_size(c: &Counters, stat: &str) -> Vec<(u64, i64)> {
+pub fn per_size(c: &Counters, stat: &str) -> Vec<(u64, i64)> {
     let mut out: Vec<(u64, i64)> = c
         .iter()
         .filter_map(|(name, v)| {

@@ -1,0 +1,41 @@
+"""The exceptions of hugelab: each carries the one-sentence message the
+``hugelab`` command prints, and for an error in a workload its place."""
+
+from typing import Optional
+
+
+class Error(Exception):
+    """Any error hugelab reports.
+
+    ``message`` is the sentence ``hugelab`` prints (``file:line:col: ...`` for
+    an error at a place); ``file``, ``line`` and ``col`` say where, when the
+    error has a place (``line`` and ``col`` are None for a whole-file error
+    such as a file that cannot be read).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        file: Optional[str] = None,
+        line: Optional[int] = None,
+        col: Optional[int] = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+        self.col = col
+
+
+class WorkloadError(Error):
+    """The workload cannot be read, does not parse, does not make sense, or
+    stops the model at a statement (``file:line:col: ...``)."""
+
+
+class SettingError(Error):
+    """A setting is refused: an unknown tunable, a bad value, a name used
+    twice, a tunable the workload sets again after it started."""
+
+
+class MachineError(Error):
+    """A machine shape is refused: an unknown key or a bad value."""

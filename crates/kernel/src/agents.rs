@@ -33,6 +33,9 @@ pub(crate) struct Proc {
     /// The directory of the memory cgroup the agent is in, if the workload
     /// put it in one (a forked agent is in its parent's).
     pub(crate) memcg_dir: Option<std::path::PathBuf>,
+    /// Whether that group is one of the workload's own (`cgroup`), whose
+    /// limit may make its statements reclaim, not the run's own group.
+    pub(crate) workload_memcg: bool,
     /// How far its fixed (`at=`) addresses are moved on the kernel, decided
     /// at its first one ([`crate::relocate`]); a fork inherits it.
     pub(crate) shift: Option<i64>,
@@ -60,6 +63,7 @@ impl Proc {
             cursor: 0,
             minflt: 0,
             memcg_dir: None,
+            workload_memcg: false,
             threads: BTreeMap::new(),
             shift: None,
             shared_tables: None,
@@ -280,7 +284,7 @@ impl Agents {
     /// Whether a live agent is in a memory cgroup of the workload's, whose
     /// limit may make its statements reclaim.
     pub(crate) fn in_memcg(&self) -> bool {
-        self.procs.values().any(|p| p.memcg_dir.is_some())
+        self.procs.values().any(|p| p.workload_memcg)
     }
 
     /// The live agents' pids, sorted.

@@ -398,6 +398,9 @@ impl Measurement {
         touched: Option<Touched>,
         f: impl FnOnce(&mut Agents) -> Result<Call, BackendError>,
     ) -> Result<(), BackendError> {
+        if std::env::var_os("HUGELAB_DEBUG_WINDOWS").is_some() {
+            eprintln!("touch line {}: {touched:?}", stmt.pos.line);
+        }
         self.touched = touched;
         let done = self.window(stmt, false, agents, f);
         self.touched = None;

@@ -59,7 +59,7 @@ fn touch(
     // reclaim (split, free) folios outside the range.
     let p = agents.get_mut(stmt, proc)?;
     let anon = p.regions.get(&range.region).is_some_and(|r| r.anon);
-    let (pid, alone) = (p.agent.pid, anon && p.memcg_dir.is_none());
+    let (pid, alone) = (p.agent.pid, anon && !p.workload_memcg);
     let touched = alone
         .then(|| Touched::before(pid, start, start + len, m.forked()))
         .flatten();

@@ -51,6 +51,7 @@ pub(crate) fn spawn(
     }
     let mut p = Proc::new(agent, BTreeMap::new());
     p.memcg_dir = memcg_dir;
+    p.workload_memcg = s.cgroup.is_some();
     agents.procs.insert(s.proc.clone(), p);
     Ok(())
 }
@@ -71,6 +72,7 @@ pub(crate) fn fork(
         let mut child = Proc::new(agent, p.regions.clone());
         child.cursor = p.cursor;
         child.memcg_dir = p.memcg_dir.clone();
+        child.workload_memcg = p.workload_memcg;
         child.shift = p.shift;
         child.shared_tables.clone_from(&p.shared_tables);
         // fork copies the PTEs of the VM_PFNMAP special mappings only.

@@ -32,11 +32,12 @@
 //!   from deferred_split_scan, reclaim, migration and madvise), so another
 //!   process's split of a larger folio makes none of a smaller size.
 //!
-//! - **A range's new folios** ([`Touched`]). Before any fork, a `read` or
-//!   `write` of a range of private anonymous memory (not a file, shared or
+//! - **A range's new folios** ([`Touched`]). A `read` or `write` of a
+//!   range of private anonymous memory (not a file, shared or
 //!   HugeTLB mapping, whose folios these counters do not count), by a
 //!   process outside the workload's memory cgroups (a charge there may
-//!   reclaim elsewhere), with nothing swapped out in it, allocates exactly
+//!   reclaim elsewhere), with nothing swapped out in it (and, after a fork,
+//!   nothing mapped), allocates exactly
 //!   the folios it maps there beyond those mapped before (pagemap and
 //!   kpageflags, read before the window and after it; a range with nothing
 //!   mapped, found by one PAGEMAP_SCAN call, is not read before; one above
@@ -49,11 +50,12 @@
 //!   the range's pages, or an order-9 folio is mapped by PTEs.
 //!
 //! - **A statement that leaves the folios alone** ([`leaves_folios`]): a
-//!   `set` of a THP knob, an mmap without MAP_POPULATE, MADV_HUGEPAGE or
-//!   NOHUGEPAGE, `thp_disable`, when the agents took
-//!   no fault in it, change no THP counter of the workload's: every
-//!   `mthp.*` and `vmstat.thp_*` change of the window is another's (or
-//!   khugepaged's, which is judged apart), the workload's is 0.
+//!   `set` of a THP knob or a HugeTLB pool, an mmap without MAP_POPULATE,
+//!   MADV_HUGEPAGE or NOHUGEPAGE, `thp_disable`, when the agents took no
+//!   fault of the workload's in it, and a `fork` while nothing was ever
+//!   pinned, change no THP counter of the workload's: every `mthp.*` and
+//!   `vmstat.thp_*` change of the window is another's (or khugepaged's,
+//!   which is judged apart), the workload's is 0.
 //!
 //! What stays unknown: the event counters another process moved in the
 //! window (no per-process count of them exists), the anonymous-memory
@@ -119,15 +121,18 @@ const SCAN_BEFORE_MAX: u64 = 64 << 20;
 
 impl Touched {
     /// What a `read` or `write` of `[start, end)` of `pid` needs to know
-    /// beforehand, when its allocations can be told afterwards: not after a
-    /// fork (a write may copy a shared folio, which then leaves the range),
-    /// nor with a page swapped out (a swap-in is no fault allocation).
+    /// beforehand, when its allocations can be told afterwards: after a
+    /// fork only in a range with nothing mapped (a write may copy a shared
+    /// folio, which then leaves the range), never with a page swapped out
+    /// (a swap-in is no fault allocation).
     pub(crate) fn before(pid: i32, start: u64, end: u64, forked: bool) -> Option<Touched> {
-        if forked {
-            return None;
-        }
         let before = if pagemap::anything_in(pid, start, end).ok()? {
-            if end - start > SCAN_BEFORE_MAX || pagemap::swapped_in(pid, start, end).ok()? {
+            // After a fork, only a range with nothing mapped: no folio in
+            // it can be shared.
+            if forked
+                || end - start > SCAN_BEFORE_MAX
+                || pagemap::swapped_in(pid, start, end).ok()?
+            {
                 return None;
             }
             Some(pagemap::scan_folios(pid, start, end).ok()?)
@@ -179,10 +184,27 @@ pub(crate) fn touched_deltas(t: &Touched, sizes_kb: &[u64]) -> Option<Vec<(Strin
 
 /// Whether a statement that took no fault leaves every folio of the
 /// workload as it was (see the module doc).
-pub(crate) fn leaves_folios(kind: &StmtKind) -> bool {
+pub(crate) fn leaves_folios(kind: &StmtKind, pinned: bool) -> bool {
     use hugelab_workload::Advice;
     match kind {
-        StmtKind::Set(s) => s.tunable.path().starts_with("transparent_hugepage/"),
+        // THP modes, and HugeTLB pools (they take free pages; a workload
+        // that does not fit is refused before it starts).
+        StmtKind::Set(s) => {
+            let path = s.tunable.path();
+            path.starts_with("transparent_hugepage/")
+                || path.starts_with("hugepages/")
+                || matches!(
+                    path.as_str(),
+                    "vm.nr_hugepages"
+                        | "vm.nr_overcommit_hugepages"
+                        | "vm.hugetlb_optimize_vmemmap"
+                        | "vm.overcommit_memory"
+                )
+        }
+        // copy_page_range shares every anonymous folio, PMD-mapped ones
+        // whole (copy_huge_pmd), unless one may be pinned: then it copies
+        // it, or splits its PMD.
+        StmtKind::Fork(_) => !pinned,
         StmtKind::Mmap(m) => !m.populate,
         StmtKind::Madvise(m) => matches!(m.advice, Advice::Hugepage | Advice::NoHugepage),
         StmtKind::ThpDisable(_) => true,

@@ -135,6 +135,9 @@ pub(crate) struct Measurement {
     /// Whether another process disturbed the latest window (see
     /// [`Measurement::after_noisy`]).
     last_noisy: bool,
+    /// Whether a `pin` ran in this workload (see
+    /// [`attribute::leaves_folios`]).
+    pinned: bool,
     /// The fresh range the current window's `read` or `write` touches (see
     /// [`Measurement::touch_window`]).
     touched: Option<Touched>,
@@ -349,6 +352,7 @@ impl Measurement {
             moved_last: Vec::new(),
             last_noisy: false,
             touched: None,
+            pinned: false,
         }
     }
 
@@ -429,6 +433,7 @@ impl Measurement {
         if matches!(stmt.kind, StmtKind::Fork { .. }) {
             self.forked.get_or_insert(stmt.pos.line);
         }
+        self.pinned |= matches!(stmt.kind, StmtKind::Pin { .. });
         if self.hvo_on.is_none() && self.modes.hvo_enabled() {
             self.hvo_on = Some(stmt.pos.line);
         }
@@ -800,13 +805,20 @@ impl Measurement {
         (own_before, own_after): (&Option<Own>, &Option<Own>),
         (before, after): (&Counters, &Counters),
     ) -> BTreeSet<String> {
-        let plain = call.killed.is_none() && !matches!(stmt.kind, StmtKind::Fork { .. });
+        let fork = matches!(stmt.kind, StmtKind::Fork { .. });
+        let plain = call.killed.is_none() && !fork;
         let same = match (own_before, own_after) {
             (Some(b), Some(a)) if plain && b.pids == a.pids => Some((b, a)),
             _ => None,
         };
         let own = attribute::Own {
-            faults: plain.then_some(call.faults - call.own_faults.max(0)),
+            // A fork's faults are all the agents' own housekeeping (left out
+            // of pgfault whole): the workload's are none.
+            faults: if fork {
+                call.killed.is_none().then_some(0)
+            } else {
+                plain.then_some(call.faults - call.own_faults.max(0))
+            },
             anon_kb: same
                 .filter(|_| self.forked.is_none() && call.own_faults <= 0)
                 .map(|(b, a)| a.anon_kb - b.anon_kb),
@@ -829,7 +841,8 @@ impl Measurement {
             }
             deltas.extend(told.unwrap_or_default());
         }
-        if plain && call.faults == 0 && attribute::leaves_folios(&stmt.kind) {
+        let no_faults = fork || call.faults == 0;
+        if call.killed.is_none() && no_faults && attribute::leaves_folios(&stmt.kind, self.pinned) {
             deltas.extend(attribute::untouched(after.keys().cloned()));
         }
         // The size rule reads the totals before any change is replaced.
@@ -855,7 +868,13 @@ impl Measurement {
             // The totals hold the system's change (pgfault less the agents'
             // own faults, already left out): the agents' takes its place.
             let system = if name == "vmstat.pgfault" {
-                a - b - call.own_faults.max(0)
+                // As the totals hold it: less the faults left out.
+                a - b
+                    - if fork {
+                        call.faults
+                    } else {
+                        call.own_faults.max(0)
+                    }
             } else {
                 a - b
             };

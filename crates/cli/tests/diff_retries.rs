@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{cannot_run, machine_state, state_dir, TempWorkload};
+use common::{cannot_run, diff_row, machine_state, state_dir, window_saw_others, TempWorkload};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -60,22 +60,6 @@ fn neighbour(stop: Arc<AtomicBool>) -> thread::JoinHandle<()> {
 /// must disturb (the others' counters stay known by the agents' own counts).
 const WRITE_LINE: u32 = 6;
 
-/// Whether a HUGELAB_DEBUG_WINDOWS line ("window line N: pgfault +S agents
-/// +A runner +R ...") is the write's and shows faults beyond the agents' own.
-fn noisy_window(line: &str) -> bool {
-    if !line.starts_with(&format!("window line {WRITE_LINE}: ")) {
-        return false;
-    }
-    let field = |name: &str| -> Option<i64> {
-        let rest = line.split(&format!(" {name} +")).nth(1)?;
-        rest.split_whitespace().next()?.parse().ok()
-    };
-    match (field("pgfault"), field("agents")) {
-        (Some(system), Some(agents)) => system > agents,
-        _ => false,
-    }
-}
-
 /// `hugelab diff --json ARGS FILE` with the neighbour faulting from the
 /// start: until the first noisy window when `until_noticed`, else until
 /// the diff ends. The exit code and the JSON document.
@@ -104,7 +88,7 @@ fn diff_with_neighbour(
         thread::spawn(move || {
             let mut noticed = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if until_noticed && !noticed && noisy_window(&line) {
+                if until_noticed && !noticed && window_saw_others(&line, WRITE_LINE) {
                     noticed = true;
                     stop.store(true, Ordering::Relaxed);
                 }
@@ -129,16 +113,6 @@ fn diff_with_neighbour(
     (out.status.code().unwrap_or(-1), doc)
 }
 
-/// The row of `counter` at snapshot `snapshot` of the only workload.
-fn row<'a>(doc: &'a Value, snapshot: &str, counter: &str) -> &'a Value {
-    doc["workloads"][0]["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["snapshot"] == snapshot && r["counter"] == counter)
-        .unwrap_or_else(|| panic!("no row {snapshot} {counter}: {doc:#}"))
-}
-
 #[test]
 fn noisy_counters_are_measured_again_and_counted_apart() {
     if let Some(why) = cannot_run() {
@@ -158,7 +132,7 @@ fn noisy_counters_are_measured_again_and_counted_apart() {
     assert_eq!(t["kernel_runs"].as_u64(), Some(runs));
     assert!(runs >= 2, "the noisy first run was not run again: {doc:#}");
     assert_eq!(t["mismatches"], 0, "{doc:#}");
-    let faults = row(&doc, "end", DISTURBED);
+    let faults = diff_row(&doc, "end", DISTURBED);
     if t["noisy"] != 0 {
         // Every window of this machine sees other processes' faults
         // (compiles): each retry was taken, and what stayed noisy says why.
@@ -183,7 +157,7 @@ fn noisy_counters_are_measured_again_and_counted_apart() {
     let t = &doc["totals"];
     assert_eq!(doc["workloads"][0]["kernel_runs"], 1, "{doc:#}");
     assert!(t["noisy"].as_u64().unwrap() > 0, "{doc:#}");
-    let faults = row(&doc, "end", DISTURBED);
+    let faults = diff_row(&doc, "end", DISTURBED);
     assert_eq!(faults["verdict"], "noisy", "{faults}");
     assert!(
         faults["note"]

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{cannot_run, machine_state, state_dir, TempWorkload};
+use common::{cannot_run, diff_row, machine_state, state_dir, window_saw_others, TempWorkload};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -77,20 +77,9 @@ fn diff_with_neighbour(file: &str, state: &std::path::Path) -> (Value, bool) {
     let mut child = child;
     let stderr = child.stderr.take().unwrap();
     let watcher = thread::spawn(move || {
-        let prefix = format!("window line {WRITE_LINE}: ");
         let mut noisy = false;
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = line.strip_prefix(&prefix) {
-                let field = |name: &str| -> Option<i64> {
-                    rest.split(&format!("{name} +"))
-                        .nth(1)?
-                        .split_whitespace()
-                        .next()?
-                        .parse()
-                        .ok()
-                };
-                noisy |= matches!((field("pgfault"), field("agents")), (Some(s), Some(a)) if s > a);
-            }
+            noisy |= window_saw_others(&line, WRITE_LINE);
         }
         noisy
     });
@@ -105,15 +94,6 @@ fn diff_with_neighbour(file: &str, state: &std::path::Path) -> (Value, bool) {
         )
     });
     (doc, noisy)
-}
-
-fn row<'a>(doc: &'a Value, snapshot: &str, counter: &str) -> &'a Value {
-    doc["workloads"][0]["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["snapshot"] == snapshot && r["counter"] == counter)
-        .unwrap_or_else(|| panic!("no row {snapshot} {counter}: {doc:#}"))
 }
 
 #[test]
@@ -149,7 +129,7 @@ fn a_neighbour_allocating_the_same_size_leaves_the_write_s_counters_known() {
         ("vmstat.nr_anon_pages", 512),
         ("meminfo.AnonPages", 2048),
     ] {
-        let r = row(&doc, "written", counter);
+        let r = diff_row(&doc, "written", counter);
         assert_eq!(r["verdict"], "match", "{counter}: {r}");
         assert_eq!(r["kernel"], want, "{counter}: {r}");
     }

@@ -225,3 +225,32 @@ pub fn test_package(package: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// The row of `counter` at snapshot `snapshot` of the only workload of a
+/// `diff --json` document.
+pub fn diff_row<'a>(
+    doc: &'a serde_json::Value,
+    snapshot: &str,
+    counter: &str,
+) -> &'a serde_json::Value {
+    doc["workloads"][0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["snapshot"] == snapshot && r["counter"] == counter)
+        .unwrap_or_else(|| panic!("no row {snapshot} {counter}: {doc:#}"))
+}
+
+/// Whether a HUGELAB_DEBUG_WINDOWS line ("window line N: pgfault +S agents
+/// +A runner +R ...") is line `line`'s window and shows faults beyond the
+/// agents' own: another process faulted in it.
+pub fn window_saw_others(text: &str, line: u32) -> bool {
+    let Some(rest) = text.strip_prefix(&format!("window line {line}: ")) else {
+        return false;
+    };
+    let field = |name: &str| -> Option<i64> {
+        let after = rest.split(&format!("{name} +")).nth(1)?;
+        after.split_whitespace().next()?.parse().ok()
+    };
+    matches!((field("pgfault"), field("agents")), (Some(s), Some(a)) if s > a)
+}

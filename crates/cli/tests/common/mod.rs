@@ -245,7 +245,13 @@ pub fn diff_row<'a>(
 /// +A runner +R ...") is line `line`'s window and shows faults beyond the
 /// agents' own: another process faulted in it.
 pub fn window_saw_others(text: &str, line: u32) -> bool {
-    let Some(rest) = text.strip_prefix(&format!("window line {line}: ")) else {
+    text.starts_with(&format!("window line {line}: ")) && window_disturbed(text)
+}
+
+/// Whether a HUGELAB_DEBUG_WINDOWS window line, any line's, shows faults
+/// beyond the agents' own.
+pub fn window_disturbed(text: &str) -> bool {
+    let Some(rest) = text.strip_prefix("window line ") else {
         return false;
     };
     let field = |name: &str| -> Option<i64> {

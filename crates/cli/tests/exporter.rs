@@ -203,6 +203,19 @@ struct Exporter {
 }
 
 impl Exporter {
+    /// On a free loopback port, scanning every second under `budget` % of
+    /// a CPU.
+    fn every_second(budget: &str) -> Exporter {
+        Exporter::start(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--interval",
+            "1s",
+            "--cpu-budget",
+            budget,
+        ])
+    }
+
     fn start(args: &[&str]) -> Exporter {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hugelab"))
             .arg("exporter")
@@ -370,14 +383,7 @@ fn scrape_until_known(pid: i32) {
     // At max_ptes_none 409 (the workload's and the recommended) the THPs
     // with more than 409 zero-filled subpages are split: 508 and 511.
     let give_back = (508 + 511) * PAGE;
-    let e = Exporter::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--interval",
-        "1s",
-        "--cpu-budget",
-        "50",
-    ]);
+    let e = Exporter::every_second("50");
     let (status, _, _) = e.get("/nothing");
     assert!(status.contains(" 404 "), "{status}");
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -488,14 +494,7 @@ fn the_cpu_budget_holds() {
         return;
     }
     let start = Instant::now();
-    let e = Exporter::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--interval",
-        "1s",
-        "--cpu-budget",
-        "10",
-    ]);
+    let e = Exporter::every_second("10");
     let pid = e.child.id();
     let mut body = String::new();
     while start.elapsed() < Duration::from_secs(12) {
@@ -743,14 +742,7 @@ fn prometheus_scrapes_a_cgroups_zero_filled_thp_memory() {
             cg.replace('\\', "\\\\").replace('"', "\\\"")
         );
         let (pids, dir) = {
-            let e = Exporter::start(&[
-                "--listen",
-                "127.0.0.1:0",
-                "--interval",
-                "1s",
-                "--cpu-budget",
-                "50",
-            ]);
+            let e = Exporter::every_second("50");
             let p = Prometheus::start(&e.addr);
             let start = Instant::now();
             let mut got = None;

@@ -71,7 +71,7 @@ use hugelab_workload::{Counters, StmtKind};
 /// The agents' own faults, anonymous memory and page tables before and
 /// after a window, and whether the per-process counts stand for the
 /// workload's there (see [`own_deltas`]).
-pub(crate) struct Own {
+pub(crate) struct OwnChange {
     /// The faults the agents took in the window, failed ones included,
     /// less those outside the workload's accesses.
     pub(crate) faults: Option<i64>,
@@ -86,7 +86,7 @@ pub(crate) struct Own {
 
 /// The workload's change of each counter the agents' own counts stand for
 /// in a noisy window, with the system-wide name.
-pub(crate) fn own_deltas(own: &Own) -> Vec<(&'static str, i64)> {
+pub(crate) fn own_deltas(own: &OwnChange) -> Vec<(&'static str, i64)> {
     let page_kb = PAGE_KB as i64;
     let mut out = Vec::new();
     if let Some(f) = own.faults {
@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn the_agents_own_counts_name_the_system_counters() {
-        let own = Own {
+        let own = OwnChange {
             faults: Some(7),
             anon_kb: Some(-64),
             pte_kb: None,

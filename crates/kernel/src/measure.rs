@@ -520,6 +520,9 @@ impl Measurement {
         }
         let noisy =
             faulted.or_else(|| own_changes(stmt, self.forked, (&opened.own, &own_after), window));
+        // Another process faulted in the window, or changed anonymous
+        // memory or page tables in it.
+        let others_faulted = noisy.is_some();
         let others_collapse = self.others_collapse(stmt, collapse_allowed, agents, window);
         let reasons = [
             sizes_why,
@@ -533,8 +536,8 @@ impl Measurement {
         } else {
             BTreeSet::new()
         };
-        self.straddled(stmt, reasons[1].is_some(), window, &known);
-        self.last_noisy = reasons[1].is_some();
+        self.straddled(stmt, others_faulted, window, &known);
+        self.last_noisy = others_faulted;
         for why in reasons.into_iter().flatten() {
             taint(&mut self.tainted, &mut self.kinds, &why, window, &known);
         }
@@ -569,8 +572,9 @@ impl Measurement {
     /// this window (`noisy`) may have counted its allocation in the window
     /// before, which then looked clean. The event counters that window moved
     /// are unknown from then on. Then notes the ones this window moved, for
-    /// the next (not pgfault, nor those whose change was the agents' own). (A fault that ends in the gap between two windows is not
-    /// seen: agents start up there, so pgfault moving there says nothing.)
+    /// the next (not pgfault, nor those whose change was the agents' own).
+    /// (A fault that ends in the gap between two windows is not seen:
+    /// agents start up there, so pgfault moving there says nothing.)
     fn straddled(
         &mut self,
         stmt: &Stmt,
@@ -811,7 +815,7 @@ impl Measurement {
             (Some(b), Some(a)) if plain && b.pids == a.pids => Some((b, a)),
             _ => None,
         };
-        let own = attribute::Own {
+        let own = attribute::OwnChange {
             // A fork's faults are all the agents' own housekeeping (left out
             // of pgfault whole): the workload's are none.
             faults: if fork {

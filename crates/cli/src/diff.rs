@@ -13,9 +13,11 @@
 //! A workload is deterministic, so a counter that is unknown because of
 //! *noise* (another process's activity in its window: [`diff_noise`]) is
 //! measured again: the workload runs again on the kernel, up to `--retries`
-//! more times, while a counter is noisy in every run so far. The model runs
-//! once. Each counter is taken from a run in which it was not noisy
-//! ([`combine`]), never from a noisy run when a clean one exists, and never
+//! more times, while a counter is noisy in every run so far, or unknown
+//! because of where the run's folios were placed (kpageflags reading 0 for
+//! their pages: [`diff_noise::depends_on_placement`]). The model runs
+//! once. Each counter is taken from a run in which it was known or else not
+//! noisy ([`combine`]), never from a noisy run when a clean one exists, and never
 //! chosen for agreeing with the model: a mismatch in any clean run is a
 //! mismatch, whatever the other runs read. What is noisy in every run is
 //! counted apart (`noisy`), as is what is unknown by construction; `diff`
@@ -53,8 +55,9 @@ pub struct DiffArgs {
     #[command(flatten)]
     output: CounterOutput,
     /// Run a workload on the kernel up to N more times while a counter is
-    /// noisy (another process's activity in its window) in every run so
-    /// far; each counter is taken from a run in which it was not
+    /// noisy (another process's activity in its window), or unknown because
+    /// /proc/kpageflags read 0 for its folios' pages, in every run so far;
+    /// each counter is taken from a run in which it was not
     #[arg(long, value_name = "N", default_value_t = 2)]
     retries: usize,
     /// Fail (exit 1) on counters still noisy after the retries too, not
@@ -165,6 +168,23 @@ impl WorkloadDiff {
 
     fn count(&self, verdict: Verdict) -> usize {
         self.verdicts().filter(|v| *v == verdict).count()
+    }
+
+    /// Whether a re-run may read what this comparison could not: a noisy
+    /// counter, or one unknown because of where its folios were placed.
+    fn worth_a_rerun(&self) -> bool {
+        self.count(Verdict::Noisy) > 0 || self.rows.iter().any(Row::placed_unknown)
+    }
+}
+
+impl Row {
+    /// Unknown because kpageflags read 0 for its folios' pages in this run.
+    fn placed_unknown(&self) -> bool {
+        self.verdict == Verdict::Unknown
+            && self
+                .note
+                .as_deref()
+                .is_some_and(diff_noise::depends_on_placement)
     }
 }
 
@@ -284,7 +304,8 @@ fn is_skip(e: &anyhow::Error) -> bool {
 }
 
 /// One workload on the model, once, and on the kernel, again while a
-/// counter is noisy in every run so far (at most `--retries` more times).
+/// counter is noisy, or unknown by placement, in every run so far (at most
+/// `--retries` more times).
 fn diff_file(file: &Path, args: &DiffArgs) -> Result<Outcome> {
     // Refused before either side runs: the model would fail on its own
     // machine's memory first.
@@ -321,7 +342,7 @@ fn diff_file(file: &Path, args: &DiffArgs) -> Result<Outcome> {
     };
     let mut runs = vec![compare(&model_obs, &first)];
     let mut d = combine(&runs);
-    while d.count(Verdict::Noisy) > 0 && d.kernel_runs <= args.retries {
+    while d.worth_a_rerun() && d.kernel_runs <= args.retries {
         match kernel_run_planned(&plan, |k| Ok(run_file(k, file)?)) {
             Ok(obs) => runs.push(compare(&model_obs, &obs)),
             // The machine cannot run it again now (a pool it could fill
@@ -335,8 +356,9 @@ fn diff_file(file: &Path, args: &DiffArgs) -> Result<Outcome> {
 }
 
 /// The comparison of one workload from the comparisons of its kernel runs
-/// (first run first): each counter from the first run in which it was not
-/// noisy, or from the first clean run that mismatches, if one does — a
+/// (first run first): each counter from the first run in which it was
+/// known, else the first in which it was not noisy (unknown by placement
+/// or construction), or from the first clean run that mismatches, if one does — a
 /// mismatch in a clean window is a mismatch even if another run matches:
 /// the runs are not searched for agreement. A counter noisy in every run is
 /// taken from the first. The calls and kills are taken from the first run
@@ -387,9 +409,11 @@ fn combine(runs: &[WorkloadDiff]) -> WorkloadDiff {
 /// [`combine`]).
 fn pick(mut rows: Vec<Row>) -> Row {
     let clean = |r: &Row| r.verdict != Verdict::Noisy;
+    let known = |r: &Row| clean(r) && !r.placed_unknown();
     let at = rows
         .iter()
         .position(|r| clean(r) && r.verdict == Verdict::Mismatch)
+        .or_else(|| rows.iter().position(known))
         .or_else(|| rows.iter().position(clean))
         .unwrap_or(0);
     rows.swap_remove(at)
@@ -865,6 +889,38 @@ mod tests {
                 row(FAULTS, Some(5), Verdict::Mismatch, 2),
             ]
         );
+    }
+
+    #[test]
+    fn folios_unknown_by_placement_come_from_a_run_that_read_them() {
+        const PLACED: &str =
+            "/proc/kpageflags read 0 for 3 pages of a's region r, so their folios are not known";
+        let placed = obs("kernel", &[(FAULTS, 4)], &[(ANON, PLACED)]);
+        let d = compare(&obs("model", &[(FAULTS, 4), (ANON, 512)], &[]), &placed);
+        // Not noise, yet worth a re-run.
+        assert_eq!(d.count(Verdict::Noisy), 0);
+        assert!(d.worth_a_rerun());
+        let read = obs("kernel", &[(FAULTS, 4), (ANON, 512)], &[]);
+        assert_eq!(
+            combined(&[placed.clone(), read]),
+            [
+                row(ANON, Some(512), Verdict::Match, 2),
+                row(FAULTS, Some(4), Verdict::Match, 1),
+            ]
+        );
+        // Unknown by placement in one run, noisy in the other: the run
+        // that was not noisy, still unknown.
+        let noisy = obs("kernel", &[(FAULTS, 4)], &[(ANON, NOISE)]);
+        assert_eq!(
+            combined(&[noisy, placed]),
+            [
+                row(ANON, None, Verdict::Unknown, 2),
+                row(FAULTS, Some(4), Verdict::Match, 1),
+            ]
+        );
+        // A fork's unknowns are no reason to run again.
+        let forked = obs("kernel", &[(FAULTS, 4)], &[(ANON, FORKED)]);
+        assert!(!compare(&obs("model", &[(FAULTS, 4), (ANON, 512)], &[]), &forked).worth_a_rerun());
     }
 
     #[test]

@@ -8,9 +8,15 @@
 //! process was killed, khugepaged passes with a `pages_to_scan` that is not
 //! a multiple of 512), so re-running would only cost time.
 //!
+//! Between the two lies *placement* ([`depends_on_placement`]): which
+//! physical pages a run's folios get is the machine's choice, and on these
+//! VMs /proc/kpageflags reads 0 for whole 2 MiB blocks of them, so a
+//! region's folios are unknown in one run and known in the next. It is no
+//! other process's doing (not noise), but a re-run may well not meet it.
+//!
 //! This is the one place that tells them apart: `diff` re-runs a workload
-//! for noise only (`--retries`), and counts what stays noisy apart from
-//! what is unknown by construction. The kernel backend's reasons are
+//! for noise and placement only (`--retries`), and counts what stays noisy
+//! apart from what is unknown by construction (placement included). The kernel backend's reasons are
 //! sentences (crates/kernel/src/measure.rs and khugepaged.rs); those of
 //! foreign activity start with one of [`NOISE`] or say one of
 //! [`NOISE_SAYS`], and a new reason of that kind must be listed there.
@@ -33,6 +39,16 @@ const NOISE: &[&str] = &[
 /// process's".
 const NOISE_SAYS: &[&str] = &["kswapd's or another process's"];
 
+/// How the reasons that depend on where a run's folios were placed start.
+const PLACEMENT: &[&str] = &["/proc/kpageflags read 0"];
+
+/// Whether an `unknown` reason is one a re-run may not meet although it is
+/// no other process's doing (see the module doc).
+pub(crate) fn depends_on_placement(why: &str) -> bool {
+    let why = why.trim_start();
+    PLACEMENT.iter().any(|start| why.starts_with(start))
+}
+
 /// Whether an `unknown` reason is noise (see the module doc).
 pub(crate) fn is_noise(why: &str) -> bool {
     let why = why.trim_start().to_lowercase();
@@ -42,7 +58,7 @@ pub(crate) fn is_noise(why: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_noise;
+    use super::{depends_on_placement, is_noise};
 
     #[test]
     fn foreign_activity_is_noise_and_the_workloads_own_reasons_are_not() {
@@ -73,5 +89,14 @@ mod tests {
         for why in by_construction {
             assert!(!is_noise(why), "{why}");
         }
+        let placement = by_construction
+            .iter()
+            .filter(|why| depends_on_placement(why))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            placement,
+            [&"/proc/kpageflags read 0 for 3 pages of a's region r, so their folios are not known"]
+        );
+        assert!(noise.iter().all(|why| !depends_on_placement(why)));
     }
 }

@@ -37,7 +37,14 @@ const NOISE: &[&str] = &[
 /// say (compared without case): "pgdeactivate +1 during line N, a `munmap`,
 /// which moves no folio between the LRU lists: kswapd's or another
 /// process's".
-const NOISE_SAYS: &[&str] = &["kswapd's or another process's"];
+///
+/// "mthp.64kB.nr_anon: the windows' sum is 3, but the workload's mappings
+/// hold 2: another process's folios moved it unseen (...)" (crates/kernel's
+/// census) reads "the windows' sum is ..." first.
+const NOISE_SAYS: &[&str] = &[
+    "kswapd's or another process's",
+    "another process's folios moved it unseen",
+];
 
 /// How the reasons that depend on where a run's folios were placed start.
 const PLACEMENT: &[&str] = &["/proc/kpageflags read 0"];
@@ -71,6 +78,7 @@ mod tests {
             "khugepaged collapsed memory on its own before line 12",
             "khugepaged collapsed memory during line 12",
             "pgdeactivate +1 during line 6, a `munmap`, which moves no folio between the LRU lists: kswapd's or another process's",
+            "the windows' sum is 0, but the workload's mappings hold 1: another process's folios moved it unseen (freed or split without a fault of its own)",
         ];
         let by_construction = [
             "fork (line 5) copied the agent's own memory and page tables too",

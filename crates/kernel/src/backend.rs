@@ -21,6 +21,7 @@ use crate::agents::Agents;
 use crate::error::KernelError;
 use crate::guard::SettingsGuard;
 use crate::khugepaged::KhugepagedHold;
+use crate::census::Census;
 use crate::measure::{rcu_settle, read_process, settle_dead_mms, Measurement};
 use crate::memcg::{Memcg, RunMemcg};
 use crate::{gup, huge_memory, khugepaged, machine, madvise, memcg, memory, mmap, mprotect};
@@ -270,7 +271,8 @@ impl Backend for KernelBackend {
                 unknown.insert(format!("stat.{name}.minflt"), why.clone());
             }
         }
-        Ok(self.measure.judge(c, unknown))
+        let census = Census::of(&self.agents, self.measure.ever_pinned());
+        Ok(self.measure.judge_counted(c, unknown, &census))
     }
 }
 

@@ -25,6 +25,7 @@ mod agents;
 mod attribute;
 pub mod backend;
 mod call;
+mod census;
 pub mod command;
 pub mod damon;
 pub mod damon_view;

@@ -69,6 +69,7 @@
 
 use crate::agents::Agents;
 use crate::attribute::{self, Touched};
+use crate::census::Census;
 use crate::call::{failed, Call};
 use crate::error::KernelError;
 use crate::modes::{Modes, ThpModes};
@@ -1194,6 +1195,45 @@ impl Measurement {
             counters: c,
             unknown,
         }
+    }
+
+    /// [`Measurement::judge`], with the workload's own count of its large
+    /// folios (see [`crate::census`]) standing in for the gauges the
+    /// windows' sums cannot give, and checking those they can: a trusted
+    /// sum the count contradicts is unknown.
+    pub(crate) fn judge_counted(
+        &self,
+        c: Counters,
+        mut unknown: BTreeMap<String, String>,
+        census: &Census,
+    ) -> Reading {
+        let mut counted = Vec::new();
+        if let (None, Some(gauges)) = (&self.unstable, census.gauges()) {
+            for (name, n) in gauges {
+                let Some(&sum) = c.get(&name) else { continue };
+                if self.distrust(&name).is_some() {
+                    counted.push((name, n));
+                } else if sum != n {
+                    unknown.insert(
+                        name,
+                        format!(
+                            "the windows' sum is {sum}, but the workload's mappings hold {n}: another process's folios moved it unseen (freed or split without a fault of its own)"
+                        ),
+                    );
+                }
+            }
+        }
+        let mut r = self.judge(c, unknown);
+        for (name, n) in counted {
+            r.unknown.remove(&name);
+            r.counters.insert(name, n);
+        }
+        r
+    }
+
+    /// Whether a `pin` ran so far.
+    pub(crate) fn ever_pinned(&self) -> bool {
+        self.pinned
     }
 
     /// Why a system-wide counter cannot be trusted now, if it cannot.

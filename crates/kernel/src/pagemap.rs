@@ -120,6 +120,22 @@ pub struct FolioScan {
     pub unknown_pages: u64,
     /// present PTEs mapping the shared zero page, and PMDs mapping the huge zero folio (counts in 4K pages)
     pub zero_pages: u64,
+    /// the large folios (order ≥ 2) among `total`, each once, by head PFN;
+    /// an order-9 one listed again for each huge PMD mapping it, so that
+    /// scans of several ranges and processes can be joined
+    /// (`crate::census`)
+    pub large: Vec<LargeFolio>,
+}
+
+/// One large folio seen by [`scan_folios`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LargeFolio {
+    pub head: Pfn,
+    pub order: u8,
+    /// The first address the scan found it at.
+    pub addr: u64,
+    /// Seen mapped by a huge PMD.
+    pub pmd: bool,
 }
 
 impl FolioScan {
@@ -781,6 +797,12 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
                 scan.total[HPAGE_PMD_ORDER as usize] += 1;
                 scan.pmd_mapped += 1;
             }
+            scan.large.push(LargeFolio {
+                head: e.pfn,
+                order: HPAGE_PMD_ORDER as u8,
+                addr: e.addr,
+                pmd: true,
+            });
             continue;
         }
         if f == 0 {
@@ -829,6 +851,14 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
         };
         if seen.insert(head) {
             scan.total[order as usize] += 1;
+            if order >= 2 {
+                scan.large.push(LargeFolio {
+                    head: Pfn(head),
+                    order,
+                    addr: e.addr,
+                    pmd: false,
+                });
+            }
         }
     }
     Ok(())
@@ -1027,7 +1057,28 @@ mod tests {
                 total,
                 pmd_mapped: 1,
                 unknown_pages: 4,
-                zero_pages: 1
+                zero_pages: 1,
+                // Each large folio once, where first seen, in scan order.
+                large: vec![
+                    LargeFolio {
+                        head: Pfn(0x1000),
+                        order: 9,
+                        addr: 0x1001 << 12,
+                        pmd: false
+                    },
+                    LargeFolio {
+                        head: Pfn(0x3000),
+                        order: 9,
+                        addr: 0x3000 << 12,
+                        pmd: true
+                    },
+                    LargeFolio {
+                        head: Pfn(0x5010),
+                        order: 4,
+                        addr: 0x5012 << 12,
+                        pmd: false
+                    },
+                ],
             }
         );
         assert_eq!(scan.pte_mapped(9), 1);

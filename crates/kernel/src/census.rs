@@ -1,0 +1,234 @@
+//! The workload's anonymous large folios, counted in its own mappings.
+//!
+//! Three system-wide gauges count anonymous large folios (Linux 6.18):
+//! `mthp.<size>.nr_anon` (MTHP_STAT_NR_ANON: up when a folio of that order
+//! becomes anonymous, `folio_add_new_anon_rmap`; down when it is freed,
+//! `__free_pages_prepare`, or split, `__split_unmapped_folio`), and
+//! NR_ANON_THPS (`vmstat.nr_anon_transparent_hugepages`, `meminfo.AnonHugePages`:
+//! a PMD-order folio while a huge PMD maps it, `__folio_add_anon_rmap` and
+//! `__folio_remove_rmap` at RMAP_LEVEL_PMD). An anonymous folio lives while
+//! something maps it, so at a reading the workload's share of each is what
+//! its agents' private anonymous regions map, each folio once however many
+//! processes share it after a fork (pagemap and kpageflags: the head PFN,
+//! the order, a huge PMD).
+//!
+//! That count is the workload's where the windows' sums cannot be: after
+//! another process moved the gauge unseen in a noisy window, or after a
+//! fork or a kill moved the agents' own memory too. [`Census`] stands only
+//! when every folio the workload holds is mapped where the scan looks:
+//! - no page of a region swapped out or under migration (a folio in the
+//!   swap cache or being migrated lives unmapped);
+//! - nothing ever pinned (a pinned folio outlives its unmapping);
+//! - kpageflags read every mapped page (0 means unknown, see
+//!   [`crate::pagemap`]).
+//!
+//! And it is checked: where the windows' sum is trusted and the count
+//! differs, the reading says so and the counter is unknown (see
+//! `Measurement::judge`).
+
+use crate::agents::Agents;
+use crate::pagemap::{self, FolioScan};
+use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB};
+use std::collections::HashMap;
+
+/// The most memory of private anonymous regions a reading counts the
+/// folios of: the scan costs time in proportion (about 15 ms per GiB of
+/// small folios, see crate::pagemap), at every reading.
+const CENSUS_MAX: u64 = 1 << 30;
+
+/// The anonymous large folios of the workload's regions at one reading.
+#[derive(Default)]
+pub(crate) struct Census {
+    /// Head PFN → order, and whether a huge PMD maps it.
+    folios: HashMap<u64, (u8, bool)>,
+    /// Why the count is not the workload's, if it is not (the first
+    /// reason found).
+    invalid: Option<String>,
+}
+
+impl Census {
+    /// The census of a reading in which a region of the workload may have
+    /// been pinned (`pinned`: a `pin` ran at some point).
+    pub(crate) fn new(pinned: bool) -> Census {
+        Census {
+            folios: HashMap::new(),
+            invalid: pinned.then(|| "a folio pinned by the workload may outlive its mappings".into()),
+        }
+    }
+
+    /// The census of the agents' private anonymous regions now; `pinned`:
+    /// a `pin` ran at some point.
+    pub(crate) fn of(agents: &Agents, pinned: bool) -> Census {
+        let mut census = Census::new(pinned);
+        let regions = || {
+            agents.procs.iter().flat_map(|(name, p)| {
+                p.regions
+                    .iter()
+                    .filter(|(_, r)| r.anon)
+                    .map(move |(region, r)| (name, p.agent.pid, region, r.start, r.len))
+            })
+        };
+        let bytes: u64 = regions().map(|(.., len)| len).sum();
+        if bytes > CENSUS_MAX {
+            census.invalid = Some(format!(
+                "the workload's anonymous regions span {} MiB, more than a reading scans",
+                bytes >> 20
+            ));
+        }
+        for (name, pid, region, start, len) in regions() {
+            if census.invalid.is_some() {
+                break;
+            }
+            match pagemap::scan_folios(pid, start, start + len) {
+                Ok(scan) => census.add((name, region), pid, (start, start + len), &scan),
+                Err(e) => census.invalid = Some(e.to_string()),
+            }
+        }
+        census
+    }
+
+    /// Adds the folios `scan` found in `[start, end)` of `pid`, the region
+    /// `region` of agent `name` (the scan may cover more: whole VMAs).
+    /// Only a private anonymous region's folios are anonymous ones.
+    pub(crate) fn add(
+        &mut self,
+        (name, region): (&str, &str),
+        pid: i32,
+        (start, end): (u64, u64),
+        scan: &FolioScan,
+    ) {
+        if self.invalid.is_some() {
+            return;
+        }
+        if scan.unknown_pages > 0 {
+            self.invalid = Some(format!(
+                "/proc/kpageflags read 0 for {} pages of {name}'s region {region}",
+                scan.unknown_pages
+            ));
+            return;
+        }
+        match pagemap::swapped_in(pid, start, end) {
+            Ok(false) => {}
+            Ok(true) => {
+                self.invalid = Some(format!(
+                    "a page of {name}'s region {region} is swapped out or under migration"
+                ));
+                return;
+            }
+            Err(e) => {
+                self.invalid = Some(e.to_string());
+                return;
+            }
+        }
+        for f in scan.large.iter().filter(|f| (start..end).contains(&f.addr)) {
+            let e = self.folios.entry(f.head.0).or_insert((f.order, false));
+            e.1 |= f.pmd;
+        }
+    }
+
+    /// Each gauge the count gives, with its value; None when the count is
+    /// not the workload's.
+    pub(crate) fn gauges(&self) -> Option<Vec<(String, i64)>> {
+        if self.invalid.is_some() {
+            return None;
+        }
+        let mut per_order = [0i64; HPAGE_PMD_ORDER as usize + 1];
+        let mut pmd_mapped = 0;
+        for &(order, pmd) in self.folios.values() {
+            per_order[order as usize] += 1;
+            pmd_mapped += i64::from(pmd && u32::from(order) == HPAGE_PMD_ORDER);
+        }
+        let mut out: Vec<(String, i64)> = (2..per_order.len())
+            .map(|o| (format!("mthp.{}kB.nr_anon", PAGE_KB << o), per_order[o]))
+            .collect();
+        out.push(("vmstat.nr_anon_transparent_hugepages".into(), pmd_mapped));
+        out.push((
+            "meminfo.AnonHugePages".into(),
+            pmd_mapped * (PAGE_KB << HPAGE_PMD_ORDER) as i64,
+        ));
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pagemap::LargeFolio;
+    use hugelab_workload::units::Pfn;
+
+    fn scan(large: &[(u64, u8, u64, bool)]) -> FolioScan {
+        FolioScan {
+            large: large
+                .iter()
+                .map(|&(head, order, addr, pmd)| LargeFolio {
+                    head: Pfn(head),
+                    order,
+                    addr,
+                    pmd,
+                })
+                .collect(),
+            ..FolioScan::default()
+        }
+    }
+
+    fn value(c: &Census, name: &str) -> i64 {
+        let g = c.gauges().unwrap();
+        g.iter().find(|(n, _)| n == name).unwrap().1
+    }
+
+    /// Our own pid's address 0..4096 has nothing swapped: the scans below
+    /// stand for regions there.
+    fn pid() -> i32 {
+        std::process::id() as i32
+    }
+
+    #[test]
+    fn a_folio_shared_after_fork_counts_once_and_a_pmd_anywhere_makes_it_a_thp() {
+        let me = pid();
+        let mut c = Census::new(false);
+        // Parent: a THP by PTEs (its PMD split) and a 64K folio.
+        c.add(
+            ("a", "r"),
+            me,
+            (0, 1 << 30),
+            &scan(&[(512, 9, 0x1000, false), (64, 4, 0x200000, false)]),
+        );
+        // Child: the same THP by a huge PMD, the same 64K folio, a 16K one.
+        c.add(
+            ("b", "r"),
+            me,
+            (0, 1 << 30),
+            &scan(&[(512, 9, 0x0, true), (64, 4, 0x200000, false), (8, 2, 0x300000, false)]),
+        );
+        assert_eq!(value(&c, "mthp.2048kB.nr_anon"), 1);
+        assert_eq!(value(&c, "mthp.64kB.nr_anon"), 1);
+        assert_eq!(value(&c, "mthp.16kB.nr_anon"), 1);
+        assert_eq!(value(&c, "mthp.32kB.nr_anon"), 0);
+        assert_eq!(value(&c, "vmstat.nr_anon_transparent_hugepages"), 1);
+        assert_eq!(value(&c, "meminfo.AnonHugePages"), 2048);
+    }
+
+    #[test]
+    fn folios_outside_the_region_are_not_the_workloads() {
+        let mut c = Census::new(false);
+        // The scan covered the whole VMA; the region is its second MiB.
+        c.add(
+            ("a", "r"),
+            pid(),
+            (0x100000, 0x200000),
+            &scan(&[(64, 4, 0x0, false), (80, 4, 0x100000, false)]),
+        );
+        assert_eq!(value(&c, "mthp.64kB.nr_anon"), 1);
+    }
+
+    #[test]
+    fn unknown_pages_and_pins_leave_no_count() {
+        let mut c = Census::new(false);
+        let mut s = scan(&[(64, 4, 0x1000, false)]);
+        s.unknown_pages = 3;
+        c.add(("a", "r"), pid(), (0, 1 << 20), &s);
+        assert!(c.gauges().is_none());
+        assert!(c.invalid.unwrap().contains("read 0 for 3 pages of a's region r"));
+        assert!(Census::new(true).gauges().is_none());
+    }
+}

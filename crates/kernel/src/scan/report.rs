@@ -261,6 +261,10 @@ pub fn to_json(scan: &ScanReport) -> Value {
                 "unclassified_kb": s.unclassified_kb(),
                 "zero_page_kb": s.zero_page_kb(),
                 "folio_pages": s.folio_pages,
+                // The ranking's figures (0 without contents but thp_kb).
+                "thp_kb": p.thp_kb,
+                "zero_filled_kb": p.zero_filled_kb,
+                "freed_kb": p.freed_kb,
             });
             if scan.rollup.is_none() {
                 j["vmas"] = s.vmas.iter().map(vma_json).collect();

@@ -28,7 +28,6 @@ mod record_write;
 mod run;
 mod scan;
 mod scan_print;
-mod scan_report;
 mod settings;
 mod settings_activity;
 mod svg;

@@ -3,15 +3,17 @@
 //! what the deferred split shrinker would give back. Live tool: uses only
 //! the kernel crate's readers.
 //!
-//! Laid out as `bench` is: this file takes the arguments and scans;
-//! `scan_report.rs` ([`ScanReport::compute`]) works every figure out once
-//! (each process's shape, report and rank); `scan_print.rs` only prints
-//! them (text, JSON, SVG).
+//! Laid out as `bench` is: this file takes the arguments; the kernel
+//! crate's `scan::report` scans the processes they select
+//! ([`scan_selected`]), works every figure out once ([`ScanReport::compute`]:
+//! each process's shape, report and rank) and writes the JSON (the Python
+//! package's `scan` shares all of that); `scan_print.rs` prints the text and
+//! SVG.
 
 use crate::scan_print;
-use crate::scan_report::{Choices, ScanReport, Scanned};
 use anyhow::{bail, Result};
 use clap::Args;
+use hugelab_kernel::scan::report::{self, scan_selected, Choices, ScanReport, Selection};
 use hugelab_kernel::scan::{self, ScanOptions};
 use hugelab_workload::tunables::MAX_PTES_LIMIT;
 use hugelab_workload::units::{PAGE_SHIFT, PMD_SHIFT};
@@ -66,12 +68,20 @@ pub struct ScanArgs {
 
 pub fn main(args: ScanArgs) -> Result<ExitCode> {
     let cont_orders = check_args(&args)?;
-    hugelab_kernel::guard::require_root(
-        "hugelab scan needs root: page frame numbers in /proc/PID/pagemap, /proc/kpageflags and other processes' /proc/PID/mem are root-only",
-    )?;
+    report::require_root()?;
     let mut settings = scan::shrinker_settings()?;
     settings.max_ptes_none = args.max_ptes_none.unwrap_or(settings.max_ptes_none);
-    let scanned = scan_processes(&args, &cont_orders)?;
+    let opts = ScanOptions {
+        content: !args.shape_only,
+        cont_orders: cont_orders.clone(),
+        range: None,
+        threads: 0,
+        pace: None,
+    };
+    let scanned = scan_selected(&args.selection(), &opts)?;
+    for p in &scanned.repeated {
+        eprintln!("hugelab: note: --pid {p} was given more than once; it is scanned once");
+    }
     let report = ScanReport::compute(&args.choices(), scanned, settings, &cont_orders);
     if let Some(path) = &args.svg {
         scan_print::write_svg(&report, path)?;
@@ -79,7 +89,7 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
     if args.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&scan_print::to_json(&report))?
+            serde_json::to_string_pretty(&report::to_json(&report))?
         );
     } else {
         print!("{}", scan_print::render(&report));
@@ -91,6 +101,15 @@ pub fn main(args: ScanArgs) -> Result<ExitCode> {
 const DEFAULT_TOP: usize = 10;
 
 impl ScanArgs {
+    /// The processes the arguments select.
+    fn selection(&self) -> Selection {
+        match (&self.cgroup, self.all) {
+            (Some(cg), _) => Selection::Cgroup(cg.clone()),
+            (None, true) => Selection::All,
+            (None, false) => Selection::Pids(self.pids.clone()),
+        }
+    }
+
     /// What the arguments choose of the report.
     fn choices(&self) -> Choices<'_> {
         Choices {
@@ -151,55 +170,4 @@ fn check_args(args: &ScanArgs) -> Result<Vec<u32>> {
         cont_orders.push(pages.trailing_zeros());
     }
     Ok(cont_orders)
-}
-
-/// Scans the processes the arguments select.
-fn scan_processes(args: &ScanArgs, cont_orders: &[u32]) -> Result<Scanned> {
-    let strict = !args.pids.is_empty();
-    let pids = if strict {
-        // A pid given twice is one process: scanning it twice would count
-        // its memory twice.
-        let mut pids = Vec::with_capacity(args.pids.len());
-        for &p in &args.pids {
-            if pids.contains(&p) {
-                eprintln!("hugelab: note: --pid {p} was given more than once; it is scanned once");
-            } else {
-                pids.push(p);
-            }
-        }
-        pids
-    } else if let Some(cg) = &args.cgroup {
-        scan::cgroup_pids(cg)?
-    } else {
-        let me = std::process::id() as i32;
-        scan::all_pids()?.into_iter().filter(|&p| p != me).collect()
-    };
-    let opts = ScanOptions {
-        content: !args.shape_only,
-        cont_orders: cont_orders.to_vec(),
-        range: None,
-        threads: 0,
-        pace: None,
-    };
-    let mut out = Scanned {
-        scans: Vec::new(),
-        gone: 0,
-        denied: 0,
-        strict,
-    };
-    for pid in pids {
-        match scan::scan_process(pid, &opts) {
-            // No memory: a kernel thread, or a process that exited after
-            // the listing and is a zombie now (counted as exited).
-            Ok(s) if !strict && s.vmas.is_empty() => out.gone += u64::from(scan::has_exited(pid)),
-            Ok(s) => out.scans.push(s),
-            Err(e) if !strict && scan::is_gone(&e) => out.gone += 1,
-            Err(e) if !strict && scan::is_denied(&e) => out.denied += 1,
-            Err(e) if scan::is_gone(&e) => {
-                bail!("process {pid} does not exist or exited during the scan ({e})")
-            }
-            Err(e) => bail!("scanning process {pid}: {e}"),
-        }
-    }
-    Ok(out)
 }

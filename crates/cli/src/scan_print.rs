@@ -1,13 +1,12 @@
 //! The printing of `hugelab scan`'s [`ScanReport`]: the text, conclusion
-//! first ([`render`]), every figure as JSON ([`to_json`]) and the
-//! utilization histogram of everything scanned as SVG ([`write_svg`]). They
-//! compute nothing: `scan_report.rs` did.
+//! first ([`render`]), and the utilization histogram of everything scanned
+//! as SVG ([`write_svg`]). They compute nothing: the kernel crate's
+//! `scan::report` did (and writes the JSON).
 
-use crate::scan_report::{Process, ScanReport};
 use crate::table;
 use anyhow::{bail, Result};
-use hugelab_kernel::scan::{shape::Shape, ProcessScan, VmaScan};
-use serde_json::{json, Value};
+use hugelab_kernel::scan::report::{Process, ScanReport};
+use hugelab_kernel::scan::{shape::Shape, ProcessScan};
 use std::path::Path;
 
 /// VMAs of a process printed without --vmas.
@@ -32,50 +31,6 @@ pub fn write_svg(scan: &ScanReport, path: &Path) -> Result<()> {
         ),
     };
     crate::utilization_view::write_svg(&title, &[("scan", report)], path)
-}
-
-pub fn to_json(scan: &ScanReport) -> Value {
-    let procs: Vec<Value> = scan
-        .shown
-        .iter()
-        .map(|p| {
-            let s = &p.scan;
-            let mut j = json!({
-                "pid": s.pid,
-                "comm": s.comm,
-                "shape": shape_json(&p.shape),
-                "unclassified_kb": s.unclassified_kb(),
-                "zero_page_kb": s.zero_page_kb(),
-                "folio_pages": s.folio_pages,
-            });
-            if scan.rollup.is_none() {
-                j["vmas"] = s.vmas.iter().map(vma_json).collect();
-                if let Some(r) = &p.report {
-                    j["utilization"] = serde_json::to_value(r).unwrap_or(Value::Null);
-                }
-            }
-            j
-        })
-        .collect();
-    let mut out = json!({
-        "content_read": scan.content,
-        "processes": procs,
-        // Every process unless --top is given.
-        "processes_left_out": if scan.top_given { scan.left_out } else { 0 },
-        "exited_during_scan": scan.gone,
-        "not_readable": scan.denied,
-    });
-    if let Some(r) = &scan.rollup {
-        out["rollup"] = json!({
-            "shape": shape_json(&r.shape),
-            "unclassified_kb": r.unclassified_kb,
-            "zero_page_kb": r.zero_page_kb,
-        });
-        if let Some(u) = &r.report {
-            out["rollup"]["utilization"] = serde_json::to_value(u).unwrap_or(Value::Null);
-        }
-    }
-    out
 }
 
 /// The text, conclusion first.
@@ -181,14 +136,6 @@ fn ranking(scan: &ScanReport) -> String {
     out
 }
 
-fn vma_json(v: &VmaScan) -> Value {
-    let mut j = serde_json::to_value(&v.vma).unwrap_or(Value::Null);
-    j["shape"] = shape_json(&v.shape);
-    j["unclassified_kb"] = v.unclassified_kb.into();
-    j["zero_page_kb"] = v.zero_page_kb.into();
-    j
-}
-
 /// The figures of a process's VMAs: every one with --vmas, else the
 /// DEFAULT_VMAS with the most THP memory (in address order) and a line on
 /// how many more there are.
@@ -248,14 +195,6 @@ fn vma_rows(s: &ProcessScan, all: bool) -> String {
     };
     let header = ["VMA", "figure", "kB", "%"].map(String::from);
     head + &table::render_text(&header, &rows)
-}
-
-fn shape_json(s: &Shape) -> Value {
-    let mut m = serde_json::Map::new();
-    for (label, kb, _) in s.labels() {
-        m.insert(label, kb.into());
-    }
-    Value::Object(m)
 }
 
 /// The figures that are not zero, with thpmaps's percentage.

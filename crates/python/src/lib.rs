@@ -2,7 +2,7 @@
 //! model runs in-process, through `hugelab_compare` as `hugelab run`,
 //! `hugelab compare`, `hugelab explain` and `hugelab utilization` run it; each function returns JSON (the documents the
 //! CLI's `--json` prints) that `hugelab/__init__.py` turns into result
-//! objects and pandas DataFrames.
+//! objects and pandas DataFrames. `scan.rs` is the live `hugelab scan`.
 //!
 //! Errors become the exceptions of `hugelab._errors`, carrying the CLI's
 //! message (`file:line:col: ...`) and, for a workload's, its place.
@@ -19,6 +19,8 @@ use hugelab_workload::{stream_file, ParseError, RunError, Statements};
 use pyo3::prelude::*;
 use std::io::Cursor;
 use std::path::Path;
+
+mod scan;
 
 /// What a workload given as text is called in messages.
 const TEXT_NAME: &str = "<string>";
@@ -295,6 +297,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(explain_faults, m)?)?;
     m.add_function(wrap_pyfunction!(utilization, m)?)?;
     m.add_function(wrap_pyfunction!(counters, m)?)?;
+    m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -25,6 +25,7 @@
 //! Needs root (PFNs, kpageflags, another process's mem). Reads only.
 
 pub mod content;
+pub mod report;
 pub mod shape;
 pub mod vmas;
 

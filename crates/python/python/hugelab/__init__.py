@@ -6,7 +6,8 @@ snapshot, :func:`compare` runs one under several settings and returns the
 figures ``hugelab compare`` prints as pandas DataFrames, :func:`explain` says why
 each fault got the folio size it got, :func:`utilization` how full the large
 folios are and what the deferred split shrinker would give back, :func:`counters` is the counter
-registry.
+registry, and :func:`scan` (root) how full the huge pages of running
+processes are.
 
 A workload is a path to a ``.hlw``, ``.hlw.gz`` or ``.hlw.zst`` file (a
 ``str`` ending so, or any ``os.PathLike``) or a ``str`` of .hlw text. A
@@ -29,6 +30,7 @@ import pandas as pd
 
 from . import _native
 from ._errors import Error, MachineError, SettingError, WorkloadError
+from ._scan import ScanResult, scan
 
 __all__ = [
     "run",
@@ -36,6 +38,8 @@ __all__ = [
     "explain",
     "utilization",
     "counters",
+    "scan",
+    "ScanResult",
     "RunResult",
     "Comparison",
     "Explanation",
@@ -514,3 +518,4 @@ def counters() -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows)
+

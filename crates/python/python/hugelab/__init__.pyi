@@ -9,6 +9,8 @@ from ._errors import Error as Error
 from ._errors import MachineError as MachineError
 from ._errors import SettingError as SettingError
 from ._errors import WorkloadError as WorkloadError
+from ._scan import ScanResult as ScanResult
+from ._scan import scan as scan
 
 __version__: str
 

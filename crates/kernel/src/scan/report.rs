@@ -1,14 +1,89 @@
-//! The figures of `hugelab scan`, worked out once before any is printed
-//! ([`ScanReport::compute`]): each process's shape, utilization report and
-//! rank, which processes are shown, and the rollup over all of them.
-//! `scan_print.rs` prints them as text, JSON or SVG.
+//! The figures of `hugelab scan` (and of the Python package's `scan`),
+//! worked out once before any is printed: which processes are scanned
+//! ([`scan_selected`]), each one's shape, utilization report and rank, which
+//! are shown, the rollup over all of them ([`ScanReport::compute`]), and
+//! every figure as JSON ([`to_json`], `hugelab scan --json`'s document). The
+//! CLI prints them as text or SVG.
 
-use hugelab_kernel::scan::{shape::Shape, ProcessScan};
+use super::{all_pids, cgroup_pids, has_exited, is_denied, is_gone, scan_process};
+use super::{shape::Shape, ProcessScan, ScanOptions, VmaScan};
+use crate::error::{KernelError, Result};
 use hugelab_workload::units::PAGE_KB;
 use hugelab_workload::utilization::{
     utilization_report, FolioUse, ShrinkerSettings, UtilizationReport,
 };
-use std::path::Path;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// Why a scan needs root, as the refusal says it.
+pub const NEEDS_ROOT: &str = "hugelab scan needs root: page frame numbers in /proc/PID/pagemap, /proc/kpageflags and other processes' /proc/PID/mem are root-only";
+
+/// Refuses, in [`NEEDS_ROOT`]'s words, unless this is root.
+pub fn require_root() -> Result<()> {
+    crate::guard::require_root(NEEDS_ROOT)
+}
+
+/// The processes to scan.
+pub enum Selection {
+    /// These (a pid given twice is scanned once): each must be scanned.
+    Pids(Vec<i32>),
+    /// Every process of this cgroup directory and its descendants.
+    Cgroup(PathBuf),
+    /// Every process of the machine but this one.
+    All,
+}
+
+/// Scans the processes `what` selects. With [`Selection::Pids`], a process
+/// that does not exist or cannot be read is an error; otherwise it is
+/// counted (exited, not readable) and left out.
+pub fn scan_selected(what: &Selection, opts: &ScanOptions) -> Result<Scanned> {
+    let strict = matches!(what, Selection::Pids(_));
+    let mut repeated = Vec::new();
+    let pids = match what {
+        Selection::Pids(given) => {
+            // A pid given twice is one process: scanning it twice would
+            // count its memory twice.
+            let mut pids = Vec::with_capacity(given.len());
+            for &p in given {
+                if pids.contains(&p) {
+                    repeated.push(p);
+                } else {
+                    pids.push(p);
+                }
+            }
+            pids
+        }
+        Selection::Cgroup(cg) => cgroup_pids(cg)?,
+        Selection::All => {
+            let me = std::process::id() as i32;
+            all_pids()?.into_iter().filter(|&p| p != me).collect()
+        }
+    };
+    let mut out = Scanned {
+        scans: Vec::new(),
+        gone: 0,
+        denied: 0,
+        strict,
+        repeated,
+    };
+    for pid in pids {
+        match scan_process(pid, opts) {
+            // No memory: a kernel thread, or a process that exited after
+            // the listing and is a zombie now (counted as exited).
+            Ok(s) if !strict && s.vmas.is_empty() => out.gone += u64::from(has_exited(pid)),
+            Ok(s) => out.scans.push(s),
+            Err(e) if !strict && is_gone(&e) => out.gone += 1,
+            Err(e) if !strict && is_denied(&e) => out.denied += 1,
+            Err(e) if is_gone(&e) => {
+                return Err(KernelError::Refused(format!(
+                    "process {pid} does not exist or exited during the scan ({e})"
+                )))
+            }
+            Err(e) => return Err(KernelError::Refused(format!("scanning process {pid}: {e}"))),
+        }
+    }
+    Ok(out)
+}
 
 /// What was scanned, and how many processes `--all` or `--cgroup` skipped.
 pub struct Scanned {
@@ -19,6 +94,8 @@ pub struct Scanned {
     pub denied: u64,
     /// `--pid`: every process asked for is scanned or it is an error.
     pub strict: bool,
+    /// Pids given more than once (each scanned once).
+    pub repeated: Vec<i32>,
 }
 
 /// What the arguments choose of the report.
@@ -169,4 +246,68 @@ impl ScanReport {
 
 fn zero_filled_kb(r: &UtilizationReport) -> u64 {
     r.sizes.iter().map(|z| z.zero_pages()).sum::<u64>() * PAGE_KB
+}
+
+pub fn to_json(scan: &ScanReport) -> Value {
+    let procs: Vec<Value> = scan
+        .shown
+        .iter()
+        .map(|p| {
+            let s = &p.scan;
+            let mut j = json!({
+                "pid": s.pid,
+                "comm": s.comm,
+                "shape": shape_json(&p.shape),
+                "unclassified_kb": s.unclassified_kb(),
+                "zero_page_kb": s.zero_page_kb(),
+                "folio_pages": s.folio_pages,
+                // The ranking's figures (0 without contents but thp_kb).
+                "thp_kb": p.thp_kb,
+                "zero_filled_kb": p.zero_filled_kb,
+                "freed_kb": p.freed_kb,
+            });
+            if scan.rollup.is_none() {
+                j["vmas"] = s.vmas.iter().map(vma_json).collect();
+                if let Some(r) = &p.report {
+                    j["utilization"] = serde_json::to_value(r).unwrap_or(Value::Null);
+                }
+            }
+            j
+        })
+        .collect();
+    let mut out = json!({
+        "content_read": scan.content,
+        "processes": procs,
+        // Every process unless --top is given.
+        "processes_left_out": if scan.top_given { scan.left_out } else { 0 },
+        "exited_during_scan": scan.gone,
+        "not_readable": scan.denied,
+    });
+    if let Some(r) = &scan.rollup {
+        out["rollup"] = json!({
+            "shape": shape_json(&r.shape),
+            "unclassified_kb": r.unclassified_kb,
+            "zero_page_kb": r.zero_page_kb,
+        });
+        if let Some(u) = &r.report {
+            out["rollup"]["utilization"] = serde_json::to_value(u).unwrap_or(Value::Null);
+        }
+    }
+    out
+}
+
+fn vma_json(v: &VmaScan) -> Value {
+    let mut j = serde_json::to_value(&v.vma).unwrap_or(Value::Null);
+    j["shape"] = shape_json(&v.shape);
+    j["unclassified_kb"] = v.unclassified_kb.into();
+    j["zero_page_kb"] = v.zero_page_kb.into();
+    j
+}
+
+fn shape_json(s: &Shape) -> Value {
+    let mut m = serde_json::Map::new();
+    for (label, kb, _) in s.labels() {
+        m.insert(label, kb.into());
+    }
+    Value::Object(m)
 }

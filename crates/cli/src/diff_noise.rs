@@ -33,14 +33,13 @@ const NOISE: &[&str] = &[
     "khugepaged collapsed memory",
 ];
 
-/// What the reasons of foreign activity that start with a counter's name
-/// say (compared without case): "pgdeactivate +1 during line N, a `munmap`,
-/// which moves no folio between the LRU lists: kswapd's or another
-/// process's".
-///
-/// "mthp.64kB.nr_anon: the windows' sum is 3, but the workload's mappings
-/// hold 2: another process's folios moved it unseen (...)" (crates/kernel's
-/// census) reads "the windows' sum is ..." first.
+/// What the other reasons of foreign activity say (compared without
+/// case): "pgdeactivate +1 during line N, a `munmap`, which moves no folio
+/// between the LRU lists: kswapd's or another process's" says the first;
+/// the kernel backend's count of the workload's folios contradicting a
+/// trusted sum ("the windows' sum is 3, but the workload's mappings hold
+/// 2: another process's folios moved it unseen ...", crates/kernel's
+/// census) says the second.
 const NOISE_SAYS: &[&str] = &[
     "kswapd's or another process's",
     "another process's folios moved it unseen",

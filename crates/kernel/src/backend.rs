@@ -18,10 +18,10 @@
 //! the parts they use, so none of them depends on this module.
 
 use crate::agents::Agents;
+use crate::census::Census;
 use crate::error::KernelError;
 use crate::guard::SettingsGuard;
 use crate::khugepaged::KhugepagedHold;
-use crate::census::Census;
 use crate::measure::{rcu_settle, read_process, settle_dead_mms, Measurement};
 use crate::memcg::{Memcg, RunMemcg};
 use crate::{gup, huge_memory, khugepaged, machine, madvise, memcg, memory, mmap, mprotect};

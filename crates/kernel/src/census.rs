@@ -12,6 +12,16 @@
 //! processes share it after a fork (pagemap and kpageflags: the head PFN,
 //! the order, a huge PMD).
 //!
+//! `mthp.<size>.nr_anon_partially_mapped` (MTHP_STAT_NR_ANON_PARTIALLY_MAPPED)
+//! counts the folios flagged partially mapped: `__folio_remove_rmap`
+//! (CONFIG_PAGE_MAPCOUNT, as on these kernels) flags a large anonymous
+//! folio when a PTE unmap leaves some of its pages mapped nowhere while
+//! others still are, and the flag goes only with a split or the folio. A
+//! large anonymous folio is mapped whole when it is made (a fault, a
+//! collapse, a PMD split remaps every page) and a page once mapped nowhere
+//! never comes back to it, so a folio is flagged exactly when some of its
+//! pages are mapped nowhere: the union of its pages over every agent.
+//!
 //! That count is the workload's where the windows' sums cannot be: after
 //! another process moved the gauge unseen in a noisy window, or after a
 //! fork or a kill moved the agents' own memory too. [`Census`] stands only
@@ -27,7 +37,7 @@
 //! `Measurement::judge`).
 
 use crate::agents::Agents;
-use crate::pagemap::{self, FolioScan};
+use crate::pagemap::{self, FolioScan, PageBits};
 use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB};
 use std::collections::HashMap;
 
@@ -39,8 +49,8 @@ const CENSUS_MAX: u64 = 1 << 30;
 /// The anonymous large folios of the workload's regions at one reading.
 #[derive(Default)]
 pub(crate) struct Census {
-    /// Head PFN → order, and whether a huge PMD maps it.
-    folios: HashMap<u64, (u8, bool)>,
+    /// Head PFN → order, whether a huge PMD maps it, which pages are mapped.
+    folios: HashMap<u64, (u8, bool, PageBits)>,
     /// Why the count is not the workload's, if it is not (the first
     /// reason found).
     invalid: Option<String>,
@@ -52,7 +62,8 @@ impl Census {
     pub(crate) fn new(pinned: bool) -> Census {
         Census {
             folios: HashMap::new(),
-            invalid: pinned.then(|| "a folio pinned by the workload may outlive its mappings".into()),
+            invalid: pinned
+                .then(|| "a folio pinned by the workload may outlive its mappings".into()),
         }
     }
 
@@ -121,8 +132,14 @@ impl Census {
             }
         }
         for f in scan.large.iter().filter(|f| (start..end).contains(&f.addr)) {
-            let e = self.folios.entry(f.head.0).or_insert((f.order, false));
+            let e = self
+                .folios
+                .entry(f.head.0)
+                .or_insert((f.order, false, PageBits::default()));
             e.1 |= f.pmd;
+            for (w, m) in e.2.iter_mut().zip(f.mapped) {
+                *w |= m;
+            }
         }
     }
 
@@ -133,14 +150,21 @@ impl Census {
             return None;
         }
         let mut per_order = [0i64; HPAGE_PMD_ORDER as usize + 1];
+        let mut partial = per_order;
         let mut pmd_mapped = 0;
-        for &(order, pmd) in self.folios.values() {
-            per_order[order as usize] += 1;
-            pmd_mapped += i64::from(pmd && u32::from(order) == HPAGE_PMD_ORDER);
+        for (order, pmd, mapped) in self.folios.values() {
+            let o = *order as usize;
+            per_order[o] += 1;
+            let pages: u32 = mapped.iter().map(|w| w.count_ones()).sum();
+            partial[o] += i64::from(pages < 1 << o);
+            pmd_mapped += i64::from(*pmd && o == HPAGE_PMD_ORDER as usize);
         }
-        let mut out: Vec<(String, i64)> = (2..per_order.len())
-            .map(|o| (format!("mthp.{}kB.nr_anon", PAGE_KB << o), per_order[o]))
-            .collect();
+        let mut out = Vec::new();
+        for o in 2..per_order.len() {
+            let size = format!("mthp.{}kB", PAGE_KB << o);
+            out.push((format!("{size}.nr_anon"), per_order[o]));
+            out.push((format!("{size}.nr_anon_partially_mapped"), partial[o]));
+        }
         out.push(("vmstat.nr_anon_transparent_hugepages".into(), pmd_mapped));
         out.push((
             "meminfo.AnonHugePages".into(),
@@ -156,15 +180,24 @@ mod tests {
     use crate::pagemap::LargeFolio;
     use hugelab_workload::units::Pfn;
 
-    fn scan(large: &[(u64, u8, u64, bool)]) -> FolioScan {
+    /// A scan of folios (head, order, first address, by a PMD, pages
+    /// mapped: a range of page indexes).
+    fn scan(large: &[(u64, u8, u64, bool, std::ops::Range<usize>)]) -> FolioScan {
         FolioScan {
             large: large
                 .iter()
-                .map(|&(head, order, addr, pmd)| LargeFolio {
-                    head: Pfn(head),
-                    order,
-                    addr,
-                    pmd,
+                .map(|(head, order, addr, pmd, pages)| {
+                    let mut mapped = PageBits::default();
+                    for p in pages.clone() {
+                        mapped[p / 64] |= 1 << (p % 64);
+                    }
+                    LargeFolio {
+                        head: Pfn(*head),
+                        order: *order,
+                        addr: *addr,
+                        pmd: *pmd,
+                        mapped,
+                    }
                 })
                 .collect(),
             ..FolioScan::default()
@@ -186,26 +219,43 @@ mod tests {
     fn a_folio_shared_after_fork_counts_once_and_a_pmd_anywhere_makes_it_a_thp() {
         let me = pid();
         let mut c = Census::new(false);
-        // Parent: a THP by PTEs (its PMD split) and a 64K folio.
+        // Parent: a THP by PTEs (its PMD split), all but page 0 mapped; a
+        // 64K folio whole; a 32K one, its first half.
         c.add(
             ("a", "r"),
             me,
             (0, 1 << 30),
-            &scan(&[(512, 9, 0x1000, false), (64, 4, 0x200000, false)]),
+            &scan(&[
+                (512, 9, 0x1000, false, 1..512),
+                (64, 4, 0x200000, false, 0..16),
+                (32, 3, 0x280000, false, 0..4),
+            ]),
         );
-        // Child: the same THP by a huge PMD, the same 64K folio, a 16K one.
+        // Child: the same THP by a huge PMD, the same 64K folio, its page
+        // 0 unmapped; the 32K folio's second half; a 16K folio's page 1.
         c.add(
             ("b", "r"),
             me,
             (0, 1 << 30),
-            &scan(&[(512, 9, 0x0, true), (64, 4, 0x200000, false), (8, 2, 0x300000, false)]),
+            &scan(&[
+                (512, 9, 0x0, true, 0..512),
+                (64, 4, 0x200000, false, 1..16),
+                (32, 3, 0x280000, false, 4..8),
+                (8, 2, 0x300000, false, 1..2),
+            ]),
         );
         assert_eq!(value(&c, "mthp.2048kB.nr_anon"), 1);
         assert_eq!(value(&c, "mthp.64kB.nr_anon"), 1);
+        assert_eq!(value(&c, "mthp.32kB.nr_anon"), 1);
         assert_eq!(value(&c, "mthp.16kB.nr_anon"), 1);
-        assert_eq!(value(&c, "mthp.32kB.nr_anon"), 0);
+        assert_eq!(value(&c, "mthp.128kB.nr_anon"), 0);
         assert_eq!(value(&c, "vmstat.nr_anon_transparent_hugepages"), 1);
         assert_eq!(value(&c, "meminfo.AnonHugePages"), 2048);
+        // Partially mapped: only what no agent maps leaves a folio partial.
+        assert_eq!(value(&c, "mthp.2048kB.nr_anon_partially_mapped"), 0);
+        assert_eq!(value(&c, "mthp.64kB.nr_anon_partially_mapped"), 0);
+        assert_eq!(value(&c, "mthp.32kB.nr_anon_partially_mapped"), 0);
+        assert_eq!(value(&c, "mthp.16kB.nr_anon_partially_mapped"), 1);
     }
 
     #[test]
@@ -216,7 +266,7 @@ mod tests {
             ("a", "r"),
             pid(),
             (0x100000, 0x200000),
-            &scan(&[(64, 4, 0x0, false), (80, 4, 0x100000, false)]),
+            &scan(&[(64, 4, 0x0, false, 0..16), (80, 4, 0x100000, false, 0..16)]),
         );
         assert_eq!(value(&c, "mthp.64kB.nr_anon"), 1);
     }
@@ -224,11 +274,14 @@ mod tests {
     #[test]
     fn unknown_pages_and_pins_leave_no_count() {
         let mut c = Census::new(false);
-        let mut s = scan(&[(64, 4, 0x1000, false)]);
+        let mut s = scan(&[(64, 4, 0x1000, false, 0..16)]);
         s.unknown_pages = 3;
         c.add(("a", "r"), pid(), (0, 1 << 20), &s);
         assert!(c.gauges().is_none());
-        assert!(c.invalid.unwrap().contains("read 0 for 3 pages of a's region r"));
+        assert!(c
+            .invalid
+            .unwrap()
+            .contains("read 0 for 3 pages of a's region r"));
         assert!(Census::new(true).gauges().is_none());
     }
 }

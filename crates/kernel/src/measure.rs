@@ -29,7 +29,11 @@
 //! /proc files count (their faults, RssAnon, VmPTE) and the per-size
 //! counters of a size no other process holds stay the workload's (see
 //! [`crate::attribute`]). The /proc/meminfo fields that print a vmstat item
-//! (AnonPages, PageTables, AnonHugePages) follow that item.
+//! (AnonPages, PageTables, AnonHugePages) follow that item. The gauges of
+//! anonymous large folios (`mthp.<size>.nr_anon`, NR_ANON_THPS) are also
+//! counted in the workload's own mappings at each reading
+//! ([`crate::census`]): that count stands where the sums are unknown, and
+//! a trusted sum it contradicts is unknown.
 //!
 //! What is not trusted:
 //! - Another process faulting during a window (detected: the window's pgfault
@@ -69,8 +73,8 @@
 
 use crate::agents::Agents;
 use crate::attribute::{self, Touched};
-use crate::census::Census;
 use crate::call::{failed, Call};
+use crate::census::Census;
 use crate::error::KernelError;
 use crate::modes::{Modes, ThpModes};
 use crate::procfile::ProcFile;

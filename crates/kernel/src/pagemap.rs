@@ -120,10 +120,9 @@ pub struct FolioScan {
     pub unknown_pages: u64,
     /// present PTEs mapping the shared zero page, and PMDs mapping the huge zero folio (counts in 4K pages)
     pub zero_pages: u64,
-    /// the large folios (order ≥ 2) among `total`, each once, by head PFN;
-    /// an order-9 one listed again for each huge PMD mapping it, so that
-    /// scans of several ranges and processes can be joined
-    /// (`crate::census`)
+    /// the large folios (order ≥ 2) among `total`, each once, with the
+    /// pages of each the range maps, so that scans of several ranges and
+    /// processes can be joined (`crate::census`)
     pub large: Vec<LargeFolio>,
 }
 
@@ -136,6 +135,42 @@ pub struct LargeFolio {
     pub addr: u64,
     /// Seen mapped by a huge PMD.
     pub pmd: bool,
+    /// Which of its pages are mapped (bit i: the page at head + i).
+    pub mapped: PageBits,
+}
+
+/// One bit per page of a folio of order ≤ 9.
+pub type PageBits = [u64; HPAGE_PMD_NR as usize / 64];
+
+/// The large folios of a scan, each once (see [`FolioScan::large`]).
+#[derive(Default)]
+struct LargeFolios {
+    index: HashMap<u64, usize, PfnBuild>,
+}
+
+impl LargeFolios {
+    /// Marks page `pfn` of the folio `head` of `order` mapped at `addr`
+    /// (all its pages when `pmd`).
+    fn map(&mut self, scan: &mut FolioScan, head: u64, order: u8, addr: u64, pfn: u64, pmd: bool) {
+        let i = *self.index.entry(head).or_insert_with(|| {
+            scan.large.push(LargeFolio {
+                head: Pfn(head),
+                order,
+                addr,
+                pmd: false,
+                mapped: [0; HPAGE_PMD_NR as usize / 64],
+            });
+            scan.large.len() - 1
+        });
+        let f = &mut scan.large[i];
+        if pmd {
+            f.pmd = true;
+            f.mapped = [u64::MAX; HPAGE_PMD_NR as usize / 64];
+        } else {
+            let page = (pfn - head) as usize;
+            f.mapped[page / 64] |= 1 << (page % 64);
+        }
+    }
 }
 
 impl FolioScan {
@@ -775,6 +810,7 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
         .collect();
 
     let mut seen = PfnSet::with_capacity(events.len());
+    let mut large = LargeFolios::default();
     let mut last = (u64::MAX, 0);
     let mut k = 0;
     for e in events {
@@ -797,12 +833,8 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
                 scan.total[HPAGE_PMD_ORDER as usize] += 1;
                 scan.pmd_mapped += 1;
             }
-            scan.large.push(LargeFolio {
-                head: e.pfn,
-                order: HPAGE_PMD_ORDER as u8,
-                addr: e.addr,
-                pmd: true,
-            });
+            let (pfn, order) = (e.pfn.0, HPAGE_PMD_ORDER as u8);
+            large.map(scan, pfn, order, e.addr, pfn, true);
             continue;
         }
         if f == 0 {
@@ -851,14 +883,9 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
         };
         if seen.insert(head) {
             scan.total[order as usize] += 1;
-            if order >= 2 {
-                scan.large.push(LargeFolio {
-                    head: Pfn(head),
-                    order,
-                    addr: e.addr,
-                    pmd: false,
-                });
-            }
+        }
+        if order >= 2 {
+            large.map(scan, head, order, e.addr, e.pfn.0, false);
         }
     }
     Ok(())
@@ -1010,6 +1037,15 @@ mod tests {
         file
     }
 
+    /// The page bits of `pages`.
+    fn bits(pages: std::ops::Range<usize>) -> PageBits {
+        let mut b = PageBits::default();
+        for p in pages {
+            b[p / 64] |= 1 << (p % 64);
+        }
+        b
+    }
+
     fn pte(pfn: u64) -> Event {
         Event {
             addr: pfn << 12,
@@ -1058,25 +1094,29 @@ mod tests {
                 pmd_mapped: 1,
                 unknown_pages: 4,
                 zero_pages: 1,
-                // Each large folio once, where first seen, in scan order.
+                // Each large folio once, where first seen, in scan order,
+                // with the pages mapped.
                 large: vec![
                     LargeFolio {
                         head: Pfn(0x1000),
                         order: 9,
                         addr: 0x1001 << 12,
-                        pmd: false
+                        pmd: false,
+                        mapped: bits(1..0x10),
                     },
                     LargeFolio {
                         head: Pfn(0x3000),
                         order: 9,
                         addr: 0x3000 << 12,
-                        pmd: true
+                        pmd: true,
+                        mapped: bits(0..512),
                     },
                     LargeFolio {
                         head: Pfn(0x5010),
                         order: 4,
                         addr: 0x5012 << 12,
-                        pmd: false
+                        pmd: false,
+                        mapped: bits(2..4),
                     },
                 ],
             }

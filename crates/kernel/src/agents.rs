@@ -19,6 +19,9 @@ pub(crate) struct Region {
     /// Private anonymous memory (not a file, shared or HugeTLB mapping):
     /// its folios are anonymous ones, counted by the mTHP and THP counters.
     pub(crate) anon: bool,
+    /// A private file mapping: the pages written in it are anonymous
+    /// (copied on write) among the file's.
+    pub(crate) private_file: bool,
 }
 
 /// One of the workload's processes: its agent and its regions.

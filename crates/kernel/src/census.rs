@@ -22,6 +22,15 @@
 //! never comes back to it, so a folio is flagged exactly when some of its
 //! pages are mapped nowhere: the union of its pages over every agent.
 //!
+//! NR_ANON_MAPPED (`vmstat.nr_anon_pages`, `meminfo.AnonPages`) counts each
+//! anonymous page while something maps it (CONFIG_PAGE_MAPCOUNT), so it is
+//! the pages of the same union, small folios' included; not when a private
+//! file mapping is among the regions (its written pages are anonymous and
+//! not told from the file's here).
+//!
+//! When no agent is alive, the workload has no page tables either
+//! (NR_PAGETABLE: `free_pgtables` at each agent's exit).
+//!
 //! That count is the workload's where the windows' sums cannot be: after
 //! another process moved the gauge unseen in a noisy window, or after a
 //! fork or a kill moved the agents' own memory too. [`Census`] stands only
@@ -39,7 +48,7 @@
 use crate::agents::Agents;
 use crate::pagemap::{self, FolioScan, PageBits};
 use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// The most memory of private anonymous regions a reading counts the
 /// folios of: the scan costs time in proportion (about 15 ms per GiB of
@@ -51,6 +60,14 @@ const CENSUS_MAX: u64 = 1 << 30;
 pub(crate) struct Census {
     /// Head PFN → order, whether a huge PMD maps it, which pages are mapped.
     folios: HashMap<u64, (u8, bool, PageBits)>,
+    /// The order-0 folios.
+    small: HashSet<u64>,
+    /// Why the anonymous pages mapped are not all the workload's anonymous
+    /// memory, if they are not: a private file mapping's written pages are
+    /// anonymous too, and are not told from the file's here.
+    pages_invalid: Option<String>,
+    /// No agent is alive: the workload has no page tables either.
+    no_agents: bool,
     /// Why the count is not the workload's, if it is not (the first
     /// reason found).
     invalid: Option<String>,
@@ -62,6 +79,9 @@ impl Census {
     pub(crate) fn new(pinned: bool) -> Census {
         Census {
             folios: HashMap::new(),
+            small: HashSet::new(),
+            pages_invalid: None,
+            no_agents: false,
             invalid: pinned
                 .then(|| "a folio pinned by the workload may outlive its mappings".into()),
         }
@@ -79,6 +99,14 @@ impl Census {
                     .map(move |(region, r)| (name, p.agent.pid, region, r.start, r.len))
             })
         };
+        let private_file = agents.procs.iter().find_map(|(name, p)| {
+            let (region, _) = p.regions.iter().find(|(_, r)| r.private_file)?;
+            Some(format!(
+                "{name}'s region {region} is a private file mapping"
+            ))
+        });
+        census.pages_invalid = private_file;
+        census.no_agents = agents.procs.is_empty();
         let bytes: u64 = regions().map(|(.., len)| len).sum();
         if bytes > CENSUS_MAX {
             census.invalid = Some(format!(
@@ -131,6 +159,7 @@ impl Census {
                 return;
             }
         }
+        self.small.extend(scan.small.iter().map(|p| p.0));
         for f in scan.large.iter().filter(|f| (start..end).contains(&f.addr)) {
             let e = self
                 .folios
@@ -151,11 +180,12 @@ impl Census {
         }
         let mut per_order = [0i64; HPAGE_PMD_ORDER as usize + 1];
         let mut partial = per_order;
-        let mut pmd_mapped = 0;
+        let (mut pmd_mapped, mut large_pages) = (0, 0);
         for (order, pmd, mapped) in self.folios.values() {
             let o = *order as usize;
             per_order[o] += 1;
             let pages: u32 = mapped.iter().map(|w| w.count_ones()).sum();
+            large_pages += i64::from(pages);
             partial[o] += i64::from(pages < 1 << o);
             pmd_mapped += i64::from(*pmd && o == HPAGE_PMD_ORDER as usize);
         }
@@ -166,6 +196,21 @@ impl Census {
             out.push((format!("{size}.nr_anon_partially_mapped"), partial[o]));
         }
         out.push(("vmstat.nr_anon_transparent_hugepages".into(), pmd_mapped));
+        if self.pages_invalid.is_none() {
+            // NR_ANON_MAPPED: each page mapped anywhere, once
+            // (CONFIG_PAGE_MAPCOUNT: `__folio_add_anon_rmap` counts a page
+            // when its first mapping comes, `__folio_remove_rmap` when its
+            // last goes).
+            let pages = self.small.len() as i64 + large_pages;
+            out.push(("vmstat.nr_anon_pages".into(), pages));
+            out.push(("meminfo.AnonPages".into(), pages * PAGE_KB as i64));
+        }
+        if self.no_agents {
+            // Every agent's mm is gone, its page tables freed (the reading
+            // waits for their RCU frees).
+            out.push(("vmstat.nr_page_table_pages".into(), 0));
+            out.push(("meminfo.PageTables".into(), 0));
+        }
         out.push((
             "meminfo.AnonHugePages".into(),
             pmd_mapped * (PAGE_KB << HPAGE_PMD_ORDER) as i64,
@@ -256,6 +301,29 @@ mod tests {
         assert_eq!(value(&c, "mthp.64kB.nr_anon_partially_mapped"), 0);
         assert_eq!(value(&c, "mthp.32kB.nr_anon_partially_mapped"), 0);
         assert_eq!(value(&c, "mthp.16kB.nr_anon_partially_mapped"), 1);
+        // Each page mapped anywhere, once: 512 + 16 + 8 + 1, and two small
+        // folios, one of them shared.
+        let mut small = scan(&[]);
+        small.small = vec![Pfn(7), Pfn(9)];
+        c.add(("a", "s"), me, (0, 1 << 30), &small);
+        small.small = vec![Pfn(9)];
+        c.add(("b", "s"), me, (0, 1 << 30), &small);
+        assert_eq!(value(&c, "vmstat.nr_anon_pages"), 539);
+        assert_eq!(value(&c, "meminfo.AnonPages"), 539 * 4);
+        // A private file mapping's pages are not told apart: no page count.
+        c.pages_invalid = Some("a's region f is a private file mapping".into());
+        let g = c.gauges().unwrap();
+        assert!(!g.iter().any(|(n, _)| n == "vmstat.nr_anon_pages"));
+        assert_eq!(value(&c, "mthp.64kB.nr_anon"), 1);
+        assert!(!g.iter().any(|(n, _)| n == "vmstat.nr_page_table_pages"));
+        // With every agent gone, nothing at all.
+        let gone = Census {
+            no_agents: true,
+            ..Census::new(false)
+        };
+        assert_eq!(value(&gone, "vmstat.nr_page_table_pages"), 0);
+        assert_eq!(value(&gone, "meminfo.PageTables"), 0);
+        assert_eq!(value(&gone, "vmstat.nr_anon_pages"), 0);
     }
 
     #[test]

@@ -76,6 +76,7 @@ pub(crate) fn mmap(
             len,
             mapped: Mapped::whole(len),
             anon: s.file.is_none() && !s.shared && s.hugetlb.is_none(),
+            private_file: s.file.is_some() && !s.shared,
         },
     );
     p.cursor = cursor;
@@ -220,6 +221,7 @@ pub(crate) fn brk(
             len: new,
             mapped: Mapped::whole(newbrk - start),
             anon: true,
+            private_file: false,
         },
     );
     Ok(())

@@ -59,7 +59,9 @@ pub(crate) fn mremap(
     }
     // As the checker keeps it: a shrink, or a move of the same size, keeps
     // the holes of what stays.
-    let anon = p.regions.get(&s.range.region).is_some_and(|r| r.anon);
+    let old = p.regions.get(&s.range.region);
+    let anon = old.is_some_and(|r| r.anon);
+    let private_file = old.is_some_and(|r| r.private_file);
     let mapped = match p.regions.get(&s.range.region) {
         Some(r) if new_len <= old_len => {
             let mut m = r.mapped.clone();
@@ -75,6 +77,7 @@ pub(crate) fn mremap(
             len: new_len,
             mapped,
             anon,
+            private_file,
         },
     );
     Ok(())

@@ -124,6 +124,8 @@ pub struct FolioScan {
     /// pages of each the range maps, so that scans of several ranges and
     /// processes can be joined (`crate::census`)
     pub large: Vec<LargeFolio>,
+    /// the order-0 folios among `total`, each once
+    pub small: Vec<Pfn>,
 }
 
 /// One large folio seen by [`scan_folios`].
@@ -883,6 +885,9 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
         };
         if seen.insert(head) {
             scan.total[order as usize] += 1;
+            if order == 0 {
+                scan.small.push(Pfn(head));
+            }
         }
         if order >= 2 {
             large.map(scan, head, order, e.addr, e.pfn.0, false);
@@ -1119,6 +1124,7 @@ mod tests {
                         mapped: bits(2..4),
                     },
                 ],
+                small: vec![Pfn(0x4000)],
             }
         );
         assert_eq!(scan.pte_mapped(9), 1);

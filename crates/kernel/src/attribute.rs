@@ -57,6 +57,12 @@
 //!   `vmstat.thp_*` change of the window is another's (or khugepaged's,
 //!   which is judged apart), the workload's is 0.
 //!
+//! - **A window without a fault of the agents'** ([`faultless`]): the
+//!   page-fault path's allocation and fallback counters count the faulting
+//!   task's faults only, so with none of the agents' the workload's change
+//!   of each is 0 (not a `fork`'s window, whose child faults on its own
+//!   memory; not one in which an agent was killed).
+//!
 //! What stays unknown: the event counters another process moved in the
 //! window (no per-process count of them exists), the anonymous-memory
 //! gauges after a fork (pages shared between agents count once in the
@@ -222,6 +228,33 @@ pub(crate) fn untouched(names: impl IntoIterator<Item = String>) -> Vec<(String,
             let mthp = n.starts_with("mthp.") && !n.contains(".shmem_");
             let thp = n.starts_with("vmstat.thp_") && !n.starts_with("vmstat.thp_file_");
             mthp || thp || n == "vmstat.nr_anon_transparent_hugepages"
+        })
+        .map(|n| (n, 0))
+        .collect()
+}
+
+/// The events counted only on the page-fault path, for the task that
+/// faults (Linux 6.18: `alloc_anon_folio` and `vma_alloc_anon_folio_pmd`
+/// count an anonymous fault's allocation, its fallback and its charge's
+/// fallback, per size and for the PMD size in vmstat): in a window in which
+/// no agent took a fault (a fault of GUP's, for MADV_POPULATE or a pin,
+/// counts in the task's min_flt too), the workload's change of each is 0.
+pub(crate) fn faultless(names: impl IntoIterator<Item = String>) -> Vec<(String, i64)> {
+    const PER_SIZE: [&str; 3] = [
+        ".anon_fault_alloc",
+        ".anon_fault_fallback",
+        ".anon_fault_fallback_charge",
+    ];
+    const VMSTAT: [&str; 3] = [
+        "vmstat.thp_fault_alloc",
+        "vmstat.thp_fault_fallback",
+        "vmstat.thp_fault_fallback_charge",
+    ];
+    names
+        .into_iter()
+        .filter(|n| {
+            let per_size = n.starts_with("mthp.") && PER_SIZE.iter().any(|e| n.ends_with(e));
+            per_size || VMSTAT.contains(&n.as_str())
         })
         .map(|n| (n, 0))
         .collect()
@@ -407,6 +440,37 @@ mod tests {
                 ("vmstat.pgfault", 7),
                 ("vmstat.nr_anon_pages", -16),
                 ("meminfo.AnonPages", -64)
+            ]
+        );
+    }
+
+    #[test]
+    fn without_a_fault_the_fault_paths_counters_are_none_of_the_workloads() {
+        let names = [
+            "mthp.64kB.anon_fault_alloc",
+            "mthp.64kB.anon_fault_fallback_charge",
+            "mthp.64kB.split",
+            "mthp.64kB.shmem_fallback",
+            "vmstat.thp_fault_alloc",
+            "vmstat.thp_fault_fallback",
+            "vmstat.thp_collapse_alloc",
+            "vmstat.thp_split_pmd",
+            "vmstat.pgfault",
+        ];
+        let got: Vec<String> = faultless(names.iter().map(|n| n.to_string()))
+            .into_iter()
+            .map(|(n, d)| {
+                assert_eq!(d, 0);
+                n
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "mthp.64kB.anon_fault_alloc",
+                "mthp.64kB.anon_fault_fallback_charge",
+                "vmstat.thp_fault_alloc",
+                "vmstat.thp_fault_fallback"
             ]
         );
     }

@@ -853,6 +853,8 @@ impl Measurement {
         let no_faults = fork || call.faults == 0;
         if call.killed.is_none() && no_faults && attribute::leaves_folios(&stmt.kind, self.pinned) {
             deltas.extend(attribute::untouched(after.keys().cloned()));
+        } else if call.killed.is_none() && !fork && call.faults == 0 {
+            deltas.extend(attribute::faultless(after.keys().cloned()));
         }
         // The size rule reads the totals before any change is replaced.
         let sizes: BTreeSet<u64> = after

@@ -144,6 +144,22 @@ pub struct LargeFolio {
 /// One bit per page of a folio of order ≤ 9.
 pub type PageBits = [u64; HPAGE_PMD_NR as usize / 64];
 
+/// Refuses a huge PMD whose PFN is not the head of a 2 MiB folio by its
+/// flags `f` and those of the PFN 2 MiB on, `next` (unknown flags pass).
+fn pmd_head(e: &Event, f: u64, next: u64) -> Result<()> {
+    if f != 0 && (f & HEAD == 0 || next & (HEAD | TAIL) == TAIL) {
+        return Err(invalid(
+            KPAGEFLAGS,
+            format!(
+                "the huge PMD at {:#x} maps PFN {:#x} (flags {f:#x}, next 2 MiB {next:#x}), \
+                 which is not the head of a 2 MiB folio",
+                e.addr, e.pfn.0
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The large folios of a scan, each once (see [`FolioScan::large`]).
 #[derive(Default)]
 struct LargeFolios {
@@ -821,16 +837,7 @@ fn count(kpf: &File, events: &[Event], scan: &mut FolioScan) -> Result<()> {
         if e.pmd {
             let next = flags[k];
             k += 1;
-            if f != 0 && (f & HEAD == 0 || next & (HEAD | TAIL) == TAIL) {
-                return Err(invalid(
-                    KPAGEFLAGS,
-                    format!(
-                        "the huge PMD at {:#x} maps PFN {:#x} (flags {f:#x}, next 2 MiB {next:#x}), \
-                         which is not the head of a 2 MiB folio",
-                        e.addr, e.pfn.0
-                    ),
-                ));
-            }
+            pmd_head(e, f, next)?;
             if seen.insert(e.pfn.0) {
                 scan.total[HPAGE_PMD_ORDER as usize] += 1;
                 scan.pmd_mapped += 1;

@@ -1,0 +1,119 @@
+//! A cell's run on the model, as `hugelab compare` runs a setting (its
+//! `set`s, then the machine shape's statements, then the workload, on a
+//! fresh model: `hugelab_compare::run_on_model`), and the rows it gives:
+//! one per snapshot and counter.
+
+use crate::plan::Cell;
+use anyhow::Result;
+use hugelab_compare::machine::machine_statements;
+use hugelab_compare::{parse_setting, run_on_model};
+use hugelab_workload::{stream_file, Counters};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// One row of a sweep's output.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Row {
+    pub workload: String,
+    pub setting: String,
+    pub machine: String,
+    pub snapshot: String,
+    /// The `snapshot` statement's line; none at `end`.
+    pub line: Option<u32>,
+    pub counter: String,
+    pub value: i64,
+}
+
+/// The counters a cell's run took at one snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotValues {
+    pub label: String,
+    pub line: Option<u32>,
+    pub counters: Counters,
+}
+
+/// A finished cell: its key and its snapshots, in the order taken.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellRows {
+    pub key: String,
+    pub snapshots: Vec<SnapshotValues>,
+}
+
+impl CellRows {
+    /// The cell's rows: each snapshot in order, its counters by name.
+    pub fn rows<'a>(&'a self, cell: &'a Cell) -> impl Iterator<Item = Row> + 'a {
+        self.snapshots.iter().flat_map(move |s| {
+            s.counters.iter().map(move |(counter, value)| Row {
+                workload: cell.workload.clone(),
+                setting: cell.setting.clone(),
+                machine: cell.machine.clone(),
+                snapshot: s.label.clone(),
+                line: s.line,
+                counter: counter.clone(),
+                value: *value,
+            })
+        })
+    }
+
+    pub fn row_count(&self) -> usize {
+        self.snapshots.iter().map(|s| s.counters.len()).sum()
+    }
+}
+
+/// What became of a cell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    Done(CellRows),
+    /// The run stopped (the workload's error at its line, a shape the
+    /// workload cannot take, a worker that died): the sentence why.
+    Failed {
+        key: String,
+        error: String,
+    },
+}
+
+impl Outcome {
+    pub fn key(&self) -> &str {
+        match self {
+            Outcome::Done(rows) => &rows.key,
+            Outcome::Failed { key, .. } => key,
+        }
+    }
+}
+
+/// Runs one cell on a fresh model.
+pub fn run_cell(cell: &Cell) -> Result<CellRows> {
+    let setting = parse_setting(&cell.spec)?;
+    let before = machine_statements(&cell.shape)?;
+    let stmts = Box::new(stream_file(Path::new(&cell.workload))?);
+    let (obs, _) = run_on_model(&setting, &cell.workload, &before, stmts)?;
+    let snapshots = obs
+        .snapshots
+        .into_iter()
+        .map(|s| SnapshotValues {
+            label: s.label,
+            line: s.line,
+            counters: s.counters,
+        })
+        .collect();
+    Ok(CellRows {
+        key: cell.key(),
+        snapshots,
+    })
+}
+
+/// Runs each cell, in order: one outcome per cell, a failure costing its
+/// cell only.
+pub fn run_cells(cells: &[Cell]) -> Vec<Outcome> {
+    cells
+        .iter()
+        .map(|cell| match run_cell(cell) {
+            Ok(rows) => Outcome::Done(rows),
+            Err(e) => Outcome::Failed {
+                key: cell.key(),
+                error: format!("{e:#}"),
+            },
+        })
+        .collect()
+}

@@ -1,0 +1,232 @@
+//! `hugelab sweep`'s local engine: a pool of worker processes, each this
+//! binary re-executed as `hugelab __sweep-worker`, fed batches of cells on
+//! stdin (a JSON array per line) and answering one outcome per cell on
+//! stdout (a JSON line each, in the batch's order), so that a cell that
+//! panics costs its cell and one that kills its process (out of memory, an
+//! abort) costs its cell and a fresh worker, never the sweep.
+//!
+//! A batch is as many cells as run in about a second at the mean time per
+//! cell seen so far (one cell at first), and no more than an even share of
+//! what is left, so that every worker keeps busy to the end.
+
+use anyhow::{Context, Result};
+use hugelab_sweep::{run_cells, Cell, Outcome};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The hidden subcommand a worker process runs.
+pub const WORKER_ARG: &str = "__sweep-worker";
+
+/// For the tests: a worker aborts (as the kernel's OOM killer would end
+/// it) when it starts a cell of the setting this names.
+pub const ABORT_ON_ENV: &str = "HUGELAB_SWEEP_TEST_ABORT_ON";
+
+/// How long a batch should run.
+const BATCH_TIME: Duration = Duration::from_secs(1);
+
+struct Queue {
+    cells: VecDeque<Cell>,
+    /// Mean seconds per cell of the batches answered so far.
+    per_cell: Option<f64>,
+    /// Stop handing out cells (the sweep could not record one).
+    stop: bool,
+}
+
+impl Queue {
+    fn batch(&mut self, jobs: usize) -> Vec<Cell> {
+        if self.stop {
+            return Vec::new();
+        }
+        let share = self.cells.len().div_ceil(jobs).max(1);
+        let want = self.per_cell.map_or(1, |t| {
+            (BATCH_TIME.as_secs_f64() / t.max(1e-6)).ceil() as usize
+        });
+        let n = want.clamp(1, share).min(self.cells.len());
+        self.cells.drain(..n).collect()
+    }
+
+    fn answered(&mut self, cells: usize, took: Duration) {
+        let t = took.as_secs_f64() / cells as f64;
+        self.per_cell = Some(self.per_cell.map_or(t, |m| 0.7 * m + 0.3 * t));
+    }
+}
+
+/// Runs `cells` on `jobs` worker processes; `record` takes each outcome as
+/// it comes (on this thread), in any order.
+pub fn run(
+    cells: Vec<Cell>,
+    jobs: usize,
+    mut record: impl FnMut(Outcome) -> Result<()>,
+) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the hugelab binary to start workers")?;
+    let queue = Mutex::new(Queue {
+        cells: cells.into(),
+        per_cell: None,
+        stop: false,
+    });
+    let (tx, rx) = channel();
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            let (tx, queue, exe) = (tx.clone(), &queue, &exe);
+            s.spawn(move || feed(exe, queue, jobs, tx));
+        }
+        drop(tx);
+        let mut result = Ok(());
+        for outcome in rx {
+            if result.is_ok() {
+                result = record(outcome);
+                if result.is_err() {
+                    queue.lock().expect("no panic holding it").stop = true;
+                }
+            }
+        }
+        result
+    })
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+fn spawn(exe: &std::path::Path) -> std::io::Result<Worker> {
+    let mut child = Command::new(exe)
+        .arg(WORKER_ARG)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdin = child.stdin.take().expect("piped");
+    let stdout = BufReader::new(child.stdout.take().expect("piped"));
+    Ok(Worker {
+        child,
+        stdin,
+        stdout,
+    })
+}
+
+fn failed(cell: &Cell, error: String) -> Outcome {
+    Outcome::Failed {
+        key: cell.key(),
+        error,
+    }
+}
+
+/// One pool slot: takes batches until none is left, each on its worker
+/// process (started again after one dies).
+fn feed(exe: &std::path::Path, queue: &Mutex<Queue>, jobs: usize, tx: Sender<Outcome>) {
+    let mut worker: Option<Worker> = None;
+    loop {
+        let batch = queue.lock().expect("no panic holding it").batch(jobs);
+        if batch.is_empty() {
+            break;
+        }
+        let w = match worker.take().map_or_else(|| spawn(exe), Ok) {
+            Ok(w) => worker.insert(w),
+            Err(e) => {
+                for cell in &batch {
+                    let _ = tx.send(failed(cell, format!("cannot start a worker process: {e}")));
+                }
+                continue;
+            }
+        };
+        let start = Instant::now();
+        let answered = answer(w, &batch, &tx);
+        if answered == batch.len() {
+            queue
+                .lock()
+                .expect("no panic holding it")
+                .answered(batch.len(), start.elapsed());
+            continue;
+        }
+        // The worker died on batch[answered]: that cell fails, the rest
+        // go back to the queue for a fresh worker.
+        let mut dead = worker.take().expect("inserted above");
+        drop(dead.stdin);
+        let status = dead
+            .child
+            .wait()
+            .map_or("unknown".to_string(), |s| s.to_string());
+        let cell = &batch[answered];
+        let why =
+            format!("the worker process running it died ({status}): out of memory or a crash");
+        let _ = tx.send(failed(cell, why));
+        let mut q = queue.lock().expect("no panic holding it");
+        for cell in batch[answered + 1..].iter().rev() {
+            q.cells.push_front(cell.clone());
+        }
+    }
+    if let Some(w) = worker {
+        drop(w.stdin); // end of input: the worker exits
+        let mut child = w.child;
+        let _ = child.wait();
+    }
+}
+
+/// Sends `batch` to the worker and passes on its outcomes: how many came.
+fn answer(w: &mut Worker, batch: &[Cell], tx: &Sender<Outcome>) -> usize {
+    let Ok(mut line) = serde_json::to_string(batch) else {
+        return 0;
+    };
+    line.push('\n');
+    if w.stdin
+        .write_all(line.as_bytes())
+        .and_then(|_| w.stdin.flush())
+        .is_err()
+    {
+        return 0;
+    }
+    let mut answer = String::new();
+    for n in 0..batch.len() {
+        answer.clear();
+        let got = w.stdout.read_line(&mut answer).ok().filter(|n| *n > 0);
+        let Some(outcome) = got.and_then(|_| serde_json::from_str::<Outcome>(&answer).ok()) else {
+            return n;
+        };
+        let _ = tx.send(outcome);
+    }
+    batch.len()
+}
+
+/// `hugelab __sweep-worker`: runs the batches of cells it reads, answering
+/// each cell's outcome as a JSON line; a panic costs its cell.
+pub fn worker_main() -> ExitCode {
+    std::panic::set_hook(Box::new(|_| {})); // the message goes in the outcome
+    let abort_on = std::env::var(ABORT_ON_ENV).ok();
+    let mut out = std::io::stdout().lock();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(cells) = line
+            .map_err(anyhow::Error::from)
+            .and_then(|l| Ok(serde_json::from_str::<Vec<Cell>>(&l)?))
+        else {
+            return ExitCode::from(2);
+        };
+        for cell in &cells {
+            if abort_on.as_deref() == Some(cell.setting.as_str()) {
+                std::process::abort();
+            }
+            let one = std::slice::from_ref(cell);
+            let outcome =
+                std::panic::catch_unwind(|| run_cells(one).remove(0)).unwrap_or_else(|p| {
+                    let msg = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    failed(cell, format!("the model panicked running it: {msg}"))
+                });
+            let Ok(text) = serde_json::to_string(&outcome) else {
+                return ExitCode::from(2);
+            };
+            if writeln!(out, "{text}").and_then(|_| out.flush()).is_err() {
+                return ExitCode::from(2);
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}

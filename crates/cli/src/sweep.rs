@@ -175,8 +175,14 @@ pub fn main(args: SweepArgs) -> Result<ExitCode> {
         }
     }
     if !finished.failed.is_empty() {
+        let kept = args.output.as_ref().map_or(String::new(), |out| {
+            format!(
+                "; {} holds the others, and a re-run runs the failed ones again",
+                out.display()
+            )
+        });
         eprintln!(
-            "{} of {} cells failed; the output holds the others, and a re-run runs the failed ones again",
+            "{} of {} cells failed{kept}",
             finished.failed.len(),
             finished.cells.len()
         );

@@ -272,7 +272,13 @@ fn a_worker_that_dies_costs_its_cell_only() {
             "{err}"
         );
     }
-    assert!(err.contains("3 of 6 cells failed"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "3 of 6 cells failed; {} holds the others",
+            out.display()
+        )),
+        "{err}"
+    );
     let rows = csv_rows(&out);
     assert!(rows.iter().all(|r| r[1] == "PMD"));
     assert_eq!(

@@ -1,0 +1,92 @@
+"""``hugelab.sweep``'s local engine: the plan, the resume state and the
+writer are the native module's (the same as ``hugelab sweep``'s, so the
+same inputs write the same bytes); the cells run in worker processes
+(:class:`concurrent.futures.ProcessPoolExecutor`), batches of cells per
+task, so that a cell that kills its process costs its batch's cells, not
+the sweep."""
+
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import pandas as pd
+
+from . import _native
+from ._errors import SweepError
+
+#: Tasks per worker the cells are cut into: enough that workers finishing
+#: early find more, few enough that each task outweighs its cost.
+_TASKS_PER_WORKER = 4
+
+
+def _run_batch(cells: str) -> str:
+    """A worker process's task: the batch's outcomes, as JSON."""
+    return _native.run_cells(cells)
+
+
+def _batches(cells: List[Any], jobs: int) -> List[List[Any]]:
+    size = max(1, -(-len(cells) // (jobs * _TASKS_PER_WORKER)))
+    return [cells[i : i + size] for i in range(0, len(cells), size)]
+
+
+def _failed_batch(batch: List[Any], why: str) -> str:
+    """Outcomes for a batch whose worker process died."""
+    return json.dumps(
+        [
+            {"outcome": "failed", "key": _key(cell), "error": why}
+            for cell in batch
+        ]
+    )
+
+
+def _key(cell: Dict[str, Any]) -> str:
+    # Cell::key in crates/sweep: workload#hash|spec|machine.
+    return f"{cell['workload']}#{cell['hash']}|{cell['spec']}|{cell['machine']}"
+
+
+def run_local(state: "_native.SweepRun", jobs: int) -> None:
+    """Runs the cells ``state`` has left on ``jobs`` worker processes,
+    recording each batch's outcomes as it finishes."""
+    todo = json.loads(state.todo())
+    if not todo:
+        return
+    batches = _batches(todo, jobs)
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_run_batch, json.dumps(b)): b for b in batches}
+        for future in as_completed(futures):
+            try:
+                outcomes = future.result()
+            except BrokenProcessPool as e:
+                why = f"the worker process running it died: {e}"
+                outcomes = _failed_batch(futures[future], why)
+            state.record(outcomes)
+
+
+def frame(columns: Dict[str, list]) -> pd.DataFrame:
+    """The rows as a DataFrame: ``line`` an integer column with NA at ``end``."""
+    rows = pd.DataFrame(columns, columns=["workload", "setting", "machine", "snapshot",
+                                          "line", "counter", "value"])
+    rows["line"] = rows["line"].astype("Int64")
+    rows["value"] = rows["value"].astype("int64")
+    return rows
+
+
+def failure(doc: Dict[str, Any], rows: pd.DataFrame) -> SweepError:
+    failed = doc["failed"]
+    first = failed[0]
+    message = (
+        f"{len(failed)} of {doc['cells']} cells failed (the first: {first['workload']} under "
+        f"{first['setting']} on machine {first['machine']}: {first['error']}); the output "
+        "holds the others, and a re-run runs the failed ones again"
+    )
+    return SweepError(message, failed, rows)
+
+
+def default_jobs(jobs: Optional[int]) -> int:
+    if jobs is None:
+        return os.cpu_count() or 1
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError("jobs is the number of worker processes: an int from 1")
+    return jobs

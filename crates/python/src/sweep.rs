@@ -123,7 +123,7 @@ impl SweepRun {
 fn finish_json(sweep: Sweep) -> Result<String> {
     let finished = sweep.finish()?;
     let rows = finished.rows();
-    let column = |f: fn(&hugelab_sweep::Row) -> serde_json::Value| -> Vec<serde_json::Value> {
+    let column = |f: fn(&hugelab_sweep::RowRef) -> serde_json::Value| -> Vec<serde_json::Value> {
         rows.iter().map(f).collect()
     };
     let failed: Vec<serde_json::Value> = finished
@@ -140,12 +140,12 @@ fn finish_json(sweep: Sweep) -> Result<String> {
         "cells": finished.cells.len(),
         "failed": failed,
         "columns": {
-            "workload": column(|r| r.workload.clone().into()),
-            "setting": column(|r| r.setting.clone().into()),
-            "machine": column(|r| r.machine.clone().into()),
-            "snapshot": column(|r| r.snapshot.clone().into()),
+            "workload": column(|r| r.workload.into()),
+            "setting": column(|r| r.setting.into()),
+            "machine": column(|r| r.machine.into()),
+            "snapshot": column(|r| r.snapshot.into()),
             "line": column(|r| r.line.into()),
-            "counter": column(|r| r.counter.clone().into()),
+            "counter": column(|r| r.counter.into()),
             "value": column(|r| r.value.into()),
         },
     })

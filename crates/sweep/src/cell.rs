@@ -24,6 +24,32 @@ pub struct Row {
     pub value: i64,
 }
 
+/// A row as the writers take it: borrowed from its cell and snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct RowRef<'a> {
+    pub workload: &'a str,
+    pub setting: &'a str,
+    pub machine: &'a str,
+    pub snapshot: &'a str,
+    pub line: Option<u32>,
+    pub counter: &'a str,
+    pub value: i64,
+}
+
+impl Row {
+    pub fn as_ref(&self) -> RowRef<'_> {
+        RowRef {
+            workload: &self.workload,
+            setting: &self.setting,
+            machine: &self.machine,
+            snapshot: &self.snapshot,
+            line: self.line,
+            counter: &self.counter,
+            value: self.value,
+        }
+    }
+}
+
 /// The counters a cell's run took at one snapshot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotValues {
@@ -41,15 +67,15 @@ pub struct CellRows {
 
 impl CellRows {
     /// The cell's rows: each snapshot in order, its counters by name.
-    pub fn rows<'a>(&'a self, cell: &'a Cell) -> impl Iterator<Item = Row> + 'a {
+    pub fn rows<'a>(&'a self, cell: &'a Cell) -> impl Iterator<Item = RowRef<'a>> + 'a {
         self.snapshots.iter().flat_map(move |s| {
-            s.counters.iter().map(move |(counter, value)| Row {
-                workload: cell.workload.clone(),
-                setting: cell.setting.clone(),
-                machine: cell.machine.clone(),
-                snapshot: s.label.clone(),
+            s.counters.iter().map(move |(counter, value)| RowRef {
+                workload: &cell.workload,
+                setting: &cell.setting,
+                machine: &cell.machine,
+                snapshot: &s.label,
                 line: s.line,
-                counter: counter.clone(),
+                counter,
                 value: *value,
             })
         })

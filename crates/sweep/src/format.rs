@@ -8,7 +8,7 @@
 //! library to build). CSV follows RFC 4180 (a field holding `,`, `"` or a
 //! line break is quoted). JSON is an array of row objects, one per line.
 
-use crate::cell::Row;
+use crate::cell::{Row, RowRef};
 use anyhow::{bail, Context, Result};
 use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
 use parquet::file::properties::WriterProperties;
@@ -16,6 +16,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::record::Field;
 use parquet::schema::parser::parse_message_type;
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
@@ -76,7 +77,7 @@ impl Format {
 }
 
 /// Writes `rows` to `out` in `format`.
-pub fn write(format: Format, rows: &[Row], out: File) -> Result<()> {
+pub fn write(format: Format, rows: &[RowRef], out: File) -> Result<()> {
     match format {
         Format::Parquet => write_parquet(rows, out),
         Format::Csv => write_csv(rows, BufWriter::new(out)),
@@ -94,11 +95,11 @@ pub fn read(format: Format, path: &Path) -> Result<Vec<Row>> {
     }
 }
 
-fn bytes<'a>(rows: &'a [Row], f: impl Fn(&'a Row) -> &'a str) -> Vec<ByteArray> {
+fn bytes<'a>(rows: &[RowRef<'a>], f: impl Fn(&RowRef<'a>) -> &'a str) -> Vec<ByteArray> {
     rows.iter().map(|r| ByteArray::from(f(r))).collect()
 }
 
-fn write_parquet(rows: &[Row], out: File) -> Result<()> {
+fn write_parquet(rows: &[RowRef], out: File) -> Result<()> {
     let schema = Arc::new(parse_message_type(SCHEMA)?);
     let props = WriterProperties::builder()
         .set_created_by("hugelab sweep".to_string())
@@ -141,13 +142,13 @@ fn write_parquet(rows: &[Row], out: File) -> Result<()> {
 }
 
 /// A row's text column by name.
-fn text_column<'a>(r: &'a Row, name: &str) -> &'a str {
+fn text_column<'a>(r: &RowRef<'a>, name: &str) -> &'a str {
     match name {
-        "workload" => &r.workload,
-        "setting" => &r.setting,
-        "machine" => &r.machine,
-        "snapshot" => &r.snapshot,
-        _ => &r.counter,
+        "workload" => r.workload,
+        "setting" => r.setting,
+        "machine" => r.machine,
+        "snapshot" => r.snapshot,
+        _ => r.counter,
     }
 }
 
@@ -183,26 +184,26 @@ fn read_parquet(file: File) -> Result<Vec<Row>> {
 }
 
 /// A CSV field: quoted when it holds `,`, `"` or a line break.
-fn csv_field(s: &str) -> String {
+fn csv_field(s: &str) -> Cow<'_, str> {
     if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
+        Cow::Owned(format!("\"{}\"", s.replace('"', "\"\"")))
     } else {
-        s.to_string()
+        Cow::Borrowed(s)
     }
 }
 
-fn write_csv(rows: &[Row], mut out: impl Write) -> Result<()> {
+fn write_csv(rows: &[RowRef], mut out: impl Write) -> Result<()> {
     writeln!(out, "{}", COLUMNS.join(","))?;
     for r in rows {
         let line = r.line.map_or(String::new(), |l| l.to_string());
         writeln!(
             out,
             "{},{},{},{},{line},{},{}",
-            csv_field(&r.workload),
-            csv_field(&r.setting),
-            csv_field(&r.machine),
-            csv_field(&r.snapshot),
-            csv_field(&r.counter),
+            csv_field(r.workload),
+            csv_field(r.setting),
+            csv_field(r.machine),
+            csv_field(r.snapshot),
+            csv_field(r.counter),
             r.value
         )?;
     }
@@ -272,7 +273,7 @@ fn read_csv(input: impl BufRead) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-fn write_json(rows: &[Row], mut out: impl Write) -> Result<()> {
+fn write_json(rows: &[RowRef], mut out: impl Write) -> Result<()> {
     out.write_all(b"[")?;
     for (i, r) in rows.iter().enumerate() {
         out.write_all(if i == 0 { b"\n" } else { b",\n" })?;
@@ -315,7 +316,9 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         for format in [Format::Parquet, Format::Csv, Format::Json] {
             let path = dir.join(format!("{format:?}"));
-            write(format, &rows(), File::create(&path).unwrap()).unwrap();
+            let owned = rows();
+            let refs: Vec<RowRef> = owned.iter().map(Row::as_ref).collect();
+            write(format, &refs, File::create(&path).unwrap()).unwrap();
             assert_eq!(read(format, &path).unwrap(), rows(), "{format:?}");
         }
         let csv = std::fs::read_to_string(dir.join("Csv")).unwrap();

@@ -30,7 +30,7 @@ pub mod plan;
 pub mod resume;
 pub mod summary;
 
-pub use cell::{run_cell, run_cells, CellRows, Outcome, Row, SnapshotValues};
+pub use cell::{run_cell, run_cells, CellRows, Outcome, Row, RowRef, SnapshotValues};
 pub use format::Format;
 pub use plan::{parse_shape, plan, Cell, OWN_MACHINE};
 pub use resume::{Finished, Sweep};

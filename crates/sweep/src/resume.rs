@@ -11,7 +11,7 @@
 //! a re-run takes the cells it finds there as they are (delete the output
 //! to run again after changing a workload file or what a setting sets).
 
-use crate::cell::{CellRows, Outcome, Row, SnapshotValues};
+use crate::cell::{CellRows, Outcome, Row, RowRef, SnapshotValues};
 use crate::format::{self, Format};
 use crate::plan::Cell;
 use anyhow::{bail, Context, Result};
@@ -250,7 +250,7 @@ pub struct Finished {
 
 impl Finished {
     /// The rows of every finished cell, in the plan's order.
-    pub fn rows(&self) -> Vec<Row> {
+    pub fn rows(&self) -> Vec<RowRef<'_>> {
         let each = self.cells.iter().zip(&self.done);
         each.filter_map(|(c, d)| Some(d.as_ref()?.rows(c)))
             .flatten()

@@ -21,10 +21,6 @@ use std::time::{Duration, Instant};
 /// The hidden subcommand a worker process runs.
 pub const WORKER_ARG: &str = "__sweep-worker";
 
-/// For the tests: a worker aborts (as the kernel's OOM killer would end
-/// it) when it starts a cell of the setting this names.
-pub const ABORT_ON_ENV: &str = "HUGELAB_SWEEP_TEST_ABORT_ON";
-
 /// How long a batch should run.
 const BATCH_TIME: Duration = Duration::from_secs(1);
 
@@ -194,10 +190,9 @@ fn answer(w: &mut Worker, batch: &[Cell], tx: &Sender<Outcome>) -> usize {
 }
 
 /// `hugelab __sweep-worker`: runs the batches of cells it reads, answering
-/// each cell's outcome as a JSON line; a panic costs its cell.
+/// each cell's outcome as a JSON line; a panic costs its cell (`run_cells`).
 pub fn worker_main() -> ExitCode {
     std::panic::set_hook(Box::new(|_| {})); // the message goes in the outcome
-    let abort_on = std::env::var(ABORT_ON_ENV).ok();
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
         let Ok(cells) = line
@@ -207,19 +202,7 @@ pub fn worker_main() -> ExitCode {
             return ExitCode::from(2);
         };
         for cell in &cells {
-            if abort_on.as_deref() == Some(cell.setting.as_str()) {
-                std::process::abort();
-            }
-            let one = std::slice::from_ref(cell);
-            let outcome =
-                std::panic::catch_unwind(|| run_cells(one).remove(0)).unwrap_or_else(|p| {
-                    let msg = p
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| p.downcast_ref::<String>().cloned())
-                        .unwrap_or_default();
-                    failed(cell, format!("the model panicked running it: {msg}"))
-                });
+            let outcome = run_cells(std::slice::from_ref(cell)).remove(0);
             let Ok(text) = serde_json::to_string(&outcome) else {
                 return ExitCode::from(2);
             };
@@ -229,4 +212,43 @@ pub fn worker_main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(n: usize) -> Queue {
+        let cell = Cell {
+            workload: "w.hlw".into(),
+            hash: "0".into(),
+            setting: "s".into(),
+            spec: "s:".into(),
+            machine: "own".into(),
+            shape: Vec::new(),
+        };
+        Queue {
+            cells: vec![cell; n].into(),
+            per_cell: None,
+            stop: false,
+        }
+    }
+
+    #[test]
+    fn a_batch_runs_about_a_second_within_an_even_share() {
+        let mut q = queue(100);
+        // Nothing timed yet: one cell.
+        assert_eq!(q.batch(2).len(), 1);
+        // 50 ms a cell: 20 cells make a second.
+        q.answered(1, Duration::from_millis(50));
+        assert_eq!(q.batch(2).len(), 20);
+        // 1 ms a cell wants 1000, but 79 left over 2 workers: 40.
+        q.per_cell = Some(0.001);
+        assert_eq!(q.batch(2).len(), 40);
+        // 2 s a cell: one at a time.
+        q.per_cell = Some(2.0);
+        assert_eq!(q.batch(2).len(), 1);
+        q.stop = true;
+        assert!(q.batch(2).is_empty());
+    }
 }

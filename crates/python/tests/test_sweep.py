@@ -101,3 +101,17 @@ def test_a_failed_cell_costs_its_cell(tmp_path):
     assert "bad.hlw:3:1: unknown process 'b'" in e.value.failed[0]["error"]
     assert "1 of 2 cells failed" in e.value.message
     assert set(e.value.rows["workload"]) == {str(good)}
+
+
+def test_a_worker_that_dies_costs_its_cell_only(root, monkeypatch):
+    workloads = [str(root / s) for s in SCENARIOS]
+    whole = hugelab.sweep(workloads, {"PMD": PMD, "64K": M64K}, jobs=2)
+    # The worker processes abort on a 64K cell, as the OOM killer would end them.
+    monkeypatch.setenv("HUGELAB_SWEEP_TEST_ABORT_ON", "64K")
+    with pytest.raises(hugelab.SweepError) as e:
+        hugelab.sweep(workloads, {"PMD": PMD, "64K": M64K}, jobs=2)
+    failed = e.value.failed
+    assert [(f["workload"], f["setting"]) for f in failed] == [(w, "64K") for w in workloads]
+    assert all("the worker process running it died" in f["error"] for f in failed)
+    pmd = whole[whole["setting"] == "PMD"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(e.value.rows, pmd)

@@ -129,17 +129,37 @@ pub fn run_cell(cell: &Cell) -> Result<CellRows> {
     })
 }
 
-/// Runs each cell, in order: one outcome per cell, a failure costing its
-/// cell only.
+/// For the tests of the engines: the process running a cell of the setting
+/// this names kills itself with SIGKILL, as the kernel's OOM killer ends one.
+pub const ABORT_ON_ENV: &str = "HUGELAB_SWEEP_TEST_ABORT_ON";
+
+/// Runs each cell, in order: one outcome per cell, a failure (an error, or
+/// a panic of the model) costing its cell only.
 pub fn run_cells(cells: &[Cell]) -> Vec<Outcome> {
+    let abort_on = std::env::var(ABORT_ON_ENV).ok();
     cells
         .iter()
-        .map(|cell| match run_cell(cell) {
-            Ok(rows) => Outcome::Done(rows),
-            Err(e) => Outcome::Failed {
+        .map(|cell| {
+            if abort_on.as_deref() == Some(cell.setting.as_str()) {
+                // SAFETY: raise has no preconditions; SIGKILL ends the process here.
+                unsafe { libc::raise(libc::SIGKILL) };
+            }
+            let failed = |error: String| Outcome::Failed {
                 key: cell.key(),
-                error: format!("{e:#}"),
-            },
+                error,
+            };
+            match std::panic::catch_unwind(|| run_cell(cell)) {
+                Ok(Ok(rows)) => Outcome::Done(rows),
+                Ok(Err(e)) => failed(format!("{e:#}")),
+                Err(panic) => {
+                    let msg = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    failed(format!("the model panicked running it: {msg}"))
+                }
+            }
         })
         .collect()
 }

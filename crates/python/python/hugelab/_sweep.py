@@ -2,8 +2,9 @@
 writer are the native module's (the same as ``hugelab sweep``'s, so the
 same inputs write the same bytes); the cells run in worker processes
 (:class:`concurrent.futures.ProcessPoolExecutor`), batches of cells per
-task, so that a cell that kills its process costs its batch's cells, not
-the sweep."""
+task. A panic of the model costs its cell (the native ``run_cells``); a
+cell that kills its process (out of memory) costs that cell, not the
+sweep."""
 
 import json
 import os
@@ -48,20 +49,42 @@ def _key(cell: Dict[str, Any]) -> str:
 
 def run_local(state: "_native.SweepRun", jobs: int) -> None:
     """Runs the cells ``state`` has left on ``jobs`` worker processes,
-    recording each batch's outcomes as it finishes."""
+    recording each batch's outcomes as it finishes. A worker that dies
+    breaks the pool: the cells not finished then run again one at a time,
+    each in a fresh process if need be, so that the death costs its own
+    cell only."""
     todo = json.loads(state.todo())
     if not todo:
         return
-    batches = _batches(todo, jobs)
+    unfinished = _run_pool(state, _batches(todo, jobs), jobs)
+    for cell in unfinished:
+        _run_alone(state, cell)
+
+
+def _run_pool(state: "_native.SweepRun", batches: List[List[Any]], jobs: int) -> List[Any]:
+    """Runs the batches; the cells of those a broken pool left unfinished."""
+    unfinished: List[Any] = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = {pool.submit(_run_batch, json.dumps(b)): b for b in batches}
         for future in as_completed(futures):
             try:
                 outcomes = future.result()
-            except BrokenProcessPool as e:
-                why = f"the worker process running it died: {e}"
-                outcomes = _failed_batch(futures[future], why)
+            except BrokenProcessPool:
+                unfinished.extend(futures[future])
+                continue
             state.record(outcomes)
+    order = {_key(c): i for i, c in enumerate(c for b in batches for c in b)}
+    return sorted(unfinished, key=lambda c: order[_key(c)])
+
+
+def _run_alone(state: "_native.SweepRun", cell: Dict[str, Any]) -> None:
+    """One cell in a process of its own: its death costs this cell only."""
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        try:
+            outcomes = pool.submit(_run_batch, json.dumps([cell])).result()
+        except BrokenProcessPool as e:
+            outcomes = _failed_batch([cell], f"the worker process running it died: {e}")
+    state.record(outcomes)
 
 
 def frame(columns: Dict[str, list]) -> pd.DataFrame:

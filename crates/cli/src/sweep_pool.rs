@@ -193,6 +193,9 @@ fn answer(w: &mut Worker, batch: &[Cell], tx: &Sender<Outcome>) -> usize {
 /// each cell's outcome as a JSON line; a panic costs its cell (`run_cells`).
 pub fn worker_main() -> ExitCode {
     std::panic::set_hook(Box::new(|_| {})); // the message goes in the outcome
+                                            // A worker dies with the sweep that started it, mid-cell too.
+                                            // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and nothing else.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let mut out = std::io::stdout().lock();
     for line in std::io::stdin().lock().lines() {
         let Ok(cells) = line

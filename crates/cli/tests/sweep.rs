@@ -160,6 +160,24 @@ fn slow_workload(n: usize) -> String {
     text + "snapshot s\n"
 }
 
+/// The pids of `parent`'s children that are sweep workers.
+fn children(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let ppid = status.lines().find_map(|l| l.strip_prefix("PPid:"));
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let worker = String::from_utf8_lossy(&cmdline).contains("__sweep-worker");
+        if worker && ppid.map(str::trim) == Some(&parent.to_string()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 #[test]
 fn a_killed_sweep_resumes_running_each_cell_once_to_the_same_bytes() {
     let dir = state_dir("sweep-resume");
@@ -207,9 +225,23 @@ fn a_killed_sweep_resumes_running_each_cell_once_to_the_same_bytes() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+    let workers = children(child.id());
+    assert_eq!(workers.len(), 1, "--jobs 1: one worker process");
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(!out.exists(), "a killed sweep wrote its output");
+    // Its worker dies with it, mid-cell (PR_SET_PDEATHSIG).
+    let start = Instant::now();
+    while workers
+        .iter()
+        .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "worker {workers:?} outlived the sweep"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     let o = Command::new(env!("CARGO_BIN_EXE_hugelab"))
         .args(args(&out))

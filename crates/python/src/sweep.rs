@@ -109,6 +109,20 @@ impl SweepRun {
         result.map_err(|e| to_py(py, e))
     }
 
+    /// Records each of `cells` (JSON, as `todo` gives them) as failed, for
+    /// `error` (the worker process running them died).
+    fn record_failed(&mut self, py: Python<'_>, cells: &str, error: &str) -> PyResult<()> {
+        let sweep = taken(&mut self.sweep)?;
+        let result = (|| -> Result<()> {
+            for cell in serde_json::from_str::<Vec<Cell>>(cells)? {
+                let (key, error) = (cell.key(), error.to_string());
+                sweep.record(Outcome::Failed { key, error })?;
+            }
+            Ok(())
+        })();
+        result.map_err(|e| to_py(py, e))
+    }
+
     /// Writes the output; returns `{"columns": {name: values}, "failed":
     /// [{workload, setting, machine, error}]}` as JSON.
     fn finish(&mut self, py: Python<'_>) -> PyResult<String> {

@@ -32,21 +32,6 @@ def _batches(cells: List[Any], jobs: int) -> List[List[Any]]:
     return [cells[i : i + size] for i in range(0, len(cells), size)]
 
 
-def _failed_batch(batch: List[Any], why: str) -> str:
-    """Outcomes for a batch whose worker process died."""
-    return json.dumps(
-        [
-            {"outcome": "failed", "key": _key(cell), "error": why}
-            for cell in batch
-        ]
-    )
-
-
-def _key(cell: Dict[str, Any]) -> str:
-    # Cell::key in crates/sweep: workload#hash|spec|machine.
-    return f"{cell['workload']}#{cell['hash']}|{cell['spec']}|{cell['machine']}"
-
-
 def run_local(state: "_native.SweepRun", jobs: int) -> None:
     """Runs the cells ``state`` has left on ``jobs`` worker processes,
     recording each batch's outcomes as it finishes. A worker that dies
@@ -57,7 +42,7 @@ def run_local(state: "_native.SweepRun", jobs: int) -> None:
     if not todo:
         return
     unfinished = _run_pool(state, _batches(todo, jobs), jobs)
-    for cell in unfinished:
+    for cell in sorted(unfinished, key=lambda c: todo.index(c)):
         _run_alone(state, cell)
 
 
@@ -73,17 +58,18 @@ def _run_pool(state: "_native.SweepRun", batches: List[List[Any]], jobs: int) ->
                 unfinished.extend(futures[future])
                 continue
             state.record(outcomes)
-    order = {_key(c): i for i, c in enumerate(c for b in batches for c in b)}
-    return sorted(unfinished, key=lambda c: order[_key(c)])
+    return unfinished
 
 
 def _run_alone(state: "_native.SweepRun", cell: Dict[str, Any]) -> None:
     """One cell in a process of its own: its death costs this cell only."""
+    batch = json.dumps([cell])
     with ProcessPoolExecutor(max_workers=1) as pool:
         try:
-            outcomes = pool.submit(_run_batch, json.dumps([cell])).result()
+            outcomes = pool.submit(_run_batch, batch).result()
         except BrokenProcessPool as e:
-            outcomes = _failed_batch([cell], f"the worker process running it died: {e}")
+            state.record_failed(batch, f"the worker process running it died: {e}")
+            return
     state.record(outcomes)
 
 

@@ -10,7 +10,7 @@ import json
 import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
@@ -42,8 +42,7 @@ def run_local(state: "_native.SweepRun", jobs: int) -> None:
     if not todo:
         return
     unfinished = _run_pool(state, _batches(todo, jobs), jobs)
-    for cell in sorted(unfinished, key=lambda c: todo.index(c)):
-        _run_alone(state, cell)
+    _run_one_by_one(state, sorted(unfinished, key=todo.index))
 
 
 def _run_pool(state: "_native.SweepRun", batches: List[List[Any]], jobs: int) -> List[Any]:
@@ -61,16 +60,25 @@ def _run_pool(state: "_native.SweepRun", batches: List[List[Any]], jobs: int) ->
     return unfinished
 
 
-def _run_alone(state: "_native.SweepRun", cell: Dict[str, Any]) -> None:
-    """One cell in a process of its own: its death costs this cell only."""
-    batch = json.dumps([cell])
-    with ProcessPoolExecutor(max_workers=1) as pool:
-        try:
-            outcomes = pool.submit(_run_batch, batch).result()
-        except BrokenProcessPool as e:
-            state.record_failed(batch, f"the worker process running it died: {e}")
-            return
-    state.record(outcomes)
+def _run_one_by_one(state: "_native.SweepRun", cells: List[Any]) -> None:
+    """Each cell alone on one worker process (a fresh one after a death),
+    so that a death costs the cell that caused it only."""
+    pool = None
+    try:
+        for cell in cells:
+            pool = pool or ProcessPoolExecutor(max_workers=1)
+            batch = json.dumps([cell])
+            try:
+                outcomes = pool.submit(_run_batch, batch).result()
+            except BrokenProcessPool as e:
+                state.record_failed(batch, f"the worker process running it died: {e}")
+                pool.shutdown()
+                pool = None
+                continue
+            state.record(outcomes)
+    finally:
+        if pool is not None:
+            pool.shutdown()
 
 
 def frame(columns: Dict[str, list]) -> pd.DataFrame:

@@ -130,9 +130,9 @@ pub fn main(args: SweepArgs) -> Result<ExitCode> {
     }
     let (from_output, from_journal, ran) = (sweep.from_output, sweep.from_journal, todo.len());
     let bar = progress_bar(todo.len());
-    sweep_pool::run(todo, jobs, |outcome| {
+    sweep_pool::run(todo, jobs, |(outcome, json)| {
         bar.inc(1);
-        sweep.record(outcome).map(|_| ())
+        sweep.record_encoded(outcome, json.as_deref()).map(|_| ())
     })?;
     bar.finish_and_clear();
     let finished = sweep.finish()?;

@@ -51,12 +51,16 @@ impl Queue {
     }
 }
 
+/// An outcome, and its JSON line as the worker answered it (none for one
+/// made here: a cell whose worker died).
+pub type Answer = (Outcome, Option<String>);
+
 /// Runs `cells` on `jobs` worker processes; `record` takes each outcome as
 /// it comes (on this thread), in any order.
 pub fn run(
     cells: Vec<Cell>,
     jobs: usize,
-    mut record: impl FnMut(Outcome) -> Result<()>,
+    mut record: impl FnMut(Answer) -> Result<()>,
 ) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the hugelab binary to start workers")?;
     let queue = Mutex::new(Queue {
@@ -106,16 +110,14 @@ fn spawn(exe: &std::path::Path) -> std::io::Result<Worker> {
     })
 }
 
-fn failed(cell: &Cell, error: String) -> Outcome {
-    Outcome::Failed {
-        key: cell.key(),
-        error,
-    }
+fn failed(cell: &Cell, error: String) -> Answer {
+    let key = cell.key();
+    (Outcome::Failed { key, error }, None)
 }
 
 /// One pool slot: takes batches until none is left, each on its worker
 /// process (started again after one dies).
-fn feed(exe: &std::path::Path, queue: &Mutex<Queue>, jobs: usize, tx: Sender<Outcome>) {
+fn feed(exe: &std::path::Path, queue: &Mutex<Queue>, jobs: usize, tx: Sender<Answer>) {
     let mut worker: Option<Worker> = None;
     loop {
         let batch = queue.lock().expect("no panic holding it").batch(jobs);
@@ -165,7 +167,7 @@ fn feed(exe: &std::path::Path, queue: &Mutex<Queue>, jobs: usize, tx: Sender<Out
 }
 
 /// Sends `batch` to the worker and passes on its outcomes: how many came.
-fn answer(w: &mut Worker, batch: &[Cell], tx: &Sender<Outcome>) -> usize {
+fn answer(w: &mut Worker, batch: &[Cell], tx: &Sender<Answer>) -> usize {
     let Ok(mut line) = serde_json::to_string(batch) else {
         return 0;
     };
@@ -184,7 +186,8 @@ fn answer(w: &mut Worker, batch: &[Cell], tx: &Sender<Outcome>) -> usize {
         let Some(outcome) = got.and_then(|_| serde_json::from_str::<Outcome>(&answer).ok()) else {
             return n;
         };
-        let _ = tx.send(outcome);
+        let line = answer.trim_end_matches('\n').to_string();
+        let _ = tx.send((outcome, Some(line)));
     }
     batch.len()
 }

@@ -3,7 +3,8 @@
 //! recorded now), the journal `OUT.partial` each finished cell is appended
 //! to as it comes, and the output written whole at the end.
 //!
-//! The journal is JSON Lines, one [`CellRows`] per line; a line cut short
+//! The journal is JSON Lines, one finished cell's [`Outcome`] per line (as a
+//! worker process answered it, copied as it is); a line cut short
 //! by a kill is dropped on resume (and cut off the file). The output is
 //! written to `OUT.tmp` and renamed over `OUT`, so a reader never sees half
 //! a file; the journal goes once the output holds its cells. The output
@@ -159,7 +160,7 @@ impl Sweep {
             if n == 0 || !line.ends_with('\n') {
                 break;
             }
-            let Ok(rows) = serde_json::from_str::<CellRows>(&line) else {
+            let Ok(Outcome::Done(rows)) = serde_json::from_str::<Outcome>(&line) else {
                 break;
             };
             valid += n as u64;
@@ -190,6 +191,13 @@ impl Sweep {
     /// Takes a cell's outcome: a finished cell is journaled (a second
     /// outcome of a cell already finished is dropped: false).
     pub fn record(&mut self, outcome: Outcome) -> Result<bool> {
+        self.record_encoded(outcome, None)
+    }
+
+    /// [`Sweep::record`], with the outcome's JSON (one line, as serde_json
+    /// writes it) when the caller has it: the journal copies it rather
+    /// than writing it again.
+    pub fn record_encoded(&mut self, outcome: Outcome, json: Option<&str>) -> Result<bool> {
         let Some(&i) = self.keys.get(outcome.key()) else {
             bail!("an outcome for a cell not in the plan: {}", outcome.key());
         };
@@ -197,12 +205,18 @@ impl Sweep {
             return Ok(false);
         }
         match outcome {
-            Outcome::Done(rows) => {
+            Outcome::Done(_) => {
                 if let Some((_, file)) = &mut self.journal {
-                    let mut line = serde_json::to_string(&rows)?;
+                    let mut line = match json {
+                        Some(json) => json.to_string(),
+                        None => serde_json::to_string(&outcome)?,
+                    };
                     line.push('\n');
                     file.write_all(line.as_bytes())?;
                 }
+                let Outcome::Done(rows) = outcome else {
+                    unreachable!("matched above")
+                };
                 self.failed.retain(|(f, _)| *f != i);
                 self.done[i] = Some(rows);
             }

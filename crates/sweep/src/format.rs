@@ -17,6 +17,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::record::Field;
 use parquet::schema::parser::parse_message_type;
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::Path;
@@ -95,8 +96,17 @@ pub fn read(format: Format, path: &Path) -> Result<Vec<Row>> {
     }
 }
 
+/// A text column's values: each distinct string made a `ByteArray` once
+/// and shared (a `ByteArray` clone counts a reference; a column repeats
+/// few strings many times).
 fn bytes<'a>(rows: &[RowRef<'a>], f: impl Fn(&RowRef<'a>) -> &'a str) -> Vec<ByteArray> {
-    rows.iter().map(|r| ByteArray::from(f(r))).collect()
+    let mut made: HashMap<&str, ByteArray> = HashMap::new();
+    rows.iter()
+        .map(|r| {
+            let s = f(r);
+            made.entry(s).or_insert_with(|| ByteArray::from(s)).clone()
+        })
+        .collect()
 }
 
 fn write_parquet(rows: &[RowRef], out: File) -> Result<()> {

@@ -148,7 +148,7 @@ fn pct_cell(p: Option<f64>) -> String {
 }
 
 /// The summary table: a row per setting, changes against the first one.
-fn render_summary(summary: &[Summary], snapshot: &str) -> String {
+pub(crate) fn render_summary(summary: &[Summary], snapshot: &str) -> String {
     let Some(base) = summary.first() else {
         return String::new();
     };

@@ -31,6 +31,8 @@ mod scan_print;
 mod settings;
 mod settings_activity;
 mod svg;
+mod sweep;
+mod sweep_pool;
 mod table;
 mod utilization;
 mod utilization_view;
@@ -82,6 +84,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Record a command's page faults, mm syscalls and tasks as a workload (root).
     Record(record::RecordArgs),
+    /// Every workload × machine shape × setting on the model, in worker
+    /// processes: a row per cell, snapshot and counter (Parquet, CSV, JSON),
+    /// resumable, and a summary per workload like `compare`'s.
+    Sweep(sweep::SweepArgs),
     /// Show or restore the kernel tunables hugelab changes.
     #[command(subcommand)]
     Settings(settings::SettingsCommand),
@@ -108,6 +114,10 @@ fn main() -> ExitCode {
             _ => return ExitCode::from(2),
         }
     }
+    // `sweep`'s worker processes are this binary too (sweep_pool).
+    if std::env::args().nth(1).as_deref() == Some(sweep_pool::WORKER_ARG) {
+        return sweep_pool::worker_main();
+    }
     let cli = Cli::parse();
     // A print into a closed pipe ends the process quietly, after unwinding
     // has restored the machine (see closed_stdout).
@@ -130,6 +140,7 @@ fn dispatch(cli: Cli) -> ExitCode {
         Command::Hugetlb(cmd) => hugetlb::main(cmd),
         Command::Settings(cmd) => settings::main(cmd),
         Command::Utilization(args) => utilization::main(args),
+        Command::Sweep(args) => sweep::main(args),
     };
     match result {
         Ok(code) => code,

@@ -317,6 +317,29 @@ fn check_predict() {
     }
 }
 
+/// `sweep -o rows.parquet FILE...`: compare's five settings over two
+/// workloads, 10 cells: a summary of five rows per workload, a Parquet
+/// file, and a re-run that finds all 10 cells in it.
+fn check_sweep() {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-rows.parquet");
+    let _ = std::fs::remove_file(&out);
+    let args = ["sweep", "-o", out.to_str().unwrap(), SCENARIO, SCENARIO_2];
+    let text = ok(&args);
+    for file in [SCENARIO, SCENARIO_2] {
+        assert!(text.contains(&format!("# {file} on machine own")), "{text}");
+    }
+    for setting in ["4K", "16K", "32K+16K", "64K+32K+16K", "PMD"] {
+        let rows = text
+            .lines()
+            .filter(|l| l.starts_with('|') && cells(l)[0] == setting);
+        assert_eq!(rows.count(), 2, "{setting}: {text}");
+    }
+    assert!(std::fs::read(&out).unwrap().starts_with(b"PAR1"));
+    let again = hugelab(&args);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("resuming: 10 cells already in"), "{err}");
+}
+
 #[test]
 fn every_readme_example_runs_and_shows_what_the_readme_says() {
     let commands = readme_commands();
@@ -374,6 +397,7 @@ fn every_readme_example_runs_and_shows_what_the_readme_says() {
             "hugelab utilization workloads/bimodal-utilization.hlw --snapshot before --why" => {
                 check_utilization(&ok(&args));
             }
+            "hugelab sweep -o rows.parquet FILE..." => check_sweep(),
             "hugelab hugetlb plan 1T" => check_hugetlb_plan(&ok(&args)),
             "hugelab settings show [--json]" => {
                 check_settings_show(&ok(&["settings", "show"]));

@@ -21,6 +21,7 @@ use std::io::Cursor;
 use std::path::Path;
 
 mod scan;
+mod sweep;
 
 /// What a workload given as text is called in messages.
 const TEXT_NAME: &str = "<string>";
@@ -53,7 +54,7 @@ impl Source {
 
 /// `NAME:TUNABLE=VALUE,...` from a setting's name and pairs, refusing what
 /// that form cannot carry.
-fn spec(name: &str, sets: &[(String, String)]) -> Result<String> {
+pub(crate) fn spec(name: &str, sets: &[(String, String)]) -> Result<String> {
     if name.is_empty() || name.contains(':') {
         bail!("setting '{name}': a setting's name must be non-empty and hold no ':'");
     }
@@ -157,7 +158,7 @@ fn utilization_json(
 
 /// The exception for `err`: its class in `hugelab._errors`, the CLI's
 /// message, and the place of a workload's error.
-fn to_py(py: Python<'_>, err: anyhow::Error) -> PyErr {
+pub(crate) fn to_py(py: Python<'_>, err: anyhow::Error) -> PyErr {
     let message = format!("{err:#}");
     let place = err.chain().find_map(|e| {
         if let Some(p) = e.downcast_ref::<ParseError>() {
@@ -178,6 +179,7 @@ fn to_py(py: Python<'_>, err: anyhow::Error) -> PyErr {
             "SettingError"
         }
         None if message.starts_with("machine shape") => "MachineError",
+        None if message.contains(": cannot read the workload") => "WorkloadError",
         None => "Error",
     };
     let (file, line, col) = match place {
@@ -298,6 +300,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(utilization, m)?)?;
     m.add_function(wrap_pyfunction!(counters, m)?)?;
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::run_cells, m)?)?;
+    m.add_class::<sweep::SweepRun>()?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -6,8 +6,9 @@ snapshot, :func:`compare` runs one under several settings and returns the
 figures ``hugelab compare`` prints as pandas DataFrames, :func:`explain` says why
 each fault got the folio size it got, :func:`utilization` how full the large
 folios are and what the deferred split shrinker would give back, :func:`counters` is the counter
-registry, and :func:`scan` (root) how full the huge pages of running
-processes are.
+registry, :func:`scan` (root) how full the huge pages of running
+processes are, and :func:`sweep` runs every workload × machine shape ×
+setting in worker processes, as ``hugelab sweep`` does, and returns the rows.
 
 A workload is a path to a ``.hlw``, ``.hlw.gz`` or ``.hlw.zst`` file (a
 ``str`` ending so, or any ``os.PathLike``) or a ``str`` of .hlw text. A
@@ -24,12 +25,12 @@ prints: :class:`WorkloadError` (with ``file``, ``line``, ``col``),
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
 
 from . import _native
-from ._errors import Error, MachineError, SettingError, WorkloadError
+from ._errors import Error, MachineError, SettingError, SweepError, WorkloadError
 from ._scan import ScanResult, scan
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "counters",
     "scan",
     "ScanResult",
+    "sweep",
     "RunResult",
     "Comparison",
     "Explanation",
@@ -48,6 +50,7 @@ __all__ = [
     "WorkloadError",
     "SettingError",
     "MachineError",
+    "SweepError",
     "SERIES_SETTINGS",
 ]
 
@@ -519,3 +522,72 @@ def counters() -> pd.DataFrame:
             )
     return pd.DataFrame(rows)
 
+
+def sweep(
+    workloads: Sequence[Union[str, "os.PathLike[str]"]],
+    settings: Optional[Mapping[str, Setting]] = None,
+    machines: Optional[Sequence[Machine]] = None,
+    output: Optional[Union[str, "os.PathLike[str]"]] = None,
+    jobs: Optional[int] = None,
+    engine: str = "local",
+    format: Optional[str] = None,
+) -> pd.DataFrame:
+    """Runs every workload on every machine shape under every setting on the
+    model, in worker processes, as ``hugelab sweep`` does (the same plan,
+    rows and output bytes; docs/sweep.md).
+
+    Args:
+        workloads: workload files (``.hlw``, ``.hlw.gz``, ``.hlw.zst``);
+            the ``workload`` column holds each path as given.
+        settings: setting name to (tunable to value), in order; the first is
+            each summary's baseline. Default: :data:`SERIES_SETTINGS`.
+        machines: machine shapes, each as :func:`run` takes one; the
+            ``machine`` column holds it as ``--machine`` writes it
+            (``memory=4G,fragment=10%``). Default: each workload's own
+            machine (``own``).
+        output: a ``.parquet``, ``.csv`` or ``.json`` file to write the rows
+            to (``format`` for another extension). A re-run over it skips
+            the cells already in it; a sweep cut short resumes from its
+            journal, ``OUTPUT.partial``.
+        jobs: worker processes; default one per core.
+        engine: ``"local"`` (worker processes on this machine). ``"ray"``
+            is not built yet.
+
+    Returns:
+        a DataFrame with a row per cell, snapshot and counter: ``workload``,
+        ``setting``, ``machine``, ``snapshot``, ``line`` (NA at ``end``),
+        ``counter``, ``value``, in the plan's order.
+
+    Raises:
+        WorkloadError, SettingError, MachineError, Error: bad input, with
+        ``hugelab``'s sentence; nothing is written. SweepError: cells
+        failed; the others are written and in its ``rows``.
+    """
+    from . import _sweep
+
+    if engine == "ray":
+        raise NotImplementedError("engine='ray' is not built yet; use engine='local'")
+    if engine != "local":
+        raise ValueError(f"engine is 'local' (or, later, 'ray'), not {engine!r}")
+    jobs = _sweep.default_jobs(jobs)
+    if isinstance(workloads, (str, os.PathLike)):
+        workloads = [workloads]
+    paths = []
+    for w in workloads:
+        if not isinstance(w, (str, os.PathLike)) or (isinstance(w, str) and "\n" in w):
+            raise TypeError("a sweep's workloads are paths to workload files")
+        paths.append(os.fspath(w))
+    if settings is None:
+        settings = SERIES_SETTINGS
+    if not isinstance(settings, Mapping):
+        raise TypeError("settings is a mapping of setting name to {tunable: value}")
+    given = [(str(name), _pairs(f"setting {name}", sets)) for name, sets in settings.items()]
+    shapes = [_pairs("machine", m) for m in (machines or [])]
+    out = None if output is None else os.fspath(output)
+    state = _native.SweepRun(paths, given, shapes, out, format)
+    _sweep.run_local(state, jobs)
+    doc = json.loads(state.finish())
+    rows = _sweep.frame(doc["columns"])
+    if doc["failed"]:
+        raise _sweep.failure(doc, rows)
+    return rows

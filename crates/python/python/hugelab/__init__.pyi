@@ -1,13 +1,14 @@
 """Type hints of hugelab: see the module's docstrings."""
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
 from ._errors import Error as Error
 from ._errors import MachineError as MachineError
 from ._errors import SettingError as SettingError
+from ._errors import SweepError as SweepError
 from ._errors import WorkloadError as WorkloadError
 from ._scan import ScanResult as ScanResult
 from ._scan import scan as scan
@@ -84,3 +85,12 @@ def utilization(
     max_ptes_none: Optional[int] = None,
 ) -> UtilizationReport: ...
 def counters() -> pd.DataFrame: ...
+def sweep(
+    workloads: Union[Workload, Sequence[Workload]],
+    settings: Optional[Mapping[str, Setting]] = None,
+    machines: Optional[Sequence[Machine]] = None,
+    output: Optional[Union[str, os.PathLike[str]]] = None,
+    jobs: Optional[int] = None,
+    engine: str = "local",
+    format: Optional[str] = None,
+) -> pd.DataFrame: ...

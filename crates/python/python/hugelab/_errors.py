@@ -39,3 +39,19 @@ class SettingError(Error):
 
 class MachineError(Error):
     """A machine shape is refused: an unknown key or a bad value."""
+
+
+class SweepError(Error):
+    """Cells of a sweep failed (the workload stopped the model, or the
+    worker process running the cell died); the others were kept.
+
+    ``failed`` lists each failed cell (``workload``, ``setting``,
+    ``machine``, ``error``); ``rows`` is the DataFrame of the cells that
+    finished, as :func:`hugelab.sweep` would have returned it. The output,
+    when given, holds those cells: a re-run runs the failed ones again.
+    """
+
+    def __init__(self, message: str, failed: list, rows: object) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.rows = rows

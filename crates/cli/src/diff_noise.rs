@@ -74,6 +74,7 @@ mod tests {
             "another process changed anonymous memory during line 7 (nr_anon_pages +3, the workload's own +0)",
             "another process's page tables changed during line 7 (nr_page_table_pages -1, the workload's own +0)",
             "another process's folios changed mthp.64kB.anon_fault_alloc during line 3, a size this workload never enabled",
+            "another process's memory left no free 2048kB block during line 5 (vmstat.thp_fault_fallback +2 beyond failed charges): the agents' faults may have fallen back where the model's machine has free blocks",
             "khugepaged collapsed memory on its own before line 12",
             "khugepaged collapsed memory during line 12",
             "pgdeactivate +1 during line 6, a `munmap`, which moves no folio between the LRU lists: kswapd's or another process's",

@@ -65,6 +65,10 @@
 //!   regions': after a fork the anonymous-memory and page-table gauges are
 //!   unknown, and the faults the agents take inside it (unsharing their own
 //!   memory) are left out of pgfault.
+//! - A window in which the agents faulted and some fault fell back for want
+//!   of a free block of its size (not a failed charge) makes every counter
+//!   after it unknown ([`starved`]): the machine's memory, full of other
+//!   processes' page cache or fragmented, is not the model's.
 //! - folios.* of a region are unknown when kpageflags read 0 for its pages.
 //! - With vm.hugetlb_optimize_vmemmap 1, the page-table gauges are unknown
 //!   from then on: the first HVO in a 128 MiB range splits the vmemmap PMD
@@ -487,6 +491,9 @@ impl Measurement {
             }
         }
         self.gap_collapse(stmt, agents, &before);
+        if self.unstable.is_none() && agent_faults > 0 {
+            self.unstable = starved(stmt, (&before, &after));
+        }
         let sys_faults = after["vmstat.pgfault"] - before["vmstat.pgfault"];
         let own_why = if matches!(stmt.kind, StmtKind::Fork { .. }) {
             // The agents' faults inside fork are their own housekeeping
@@ -924,6 +931,41 @@ impl Measurement {
             )
         })
     }
+}
+
+/// Why no reading is trusted from a window on in which the agents faulted
+/// and a fault of some size fell back for want of a free block of that
+/// size (Linux 6.18: `alloc_anon_folio` and `vma_alloc_anon_folio_pmd`
+/// count `anon_fault_fallback` / thp_fault_fallback for a failed
+/// allocation and for a failed charge, `*_fallback_charge` for the second
+/// only): whoever's fault it was, the machine had no free block of that
+/// size, which the model's machine has, so the agents' faults may have
+/// fallen back too, and every folio after it differs. Other processes'
+/// memory (page cache, most often) is what fills or fragments it: noise, a
+/// re-run may find free blocks.
+fn starved(stmt: &Stmt, (before, after): (&Counters, &Counters)) -> Option<String> {
+    let delta = |name: &str| {
+        after
+            .get(name)
+            .zip(before.get(name))
+            .map_or(0, |(a, b)| a - b)
+    };
+    after.keys().find_map(|name| {
+        let base = name
+            .strip_suffix(".anon_fault_fallback")
+            .or_else(|| name.strip_suffix("thp_fault_fallback"))?;
+        let charge = format!("{name}_charge");
+        let n = delta(name) - delta(&charge);
+        let size = base
+            .strip_prefix("mthp.")
+            .map_or(format!("{}kB", PMD_SIZE >> 10), str::to_string);
+        (n > 0).then(|| {
+            format!(
+                "another process's memory left no free {size} block during line {} ({name} +{n} beyond failed charges): the agents' faults may have fallen back where the model's machine has free blocks",
+                stmt.pos.line
+            )
+        })
+    })
 }
 
 /// With HUGELAB_DEBUG_WINDOWS set, one line per window on stderr: pgfault
@@ -1511,6 +1553,38 @@ mod tests {
             &BTreeSet::new(),
         );
         tainted.into_keys().collect()
+    }
+
+    #[test]
+    fn a_fallback_for_want_of_a_block_is_noise_a_failed_charge_is_not() {
+        let stmt = &hugelab_workload::parse::parse("t.hlw", "spawn a\n")
+            .unwrap()
+            .stmts[0];
+        let before = reading(&[
+            ("mthp.64kB.anon_fault_fallback", 3),
+            ("mthp.64kB.anon_fault_fallback_charge", 1),
+            ("vmstat.thp_fault_fallback", 5),
+            ("vmstat.thp_fault_fallback_charge", 5),
+        ]);
+        // Charges failed: what the model's memory cgroups do too.
+        let charged = reading(&[
+            ("mthp.64kB.anon_fault_fallback", 4),
+            ("mthp.64kB.anon_fault_fallback_charge", 2),
+            ("vmstat.thp_fault_fallback", 6),
+            ("vmstat.thp_fault_fallback_charge", 6),
+        ]);
+        assert_eq!(starved(stmt, (&before, &charged)), None);
+        let no_block = reading(&[
+            ("mthp.64kB.anon_fault_fallback", 3),
+            ("mthp.64kB.anon_fault_fallback_charge", 1),
+            ("vmstat.thp_fault_fallback", 7),
+            ("vmstat.thp_fault_fallback_charge", 5),
+        ]);
+        let why = starved(stmt, (&before, &no_block)).unwrap();
+        assert!(
+            why.starts_with("another process's memory left no free 2048kB block during line 1 (vmstat.thp_fault_fallback +2"),
+            "{why}"
+        );
     }
 
     #[test]

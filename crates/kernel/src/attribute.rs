@@ -73,6 +73,7 @@
 use crate::pagemap::{self, FolioScan};
 use hugelab_workload::units::{HPAGE_PMD_ORDER, PAGE_KB, PMD_SIZE};
 use hugelab_workload::{Counters, StmtKind};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The agents' own faults, anonymous memory and page tables before and
 /// after a window, and whether the per-process counts stand for the
@@ -260,6 +261,28 @@ pub(crate) fn faultless(names: impl IntoIterator<Item = String>) -> Vec<(String,
         .collect()
 }
 
+/// The rules' workload changes, one per counter: two rules may speak of
+/// the same counter (a write that faulted nowhere is both a range's new
+/// folios, none, and a window without a fault), and its replacement must be
+/// made once. Where they disagree neither is taken: the counter stays as
+/// the window's noise left it.
+pub(crate) fn agreed(deltas: Vec<(String, i64)>) -> BTreeMap<String, i64> {
+    let mut agreed = BTreeMap::new();
+    let mut disputed = BTreeSet::new();
+    for (name, delta) in deltas {
+        match agreed.get(&name) {
+            Some(d) if *d != delta => {
+                disputed.insert(name);
+            }
+            _ => {
+                agreed.insert(name, delta);
+            }
+        }
+    }
+    agreed.retain(|name, _| !disputed.contains(name));
+    agreed
+}
+
 /// The gauges of mTHP size `kb`: what only anonymous folios of that size
 /// move.
 fn size_gauges(kb: u64) -> Vec<String> {
@@ -353,6 +376,26 @@ mod tests {
 
     fn c(pairs: &[(&str, i64)]) -> Counters {
         pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    /// A write that faulted nowhere: the touched rule and the faultless
+    /// one both say 0 new 64K folios; the replacement is made once. A
+    /// dispute leaves the counter to the noise.
+    #[test]
+    fn two_rules_on_one_counter_count_once_and_a_dispute_counts_none() {
+        let d = |n: &str, v| (n.to_string(), v);
+        let a = agreed(vec![
+            d("mthp.64kB.anon_fault_alloc", 0),
+            d("vmstat.pgfault", 0),
+            d("mthp.64kB.anon_fault_alloc", 0),
+            d("mthp.16kB.anon_fault_alloc", 1),
+            d("mthp.16kB.anon_fault_alloc", 0),
+        ]);
+        let want: BTreeMap<String, i64> =
+            [d("mthp.64kB.anon_fault_alloc", 0), d("vmstat.pgfault", 0)]
+                .into_iter()
+                .collect();
+        assert_eq!(a, want);
     }
 
     fn alone(

@@ -878,7 +878,7 @@ impl Measurement {
             &|n| tainted.contains_key(n),
             &self.moved_last,
         ));
-        for (name, delta) in deltas {
+        for (name, delta) in attribute::agreed(deltas) {
             let name = name.as_str();
             let (Some(b), Some(a)) = (before.get(name), after.get(name)) else {
                 continue;

@@ -419,10 +419,12 @@ fn pick(mut rows: Vec<Row>) -> Row {
     rows.swap_remove(at)
 }
 
-/// A model whose tunables are this machine's values as `found` gives them.
+/// A model whose tunables are this machine's values as `found` gives them,
+/// with the CPU's protection keys if it has them (a `machine pkeys=` line
+/// overrides both sides: the kernel backend refuses the other shape).
 /// Tunables the model does not model (sysctls, hugetlb pools) are left out.
 fn model_from(found: &dyn Fn(&Tunable) -> Result<String>) -> Result<Model> {
-    let mut model = Model::default();
+    let mut model = Model::default().with_pkeys(hugelab_kernel::machine::protection_keys());
     for tunable in sysfs::known_tunables() {
         let text = found(&tunable)?;
         let value = tunable

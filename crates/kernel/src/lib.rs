@@ -37,7 +37,7 @@ pub mod host_activity;
 mod huge_memory;
 pub mod hugetlb;
 mod khugepaged;
-mod machine;
+pub mod machine;
 mod madvise;
 mod measure;
 pub mod memcg;

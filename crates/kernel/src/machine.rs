@@ -20,6 +20,7 @@ pub(crate) fn machine(stmt: &Stmt, s: &Machine) -> Result<(), BackendError> {
             // The rule and struct page of Linux 6.18 on x86_64.
             MachineParam::Hvo(r) => *r == HvoRuleName::Linux618,
             MachineParam::StructPage(n) => *n == 64,
+            MachineParam::Pkeys(on) => *on == protection_keys(),
         };
         if !ok {
             return Err(BackendError {
@@ -33,6 +34,18 @@ pub(crate) fn machine(stmt: &Stmt, s: &Machine) -> Result<(), BackendError> {
         }
     }
     Ok(())
+}
+
+/// Whether this machine's processes have x86 memory protection keys: the
+/// CPU flag `ospke` in /proc/cpuinfo (the kernel enabled PKU), with which
+/// an execute-only mapping is unreadable. False where the file or the flag
+/// is missing (not x86, or no PKU).
+pub fn protection_keys() -> bool {
+    std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
+        info.lines()
+            .filter(|l| l.starts_with("flags"))
+            .any(|l| l.split_whitespace().any(|f| f == "ospke"))
+    })
 }
 
 /// `fragment ...`: model-only.

@@ -140,6 +140,7 @@ impl Model {
                     }
                 }
                 MachineParam::StructPage(n) => self.machine.vmemmap.geometry.struct_page = *n,
+                MachineParam::Pkeys(on) => self.machine.pkeys = *on,
                 MachineParam::Memory(s) => {
                     let bytes = s.bytes();
                     if bytes < 4 << 20 || bytes / PAGE_SIZE > MAX_PFN || bytes % PAGE_SIZE != 0 {
@@ -150,6 +151,7 @@ impl Model {
                     }
                     let thp = self.machine.thp.clone();
                     let (check, bug) = (self.check_invariants, self.machine.injected_bug);
+                    let pkeys = self.machine.pkeys;
                     let trace = self.machine.trace.take();
                     let v = &self.machine.vmemmap;
                     let (optimize, rule, geometry) = (v.optimize, v.rule, v.geometry);
@@ -160,7 +162,7 @@ impl Model {
                         .iter()
                         .map(|h| (h.max_huge_pages, h.nr_overcommit_huge_pages))
                         .collect();
-                    *self = Model::new(bytes).with_thp_settings(thp);
+                    *self = Model::new(bytes).with_thp_settings(thp).with_pkeys(pkeys);
                     self.check_invariants = check;
                     self.machine.injected_bug = bug;
                     self.machine.trace = trace;

@@ -950,7 +950,7 @@ pub fn hugetlb_access(
     write: bool,
 ) -> Result<(), Fault> {
     let (start, end) = (range.start, range.end);
-    if !vma.allows(write) {
+    if !vma.allows(write, m.pkeys) {
         return Err(Fault::Sigsegv { addr: start, write });
     }
     let size = huge_page_size(hv_of(vma).hstate);

@@ -149,6 +149,9 @@ pub struct Machine {
     pub unmovable_pages: u64,
     /// Memory cgroups and what is charged to them (see memcontrol).
     pub memcg: memcontrol::Memcgs,
+    /// x86 memory protection keys in use (`machine pkeys=`; see
+    /// `Vma::allows`).
+    pub pkeys: bool,
     /// The page cache of the workload's files (see filemap).
     pub page_cache: filemap::PageCache,
     /// A bug put in on purpose, to show the invariant checker catches it.
@@ -191,6 +194,7 @@ impl Machine {
             unmovable_pages: 0,
             memcg: memcontrol::Memcgs::default(),
             page_cache: filemap::PageCache::default(),
+            pkeys: false,
             injected_bug: None,
         }
     }
@@ -261,6 +265,14 @@ impl Model {
     /// model from the real machine's values).
     pub fn with_thp_settings(mut self, thp: ThpSettings) -> Self {
         self.machine.thp = thp;
+        self
+    }
+
+    /// Whether the CPU's memory protection keys are in use (`diff` starts
+    /// the model from the machine's: an exec-only mapping is unreadable
+    /// with them).
+    pub fn with_pkeys(mut self, pkeys: bool) -> Self {
+        self.machine.pkeys = pkeys;
         self
     }
 

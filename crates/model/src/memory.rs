@@ -550,7 +550,7 @@ pub fn access_range(
         zero,
         stores,
     } = access;
-    if !vma.allows(write) {
+    if !vma.allows(write, m.pkeys) {
         return Err(Fault::Sigsegv { addr: start, write });
     }
     if write {

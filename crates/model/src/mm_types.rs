@@ -248,15 +248,19 @@ impl Vma {
     /// Whether the VMA's protection allows a user read, or a write, to
     /// fault in (else the access is SIGSEGV): x86's `access_error` lets a
     /// read of a page not present through on any accessible VMA
-    /// (`vma_is_accessible`: VM_READ, VM_WRITE or VM_EXEC; an exec-only
-    /// VMA is readable without protection keys, which the model has not).
-    pub fn allows(&self, write: bool) -> bool {
-        let need = if write {
-            Self::VM_WRITE
-        } else {
-            Self::PROT_MASK
-        };
-        self.flags & need != 0
+    /// (`vma_is_accessible`: VM_READ, VM_WRITE or VM_EXEC). With protection
+    /// keys (`pkeys`), mmap or mprotect of PROT_EXEC alone gives the VMA
+    /// the mm's execute-only key (arch/x86/mm/pkeys.c
+    /// `__arch_override_mprotect_pkey`), whose PKRU bits disable access: a
+    /// read of an exec-only VMA is then a protection-key fault, SIGSEGV.
+    /// Simplified: the key is derived from the flags (exec-only ⇔ the key),
+    /// which holds while the mm has a key free for it, as workloads do.
+    pub fn allows(&self, write: bool, pkeys: bool) -> bool {
+        if write {
+            return self.flags & Self::VM_WRITE != 0;
+        }
+        let prot = self.flags & Self::PROT_MASK;
+        prot != 0 && !(pkeys && prot == Self::VM_EXEC)
     }
 
     /// Whether GUP without FOLL_FORCE may read, or write, the VMA

@@ -1035,6 +1035,28 @@ mod tests {
         Ok(mm.vmas.values().map(|v| (v.start, v.end)).collect())
     }
 
+    /// x86 protection keys: PROT_EXEC alone is execute-only (a read is
+    /// SIGSEGV) until mprotect gives another protection; without them an
+    /// exec-only VMA is readable (access_error's vma_is_accessible).
+    #[test]
+    fn an_exec_only_mapping_is_unreadable_with_protection_keys_only() {
+        let read_x = |pkeys: &str, prot_after: &str| {
+            let text = format!(
+                "machine pkeys={pkeys}\nspawn a\na mmap x 64K prot=x\n{prot_after}a read x:4K\n"
+            );
+            let w = parse("test.hlw", &text).unwrap();
+            run(&mut Model::default(), &w)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(read_x("off", ""), Ok(()));
+        let e = read_x("on", "").unwrap_err();
+        assert!(e.contains("SIGSEGV"), "{e}");
+        assert_eq!(read_x("on", "a mprotect x rx\n"), Ok(()));
+        let e = read_x("on", "a mprotect x rx\na mprotect x x\n").unwrap_err();
+        assert!(e.contains("SIGSEGV"), "{e}");
+    }
+
     #[test]
     fn a_growsdown_stack_maps_its_top_and_grows_on_a_fault_below() {
         let top = LO + (1 << 20);

@@ -177,6 +177,10 @@ pub enum MachineParam {
     Hvo(HvoRuleName),
     /// `struct_page=64`: sizeof(struct page), in bytes.
     StructPage(u64),
+    /// `pkeys=on|off`: x86 memory protection keys in use (CPU flag `ospke`):
+    /// an execute-only mapping gets an access-disabled key, and a read of it
+    /// is SIGSEGV.
+    Pkeys(bool),
 }
 
 /// The HVO rule a `machine hvo=` names.

@@ -103,6 +103,7 @@ impl fmt::Display for MachineParam {
             MachineParam::Hvo(HvoRuleName::Linux618) => write!(f, "hvo=6.18"),
             MachineParam::Hvo(HvoRuleName::Series2021) => write!(f, "hvo=2021"),
             MachineParam::StructPage(n) => write!(f, "struct_page={n}"),
+            MachineParam::Pkeys(on) => write!(f, "pkeys={}", if *on { "on" } else { "off" }),
         }
     }
 }

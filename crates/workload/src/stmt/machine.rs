@@ -13,8 +13,8 @@ pub struct Machine {
 }
 
 const USAGE: &str =
-    "machine <key>=<value>... with keys arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>, hvo=6.18|2021, struct_page=<bytes>";
-const KEYS: &str = "expected arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>, hvo=6.18|2021, struct_page=<bytes>";
+    "machine <key>=<value>... with keys arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>, hvo=6.18|2021, struct_page=<bytes>, pkeys=on|off";
+const KEYS: &str = "expected arch=x86_64|arm64, base_page=4K|16K|64K, memory=<size>, hvo=6.18|2021, struct_page=<bytes>, pkeys=on|off";
 
 impl Machine {
     pub(crate) fn parse(l: &mut Line<'_>) -> Result<Machine, ParseError> {
@@ -60,6 +60,7 @@ impl Machine {
                     }
                     ("struct_page", MachineParam::StructPage(n as u64))
                 }
+                "pkeys" => ("pkeys", MachineParam::Pkeys(parse_on_off(l, value, vcol)?)),
                 _ => {
                     return Err(l.err(t.col, format!("unknown machine key {}; {KEYS}", quote(key))))
                 }
@@ -92,6 +93,7 @@ impl Machine {
                 MachineParam::Memory(_) => "memory",
                 MachineParam::Hvo(_) => "hvo",
                 MachineParam::StructPage(_) => "struct_page",
+                MachineParam::Pkeys(_) => "pkeys",
             };
             if let Some(first) = c.machine_keys.get(key) {
                 return Err(issue(
@@ -131,6 +133,17 @@ fn parse_arch(l: &Line<'_>, value: &str, vcol: u32) -> Result<Arch, ParseError> 
                 "unknown arch {}; expected one of x86_64, arm64",
                 quote(value)
             ),
+        )),
+    }
+}
+
+fn parse_on_off(l: &Line<'_>, value: &str, vcol: u32) -> Result<bool, ParseError> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(l.err(
+            vcol,
+            format!("bad pkeys {}; expected on or off", quote(value)),
         )),
     }
 }

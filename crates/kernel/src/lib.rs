@@ -55,6 +55,7 @@ mod relocate;
 pub mod run_as;
 pub mod scan;
 pub mod smaps;
+mod spurious;
 pub mod sysfs;
 mod task;
 mod tunable;

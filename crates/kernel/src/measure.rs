@@ -150,6 +150,8 @@ pub(crate) struct Measurement {
     /// The fresh range the current window's `read` or `write` touches (see
     /// [`Measurement::touch_window`]).
     touched: Option<Touched>,
+    /// The agents' faults in the latest window.
+    last_faults: i64,
 }
 
 /// What a window needs to know of a system-wide counter, looked up in the
@@ -361,6 +363,7 @@ impl Measurement {
             moved_last: Vec::new(),
             last_noisy: false,
             touched: None,
+            last_faults: 0,
             pinned: false,
         }
     }
@@ -418,6 +421,19 @@ impl Measurement {
         let done = self.window(stmt, false, agents, f);
         self.touched = None;
         done
+    }
+
+    /// The agents' faults in the latest window.
+    pub(crate) fn last_faults(&self) -> i64 {
+        self.last_faults
+    }
+
+    /// Counter `name` is unknown from now on, for `why` (unless it already
+    /// is, for another reason).
+    pub(crate) fn taint_from_now(&mut self, name: &str, why: &str) {
+        self.tainted
+            .entry(name.to_string())
+            .or_insert_with(|| why.to_string());
     }
 
     /// Every counter from now on is unknown, for `why` (the first reason
@@ -548,6 +564,7 @@ impl Measurement {
         } else {
             BTreeSet::new()
         };
+        self.last_faults = call.faults;
         self.straddled(stmt, others_faulted, window, &known);
         self.last_noisy = others_faulted;
         for why in reasons.into_iter().flatten() {

@@ -7,6 +7,7 @@ use crate::attribute::Touched;
 use crate::call::failed;
 use crate::measure::Measurement;
 use crate::protocol::{Access, Request};
+use crate::spurious::{self, HugeBefore};
 use hugelab_workload::stmt::{Read, Special, Write, SPECIAL_MAPPINGS};
 use hugelab_workload::units::PAGE_SIZE;
 use hugelab_workload::{BackendError, Range, Size, Stmt};
@@ -63,7 +64,25 @@ fn touch(
     let touched = alone
         .then(|| Touched::before(pid, start, start + len, m.forked()))
         .flatten();
-    m.touch_window(stmt, agents, touched, |agents| agents.call(stmt, proc, req))
+    // A write may make a huge page writable in place (see `spurious`); an
+    // error reading pagemap leaves it unknown whether one was there.
+    let write = !matches!(access, Access::Read);
+    let huge = write.then(|| HugeBefore::scan(pid, start, start + len));
+    let done = m.touch_window(stmt, agents, touched, |agents| agents.call(stmt, proc, req));
+    if let (Some(huge), Ok(())) = (huge, &done) {
+        let in_place = match huge {
+            Ok(Some(h)) => h.in_place().unwrap_or(1),
+            Ok(None) | Err(_) => 1,
+        };
+        if let Some(why) = spurious::why(stmt.pos.line, m.last_faults(), in_place) {
+            m.taint_from_now("vmstat.pgfault", &why);
+            agents
+                .get_mut(stmt, proc)?
+                .minflt_unknown
+                .get_or_insert(why);
+        }
+    }
+    done
 }
 
 /// `<proc> special <mapping>[+off][:len]`: the agent reads the pages at the

@@ -1,7 +1,10 @@
 //! DAMON on this machine: a kernel run turns every running kdamond off for
 //! its duration and on again after (after a SIGKILL, `hugelab settings
 //! restore` does), and the commands' `--dry-run` say so.
-//! Skipped, with the reason printed, when not root or no kdamond runs.
+//! Where no kdamond exists, each test makes one like the paddr `pageout`
+//! scheme of the VMs hugelab was built on, which can never act (see
+//! [`MadeKdamond`]), and removes it after. Skipped, with the reason
+//! printed, when not root or DAMON's sysfs interface is missing.
 
 mod common;
 
@@ -47,6 +50,56 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A kdamond made for a test where the machine has none: kdamond 0, a
+/// `paddr` context and one `pageout` scheme, on, whose regions must be
+/// unchanged for u32::MAX aggregation intervals and whose quota is 4 KiB a
+/// second, so it never pages anything out. Turned off and removed on drop
+/// (a failed assertion too).
+struct MadeKdamond;
+
+impl MadeKdamond {
+    /// None where kdamonds exist already, or DAMON cannot be written here.
+    fn make() -> Option<MadeKdamond> {
+        let admin = Path::new(damon::ADMIN).join("kdamonds");
+        let nr = std::fs::read_to_string(admin.join("nr_kdamonds")).ok()?;
+        if cannot_run().is_some() || nr.trim() != "0" {
+            return None;
+        }
+        let made = MadeKdamond;
+        let ctx = admin.join("0/contexts");
+        let scheme = ctx.join("0/schemes/0");
+        let writes = [
+            (admin.join("nr_kdamonds"), "1"),
+            (ctx.join("nr_contexts"), "1"),
+            (ctx.join("0/operations"), "paddr"),
+            (ctx.join("0/targets/nr_targets"), "1"),
+            (ctx.join("0/schemes/nr_schemes"), "1"),
+            (scheme.join("action"), "pageout"),
+            (scheme.join("access_pattern/age/min"), "4294967295"),
+            (scheme.join("access_pattern/age/max"), "4294967295"),
+            (scheme.join("quotas/bytes"), "4096"),
+            (scheme.join("quotas/reset_interval_ms"), "1000"),
+            (admin.join("0/state"), "on"),
+        ];
+        for (file, value) in writes {
+            if let Err(e) = std::fs::write(&file, value) {
+                eprintln!("no kdamond made: {}: {e}", file.display());
+                return None;
+            }
+        }
+        Some(made)
+    }
+}
+
+impl Drop for MadeKdamond {
+    fn drop(&mut self) {
+        let admin = Path::new(damon::ADMIN).join("kdamonds");
+        // Off may be refused (EPERM) when it is off already.
+        let _ = damon::write_state(&admin.join("0/state"), "off");
+        std::fs::write(admin.join("nr_kdamonds"), "0").expect("removing the test's kdamond");
+    }
+}
+
 /// Whatever a failed assertion left: a journal in the state directory is
 /// replayed, so no test leaves a kdamond off.
 struct Cleanup(PathBuf);
@@ -79,6 +132,7 @@ fn wait_off(child: &mut Child, state: &Path, files: &[PathBuf]) -> bool {
 #[test]
 fn a_run_killed_with_sigkill_leaves_damon_off_until_settings_restore() {
     let _serial = serial();
+    let _made = MadeKdamond::make();
     let Some(files) = kdamonds() else {
         return;
     };
@@ -123,6 +177,7 @@ fn a_run_killed_with_sigkill_leaves_damon_off_until_settings_restore() {
 #[test]
 fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
     let _serial = serial();
+    let _made = MadeKdamond::make();
     let Some(files) = kdamonds() else {
         return;
     };
@@ -165,6 +220,8 @@ fn a_kernel_diff_turns_damon_off_for_the_run_and_on_after() {
 /// VM kdamond 0's paddr `pageout` scheme.
 #[test]
 fn settings_show_names_the_damon_schemes() {
+    let _serial = serial();
+    let _made = MadeKdamond::make();
     if let Some(why) = cannot_run() {
         eprintln!("skipped: {why}");
         return;
@@ -232,6 +289,7 @@ fn settings_show_names_the_damon_schemes() {
 #[test]
 fn dry_runs_list_the_kdamonds() {
     let _serial = serial();
+    let _made = MadeKdamond::make();
     let Some(files) = kdamonds() else {
         return;
     };

@@ -113,6 +113,10 @@ struct Row {
     kernel_run: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     note: Option<String>,
+    /// When the kernel's value is unknown: its change since the snapshot
+    /// before, if the kernel run still knows it (see [`stitch`]).
+    #[serde(skip)]
+    change: Option<i64>,
 }
 
 #[derive(Clone, Serialize)]
@@ -398,11 +402,66 @@ fn combine(runs: &[WorkloadDiff]) -> WorkloadDiff {
     WorkloadDiff {
         workload: taken.workload.clone(),
         kernel_runs: runs.len(),
-        rows: rows.into_iter().map(pick).collect(),
+        rows: stitch(rows),
         calls: taken.calls.clone(),
         kills: taken.kills.clone(),
         failed_expects,
     }
+}
+
+/// Each counter's row at each snapshot from its rows of the runs (`rows`:
+/// one group per snapshot and counter, in the order of the snapshots, each
+/// in run order), as [`pick`] chooses; a counter still noisy at a snapshot
+/// whose value at the snapshot before is known (from any run, or itself
+/// stitched) and whose change since is known in some run (the first such)
+/// gets the sum: the workload is deterministic, so the change is the same
+/// in every run whose windows were clean for it. The value is then
+/// compared with the model's as any other, and the note says where its two
+/// parts come from. Counters compared by a sum with another are not
+/// stitched.
+fn stitch(groups: Vec<Vec<Row>>) -> Vec<Row> {
+    let mut order: Vec<String> = Vec::new();
+    for g in &groups {
+        if !order.contains(&g[0].snapshot) {
+            order.push(g[0].snapshot.clone());
+        }
+    }
+    let at = |label: &str| order.iter().position(|l| l == label).unwrap_or(0);
+    // Counter → (snapshot index, kernel value, run) of its latest known row.
+    let mut known: std::collections::HashMap<String, (usize, i64, usize)> = Default::default();
+    let mut out = Vec::with_capacity(groups.len());
+    for group in groups {
+        let changes: Vec<(usize, i64)> = group
+            .iter()
+            .filter_map(|r| r.change.map(|d| (r.kernel_run, d)))
+            .collect();
+        let mut row = pick(group);
+        let i = at(&row.snapshot);
+        let sum_partner =
+            counters::bound(&row.counter).is_some_and(|b| matches!(b.kind, BoundKind::SumWith(_)));
+        if let (Verdict::Noisy, false, Some(&(j, before, from)), Some(&(run, d))) = (
+            row.verdict,
+            sum_partner,
+            known.get(&row.counter),
+            changes.first(),
+        ) {
+            if j + 1 == i {
+                let k = before + d;
+                let (verdict, bound) = verdict_of(&row.counter, row.model, k);
+                let how = format!(
+                    "{} from kernel run {from}, the change since ({d:+}) from run {run}",
+                    order[j]
+                );
+                row.note = Some(bound.map_or(how.clone(), |b| format!("{b}; {how}")));
+                (row.kernel, row.verdict, row.kernel_run) = (Some(k), verdict, run);
+            }
+        }
+        if let Some(k) = row.kernel {
+            known.insert(row.counter.clone(), (i, k, row.kernel_run));
+        }
+        out.push(row);
+    }
+    out
 }
 
 /// One counter's row from its rows of the runs, in run order (see
@@ -457,16 +516,15 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
         };
         for (name, &m) in &ms.counters {
             let (kernel, verdict, note) = match (ks.counters.get(name), ks.unknown.get(name)) {
-                (Some(&k), _) if k == m => (Some(k), Verdict::Match, None),
                 (Some(&k), _) => match counters::bound(name) {
-                    Some(b) if matches!(b.kind, BoundKind::SumWith(_)) => {
+                    Some(b) if k != m && matches!(b.kind, BoundKind::SumWith(_)) => {
                         let (verdict, note) = by_sum(name, m, k, ms, ks, b.why);
                         (Some(k), verdict, note)
                     }
-                    Some(b) if within(b.kind, m, k) => {
-                        (Some(k), Verdict::WithinBound, Some(b.why.to_string()))
+                    _ => {
+                        let (verdict, note) = verdict_of(name, m, k);
+                        (Some(k), verdict, note)
                     }
-                    _ => (Some(k), Verdict::Mismatch, None),
                 },
                 (None, Some(why)) => (None, Verdict::unknown(why), Some(why.clone())),
                 (None, None) => continue,
@@ -479,6 +537,10 @@ fn compare(model: &Observation, kernel: &Observation) -> WorkloadDiff {
                 verdict,
                 kernel_run: 1,
                 note,
+                change: kernel
+                    .is_none()
+                    .then(|| ks.changes.get(name).copied())
+                    .flatten(),
             });
         }
     }
@@ -563,6 +625,18 @@ fn compare_calls(model: &Observation, kernel: &Observation) -> Vec<CallRow> {
             }
         })
         .collect()
+}
+
+/// A kernel value against the model's: equal, within the counter's
+/// declared bound (not a sum with another), or a mismatch.
+fn verdict_of(name: &str, model: i64, kernel: i64) -> (Verdict, Option<String>) {
+    if kernel == model {
+        return (Verdict::Match, None);
+    }
+    match counters::bound(name) {
+        Some(b) if within(b.kind, model, kernel) => (Verdict::WithinBound, Some(b.why.to_string())),
+        _ => (Verdict::Mismatch, None),
+    }
 }
 
 fn within(kind: BoundKind, model: i64, kernel: i64) -> bool {
@@ -711,6 +785,7 @@ mod tests {
                     .iter()
                     .map(|(n, w)| (n.to_string(), w.to_string()))
                     .collect(),
+                changes: Default::default(),
             }],
             expects: Vec::new(),
             failed_calls: Vec::new(),
@@ -865,6 +940,68 @@ mod tests {
                 row(FAULTS, Some(4), Verdict::Match, 1),
             ]
         );
+    }
+
+    /// Two snapshots, `mid` then `end`, of pgfault alone: (value or noise,
+    /// change since `mid` at `end`).
+    fn two(mid: Result<i64, &str>, end: Result<i64, &str>, change: Option<i64>) -> Observation {
+        let snap = |label: &str, v: Result<i64, &str>, change: Option<i64>| Snapshot {
+            label: label.into(),
+            line: None,
+            counters: v.iter().map(|v| (FAULTS.to_string(), *v)).collect(),
+            unknown: v
+                .err()
+                .map(|w| (FAULTS.to_string(), w.to_string()))
+                .into_iter()
+                .collect(),
+            changes: change
+                .map(|d| (FAULTS.to_string(), d))
+                .into_iter()
+                .collect(),
+        };
+        let mut o = obs("kernel", &[], &[]);
+        o.snapshots = vec![snap("mid", mid, None), snap("end", end, change)];
+        o
+    }
+
+    /// A counter noisy at `end` in every run: its value at `mid` from one
+    /// run and its change since from another make it known, and compared.
+    #[test]
+    fn a_noisy_value_is_stitched_from_a_clean_value_before_and_a_clean_change_after() {
+        let model = two(Ok(3), Ok(7), None);
+        // Run 1: mid clean (3), end noisy, its change since mid unknown.
+        // Run 2: mid noisy, end noisy, but the change since mid known (+4).
+        let runs = [
+            two(Ok(3), Err(NOISE), None),
+            two(Err(NOISE), Err(NOISE), Some(4)),
+        ];
+        let d = combine(&runs.iter().map(|k| compare(&model, k)).collect::<Vec<_>>());
+        let end = d.rows.iter().find(|r| r.snapshot == "end").unwrap();
+        assert_eq!(
+            (end.kernel, end.verdict, end.kernel_run),
+            (Some(7), Verdict::Match, 2)
+        );
+        assert!(
+            end.note
+                .as_deref()
+                .unwrap()
+                .contains("mid from kernel run 1"),
+            "{:?}",
+            end.note
+        );
+        // A change that does not add up to the model's value is a mismatch.
+        let runs = [
+            two(Ok(3), Err(NOISE), None),
+            two(Err(NOISE), Err(NOISE), Some(5)),
+        ];
+        let d = combine(&runs.iter().map(|k| compare(&model, k)).collect::<Vec<_>>());
+        let end = d.rows.iter().find(|r| r.snapshot == "end").unwrap();
+        assert_eq!((end.kernel, end.verdict), (Some(8), Verdict::Mismatch));
+        // Without a known value before, the change alone says nothing.
+        let runs = [two(Err(NOISE), Err(NOISE), Some(4))];
+        let d = combine(&runs.iter().map(|k| compare(&model, k)).collect::<Vec<_>>());
+        let end = d.rows.iter().find(|r| r.snapshot == "end").unwrap();
+        assert_eq!((end.kernel, end.verdict), (None, Verdict::Noisy));
     }
 
     #[test]

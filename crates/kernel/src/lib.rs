@@ -57,6 +57,7 @@ pub mod scan;
 pub mod smaps;
 mod spurious;
 pub mod sysfs;
+mod taints;
 mod task;
 mod tunable;
 mod vmscan;

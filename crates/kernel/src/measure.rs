@@ -82,6 +82,7 @@ use crate::census::Census;
 use crate::error::KernelError;
 use crate::modes::{Modes, ThpModes};
 use crate::procfile::ProcFile;
+use crate::taints::Taints;
 use crate::vmstat::{is_absolute, SystemReader};
 use crate::{pagemap, smaps};
 use hugelab_workload::counters::{self, CounterKind, Reported, Scope};
@@ -108,7 +109,9 @@ pub(crate) struct Measurement {
     last: Option<Counters>,
     /// The system-wide counters another process may have moved, each with
     /// the reason of the first window that disturbed it (see [`taint`]).
-    tainted: BTreeMap<String, String>,
+    tainted: Taints,
+    /// The totals at the latest snapshot (see [`Measurement::mark`]).
+    mark_totals: Counters,
     /// THP collapse outside a `khugepaged` statement or MADV_COLLAPSE: every
     /// counter after it is unknown.
     unstable: Option<String>,
@@ -253,16 +256,12 @@ fn moves_lru(kind: &StmtKind) -> bool {
 
 /// The [`LRU_COUNTERS`] that moved in the window of `stmt`, a statement
 /// that cannot move them, are another's: unknown from then on.
-fn lru_moved_alone(
-    tainted: &mut BTreeMap<String, String>,
-    stmt: &Stmt,
-    (before, after): (&Counters, &Counters),
-) {
+fn lru_moved_alone(tainted: &mut Taints, stmt: &Stmt, (before, after): (&Counters, &Counters)) {
     for name in LRU_COUNTERS {
         let (Some(b), Some(a)) = (before.get(name), after.get(name)) else {
             continue;
         };
-        if a != b && !tainted.contains_key(name) {
+        if a != b {
             let why = format!(
                 "{} {:+} during line {}, a `{}`, which moves no folio between the LRU lists: kswapd's or another process's",
                 name.trim_start_matches("vmstat."),
@@ -294,14 +293,14 @@ const ANON_GAUGES: [&str; 5] = [
 /// there, so the other process added nothing to it (a gauge can be moved up
 /// by one and down by the other, so it is not cleared that way).
 fn taint(
-    tainted: &mut BTreeMap<String, String>,
+    tainted: &mut Taints,
     kinds: &mut Kinds,
     why: &str,
     (before, after): (&Counters, &Counters),
     known: &BTreeSet<String>,
 ) {
     for (name, v) in after {
-        if tainted.contains_key(name) || known.contains(name) {
+        if known.contains(name) {
             continue;
         }
         let k = kinds.of(name);
@@ -348,7 +347,8 @@ impl Measurement {
             totals: Counters::new(),
             absolute: Counters::new(),
             last: None,
-            tainted: BTreeMap::new(),
+            tainted: Taints::default(),
+            mark_totals: Counters::new(),
             unstable: None,
             forked: None,
             shared_tables: None,
@@ -432,8 +432,7 @@ impl Measurement {
     /// is, for another reason).
     pub(crate) fn taint_from_now(&mut self, name: &str, why: &str) {
         self.tainted
-            .entry(name.to_string())
-            .or_insert_with(|| why.to_string());
+            .insert_with(name.to_string(), || why.to_string());
     }
 
     /// Every counter from now on is unknown, for `why` (the first reason
@@ -614,7 +613,7 @@ impl Measurement {
         let moved_last = std::mem::take(&mut self.moved_last);
         if noisy {
             for name in moved_last {
-                self.tainted.entry(name).or_insert_with(|| {
+                self.tainted.insert_with(name, || {
                     format!(
                         "another process's fault may have begun in the window before line {} and counted its events there",
                         stmt.pos.line
@@ -765,10 +764,7 @@ impl Measurement {
                 continue;
             };
             self.totals.insert(mirror.to_string(), v * kb);
-            match self.tainted.get(item).cloned() {
-                Some(why) => self.tainted.insert(mirror.to_string(), why),
-                None => self.tainted.remove(mirror),
-            };
+            self.tainted.mirror(item, mirror);
         }
     }
 
@@ -1256,10 +1252,39 @@ impl Measurement {
             }
         }
         c.retain(|k, _| !unknown.contains_key(k));
+        let changes = self.changes(&unknown);
         Reading {
             counters: c,
             unknown,
+            changes,
         }
+    }
+
+    /// A snapshot was taken: the changes of later readings are from here.
+    pub(crate) fn mark(&mut self) {
+        self.mark_totals = self.totals.clone();
+        self.tainted.mark();
+    }
+
+    /// Of the `unknown` counters, those unknown only for a window's noise
+    /// before the latest mark, none since: their change since the mark.
+    fn changes(&self, unknown: &BTreeMap<String, String>) -> Counters {
+        if self.unstable.is_some() {
+            return Counters::new();
+        }
+        unknown
+            .iter()
+            .filter(|(name, why)| {
+                self.tainted.get(name) == Some(why)
+                    && self.tainted.clean_since_mark(name)
+                    && self.by_construction(name).is_none()
+            })
+            .filter_map(|(name, _)| {
+                let now = self.totals.get(name)?;
+                let then = self.mark_totals.get(name).copied().unwrap_or(0);
+                Some((name.clone(), now - then))
+            })
+            .collect()
     }
 
     /// [`Measurement::judge`], with the workload's own count of its large
@@ -1291,6 +1316,7 @@ impl Measurement {
         let mut r = self.judge(c, unknown);
         for (name, n) in counted {
             r.unknown.remove(&name);
+            r.changes.remove(&name);
             r.counters.insert(name, n);
         }
         r
@@ -1309,6 +1335,11 @@ impl Measurement {
         if let Some(why) = self.tainted.get(name) {
             return Some(why.clone());
         }
+        self.by_construction(name)
+    }
+
+    /// Why a system-wide counter cannot be trusted now, besides noise.
+    fn by_construction(&self, name: &str) -> Option<String> {
         let anon_gauge = ANON_GAUGES.contains(&name);
         if let (Some((line, proc)), "vmstat.pgfault") = (&self.oom_killed, name) {
             return Some(format!(
@@ -1561,7 +1592,7 @@ mod tests {
 
     /// What [`taint`] marks unknown in a window read `before` and `after`.
     fn tainted_by(before: &Counters, after: &Counters) -> Vec<String> {
-        let mut tainted = BTreeMap::new();
+        let mut tainted = Taints::default();
         taint(
             &mut tainted,
             &mut Kinds::default(),
@@ -1569,7 +1600,7 @@ mod tests {
             (before, after),
             &BTreeSet::new(),
         );
-        tainted.into_keys().collect()
+        tainted.keys().cloned().collect()
     }
 
     #[test]
@@ -1645,7 +1676,7 @@ mod tests {
     fn the_first_window_s_reason_stays() {
         let before = reading(&[("vmstat.pgfault", 1), ("vmstat.thp_fault_alloc", 0)]);
         let after = reading(&[("vmstat.pgfault", 2), ("vmstat.thp_fault_alloc", 1)]);
-        let (mut tainted, mut kinds) = (BTreeMap::new(), Kinds::default());
+        let (mut tainted, mut kinds) = (Taints::default(), Kinds::default());
         taint(
             &mut tainted,
             &mut kinds,
@@ -1704,7 +1735,7 @@ mod tests {
         assert_eq!(moves, [true, false, false, true, false, true]);
         let before = reading(&[("vmstat.pgdeactivate", 9), ("vmstat.pglazyfree", 4)]);
         let after = reading(&[("vmstat.pgdeactivate", 10), ("vmstat.pglazyfree", 4)]);
-        let mut tainted = BTreeMap::new();
+        let mut tainted = Taints::default();
         lru_moved_alone(&mut tainted, &w.stmts[2], (&before, &after));
         assert_eq!(tainted.keys().collect::<Vec<_>>(), ["vmstat.pgdeactivate"]);
         assert!(

@@ -542,7 +542,7 @@ impl Backend for Model {
         self.reading_cache = cache;
         Ok(Reading {
             counters,
-            unknown: Default::default(),
+            ..Reading::default()
         })
     }
 }
@@ -556,7 +556,7 @@ impl Model {
             counters: counters::process_counters(&self.machine, proc, task)
                 .into_iter()
                 .collect(),
-            unknown: Default::default(),
+            ..Reading::default()
         }
     }
 

@@ -230,6 +230,13 @@ pub trait Backend {
     /// cannot read reliably. Names are the registry's ([`crate::counters`]).
     fn read(&mut self) -> Result<Reading, BackendError>;
 
+    /// A snapshot was taken: a reading's [`Reading::changes`] are from here
+    /// on. True when the backend's readings say changes (then the runner
+    /// takes a new reading for what follows); the default says none.
+    fn mark(&mut self) -> bool {
+        false
+    }
+
     /// One counter as of now, for an `expect` with no reading taken since
     /// the last statement: a [`Reading`] holding that counter (as a number
     /// or as unknown) or nothing when the backend does not report it.
@@ -377,6 +384,7 @@ pub fn run_stream<S: Borrow<Stmt>>(
         line: None,
         counters: r.counters.clone(),
         unknown: r.unknown.clone(),
+        changes: r.changes.clone(),
     });
     Ok(run.obs)
 }
@@ -410,7 +418,13 @@ impl Run<'_> {
                     line: Some(stmt.pos.line),
                     counters: r.counters.clone(),
                     unknown: r.unknown.clone(),
+                    changes: r.changes.clone(),
                 });
+                // The next snapshot's changes are from here: a reading
+                // taken before the mark would say them from the last one.
+                if self.backend.mark() {
+                    self.reading = None;
+                }
             }
             StmtKind::Expect(e) => self.expect(stmt.pos, e)?,
             StmtKind::ExpectErrno(stmt::ExpectErrno { errno: expected }) => {

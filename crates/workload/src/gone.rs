@@ -208,6 +208,7 @@ mod tests {
                 .iter()
                 .map(|(n, w)| (n.to_string(), w.to_string()))
                 .collect(),
+            changes: Default::default(),
         }
     }
 

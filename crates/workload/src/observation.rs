@@ -26,6 +26,13 @@ pub struct Snapshot {
     /// They are absent from `counters`: unknown is not a number.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub unknown: BTreeMap<String, String>,
+    /// Of the `unknown` counters, those whose change since the snapshot
+    /// before (or the start) the backend still knows: no window between
+    /// the two was disturbed for them. A deterministic workload's change is
+    /// the same in every run, so `diff` may add it to the value another run
+    /// read at the snapshot before.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub changes: Counters,
 }
 
 /// The counters of a backend at one point, with those it has but could not
@@ -39,6 +46,9 @@ pub struct Reading {
     pub counters: Counters,
     /// Counter → why it is unknown. Never also in `counters`.
     pub unknown: BTreeMap<String, String>,
+    /// Of the `unknown` counters, those whose change since the latest
+    /// [`crate::Backend::mark`] is known (see [`Snapshot::changes`]).
+    pub changes: Counters,
 }
 
 impl Reading {

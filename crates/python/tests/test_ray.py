@@ -1,0 +1,385 @@
+"""The Ray engine on a real local cluster: a head and a second node started
+with `ray start` (one CPU each), a sweep of 255 cells through
+``hugelab.sweep(engine="ray")`` and through ``hugelab sweep --ray``,
+every cell's rows compared with the local engine's (the same output
+bytes), a Ray worker process killed with SIGKILL while it runs a task,
+and the cluster stopped on every exit path, checked in the process list.
+
+The cluster runs in network, PID and mount namespaces of its own (made
+with unshare, as root or as a mapped root): Ray there binds and talks on
+127.0.0.1 only, and `ray stop --force` run in them sees and stops this
+test's Ray processes only. The namespaces' first process ends after
+:data:`LIFETIME` seconds whatever happens to the test, and every process
+in them with it. Skipped, saying why, where namespaces cannot be made.
+
+Bad input needs no cluster: an unreachable address, and Ray not
+installed, are one sentence, with nothing written."""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import hugelab
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+#: The most a test cluster lives, in seconds.
+LIFETIME = 240
+#: The head's port: the namespace is new, so it is free.
+PORT = 6379
+ADDRESS = f"127.0.0.1:{PORT}"
+#: The sweep: a recording of part of a kernel build (about half a second a
+#: cell, so that tasks run long enough to be killed mid-task), the
+#: copy-on-write and HugeTLB scenarios, and one scenario that fails under
+#: some of the settings (its failures compared too), under compare's five
+#: settings.
+WORKLOADS = (
+    ["crates/cli/workloads/kbuild-mm.hlw.zst"]
+    + sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("scenarios/cow-*.hlw"))
+    + sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("scenarios/hugetlb-*.hlw"))
+    + ["scenarios/mthp-inherit-follows-enabled.hlw"]
+)
+#: hugelab.sweep(engine="ray") in the cluster's namespaces: prints what the
+#: engine did and the failed cells, as JSON.
+DRIVER = """
+import json, sys
+import hugelab
+from hugelab import _ray_sweep
+args = json.loads(sys.argv[1])
+try:
+    hugelab.sweep(args["workloads"], engine="ray", address=args["address"],
+                  output=args["output"])
+    failed = []
+except hugelab.SweepError as e:
+    failed = e.failed
+print(json.dumps({"stats": _ray_sweep.last_stats, "failed": failed}))
+"""
+
+
+def _ns_of(pid, kind="pid"):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return None
+
+
+def _cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
+
+
+def _pids():
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+class Cluster:
+    """A head and a second node, one CPU each, in namespaces of their own."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        self.env.pop("RAY_ADDRESS", None)
+        mapped = [] if os.geteuid() == 0 else ["--map-root-user"]
+        # The namespaces' first process: brings 127.0.0.1 up, then reaps
+        # orphans (as an init does) until LIFETIME is over.
+        init = (
+            "import os, subprocess, sys, time\n"
+            "subprocess.run(['ip', 'link', 'set', 'lo', 'up'], check=True)\n"
+            "print('up', flush=True)\n"
+            f"end = time.time() + {LIFETIME}\n"
+            "while time.time() < end:\n"
+            "    try:\n"
+            "        while os.waitpid(-1, os.WNOHANG)[0]: pass\n"
+            "    except ChildProcessError: pass\n"
+            "    time.sleep(0.2)\n"
+        )
+        self.unshare = subprocess.Popen(
+            ["unshare", *mapped, "--net", "--pid", "--fork", "--mount-proc",
+             sys.executable, "-c", init],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        if self.unshare.stdout.readline().strip() != "up":
+            err = self.unshare.communicate(timeout=10)[1]
+            raise RuntimeError(f"cannot make the cluster's namespaces: {err.strip()}")
+        self.init = int(
+            Path(f"/proc/{self.unshare.pid}/task/{self.unshare.pid}/children").read_text().split()[0]
+        )
+        self.pidns = _ns_of(self.init)
+        ns = [f"--{opt}=/proc/{self.init}/ns/{k}"
+              for opt, k in (("net", "net"), ("pid", "pid"), ("mount", "mnt"))]
+        self.enter = ["nsenter", *ns, f"--wd={ROOT}", "--"]
+
+    def run(self, args, **kw):
+        return subprocess.run(self.enter + args, env=self.env, capture_output=True, text=True, **kw)
+
+    def popen(self, args, **kw):
+        return subprocess.Popen(self.enter + args, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, **kw)
+
+    def start(self):
+        common = ["--num-cpus", "1", "--object-store-memory", "100000000",
+                  "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
+        head = [str(BIN / "ray"), "start", "--head", "--port", str(PORT),
+                "--include-dashboard", "false", "--temp-dir", str(self.tmp / "head"), *common]
+        node = [str(BIN / "ray"), "start", "--address", ADDRESS,
+                "--temp-dir", str(self.tmp / "node"), *common]
+        for cmd in (head, node):
+            r = self.run(cmd, timeout=120)
+            assert r.returncode == 0, f"{' '.join(cmd)}: {r.stdout}{r.stderr}"
+        # Both nodes' CPUs registered.
+        probe = ("import ray, time\nray.init(address=%r, logging_level='ERROR')\n"
+                 "end = time.time() + 60\n"
+                 "while ray.cluster_resources().get('CPU', 0) < 2 and time.time() < end:\n"
+                 "    time.sleep(0.2)\n"
+                 "print(ray.cluster_resources().get('CPU', 0))\n" % ADDRESS)
+        r = self.run([sys.executable, "-c", probe], timeout=120)
+        assert r.stdout.strip().splitlines()[-1:] == ["2.0"], r.stdout + r.stderr
+
+    def processes(self):
+        """This cluster's processes (host PIDs) but its first one."""
+        return [p for p in _pids() if p != self.init and _ns_of(p) == self.pidns]
+
+    def stop(self):
+        """`ray stop --force` in the namespaces, then the namespaces' first
+        process is killed, which ends every process left in them."""
+        if self.unshare.poll() is None:
+            try:
+                self.run([str(BIN / "ray"), "stop", "--force"], timeout=60)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+            try:
+                os.kill(self.init, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.unshare.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.unshare.kill()
+            self.unshare.communicate()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        pytest.skip("no unshare/nsenter (util-linux) to give the test cluster its own namespaces")
+    if not (BIN / "ray").exists():
+        pytest.skip(f"no ray in {BIN}: scripts/python-env installs it")
+    tmp = tmp_path_factory.mktemp("ray")
+    try:
+        c = Cluster(tmp)
+    except (RuntimeError, OSError) as e:
+        pytest.skip(str(e))
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        # Nothing of the cluster is left: no process in its namespaces, and
+        # no raylet, gcs_server or ray:: worker whose command names its
+        # temporary directory.
+        end = time.time() + 30
+        while time.time() < end and (c.processes() or _ns_of(c.init) is not None):
+            time.sleep(0.2)
+        left = [(p, _cmdline(p)) for p in c.processes()]
+        left += [(p, cmd) for p in _pids() for cmd in [_cmdline(p)]
+                 if str(tmp) in cmd and ("raylet" in cmd or "gcs_server" in cmd or "ray::" in cmd)]
+        assert not left, f"the test cluster left processes running: {left}"
+
+
+def _local(tmp_path, name):
+    """The local engine's output of the same sweep, and its failed cells."""
+    out = tmp_path / name
+    try:
+        hugelab.sweep(WORKLOADS, output=out, jobs=2)
+        failed = []
+    except hugelab.SweepError as e:
+        failed = e.failed
+    return out, failed
+
+
+def test_a_sweep_on_ray_survives_a_killed_worker_and_equals_the_local_engines(
+        cluster, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "ray.csv"
+    args = json.dumps({"workloads": WORKLOADS, "address": ADDRESS, "output": str(out)})
+    driver = cluster.popen([sys.executable, "-c", DRIVER, args])
+    # SIGKILL the first Ray worker process seen running a task of the sweep.
+    killed = None
+    end = time.time() + 120
+    while driver.poll() is None and killed is None and time.time() < end:
+        for pid in cluster.processes():
+            if _cmdline(pid).startswith("ray::_run_batch"):
+                os.kill(pid, signal.SIGKILL)
+                killed = pid
+                break
+        time.sleep(0.01)
+    stdout, stderr = driver.communicate(timeout=180)
+    assert driver.returncode == 0, stderr
+    assert killed is not None, "the sweep ended before a task was seen running"
+    assert killed not in _pids() or not _cmdline(killed).startswith("ray::_run_batch")
+    done = json.loads(stdout.strip().splitlines()[-1])
+    cells = len(WORKLOADS) * len(hugelab.SERIES_SETTINGS)
+    assert cells >= 200
+    assert done["stats"]["cells"] == cells
+    assert done["stats"]["failed_tasks"] == 0, done
+    # Every cell's rows are the local engine's: the same bytes, and per cell.
+    local, local_failed = _local(tmp_path, "local.csv")
+    assert out.read_bytes() == local.read_bytes()
+    assert done["failed"] == local_failed and local_failed, "mthp-inherit fails somewhere"
+    rows = pd.read_csv(out, keep_default_na=False)
+    mine = rows.groupby(["workload", "setting", "machine"], sort=False).size()
+    # Each finished cell once, as one run of rows: cells × 1 group each.
+    runs = (rows[["workload", "setting", "machine"]]
+            != rows[["workload", "setting", "machine"]].shift()).any(axis=1).sum()
+    assert runs == len(mine) == cells - len(done["failed"])
+    assert not (tmp_path / "ray.csv.partial").exists()
+
+
+def test_the_cli_sweeps_on_ray_to_the_local_engines_bytes(cluster, cli, tmp_path):
+    out = tmp_path / "ray.parquet"
+    r = cluster.run([str(cli), "sweep", "--ray", ADDRESS, "--python", sys.executable,
+                     "-o", str(out), *WORKLOADS], timeout=180)
+    local = tmp_path / "local.parquet"
+    lr = subprocess.run([cli, "sweep", "--jobs", "2", "-o", local, *WORKLOADS], cwd=ROOT,
+                        capture_output=True, text=True)
+    # Both report the failed cells, exit 1, and print the same summaries.
+    assert (r.returncode, lr.returncode) == (1, 1), r.stderr
+    assert r.stdout == lr.stdout
+    assert out.read_bytes() == local.read_bytes()
+    assert out.read_bytes()[:4] == b"PAR1"
+    failed = [line for line in r.stderr.splitlines() if line.startswith("cell ")]
+    assert failed == [line for line in lr.stderr.splitlines() if line.startswith("cell ")]
+
+
+def _closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_cluster_is_one_sentence_and_writes_nothing(root, tmp_path, cli):
+    address = f"127.0.0.1:{_closed_port()}"
+    scenario = str(root / WORKLOADS[1])
+    out = tmp_path / "rows.parquet"
+    with pytest.raises(hugelab.EngineError, match=f"cannot reach the Ray cluster at {address}"):
+        hugelab.sweep([scenario], engine="ray", address=address, output=out)
+    assert list(tmp_path.iterdir()) == []
+    r = subprocess.run([cli, "sweep", "--ray", address, "--python", sys.executable, "-o", out,
+                        scenario], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert f"cannot reach the Ray cluster at {address}" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+    # Bad input wins over the address, and writes nothing either.
+    with pytest.raises(hugelab.WorkloadError, match="cannot read the workload"):
+        hugelab.sweep([str(tmp_path / "missing.hlw")], engine="ray", address=address, output=out)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ray_not_installed_says_how_to_install_it(root, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(hugelab.EngineError, match=r"pip install 'hugelab\[ray\]'"):
+        hugelab.sweep([str(root / WORKLOADS[1])], engine="ray", output=tmp_path / "o.csv")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="jobs counts the local engine"):
+        hugelab.sweep([str(root / WORKLOADS[1])], engine="ray", jobs=2)
+
+
+class FakeRef:
+    """An object reference: each one distinct, as Ray's are."""
+
+    def __init__(self, kind, value):
+        self.kind, self.value = kind, value
+
+
+class FakeRay:
+    """Just enough of Ray for the engine's driver, in this process: each
+    task runs when it is submitted; a batch holding a cell of the setting
+    ``dies_on`` fails as a task whose worker died at each of Ray's tries;
+    the first batch answered also answers ``extra`` outcomes again, as a
+    task run twice would."""
+
+    class exceptions:
+        class RayError(Exception):
+            pass
+
+        class RayTaskError(RayError):
+            pass
+
+        class WorkerCrashedError(RayError):
+            pass
+
+    def __init__(self, dies_on, extra):
+        self.dies_on, self.extra, self.batches = dies_on, extra, []
+
+    def put(self, value):
+        return FakeRef("put", value)
+
+    def remote(self, **options):
+        assert options["max_retries"] >= 1
+        fake = self
+
+        class Task:
+            def __init__(self, f):
+                self.f = f
+
+            def remote(self, cells, paths, *refs):
+                batch = json.loads(cells)
+                fake.batches.append(len(batch))
+                if any(c["setting"] == fake.dies_on for c in batch):
+                    return FakeRef("crash", None)
+                outcomes, seconds = self.f(cells, paths, *[r.value for r in refs])
+                if fake.extra is not None:
+                    outcomes = json.dumps(json.loads(outcomes) + json.loads(fake.extra))
+                    fake.extra = None
+                return FakeRef("done", (outcomes, seconds))
+
+        return Task
+
+    def wait(self, refs, num_returns, timeout):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        if ref.kind == "crash":
+            raise self.exceptions.WorkerCrashedError("the worker died")
+        return ref.value
+
+
+def test_the_driver_splits_a_failed_batch_and_passes_each_outcome_once(root, monkeypatch):
+    from hugelab import _native, _ray_sweep
+
+    workloads = [str(root / w) for w in WORKLOADS[1:13]]
+    settings = [("PMD", [("transparent_hugepage/enabled", "always")]),
+                ("4K", [("transparent_hugepage/enabled", "never")])]
+    pmd_only = _native.SweepRun(workloads, settings[:1], [], None, None)
+    local = json.loads(_native.run_cells(pmd_only.todo()))
+    # The first PMD cell's outcome comes a second time with the first batch.
+    fake = FakeRay("4K", json.dumps(local[:1]))
+    monkeypatch.setattr(_ray_sweep, "_import_ray", lambda: fake)
+    state = _native.SweepRun(workloads, settings, [], None, None)
+    _ray_sweep.run_ray(state, 2)
+    stats = _ray_sweep.last_stats
+    assert stats["duplicates"] == 1
+    doc = json.loads(state.finish())
+    # Every 4K cell failed alone, after its batch failed; the PMD cells ran.
+    assert [(f["workload"], f["setting"]) for f in doc["failed"]] == [
+        (w, "4K") for w in workloads]
+    assert all("the Ray worker running it died" in f["error"] for f in doc["failed"])
+    pmd_only.record(json.dumps(local))
+    assert doc["columns"] == json.loads(pmd_only.finish())["columns"]
+    # Probes of one cell, then batches of more (the cells are fast), then
+    # the 4K cells one at a time.
+    assert fake.batches[:2] == [1, 1] and max(fake.batches) > 1
+    assert fake.batches.count(1) >= len(workloads)
+    assert stats["tasks"] == len(fake.batches)

@@ -5,12 +5,11 @@ every cell's rows compared with the local engine's (the same output
 bytes), a Ray worker process killed with SIGKILL while it runs a task,
 and the cluster stopped on every exit path, checked in the process list.
 
-The cluster runs in network, PID and mount namespaces of its own (made
-with unshare, as root or as a mapped root): Ray there binds and talks on
-127.0.0.1 only, and `ray stop --force` run in them sees and stops this
-test's Ray processes only. The namespaces' first process ends after
-:data:`LIFETIME` seconds whatever happens to the test, and every process
-in them with it. Skipped, saying why, where namespaces cannot be made.
+The cluster runs in network, PID and mount namespaces of its own
+(ray_cluster.py): Ray there binds and talks on 127.0.0.1 only, `ray stop
+--force` run in them sees and stops this test's Ray processes only, and
+whatever happens to the test they end within ray_cluster.LIFETIME seconds.
+Skipped, saying why, where namespaces cannot be made.
 
 Bad input needs no cluster: an unreachable address, and Ray not
 installed, are one sentence, with nothing written."""
@@ -27,16 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from ray_cluster import ADDRESS, ROOT, Cluster, cmdline, ns_of, pids
 
 import hugelab
-
-ROOT = Path(__file__).resolve().parents[3]
-BIN = Path(sys.executable).parent
-#: The most a test cluster lives, in seconds.
-LIFETIME = 240
-#: The head's port: the namespace is new, so it is free.
-PORT = 6379
-ADDRESS = f"127.0.0.1:{PORT}"
 #: The sweep: a recording of part of a kernel build (about half a second a
 #: cell, so that tasks run long enough to be killed mid-task), the
 #: copy-on-write and HugeTLB scenarios, and one scenario that fails under
@@ -65,116 +57,12 @@ print(json.dumps({"stats": _ray_sweep.last_stats, "failed": failed}))
 """
 
 
-def _ns_of(pid, kind="pid"):
-    try:
-        return os.readlink(f"/proc/{pid}/ns/{kind}")
-    except OSError:
-        return None
-
-
-def _cmdline(pid):
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return ""
-
-
-def _pids():
-    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
-
-
-class Cluster:
-    """A head and a second node, one CPU each, in namespaces of their own."""
-
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
-        self.env.pop("RAY_ADDRESS", None)
-        mapped = [] if os.geteuid() == 0 else ["--map-root-user"]
-        # The namespaces' first process: brings 127.0.0.1 up, then reaps
-        # orphans (as an init does) until LIFETIME is over.
-        init = (
-            "import os, subprocess, sys, time\n"
-            "subprocess.run(['ip', 'link', 'set', 'lo', 'up'], check=True)\n"
-            "print('up', flush=True)\n"
-            f"end = time.time() + {LIFETIME}\n"
-            "while time.time() < end:\n"
-            "    try:\n"
-            "        while os.waitpid(-1, os.WNOHANG)[0]: pass\n"
-            "    except ChildProcessError: pass\n"
-            "    time.sleep(0.2)\n"
-        )
-        self.unshare = subprocess.Popen(
-            ["unshare", *mapped, "--net", "--pid", "--fork", "--mount-proc",
-             sys.executable, "-c", init],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        if self.unshare.stdout.readline().strip() != "up":
-            err = self.unshare.communicate(timeout=10)[1]
-            raise RuntimeError(f"cannot make the cluster's namespaces: {err.strip()}")
-        self.init = int(
-            Path(f"/proc/{self.unshare.pid}/task/{self.unshare.pid}/children").read_text().split()[0]
-        )
-        self.pidns = _ns_of(self.init)
-        ns = [f"--{opt}=/proc/{self.init}/ns/{k}"
-              for opt, k in (("net", "net"), ("pid", "pid"), ("mount", "mnt"))]
-        self.enter = ["nsenter", *ns, f"--wd={ROOT}", "--"]
-
-    def run(self, args, **kw):
-        return subprocess.run(self.enter + args, env=self.env, capture_output=True, text=True, **kw)
-
-    def popen(self, args, **kw):
-        return subprocess.Popen(self.enter + args, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, **kw)
-
-    def start(self):
-        common = ["--num-cpus", "1", "--object-store-memory", "100000000",
-                  "--disable-usage-stats", "--node-ip-address", "127.0.0.1"]
-        head = [str(BIN / "ray"), "start", "--head", "--port", str(PORT),
-                "--include-dashboard", "false", "--temp-dir", str(self.tmp / "head"), *common]
-        node = [str(BIN / "ray"), "start", "--address", ADDRESS,
-                "--temp-dir", str(self.tmp / "node"), *common]
-        for cmd in (head, node):
-            r = self.run(cmd, timeout=120)
-            assert r.returncode == 0, f"{' '.join(cmd)}: {r.stdout}{r.stderr}"
-        # Both nodes' CPUs registered.
-        probe = ("import ray, time\nray.init(address=%r, logging_level='ERROR')\n"
-                 "end = time.time() + 60\n"
-                 "while ray.cluster_resources().get('CPU', 0) < 2 and time.time() < end:\n"
-                 "    time.sleep(0.2)\n"
-                 "print(ray.cluster_resources().get('CPU', 0))\n" % ADDRESS)
-        r = self.run([sys.executable, "-c", probe], timeout=120)
-        assert r.stdout.strip().splitlines()[-1:] == ["2.0"], r.stdout + r.stderr
-
-    def processes(self):
-        """This cluster's processes (host PIDs) but its first one."""
-        return [p for p in _pids() if p != self.init and _ns_of(p) == self.pidns]
-
-    def stop(self):
-        """`ray stop --force` in the namespaces, then the namespaces' first
-        process is killed, which ends every process left in them."""
-        if self.unshare.poll() is None:
-            try:
-                self.run([str(BIN / "ray"), "stop", "--force"], timeout=60)
-            except (subprocess.TimeoutExpired, OSError):
-                pass
-            try:
-                os.kill(self.init, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            self.unshare.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.unshare.kill()
-            self.unshare.communicate()
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     if shutil.which("unshare") is None or shutil.which("nsenter") is None:
         pytest.skip("no unshare/nsenter (util-linux) to give the test cluster its own namespaces")
-    if not (BIN / "ray").exists():
-        pytest.skip(f"no ray in {BIN}: scripts/python-env installs it")
+    if not (Path(sys.executable).parent / "ray").exists():
+        pytest.skip(f"no ray beside {sys.executable}: scripts/python-env installs it")
     tmp = tmp_path_factory.mktemp("ray")
     try:
         c = Cluster(tmp)
@@ -189,10 +77,10 @@ def cluster(tmp_path_factory):
         # no raylet, gcs_server or ray:: worker whose command names its
         # temporary directory.
         end = time.time() + 30
-        while time.time() < end and (c.processes() or _ns_of(c.init) is not None):
+        while time.time() < end and (c.processes() or ns_of(c.init) is not None):
             time.sleep(0.2)
-        left = [(p, _cmdline(p)) for p in c.processes()]
-        left += [(p, cmd) for p in _pids() for cmd in [_cmdline(p)]
+        left = [(p, cmdline(p)) for p in c.processes()]
+        left += [(p, cmd) for p in pids() for cmd in [cmdline(p)]
                  if str(tmp) in cmd and ("raylet" in cmd or "gcs_server" in cmd or "ray::" in cmd)]
         assert not left, f"the test cluster left processes running: {left}"
 
@@ -219,7 +107,7 @@ def test_a_sweep_on_ray_survives_a_killed_worker_and_equals_the_local_engines(
     end = time.time() + 120
     while driver.poll() is None and killed is None and time.time() < end:
         for pid in cluster.processes():
-            if _cmdline(pid).startswith("ray::_run_batch"):
+            if cmdline(pid).startswith("ray::_run_batch"):
                 os.kill(pid, signal.SIGKILL)
                 killed = pid
                 break
@@ -227,7 +115,7 @@ def test_a_sweep_on_ray_survives_a_killed_worker_and_equals_the_local_engines(
     stdout, stderr = driver.communicate(timeout=180)
     assert driver.returncode == 0, stderr
     assert killed is not None, "the sweep ended before a task was seen running"
-    assert killed not in _pids() or not _cmdline(killed).startswith("ray::_run_batch")
+    assert killed not in pids() or not cmdline(killed).startswith("ray::_run_batch")
     done = json.loads(stdout.strip().splitlines()[-1])
     cells = len(WORKLOADS) * len(hugelab.SERIES_SETTINGS)
     assert cells >= 200

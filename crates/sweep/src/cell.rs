@@ -216,7 +216,7 @@ mod tests {
         std::fs::write(&path, text).unwrap();
         let name = path.display().to_string();
         let settings = ["PMD:transparent_hugepage/enabled=always".to_string()];
-        let cells = plan(&[name.clone()], &settings, &[]).unwrap();
+        let cells = plan(std::slice::from_ref(&name), &settings, &[]).unwrap();
         let shipped = HashMap::from([(name.clone(), Bytes(text.as_bytes().into()))]);
         assert_eq!(run_cells_shipped(&cells, &shipped), run_cells(&cells));
         // Bytes other than the planned file's, or none: the cell fails.

@@ -134,7 +134,8 @@ impl Engine {
             .and_then(|h| h.join().ok())
             .unwrap_or_default();
         let python = self.python.display();
-        if stderr.contains("No module named hugelab") {
+        // python -m's words for a package it cannot import.
+        if stderr.contains("No module named 'hugelab'") {
             return anyhow::anyhow!(
                 "--ray needs the Python package hugelab, which {python} cannot import: \
                  pip install 'hugelab[ray]' (or give --python PATH or set {PYTHON_ENV})"

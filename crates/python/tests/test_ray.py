@@ -132,6 +132,13 @@ def test_a_sweep_on_ray_survives_a_killed_worker_and_equals_the_local_engines(
             != rows[["workload", "setting", "machine"]].shift()).any(axis=1).sum()
     assert runs == len(mine) == cells - len(done["failed"])
     assert not (tmp_path / "ray.csv.partial").exists()
+    # A re-run resumes from the output: only the failed cells run again.
+    again = cluster.run([sys.executable, "-c", DRIVER, args], timeout=120)
+    assert again.returncode == 0, again.stderr
+    redone = json.loads(again.stdout.strip().splitlines()[-1])
+    assert redone["stats"]["cells"] == len(done["failed"])
+    assert redone["failed"] == done["failed"]
+    assert out.read_bytes() == local.read_bytes()
 
 
 def test_the_cli_sweeps_on_ray_to_the_local_engines_bytes(cluster, cli, tmp_path):

@@ -2,8 +2,10 @@
 with `ray start` (one CPU each), a sweep of 255 cells through
 ``hugelab.sweep(engine="ray")`` and through ``hugelab sweep --ray``,
 every cell's rows compared with the local engine's (the same output
-bytes), a Ray worker process killed with SIGKILL while it runs a task,
-and the cluster stopped on every exit path, checked in the process list.
+bytes), a Ray worker process killed with SIGKILL while it runs a task, a
+re-run resuming from the output, the second node lost mid-sweep (its
+raylet and workers killed), and the cluster stopped on every exit path,
+checked in the process list.
 
 The cluster runs in network, PID and mount namespaces of its own
 (ray_cluster.py): Ray there binds and talks on 127.0.0.1 only, `ray stop
@@ -155,6 +157,43 @@ def test_the_cli_sweeps_on_ray_to_the_local_engines_bytes(cluster, cli, tmp_path
     assert out.read_bytes()[:4] == b"PAR1"
     failed = [line for line in r.stderr.splitlines() if line.startswith("cell ")]
     assert failed == [line for line in lr.stderr.splitlines() if line.startswith("cell ")]
+
+
+def test_a_sweep_on_ray_survives_losing_a_node(cluster, tmp_path, monkeypatch):
+    # Last of the cluster's tests: the second node is gone after it.
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "ray.csv"
+    args = json.dumps({"workloads": WORKLOADS, "address": ADDRESS, "output": str(out)})
+    driver = cluster.popen([sys.executable, "-c", DRIVER, args])
+    # Once the second node runs a task, SIGKILL its raylet, then its
+    # workers: the node is lost, with the task it was running.
+    node = str(cluster.tmp / "node")
+    procs = [(p, cmdline(p)) for p in cluster.processes()]
+    raylet = [p for p, cmd in procs if "raylet" in cmd.split(" ")[0] and node in cmd]
+    assert len(raylet) == 1, procs
+    lost = []
+    end = time.time() + 120
+    while driver.poll() is None and not lost and time.time() < end:
+        workers = [p for p in cluster.processes() if _ppid(p) == raylet[0]]
+        if any(cmdline(p).startswith("ray::_run_batch") for p in workers):
+            for pid in raylet + workers:
+                os.kill(pid, signal.SIGKILL)
+            lost = raylet + workers
+        time.sleep(0.01)
+    stdout, stderr = driver.communicate(timeout=180)
+    assert driver.returncode == 0, stderr
+    assert lost, "the sweep ended before a task was seen running"
+    done = json.loads(stdout.strip().splitlines()[-1])
+    local, local_failed = _local(tmp_path, "local.csv")
+    assert out.read_bytes() == local.read_bytes()
+    assert done["failed"] == local_failed
+
+
+def _ppid(pid):
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
 
 
 def _closed_port():

@@ -96,6 +96,24 @@ fn progress_bar(len: usize) -> ProgressBar {
     bar
 }
 
+/// What an earlier run left that this one takes, if anything.
+fn say_resuming(sweep: &Sweep, out: &std::path::Path, left: usize) {
+    if sweep.from_output + sweep.from_journal + sweep.dropped > 0 {
+        eprintln!(
+            "resuming: {} cells already in {}, {} in {}, {left} of {} left to run{}",
+            sweep.from_output,
+            out.display(),
+            sweep.from_journal,
+            journal_path(out).display(),
+            sweep.cells().len(),
+            match sweep.dropped {
+                0 => String::new(),
+                n => format!("; {n} cells of the output not in this sweep are left out"),
+            }
+        );
+    }
+}
+
 pub fn main(args: SweepArgs) -> Result<ExitCode> {
     let specs: Vec<String> = if args.settings.is_empty() {
         SERIES_SETTINGS.iter().map(|s| s.to_string()).collect()
@@ -131,21 +149,7 @@ pub fn main(args: SweepArgs) -> Result<ExitCode> {
     let mut sweep = Sweep::start(cells, output)?;
     let todo = sweep.todo();
     if let Some(out) = &args.output {
-        if sweep.from_output + sweep.from_journal + sweep.dropped > 0 {
-            eprintln!(
-                "resuming: {} cells already in {}, {} in {}, {} of {} left to run{}",
-                sweep.from_output,
-                out.display(),
-                sweep.from_journal,
-                journal_path(out).display(),
-                todo.len(),
-                sweep.cells().len(),
-                match sweep.dropped {
-                    0 => String::new(),
-                    n => format!("; {n} cells of the output not in this sweep are left out"),
-                }
-            );
-        }
+        say_resuming(&sweep, out, todo.len());
     }
     let (from_output, from_journal, ran) = (sweep.from_output, sweep.from_journal, todo.len());
     let bar = progress_bar(todo.len());

@@ -221,11 +221,26 @@ def test_an_unreachable_cluster_is_one_sentence_and_writes_nothing(root, tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
-def test_ray_not_installed_says_how_to_install_it(root, tmp_path, monkeypatch):
+def test_ray_not_installed_says_how_to_install_it(root, tmp_path, monkeypatch, cli):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
     with pytest.raises(hugelab.EngineError, match=r"pip install 'hugelab\[ray\]'"):
         hugelab.sweep([str(root / WORKLOADS[1])], engine="ray", output=tmp_path / "o.csv")
     assert list(tmp_path.iterdir()) == []
+    # The CLI's engine process, in a Python where `import ray` fails.
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "ray.py").write_text("raise ImportError('no Ray here')\n")
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nPYTHONPATH={shadow} exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    out = tmp_path / "out" / "o.csv"
+    out.parent.mkdir()
+    r = subprocess.run([cli, "sweep", "--ray", "auto", "--python", python, "-o", out,
+                        root / WORKLOADS[1]], capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1, r.stderr
+    assert "the Ray engine needs Ray" in r.stderr and "pip install 'hugelab[ray]'" in r.stderr
+    assert list(out.parent.iterdir()) == []
     with pytest.raises(ValueError, match="jobs counts the local engine"):
         hugelab.sweep([str(root / WORKLOADS[1])], engine="ray", jobs=2)
 

@@ -63,7 +63,7 @@ def _import_ray() -> Any:
         import ray  # noqa: F401
     except ImportError as e:
         raise EngineError(
-            f"engine='ray' needs Ray, which this Python ({sys.executable}) cannot import "
+            f"the Ray engine needs Ray, which this Python ({sys.executable}) cannot import "
             f"({e}): pip install 'hugelab[ray]'"
         ) from None
     return ray

@@ -33,6 +33,7 @@ mod settings_activity;
 mod svg;
 mod sweep;
 mod sweep_pool;
+mod sweep_ray;
 mod table;
 mod utilization;
 mod utilization_view;
@@ -85,7 +86,7 @@ enum Command {
     /// Record a command's page faults, mm syscalls and tasks as a workload (root).
     Record(record::RecordArgs),
     /// Every workload × machine shape × setting on the model, in worker
-    /// processes: a row per cell, snapshot and counter (Parquet, CSV, JSON),
+    /// processes or on a Ray cluster (--ray): a row per cell, snapshot and counter (Parquet, CSV, JSON),
     /// resumable, and a summary per workload like `compare`'s.
     Sweep(sweep::SweepArgs),
     /// Show or restore the kernel tunables hugelab changes.

@@ -3,10 +3,12 @@
 //! in the plan's order (the same inputs give the same bytes), resumable,
 //! then a summary per workload like `compare`'s. The plan, the cells' runs,
 //! the writers and the journal are `hugelab_sweep`'s (shared with the
-//! Python package); the local engine is `sweep_pool`'s worker processes.
+//! Python package); the local engine is `sweep_pool`'s worker processes,
+//! the Ray engine `sweep_ray`'s (the Python package's, started from here).
 
 use crate::compare::render_summary;
 use crate::sweep_pool;
+use crate::sweep_ray;
 use anyhow::{bail, Result};
 use clap::Args;
 use hugelab_compare::setting::SERIES_SETTINGS;
@@ -33,8 +35,16 @@ pub struct SweepArgs {
     #[arg(long = "machine", value_name = "KEY=VALUE,...")]
     machines: Vec<String>,
     /// Worker processes. Default: one per core.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "ray")]
     jobs: Option<usize>,
+    /// Run the cells on the Ray cluster whose head is at ADDRESS (HOST:PORT,
+    /// or auto), through the Python package's Ray engine (pip install
+    /// 'hugelab[ray]'); each CPU of the cluster is a worker.
+    #[arg(long, value_name = "ADDRESS")]
+    ray: Option<String>,
+    /// The Python that runs the Ray engine. Default: $HUGELAB_PYTHON, else python3.
+    #[arg(long, value_name = "PATH", requires = "ray")]
+    python: Option<PathBuf>,
     /// The output: OUT.parquet, OUT.csv or OUT.json (the rows; a re-run
     /// skips the cells already in it). Without it, only the summary.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
@@ -86,6 +96,24 @@ fn progress_bar(len: usize) -> ProgressBar {
     bar
 }
 
+/// What an earlier run left that this one takes, if anything.
+fn say_resuming(sweep: &Sweep, out: &std::path::Path, left: usize) {
+    if sweep.from_output + sweep.from_journal + sweep.dropped > 0 {
+        eprintln!(
+            "resuming: {} cells already in {}, {} in {}, {left} of {} left to run{}",
+            sweep.from_output,
+            out.display(),
+            sweep.from_journal,
+            journal_path(out).display(),
+            sweep.cells().len(),
+            match sweep.dropped {
+                0 => String::new(),
+                n => format!("; {n} cells of the output not in this sweep are left out"),
+            }
+        );
+    }
+}
+
 pub fn main(args: SweepArgs) -> Result<ExitCode> {
     let specs: Vec<String> = if args.settings.is_empty() {
         SERIES_SETTINGS.iter().map(|s| s.to_string()).collect()
@@ -109,31 +137,30 @@ pub fn main(args: SweepArgs) -> Result<ExitCode> {
     };
     let files: Vec<String> = args.files.iter().map(|f| f.display().to_string()).collect();
     let cells = plan(&files, &specs, &machines)?;
+    // Connected before the journal is made: a cluster that cannot be
+    // reached leaves nothing behind.
+    let engine = match &args.ray {
+        Some(address) => Some(sweep_ray::Engine::connect(
+            sweep_ray::python(args.python.clone()),
+            address,
+        )?),
+        None => None,
+    };
     let mut sweep = Sweep::start(cells, output)?;
     let todo = sweep.todo();
     if let Some(out) = &args.output {
-        if sweep.from_output + sweep.from_journal + sweep.dropped > 0 {
-            eprintln!(
-                "resuming: {} cells already in {}, {} in {}, {} of {} left to run{}",
-                sweep.from_output,
-                out.display(),
-                sweep.from_journal,
-                journal_path(out).display(),
-                todo.len(),
-                sweep.cells().len(),
-                match sweep.dropped {
-                    0 => String::new(),
-                    n => format!("; {n} cells of the output not in this sweep are left out"),
-                }
-            );
-        }
+        say_resuming(&sweep, out, todo.len());
     }
     let (from_output, from_journal, ran) = (sweep.from_output, sweep.from_journal, todo.len());
     let bar = progress_bar(todo.len());
-    sweep_pool::run(todo, jobs, |(outcome, json)| {
+    let record = |(outcome, json): sweep_pool::Answer| {
         bar.inc(1);
         sweep.record_encoded(outcome, json.as_deref()).map(|_| ())
-    })?;
+    };
+    match engine {
+        Some(engine) => engine.run(todo, record)?,
+        None => sweep_pool::run(todo, jobs, record)?,
+    }
     bar.finish_and_clear();
     let finished = sweep.finish()?;
     let summaries = summaries(&finished);

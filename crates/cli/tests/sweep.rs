@@ -384,3 +384,54 @@ fn bad_input_is_one_sentence_and_writes_nothing() {
         assert!(left.is_empty(), "{args:?} left {left:?}");
     }
 }
+
+/// `--ray` runs the Python package's Ray engine: a Python that cannot be
+/// started, or cannot import the package, is one sentence, before anything
+/// is written. (A cluster that cannot be reached, and the sweep on a real
+/// cluster: crates/python/tests/test_ray.py, with the package installed.)
+#[test]
+fn ray_without_its_python_engine_is_one_sentence_and_writes_nothing() {
+    let dir = state_dir("sweep-ray-bad");
+    let out = dir.join("out.parquet");
+    let o = out.to_str().unwrap();
+    let scenario = path(SCENARIOS[0]);
+    // A Python that sees no installed package (-S: no site-packages).
+    let bare = dir.join("bare-python");
+    std::fs::write(&bare, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    let mut perms = std::fs::metadata(&bare).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&bare, perms).unwrap();
+    let cases = [
+        ("/nonexistent/python", "cannot be started"),
+        (
+            bare.to_str().unwrap(),
+            "needs the Python package hugelab, which",
+        ),
+    ];
+    for (python, says) in cases {
+        let args = [
+            "--ray",
+            "127.0.0.1:1",
+            "--python",
+            python,
+            "-o",
+            o,
+            &scenario,
+        ];
+        let r = sweep(&args);
+        let err = stderr(&r);
+        assert_eq!(r.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(err.contains("pip install 'hugelab[ray]'") || python.starts_with("/nonexistent"));
+        let left: Vec<_> = std::fs::read_dir(&*dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "bare-python")
+            .collect();
+        assert!(left.is_empty(), "{args:?} left {left:?}");
+    }
+    // --jobs is the local engine's.
+    let r = sweep(&["--ray", "auto", "--jobs", "2", &scenario]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+}

@@ -5,8 +5,11 @@
 
 use crate::{spec, to_py};
 use anyhow::{bail, Result};
-use hugelab_sweep::{plan, run_cells as run, Cell, Format, Outcome, Sweep};
+use hugelab_sweep::{plan, run_cells as run, run_cells_shipped, Cell, Format, Outcome, Sweep};
+use hugelab_workload::Bytes;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 /// A shape's label: its pairs as `--machine` takes them.
@@ -97,14 +100,16 @@ impl SweepRun {
         Ok((s.cells().len(), s.from_output, s.from_journal))
     }
 
-    /// Records the outcomes (JSON, as `run_cells` gives them).
-    fn record(&mut self, py: Python<'_>, outcomes: &str) -> PyResult<()> {
+    /// Records the outcomes (JSON, as `run_cells` gives them): how many
+    /// were taken (a second outcome of a cell already finished is not).
+    fn record(&mut self, py: Python<'_>, outcomes: &str) -> PyResult<usize> {
         let sweep = taken(&mut self.sweep)?;
-        let result = (|| -> Result<()> {
+        let result = (|| -> Result<usize> {
+            let mut taken = 0;
             for outcome in serde_json::from_str::<Vec<Outcome>>(outcomes)? {
-                sweep.record(outcome)?;
+                taken += usize::from(sweep.record(outcome)?);
             }
-            Ok(())
+            Ok(taken)
         })();
         result.map_err(|e| to_py(py, e))
     }
@@ -166,13 +171,54 @@ fn finish_json(sweep: Sweep) -> Result<String> {
     .to_string())
 }
 
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    pyo3::exceptions::PyValueError::new_err(e.to_string())
+}
+
 /// Runs cells (JSON, as `SweepRun.todo` gives them) in this process: their
-/// outcomes as JSON, one per cell, a failure costing its cell only.
+/// outcomes as JSON, one per cell, a failure costing its cell only. With
+/// `workloads` (path to the file's bytes, as read where the sweep was
+/// planned), the workloads are those bytes, not the files: a cluster's
+/// worker that cannot see them.
 #[pyfunction]
-pub fn run_cells(py: Python<'_>, cells: &str) -> PyResult<String> {
-    let cells: Vec<Cell> = serde_json::from_str(cells)
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
-    let outcomes = py.detach(|| run(&cells));
-    serde_json::to_string(&outcomes)
-        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+#[pyo3(signature = (cells, workloads=None))]
+pub fn run_cells<'py>(
+    py: Python<'py>,
+    cells: &str,
+    workloads: Option<HashMap<String, Bound<'py, PyBytes>>>,
+) -> PyResult<String> {
+    let cells: Vec<Cell> = serde_json::from_str(cells).map_err(value_error)?;
+    let outcomes = match workloads {
+        None => py.detach(|| run(&cells)),
+        Some(w) => {
+            let shipped: HashMap<String, Bytes> = w
+                .into_iter()
+                .map(|(k, v)| (k, Bytes(v.as_bytes().into())))
+                .collect();
+            py.detach(|| run_cells_shipped(&cells, &shipped))
+        }
+    };
+    serde_json::to_string(&outcomes).map_err(value_error)
+}
+
+/// Each cell's key (JSON, as `SweepRun.todo` gives them), in order: what
+/// names it in its outcome.
+#[pyfunction]
+pub fn cell_keys(cells: &str) -> PyResult<Vec<String>> {
+    let cells: Vec<Cell> = serde_json::from_str(cells).map_err(value_error)?;
+    Ok(cells.iter().map(Cell::key).collect())
+}
+
+/// The outcomes `run_cells` gave, each as (its cell's key, its own JSON
+/// line): an engine that passes outcomes on one by one.
+#[pyfunction]
+pub fn outcome_lines(py: Python<'_>, outcomes: &str) -> PyResult<Vec<(String, String)>> {
+    py.detach(|| -> serde_json::Result<Vec<(String, String)>> {
+        let outcomes: Vec<Outcome> = serde_json::from_str(outcomes)?;
+        outcomes
+            .iter()
+            .map(|o| Ok((o.key().to_string(), serde_json::to_string(o)?)))
+            .collect()
+    })
+    .map_err(value_error)
 }

@@ -83,8 +83,10 @@ def test_bad_input_raises_the_sentence_and_writes_nothing(root, tmp_path):
         hugelab.sweep([scenario], machines=[{"memory": "0"}], output=out)
     with pytest.raises(hugelab.Error, match="cannot write the output there"):
         hugelab.sweep([scenario], output=tmp_path / "no" / "rows.parquet")
-    with pytest.raises(NotImplementedError, match="not built yet"):
-        hugelab.sweep([scenario], engine="ray")
+    with pytest.raises(ValueError, match="engine is 'local' or 'ray'"):
+        hugelab.sweep([scenario], engine="dask", output=out)
+    with pytest.raises(ValueError, match="address is a Ray cluster's"):
+        hugelab.sweep([scenario], address="127.0.0.1:6379", output=out)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -3,7 +3,7 @@
 //! a cell's run on the model, the rows it gives, their writers (Parquet,
 //! CSV, JSON) and the journal that makes a sweep resumable.
 //!
-//! An engine (local worker processes now; a cluster's later) only moves
+//! An engine (local worker processes, or a Ray cluster's tasks) only moves
 //! cells and outcomes, as plain serde data:
 //!
 //! 1. [`plan`] checks the inputs (one sentence for a missing workload, an
@@ -13,7 +13,9 @@
 //!    file's cells, the journal `OUT.partial`) and says which cells are
 //!    left to run ([`Sweep::todo`]);
 //! 3. [`run_cells`] runs cells anywhere (a worker process, a remote task),
-//!    one [`Outcome`] per cell, each carrying the cell's key;
+//!    one [`Outcome`] per cell, each carrying the cell's key
+//!    ([`run_cells_shipped`] where the workloads' bytes were shipped and the
+//!    files are not there);
 //! 4. [`Sweep::record`] takes outcomes in any order (a cell's second
 //!    outcome, from a retried batch, is dropped), journaling each finished
 //!    cell as it comes;
@@ -30,7 +32,10 @@ pub mod plan;
 pub mod resume;
 pub mod summary;
 
-pub use cell::{run_cell, run_cells, CellRows, Outcome, Row, RowRef, SnapshotValues};
+pub use cell::{
+    run_cell, run_cell_shipped, run_cells, run_cells_shipped, CellRows, Outcome, Row, RowRef,
+    SnapshotValues,
+};
 pub use format::Format;
 pub use plan::{parse_shape, plan, Cell, OWN_MACHINE};
 pub use resume::{Finished, Sweep};

@@ -231,7 +231,9 @@ impl Sweep {
 
     /// Writes every finished cell's rows, in the plan's order, to the
     /// output (whole, by a rename), and drops the journal.
-    pub fn finish(self) -> Result<Finished> {
+    pub fn finish(mut self) -> Result<Finished> {
+        // In the plan's order, whatever order the cells failed in.
+        self.failed.sort_by_key(|(i, _)| *i);
         let finished = Finished {
             cells: self.cells,
             done: self.done,
@@ -258,7 +260,7 @@ pub struct Finished {
     pub cells: Vec<Cell>,
     /// Per cell in the plan's order: its rows, if it finished.
     pub done: Vec<Option<CellRows>>,
-    /// Cells that failed (index in the plan) and why, in the order seen.
+    /// Cells that failed (index in the plan) and why, in the plan's order.
     pub failed: Vec<(usize, String)>,
 }
 

@@ -48,5 +48,8 @@ pub use counters::CounterKind;
 pub use observation::{
     Counters, ExpectOutcome, FailedCall, Kill, Observation, Reading, Snapshot, ERRNO, SIGNAL,
 };
-pub use parse::{open, parse, parse_file, stream_file, ParseError, SizeError, Statements};
+pub use parse::{
+    open, open_bytes, parse, parse_file, stream_bytes, stream_file, Bytes, ParseError, SizeError,
+    Statements,
+};
 pub use stmt::{Stmt, StmtKind, Workload};

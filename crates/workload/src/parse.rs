@@ -22,7 +22,7 @@
 use crate::check;
 use crate::checker::{Checker, Issue, Part};
 use crate::line::{recycle, tokenize, Line, Tok};
-pub use crate::source::{open, Source};
+pub use crate::source::{open, open_bytes, Bytes, Source};
 use crate::stmt::{self, *};
 pub use crate::text::ParseError;
 use crate::text::{quote, valid_name};
@@ -263,6 +263,15 @@ pub fn parse(file: &str, text: &str) -> Result<Workload, ParseError> {
 /// A workload file's statements, streamed (see [`open`] and [`Statements`]).
 pub fn stream_file(path: &Path) -> Result<Statements<Source>, ParseError> {
     Ok(Statements::new(path.display().to_string(), open(path)?))
+}
+
+/// The statements of a workload file's `bytes`, read elsewhere (see
+/// [`open_bytes`]); `path` names it in errors and says how it is compressed.
+pub fn stream_bytes(path: &Path, bytes: Bytes) -> Result<Statements<Source>, ParseError> {
+    Ok(Statements::new(
+        path.display().to_string(),
+        open_bytes(path, bytes)?,
+    ))
 }
 
 /// Reads and parses a whole workload file (plain, `.gz` or `.zst`). An

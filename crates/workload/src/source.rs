@@ -1,12 +1,14 @@
 //! Where a streamed workload's text comes from: a file, plain or compressed
 //! (gzip `.gz`, zstd `.zst`), decompressed as it is read, so that a recorded
 //! workload of millions of statements never has to be unpacked on disk or
-//! held in memory.
+//! held in memory; or a workload file's bytes already in memory (shipped to
+//! another machine), decompressed the same way.
 
 use crate::text::ParseError;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Cursor, Read};
 use std::path::Path;
+use std::sync::Arc;
 
 /// The read buffer of a workload file (and of its decompressed text).
 const BUF: usize = 256 << 10;
@@ -18,6 +20,19 @@ enum Inner {
     Plain(BufReader<File>),
     Gzip(BufReader<flate2::bufread::MultiGzDecoder<BufReader<File>>>),
     Zstd(BufReader<zstd::stream::read::Decoder<'static, BufReader<File>>>),
+    Bytes(Cursor<Bytes>),
+    GzipBytes(BufReader<flate2::bufread::MultiGzDecoder<Cursor<Bytes>>>),
+    ZstdBytes(BufReader<zstd::stream::read::Decoder<'static, Cursor<Bytes>>>),
+}
+
+/// A workload file's bytes, shared (one copy for every run of it).
+#[derive(Clone)]
+pub struct Bytes(pub Arc<[u8]>);
+
+impl AsRef<[u8]> for Bytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// How a workload file is compressed, by its name: `.gz` is gzip, `.zst`
@@ -63,30 +78,84 @@ pub fn open(path: &Path) -> Result<Source, ParseError> {
     }))
 }
 
+/// The text of a workload file whose bytes are `bytes` (read elsewhere, or
+/// shipped from the machine that read it), compressed as `path`'s name
+/// says, as [`open`] reads the file itself.
+pub fn open_bytes(path: &Path, bytes: Bytes) -> Result<Source, ParseError> {
+    let raw = Cursor::new(bytes);
+    Ok(Source(match compression(path) {
+        Some("gzip") => Inner::GzipBytes(BufReader::with_capacity(
+            BUF,
+            flate2::bufread::MultiGzDecoder::new(raw),
+        )),
+        Some(_) => {
+            let z = zstd::stream::read::Decoder::with_buffer(raw).map_err(|e| ParseError {
+                file: path.display().to_string(),
+                line: 0,
+                col: 0,
+                message: format!("cannot read: {e}"),
+            })?;
+            Inner::ZstdBytes(BufReader::with_capacity(BUF, z))
+        }
+        None => Inner::Bytes(raw),
+    }))
+}
+
+/// Each arm of [`Inner`], the same call.
+macro_rules! each {
+    ($inner:expr, $r:ident => $call:expr) => {
+        match $inner {
+            Inner::Plain($r) => $call,
+            Inner::Gzip($r) => $call,
+            Inner::Zstd($r) => $call,
+            Inner::Bytes($r) => $call,
+            Inner::GzipBytes($r) => $call,
+            Inner::ZstdBytes($r) => $call,
+        }
+    };
+}
+
 impl Read for Source {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match &mut self.0 {
-            Inner::Plain(r) => r.read(buf),
-            Inner::Gzip(r) => r.read(buf),
-            Inner::Zstd(r) => r.read(buf),
-        }
+        each!(&mut self.0, r => r.read(buf))
     }
 }
 
 impl BufRead for Source {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        match &mut self.0 {
-            Inner::Plain(r) => r.fill_buf(),
-            Inner::Gzip(r) => r.fill_buf(),
-            Inner::Zstd(r) => r.fill_buf(),
-        }
+        each!(&mut self.0, r => r.fill_buf())
     }
 
     fn consume(&mut self, n: usize) {
-        match &mut self.0 {
-            Inner::Plain(r) => r.consume(n),
-            Inner::Gzip(r) => r.consume(n),
-            Inner::Zstd(r) => r.consume(n),
+        each!(&mut self.0, r => r.consume(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn text(mut s: Source) -> String {
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn bytes_read_as_the_file_they_came_from() {
+        let plain = "spawn a\na mmap buf 8M\na write buf\n";
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(plain.as_bytes()).unwrap();
+        let gz = gz.finish().unwrap();
+        let zst = zstd::encode_all(plain.as_bytes(), 1).unwrap();
+        for (name, bytes) in [
+            ("w.hlw", plain.as_bytes().to_vec()),
+            ("w.hlw.gz", gz),
+            ("w.hlw.zst", zst),
+        ] {
+            let source = open_bytes(Path::new(name), Bytes(bytes.into())).unwrap();
+            assert_eq!(text(source), plain, "{name}");
         }
     }
 }

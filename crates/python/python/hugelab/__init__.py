@@ -8,7 +8,8 @@ each fault got the folio size it got, :func:`utilization` how full the large
 folios are and what the deferred split shrinker would give back, :func:`counters` is the counter
 registry, :func:`scan` (root) how full the huge pages of running
 processes are, and :func:`sweep` runs every workload × machine shape ×
-setting in worker processes, as ``hugelab sweep`` does, and returns the rows.
+setting in worker processes or on a Ray cluster, as ``hugelab sweep`` does,
+and returns the rows.
 
 A workload is a path to a ``.hlw``, ``.hlw.gz`` or ``.hlw.zst`` file (a
 ``str`` ending so, or any ``os.PathLike``) or a ``str`` of .hlw text. A
@@ -20,7 +21,9 @@ before the workload.
 
 Errors are :class:`Error` subclasses carrying the sentence ``hugelab``
 prints: :class:`WorkloadError` (with ``file``, ``line``, ``col``),
-:class:`SettingError`, :class:`MachineError`.
+:class:`SettingError`, :class:`MachineError`; a sweep's :class:`SweepError`
+(cells failed) and :class:`EngineError` (its engine cannot run: Ray missing
+or unreachable).
 """
 
 import json
@@ -30,7 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import pandas as pd
 
 from . import _native
-from ._errors import Error, MachineError, SettingError, SweepError, WorkloadError
+from ._errors import EngineError, Error, MachineError, SettingError, SweepError, WorkloadError
 from ._scan import ScanResult, scan
 
 __all__ = [
@@ -51,6 +54,7 @@ __all__ = [
     "SettingError",
     "MachineError",
     "SweepError",
+    "EngineError",
     "SERIES_SETTINGS",
 ]
 
@@ -523,6 +527,19 @@ def counters() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _sweep_on_ray(paths, given, shapes, out, format, address) -> Dict[str, Any]:
+    """The Ray engine's sweep: the input checked before connecting (bad
+    input wins over an unreachable cluster, and neither writes anything),
+    then the state and its journal, the cells on the cluster, the output."""
+    from . import _ray_sweep
+
+    _native.SweepRun(paths, given, shapes, None, None)
+    with _ray_sweep.connect(address) as workers:
+        state = _native.SweepRun(paths, given, shapes, out, format)
+        _ray_sweep.run_ray(state, workers)
+        return json.loads(state.finish())
+
+
 def sweep(
     workloads: Sequence[Union[str, "os.PathLike[str]"]],
     settings: Optional[Mapping[str, Setting]] = None,
@@ -531,10 +548,11 @@ def sweep(
     jobs: Optional[int] = None,
     engine: str = "local",
     format: Optional[str] = None,
+    address: Optional[str] = None,
 ) -> pd.DataFrame:
     """Runs every workload on every machine shape under every setting on the
-    model, in worker processes, as ``hugelab sweep`` does (the same plan,
-    rows and output bytes; docs/sweep.md).
+    model, in worker processes or on a Ray cluster, as ``hugelab sweep``
+    does (the same plan, rows and output bytes; docs/sweep.md).
 
     Args:
         workloads: workload files (``.hlw``, ``.hlw.gz``, ``.hlw.zst``);
@@ -549,9 +567,18 @@ def sweep(
             to (``format`` for another extension). A re-run over it skips
             the cells already in it; a sweep cut short resumes from its
             journal, ``OUTPUT.partial``.
-        jobs: worker processes; default one per core.
-        engine: ``"local"`` (worker processes on this machine). ``"ray"``
-            is not built yet.
+        jobs: the local engine's worker processes; default one per core.
+        engine: ``"local"`` (worker processes on this machine) or ``"ray"``
+            (tasks on the Ray cluster at ``address``, each CPU of it a
+            worker; the workloads are shipped to it, so its machines need
+            ``hugelab`` installed but not the files; ``pip install
+            'hugelab[ray]'``).
+        format: the output's format when its extension does not say:
+            ``"parquet"``, ``"csv"`` or ``"json"``.
+        address: with ``engine="ray"``: the cluster's head, ``"HOST:PORT"``,
+            or ``"auto"`` (the default: ``RAY_ADDRESS``, else the cluster
+            started on this machine). When this process is connected to
+            Ray already, that cluster.
 
     Returns:
         a DataFrame with a row per cell, snapshot and counter: ``workload``,
@@ -561,15 +588,20 @@ def sweep(
     Raises:
         WorkloadError, SettingError, MachineError, Error: bad input, with
         ``hugelab``'s sentence; nothing is written. SweepError: cells
-        failed; the others are written and in its ``rows``.
+        failed; the others are written and in its ``rows``. EngineError:
+        Ray is not installed or the cluster cannot be reached (nothing is
+        written), or it lost cells (the others are in the journal).
     """
     from . import _sweep
 
-    if engine == "ray":
-        raise NotImplementedError("engine='ray' is not built yet; use engine='local'")
-    if engine != "local":
-        raise ValueError(f"engine is 'local' (or, later, 'ray'), not {engine!r}")
-    jobs = _sweep.default_jobs(jobs)
+    if engine not in ("local", "ray"):
+        raise ValueError(f"engine is 'local' or 'ray', not {engine!r}")
+    if engine == "ray" and jobs is not None:
+        raise ValueError("jobs counts the local engine's processes; on Ray each CPU is a worker")
+    if engine == "local" and address is not None:
+        raise ValueError("address is a Ray cluster's: give engine='ray' with it")
+    if engine == "local":
+        jobs = _sweep.default_jobs(jobs)
     if isinstance(workloads, (str, os.PathLike)):
         workloads = [workloads]
     paths = []
@@ -584,9 +616,12 @@ def sweep(
     given = [(str(name), _pairs(f"setting {name}", sets)) for name, sets in settings.items()]
     shapes = [_pairs("machine", m) for m in (machines or [])]
     out = None if output is None else os.fspath(output)
-    state = _native.SweepRun(paths, given, shapes, out, format)
-    _sweep.run_local(state, jobs)
-    doc = json.loads(state.finish())
+    if engine == "ray":
+        doc = _sweep_on_ray(paths, given, shapes, out, format, address)
+    else:
+        state = _native.SweepRun(paths, given, shapes, out, format)
+        _sweep.run_local(state, jobs)
+        doc = json.loads(state.finish())
     rows = _sweep.frame(doc["columns"])
     if doc["failed"]:
         raise _sweep.failure(doc, rows)

@@ -5,6 +5,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import pandas as pd
 
+from ._errors import EngineError as EngineError
 from ._errors import Error as Error
 from ._errors import MachineError as MachineError
 from ._errors import SettingError as SettingError
@@ -93,4 +94,5 @@ def sweep(
     jobs: Optional[int] = None,
     engine: str = "local",
     format: Optional[str] = None,
+    address: Optional[str] = None,
 ) -> pd.DataFrame: ...

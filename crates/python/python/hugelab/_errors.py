@@ -55,3 +55,10 @@ class SweepError(Error):
         super().__init__(message)
         self.failed = failed
         self.rows = rows
+
+
+class EngineError(Error):
+    """A sweep's engine cannot run it: Ray is not installed (``pip install
+    'hugelab[ray]'``), the cluster cannot be reached, or cells got no
+    outcome from it. Nothing is written to the output; the cells finished
+    before are in its journal, and a re-run resumes from them."""

@@ -70,10 +70,7 @@ fn touch(
     let huge = write.then(|| HugeBefore::scan(pid, start, start + len));
     let done = m.touch_window(stmt, agents, touched, |agents| agents.call(stmt, proc, req));
     if let (Some(huge), Ok(())) = (huge, &done) {
-        let in_place = match huge {
-            Ok(Some(h)) => h.in_place().unwrap_or(1),
-            Ok(None) | Err(_) => 1,
-        };
+        let in_place = spurious::in_place(huge);
         if let Some(why) = spurious::why(stmt.pos.line, m.last_faults(), in_place) {
             m.taint_from_now("vmstat.pgfault", &why);
             agents

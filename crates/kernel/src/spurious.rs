@@ -62,6 +62,16 @@ impl HugeBefore {
     }
 }
 
+/// How many huge pages of a write's range stayed mapped in place, from its
+/// scan before the write: where either scan failed or saw too many to look
+/// at, as if one had (the fault counts are then in doubt).
+pub(crate) fn in_place(before: Result<Option<HugeBefore>>) -> u64 {
+    match before {
+        Ok(Some(h)) => h.in_place().unwrap_or(1),
+        Ok(None) | Err(_) => 1,
+    }
+}
+
 /// The present huge entries of `[start, end)` by 2 MiB block (PAGEMAP_SCAN
 /// for PAGE_IS_HUGE, then the block's first pagemap entry for its PFN).
 fn heads(pid: i32, start: u64, end: u64) -> Result<Option<BTreeMap<u64, u64>>> {

@@ -339,8 +339,18 @@ fn run_schedule(
         }
         let group = format!("bench{n}");
         let (limit, show) = (s.memory_max, args.show_output);
-        let run = run_in_memcg(argv, &group, limit, cmd.run_as, show, |_, dir| {
-            if let Some(st) = state().as_mut() {
+        // The state stays locked from before the group is made until it is
+        // registered, so an interrupt either finds the group or comes
+        // before it exists (and this thread then parks below).
+        let mut slot = state();
+        if slot.is_none() {
+            drop(slot);
+            loop {
+                std::thread::park();
+            }
+        }
+        let run = run_in_memcg(argv, &group, limit, cmd.run_as, show, move |_, dir| {
+            if let Some(st) = slot.as_mut() {
                 st.child_group = Some(dir.to_path_buf());
             }
         })?;
@@ -637,6 +647,8 @@ fn on_interrupt() {
         memcg::kill_all(&dir);
         let _ = std::fs::remove_dir(&dir);
     }
+    // Any other group of this process (none expected: see `run_schedule`).
+    memcg::remove_own();
     st.result.interrupted = true;
     let mut err = std::io::stderr().lock();
     let _ = writeln!(

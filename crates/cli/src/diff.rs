@@ -289,6 +289,10 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!("{}", totals.line());
+        let placed = diffs.iter().any(|d| d.rows.iter().any(Row::placed_unknown));
+        if let Some(hint) = placed.then(uninitialised_hint).flatten() {
+            println!("{hint}");
+        }
     }
     let noisy_fails = args.strict && totals.noisy > 0;
     Ok(
@@ -298,6 +302,19 @@ pub fn main(args: DiffArgs) -> Result<ExitCode> {
             ExitCode::SUCCESS
         },
     )
+}
+
+/// Where folios were unknown for their placement and the kernel has memory
+/// it has not initialised (whose pages read 0 in /proc/kpageflags), the
+/// sentence that says so and how to finish it.
+fn uninitialised_hint() -> Option<String> {
+    let u = hugelab_kernel::meminit::uninitialised().ok()?;
+    (!u.blocks.is_empty()).then(|| {
+        format!(
+            "note: {} MiB of this machine's memory is not yet initialised by the kernel (deferred init), and /proc/kpageflags reads 0 for its pages, hence the folios unknown by placement; `hugelab settings init-memory` makes the kernel finish",
+            u.bytes() >> 20
+        )
+    })
 }
 
 /// Whether a kernel run's error says the machine cannot run the workload

@@ -30,6 +30,7 @@ mod scan;
 mod scan_print;
 mod settings;
 mod settings_activity;
+mod settings_meminit;
 mod svg;
 mod sweep;
 mod sweep_pool;

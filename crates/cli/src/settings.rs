@@ -1,4 +1,4 @@
-//! `hugelab settings show|restore`: the tunables hugelab knows and what else
+//! `hugelab settings show|restore|init-memory`: the tunables hugelab knows and what else
 //! on the machine acts on huge pages (DAMON, khugepaged, limited memory
 //! cgroups: [`crate::settings_activity`]), and the replay of a restore
 //! journal left by a run that was killed (SIGKILL, power).
@@ -13,11 +13,31 @@ pub enum SettingsCommand {
     /// Print the current value of every tunable the model knows (sysfs
     /// names), then what else on the machine acts on huge pages: DAMON's
     /// kdamonds and schemes, DAMON_RECLAIM/DAMON_LRU_SORT, khugepaged since
-    /// boot, memory cgroups with a limit.
+    /// boot, memory cgroups with a limit, memory the kernel has not yet
+    /// initialised.
     Show(ShowArgs),
     /// Put back the tunables a killed kernel-backend run left changed (and
     /// remove the memory cgroups it left).
     Restore,
+    /// Make the kernel finish initialising the memory it initialises lazily
+    /// (deferred struct-page init; /proc/kpageflags reads 0 for its pages
+    /// until then): touch free memory until no memory block is left
+    /// uninitialised or MemAvailable reaches the reserve, then free it.
+    /// Evicts clean page cache on the way; cannot be (and needs no) undoing.
+    InitMemory(InitMemoryArgs),
+}
+
+#[derive(Args)]
+pub struct InitMemoryArgs {
+    /// Leave at least this much MemAvailable, MiB
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    pub reserve: u64,
+    /// Say what is uninitialised and what would be touched; touch nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print it as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -55,6 +75,7 @@ pub fn main(cmd: SettingsCommand) -> Result<ExitCode> {
                 crate::settings_activity::render(&host_activity::read())
             );
         }
+        SettingsCommand::InitMemory(args) => return crate::settings_meminit::main(&args),
         SettingsCommand::Restore => {
             let restored = guard::restore_journal()?;
             if restored.is_empty() {

@@ -1,7 +1,8 @@
 //! The second part of `hugelab settings show`: what else on this machine
 //! acts on huge pages (`hugelab_kernel::host_activity`), as tables: DAMON's
 //! kdamonds and their schemes, the DAMON modules, khugepaged since boot,
-//! the memory cgroups with a limit. A part the machine does not have is one
+//! the memory cgroups with a limit, and memory the kernel has not yet
+//! initialised (whose folios kpageflags cannot tell). A part the machine does not have is one
 //! line saying so.
 
 use crate::table::{human, render_text};
@@ -15,6 +16,14 @@ pub fn render(a: &Activity) -> String {
     out.push_str(&modules(a));
     out.push_str(&khugepaged(a.khugepaged.as_ref()));
     out.push_str(&cgroups(a.cgroups.as_ref()));
+    out.push_str(&match &a.uninitialised {
+        Some(u) if !u.blocks.is_empty() => format!(
+            "\nmemory: {}; folios placed there are unknown to the kernel backend until `hugelab settings init-memory`\n",
+            crate::settings_meminit::describe(u)
+        ),
+        Some(u) => format!("\nmemory: {}\n", crate::settings_meminit::describe(u)),
+        None => "\nmemory: not known whether the kernel has initialised all of it (/proc/kpageflags needs root)\n".into(),
+    });
     out
 }
 
@@ -189,6 +198,7 @@ mod tests {
             damon_modules: vec![],
             khugepaged: None,
             cgroups: None,
+            uninitialised: None,
         };
         let text = render(&a);
         for said in [
@@ -196,6 +206,7 @@ mod tests {
             "DAMON modules: neither damon_reclaim nor damon_lru_sort is in /sys/module",
             "khugepaged: this kernel has no /sys/kernel/mm/transparent_hugepage/khugepaged",
             "memory cgroups: no memory cgroup hierarchy is mounted (neither v2 nor v1)",
+            "memory: not known whether the kernel has initialised all of it (/proc/kpageflags needs root)",
         ] {
             assert_eq!(
                 text.lines().filter(|l| *l == said).count(),
@@ -231,6 +242,7 @@ mod tests {
                     settings: vec![("memory.swappiness".into(), "10".into())],
                 }],
             }),
+            uninitialised: Some(Default::default()),
         };
         let text = render(&a);
         assert!(text.contains("\nDAMON: no kdamond\n"), "{text}");

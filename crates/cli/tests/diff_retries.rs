@@ -149,7 +149,7 @@ fn noisy_counters_are_measured_again_and_counted_apart() {
         // plus the first run's clean change since.
         assert_eq!(faults["verdict"], "match", "{faults}");
         assert!(
-            faults["kernel_run"].as_u64().unwrap() >= 2 || stitched_from_later(&faults),
+            faults["kernel_run"].as_u64().unwrap() >= 2 || stitched_from_later(faults),
             "{faults}"
         );
     }

@@ -15,6 +15,7 @@
 
 use crate::damon_view::{self, Kdamond, Module};
 use crate::memcg::{self, Version};
+use crate::meminit::Uninitialised;
 use serde::Serialize;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,10 @@ pub struct Activity {
     pub khugepaged: Option<Khugepaged>,
     /// None: no memory cgroup hierarchy is mounted.
     pub cgroups: Option<Cgroups>,
+    /// Memory the kernel has not initialised yet ([`crate::meminit`]);
+    /// None: /proc/kpageflags or the memory blocks cannot be read (not
+    /// root).
+    pub uninitialised: Option<Uninitialised>,
 }
 
 /// khugepaged since boot.
@@ -94,6 +99,7 @@ pub fn read() -> Activity {
         damon_modules: damon_view::modules(Path::new(damon_view::MODULES)),
         khugepaged: khugepaged(Path::new(KHUGEPAGED)),
         cgroups: memcg::hierarchy().map(|(root, v)| cgroups(&root, v)),
+        uninitialised: crate::meminit::uninitialised().ok(),
     }
 }
 

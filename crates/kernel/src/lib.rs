@@ -41,6 +41,7 @@ pub mod machine;
 mod madvise;
 mod measure;
 pub mod memcg;
+pub mod meminit;
 mod memory;
 mod mmap;
 mod modes;

@@ -24,20 +24,7 @@ pub enum SettingsCommand {
     /// until then): touch free memory until no memory block is left
     /// uninitialised or MemAvailable reaches the reserve, then free it.
     /// Evicts clean page cache on the way; cannot be (and needs no) undoing.
-    InitMemory(InitMemoryArgs),
-}
-
-#[derive(Args)]
-pub struct InitMemoryArgs {
-    /// Leave at least this much MemAvailable, MiB
-    #[arg(long, value_name = "MIB", default_value_t = 1024)]
-    pub reserve: u64,
-    /// Say what is uninitialised and what would be touched; touch nothing
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Print it as JSON
-    #[arg(long)]
-    pub json: bool,
+    InitMemory(crate::settings_meminit::InitMemoryArgs),
 }
 
 #[derive(Args)]

@@ -2,10 +2,23 @@
 //! initialises lazily, so /proc/kpageflags can tell the folios placed there
 //! (`hugelab_kernel::meminit` says why and how).
 
-use crate::settings::InitMemoryArgs;
 use anyhow::Result;
+use clap::Args;
 use hugelab_kernel::meminit::{self, Uninitialised};
 use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct InitMemoryArgs {
+    /// Leave at least this much MemAvailable, MiB
+    #[arg(long, value_name = "MIB", default_value_t = 1024)]
+    pub reserve: u64,
+    /// Say what is uninitialised and what would be touched; touch nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print it as JSON
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub fn main(args: &InitMemoryArgs) -> Result<ExitCode> {
     hugelab_kernel::guard::require_root(

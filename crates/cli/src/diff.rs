@@ -58,7 +58,7 @@ pub struct DiffArgs {
     /// noisy (another process's activity in its window), or unknown because
     /// /proc/kpageflags read 0 for its folios' pages, in every run so far;
     /// each counter is taken from a run in which it was not
-    #[arg(long, value_name = "N", default_value_t = 2)]
+    #[arg(long, value_name = "N", default_value_t = 4)]
     retries: usize,
     /// Fail (exit 1) on counters still noisy after the retries too, not
     /// only on mismatches

@@ -117,3 +117,13 @@ def test_a_worker_that_dies_costs_its_cell_only(root, monkeypatch):
     assert all("the worker process running it died" in f["error"] for f in failed)
     pmd = whole[whole["setting"] == "PMD"].reset_index(drop=True)
     pd.testing.assert_frame_equal(e.value.rows, pmd)
+
+
+def test_a_progress_bar_counts_the_cells_on_stderr(root, capfd):
+    workloads = [str(root / s) for s in SCENARIOS]
+    hugelab.sweep(workloads, {"PMD": PMD, "64K": M64K}, jobs=1, progress=True)
+    err = capfd.readouterr().err
+    # 2 workloads × 2 settings, each on its own machine: 4 cells, all done.
+    assert "4/4" in err and "cell" in err, err
+    hugelab.sweep(workloads, {"PMD": PMD}, jobs=1, progress=False)
+    assert "cell" not in capfd.readouterr().err

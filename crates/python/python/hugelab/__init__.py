@@ -28,6 +28,7 @@ or unreachable).
 
 import json
 import os
+import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import pandas as pd
@@ -527,16 +528,19 @@ def counters() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _sweep_on_ray(paths, given, shapes, out, format, address) -> Dict[str, Any]:
+def _sweep_on_ray(paths, given, shapes, out, format, address, progress) -> Dict[str, Any]:
     """The Ray engine's sweep: the input checked before connecting (bad
     input wins over an unreachable cluster, and neither writes anything),
     then the state and its journal, the cells on the cluster, the output."""
-    from . import _ray_sweep
+    from . import _ray_sweep, _sweep
 
     _native.SweepRun(paths, given, shapes, None, None)
     with _ray_sweep.connect(address) as workers:
-        state = _native.SweepRun(paths, given, shapes, out, format)
-        _ray_sweep.run_ray(state, workers)
+        state = _sweep.Progress(_native.SweepRun(paths, given, shapes, out, format), progress)
+        try:
+            _ray_sweep.run_ray(state, workers)
+        finally:
+            state.close()
         return json.loads(state.finish())
 
 
@@ -549,6 +553,7 @@ def sweep(
     engine: str = "local",
     format: Optional[str] = None,
     address: Optional[str] = None,
+    progress: Optional[bool] = None,
 ) -> pd.DataFrame:
     """Runs every workload on every machine shape under every setting on the
     model, in worker processes or on a Ray cluster, as ``hugelab sweep``
@@ -579,6 +584,8 @@ def sweep(
             or ``"auto"`` (the default: ``RAY_ADDRESS``, else the cluster
             started on this machine). When this process is connected to
             Ray already, that cluster.
+        progress: a progress bar with the cells done and the ETA on stderr
+            (tqdm); default: when stderr is a terminal.
 
     Returns:
         a DataFrame with a row per cell, snapshot and counter: ``workload``,
@@ -616,11 +623,16 @@ def sweep(
     given = [(str(name), _pairs(f"setting {name}", sets)) for name, sets in settings.items()]
     shapes = [_pairs("machine", m) for m in (machines or [])]
     out = None if output is None else os.fspath(output)
+    if progress is None:
+        progress = sys.stderr.isatty()
     if engine == "ray":
-        doc = _sweep_on_ray(paths, given, shapes, out, format, address)
+        doc = _sweep_on_ray(paths, given, shapes, out, format, address, progress)
     else:
-        state = _native.SweepRun(paths, given, shapes, out, format)
-        _sweep.run_local(state, jobs)
+        state = _sweep.Progress(_native.SweepRun(paths, given, shapes, out, format), progress)
+        try:
+            _sweep.run_local(state, jobs)
+        finally:
+            state.close()
         doc = json.loads(state.finish())
     rows = _sweep.frame(doc["columns"])
     if doc["failed"]:

@@ -95,4 +95,5 @@ def sweep(
     engine: str = "local",
     format: Optional[str] = None,
     address: Optional[str] = None,
+    progress: Optional[bool] = None,
 ) -> pd.DataFrame: ...

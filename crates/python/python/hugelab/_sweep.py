@@ -8,6 +8,7 @@ sweep."""
 
 import json
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Dict, List, Optional
@@ -79,6 +80,46 @@ def _run_one_by_one(state: "_native.SweepRun", cells: List[Any]) -> None:
     finally:
         if pool is not None:
             pool.shutdown()
+
+
+class Progress:
+    """A sweep's state whose recorded cells move a progress bar with ETA
+    (tqdm, on stderr), as ``hugelab sweep``'s does; the engines see the
+    state's own methods. ``close`` ends the bar (``finish`` does too)."""
+
+    def __init__(self, state: "_native.SweepRun", enabled: bool) -> None:
+        self._state = state
+        self._enabled = enabled
+        self._bar: Any = None
+
+    def todo(self) -> str:
+        todo = self._state.todo()
+        if self._enabled and self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=len(json.loads(todo)), unit="cell", desc="sweep",
+                             file=sys.stderr, dynamic_ncols=True)
+        return todo
+
+    def record(self, outcomes: str) -> int:
+        taken = self._state.record(outcomes)
+        if self._bar is not None:
+            self._bar.update(taken)
+        return taken
+
+    def record_failed(self, cells: str, error: str) -> None:
+        self._state.record_failed(cells, error)
+        if self._bar is not None:
+            self._bar.update(len(json.loads(cells)))
+
+    def finish(self) -> str:
+        self.close()
+        return self._state.finish()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
 
 
 def frame(columns: Dict[str, list]) -> pd.DataFrame:

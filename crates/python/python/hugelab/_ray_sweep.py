@@ -49,6 +49,9 @@ TASK_SECONDS = 1.5
 RETRIES = 3
 #: Tasks in flight per worker: the next is queued when one finishes.
 IN_FLIGHT = 2
+#: Seconds the cluster may have no CPU at all (every node that could run a
+#: cell gone) before the sweep gives up on the cells still waiting.
+NO_CPU_SECONDS = 60.0
 #: Seconds to wait for the cluster's address to answer before saying it
 #: cannot be reached.
 CONNECT_SECONDS = 5.0
@@ -215,11 +218,27 @@ class _Driver:
         self.ship()
         inflight: Dict[Any, List[Dict[str, Any]]] = {}
         self.submit(inflight)
+        no_cpu_since: Optional[float] = None
         while inflight:
             ready, _ = self.ray.wait(list(inflight), num_returns=1, timeout=1.0)
             for ref in ready:
                 self.answered(ref, inflight.pop(ref))
             self.submit(inflight)
+            if ready:
+                no_cpu_since = None
+            elif self.ray.cluster_resources().get("CPU", 0) > 0:
+                no_cpu_since = None
+            else:
+                now = time.monotonic()
+                no_cpu_since = no_cpu_since if no_cpu_since is not None else now
+                if now - no_cpu_since >= NO_CPU_SECONDS:
+                    waiting = sum(len(b) for b in inflight.values()) + len(self.pending)
+                    raise EngineError(
+                        f"the cluster has had no CPU for {NO_CPU_SECONDS:.0f} s (every node "
+                        f"that could run a cell is gone): {waiting + len(self.alone)} of "
+                        f"{len(self.planned)} cells got no outcome; the others are in the "
+                        "journal, and a re-run resumes from it"
+                    )
         missing = self.planned - self.done
         if missing:
             raise EngineError(

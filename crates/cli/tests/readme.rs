@@ -620,6 +620,18 @@ fn every_root_readme_example_runs_on_this_machine() {
                 let out = ok(&["settings", "restore"]);
                 assert!(out.contains("nothing to restore"), "{out}");
             }
+            "hugelab settings init-memory [--dry-run]" => {
+                // The dry run: the whole run touches most of the machine's
+                // memory (tests/init_memory.rs runs a bounded one).
+                let out = ok(&["settings", "init-memory", "--dry-run"]);
+                assert!(
+                    out.contains("every online memory block is initialised")
+                        || (out.contains("not yet initialised by the kernel")
+                            && out.contains("/proc/kpageflags reads 0")
+                            && out.contains("nothing changed")),
+                    "{out}"
+                );
+            }
             "hugelab utilization FILE --snapshot S --backend both --svg s.svg" => {
                 let svg = tmp.join("readme-s.svg");
                 let out = ok(&[

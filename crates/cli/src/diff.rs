@@ -324,6 +324,10 @@ fn is_skip(e: &anyhow::Error) -> bool {
         .is_some_and(|e| e.is_unavailable() || e.is_unsupported())
 }
 
+/// The memory a re-run after folios unknown for their placement holds
+/// while it runs (`meminit::hold_recently_freed`).
+const PLACEMENT_DECOY: u64 = 64 << 20;
+
 /// One workload on the model, once, and on the kernel, again while a
 /// counter is noisy, or unknown by placement, in every run so far (at most
 /// `--retries` more times).
@@ -364,6 +368,16 @@ fn diff_file(file: &Path, args: &DiffArgs) -> Result<Outcome> {
     let mut runs = vec![compare(&model_obs, &first)];
     let mut d = combine(&runs);
     while d.worth_a_rerun() && d.kernel_runs <= args.retries {
+        // Folios unknown for their placement would get the same pages
+        // again: the memory freed last is held meanwhile (best effort, and
+        // only where it is a sliver of what is free, so that no THP fault
+        // of the workload can fall back for want of it).
+        let roomy =
+            hugelab_kernel::meminit::mem_available().is_ok_and(|a| a >= PLACEMENT_DECOY * 64);
+        let placed = roomy && d.rows.iter().any(Row::placed_unknown);
+        let _decoy = placed
+            .then(|| hugelab_kernel::meminit::hold_recently_freed(PLACEMENT_DECOY).ok())
+            .flatten();
         match kernel_run_planned(&plan, |k| Ok(run_file(k, file)?)) {
             Ok(obs) => runs.push(compare(&model_obs, &obs)),
             // The machine cannot run it again now (a pool it could fill

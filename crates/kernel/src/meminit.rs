@@ -199,12 +199,29 @@ fn still_uninitialised(left: &Uninitialised) -> Result<Uninitialised> {
 /// Anonymous mappings written in full (MADV_POPULATE_WRITE), unmapped on
 /// drop.
 #[derive(Default)]
-struct Held {
+pub struct Held {
     maps: Vec<(usize, usize)>,
+}
+
+/// Takes `bytes` of free memory now (in 2 MiB THPs where the machine's THP
+/// setting allows, MADV_HUGEPAGE, else in pages) and holds it until
+/// dropped. The page allocator hands out what was freed last first, so a
+/// workload run again right after gets the pages its last run freed: where
+/// those read 0 in /proc/kpageflags (a 2 MiB block the kernel is
+/// reporting to the host, or has not initialised), its folios are unknown
+/// again. Held across a re-run, this takes those pages first.
+pub fn hold_recently_freed(bytes: u64) -> std::io::Result<Held> {
+    let mut held = Held::default();
+    held.grow_advised(bytes, libc::MADV_HUGEPAGE)?;
+    Ok(held)
 }
 
 impl Held {
     fn grow(&mut self, len: u64) -> std::io::Result<()> {
+        self.grow_advised(len, libc::MADV_NORMAL)
+    }
+
+    fn grow_advised(&mut self, len: u64, advice: libc::c_int) -> std::io::Result<()> {
         let len = len as usize;
         // SAFETY: a new private anonymous mapping; nothing else refers to it.
         let p = unsafe {
@@ -221,14 +238,17 @@ impl Held {
             return Err(std::io::Error::last_os_error());
         }
         self.maps.push((p as usize, len));
-        // SAFETY: advises the mapping made above, within its bounds.
+        // SAFETY: advises the mapping made above, within its bounds (a
+        // refused MADV_HUGEPAGE leaves it in pages).
+        unsafe { libc::madvise(p, len, advice) };
+        // SAFETY: as above.
         if unsafe { libc::madvise(p, len, libc::MADV_POPULATE_WRITE) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
     }
 
-    fn bytes(&self) -> u64 {
+    pub fn bytes(&self) -> u64 {
         self.maps.iter().map(|&(_, len)| len as u64).sum()
     }
 }

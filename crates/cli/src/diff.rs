@@ -15,7 +15,9 @@
 //! measured again: the workload runs again on the kernel, up to `--retries`
 //! more times, while a counter is noisy in every run so far, or unknown
 //! because of where the run's folios were placed (kpageflags reading 0 for
-//! their pages: [`diff_noise::depends_on_placement`]). The model runs
+//! their pages: [`diff_noise::depends_on_placement`]; such a re-run holds
+//! [`PLACEMENT_DECOY`] of memory, so the pages the last run freed go
+//! elsewhere). The model runs
 //! once. Each counter is taken from a run in which it was known or else not
 //! noisy ([`combine`]), never from a noisy run when a clean one exists, and never
 //! chosen for agreeing with the model: a mismatch in any clean run is a

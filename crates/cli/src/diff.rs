@@ -375,7 +375,7 @@ fn diff_file(file: &Path, args: &DiffArgs) -> Result<Outcome> {
         // only where it is a sliver of what is free, so that no THP fault
         // of the workload can fall back for want of it).
         let roomy =
-            hugelab_kernel::meminit::mem_available().is_ok_and(|a| a >= PLACEMENT_DECOY * 64);
+            hugelab_kernel::hugetlb::mem_available().is_ok_and(|(a, _)| a >= PLACEMENT_DECOY * 64);
         let placed = roomy && d.rows.iter().any(Row::placed_unknown);
         let _decoy = placed
             .then(|| hugelab_kernel::meminit::hold_recently_freed(PLACEMENT_DECOY).ok())

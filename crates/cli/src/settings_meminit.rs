@@ -27,7 +27,7 @@ pub fn main(args: &InitMemoryArgs) -> Result<ExitCode> {
     let reserve = args.reserve << 20;
     if args.dry_run {
         let u = meminit::uninitialised()?;
-        let available = meminit::mem_available()?;
+        let (available, _) = hugelab_kernel::hugetlb::mem_available()?;
         let at_most = available.saturating_sub(reserve);
         if args.json {
             let doc = serde_json::json!({

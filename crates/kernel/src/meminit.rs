@@ -129,17 +129,6 @@ pub struct Initialised {
     pub stopped: Option<String>,
 }
 
-/// `MemAvailable` of /proc/meminfo, in bytes.
-pub fn mem_available() -> Result<u64> {
-    const MEMINFO: &str = "/proc/meminfo";
-    let text = fs::read_to_string(MEMINFO).map_err(|e| KernelError::io(MEMINFO, e))?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| KernelError::Refused(format!("{MEMINFO}: no MemAvailable line")))
-}
-
 /// Touches free memory until no uninitialised block is left, or until
 /// `MemAvailable` would drop below `reserve` bytes, then frees it. This
 /// process is the OOM killer's first choice meanwhile (oom_score_adj 1000,
@@ -153,7 +142,7 @@ pub fn initialise(reserve: u64) -> Result<Initialised> {
     let mut stopped = None;
     let mut steps = 0;
     while !left.blocks.is_empty() {
-        if mem_available()? < reserve + STEP {
+        if crate::hugetlb::mem_available()?.0 < reserve + STEP {
             stopped = Some(format!(
                 "MemAvailable reached the reserve of {} MiB",
                 reserve >> 20

@@ -345,9 +345,7 @@ fn run_schedule(
         let mut slot = state();
         if slot.is_none() {
             drop(slot);
-            loop {
-                std::thread::park();
-            }
+            until_the_signal_thread_exits();
         }
         let run = run_in_memcg(argv, &group, limit, cmd.run_as, show, move |_, dir| {
             if let Some(st) = slot.as_mut() {
@@ -356,11 +354,7 @@ fn run_schedule(
         })?;
         match state().as_mut() {
             Some(st) => st.child_group = None,
-            // The interrupt hook took the state and killed this run: the
-            // signal thread restores the tunables and exits; wait for it.
-            None => loop {
-                std::thread::park();
-            },
+            None => until_the_signal_thread_exits(),
         }
         let record = run_record(&s.name, step, run);
         // An OOM kill is the setting's outcome, not the command's failure.
@@ -412,6 +406,14 @@ fn run_record(setting: &str, step: &Step, run: CommandRun) -> RunRecord {
             Vec::new()
         },
         counters: run.counters,
+    }
+}
+
+/// The interrupt hook took the state (and killed the run in flight): the
+/// signal thread restores the tunables and exits the process; wait for it.
+fn until_the_signal_thread_exits() -> ! {
+    loop {
+        std::thread::park();
     }
 }
 

@@ -81,10 +81,17 @@ pub fn uninitialised() -> Result<Uninitialised> {
         }
     }
     online.sort_unstable();
+    zero_blocks(block_bytes, &online)
+}
+
+/// Those of the memory blocks `candidates` (of `block_bytes` each) whose
+/// pages all read 0.
+fn zero_blocks(block_bytes: u64, candidates: &[u64]) -> Result<Uninitialised> {
     let kpf = File::open(KPAGEFLAGS).map_err(|e| KernelError::io(KPAGEFLAGS, e))?;
+    let pages = block_bytes / 4096;
     let mut blocks = Vec::new();
-    for n in online {
-        if all_zero(&kpf, n * block_bytes / 4096, block_bytes / 4096)? {
+    for &n in candidates {
+        if all_zero(&kpf, n * pages, pages)? {
             blocks.push(n);
         }
     }
@@ -155,7 +162,7 @@ pub fn initialise(reserve: u64) -> Result<Initialised> {
         }
         steps += 1;
         if steps % STEPS_PER_CHECK == 0 {
-            left = still_uninitialised(&left)?;
+            left = zero_blocks(left.block_bytes, &left.blocks)?;
         }
     }
     let touched_bytes = held.bytes();
@@ -166,22 +173,6 @@ pub fn initialise(reserve: u64) -> Result<Initialised> {
         touched_bytes,
         seconds: t.elapsed().as_secs_f64(),
         stopped,
-    })
-}
-
-/// Those of `left`'s blocks that still read 0.
-fn still_uninitialised(left: &Uninitialised) -> Result<Uninitialised> {
-    let kpf = File::open(KPAGEFLAGS).map_err(|e| KernelError::io(KPAGEFLAGS, e))?;
-    let pages = left.block_bytes / 4096;
-    let mut blocks = Vec::new();
-    for &n in &left.blocks {
-        if all_zero(&kpf, n * pages, pages)? {
-            blocks.push(n);
-        }
-    }
-    Ok(Uninitialised {
-        block_bytes: left.block_bytes,
-        blocks,
     })
 }
 

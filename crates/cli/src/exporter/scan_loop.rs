@@ -7,7 +7,9 @@
 //!
 //! **The CPU budget**: after each process the thread compares the
 //! exporter's CPU time since the pass began (every thread's,
-//! `CLOCK_PROCESS_CPUTIME_ID`, scrapes included) with the budget times the
+//! `CLOCK_PROCESS_CPUTIME_ID`, scrapes included), plus as much again as
+//! that process took (paid ahead for the next, so that the budget holds
+//! at any moment, not only between processes), with the budget times the
 //! time since then, and sleeps until they meet. The budget so holds over
 //! each pass whatever the machine holds; a pass that needs more than the
 //! interval at the budget takes longer (its figures are served with their
@@ -107,7 +109,10 @@ fn clock(id: libc::clockid_t) -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// Keeps the CPU time since `start` within `rate` of the wall time.
+/// Keeps the CPU time since `start` within `rate` of the wall time, at any
+/// moment: each pace pays ahead for the next step (a process, or a chunk of
+/// one) at the cost of the step just done, so that the step in progress
+/// when someone looks is already paid for, not only the steps done.
 struct Budget {
     /// The CPU time counted ([`cpu_time`]).
     clock: fn() -> Duration,
@@ -115,6 +120,8 @@ struct Budget {
     wall: Instant,
     cpu: Duration,
     waited: Duration,
+    /// The CPU time used at the last pace.
+    paced: Duration,
 }
 
 impl Budget {
@@ -129,6 +136,7 @@ impl Budget {
             wall: Instant::now(),
             cpu: clock(),
             waited: Duration::ZERO,
+            paced: Duration::ZERO,
         }
     }
 
@@ -136,14 +144,18 @@ impl Budget {
         (self.clock)().saturating_sub(self.cpu)
     }
 
-    /// Sleeps until the CPU time used is within the budget.
+    /// Sleeps until the CPU time used, and as much again as the step since
+    /// the last pace took, is within the budget.
     fn pace(&mut self) {
-        let due = Duration::from_secs_f64(self.used().as_secs_f64() / self.rate);
+        let used = self.used();
+        let ahead = used.saturating_sub(self.paced);
+        let due = Duration::from_secs_f64((used + ahead).as_secs_f64() / self.rate);
         let wait = due.saturating_sub(self.wall.elapsed());
         if !wait.is_zero() {
             std::thread::sleep(wait);
             self.waited += wait;
         }
+        self.paced = self.used();
     }
 }
 
@@ -263,6 +275,11 @@ mod tests {
         assert!(
             used.as_secs_f64() <= 0.05 * wall.as_secs_f64() * 1.01,
             "{used:?} of CPU in {wall:?}"
+        );
+        // Paid ahead: another step like this one is within the budget too.
+        assert!(
+            2.0 * used.as_secs_f64() <= 0.05 * wall.as_secs_f64() * 1.01,
+            "{used:?} of CPU in {wall:?}: the next step is not paid for"
         );
     }
 }

@@ -72,6 +72,10 @@ struct JsonDoc<'a> {
     from_journal: usize,
     rows: usize,
     failed: Vec<JsonFailure<'a>>,
+    /// The Ray engine's account (tasks, failed tasks, duplicates dropped,
+    /// the cells' CPU seconds in the workers); absent for the local engine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    engine: Option<serde_json::Value>,
     summaries: &'a [WorkloadSummary],
 }
 
@@ -157,10 +161,13 @@ pub fn main(args: SweepArgs) -> Result<ExitCode> {
         bar.inc(1);
         sweep.record_encoded(outcome, json.as_deref()).map(|_| ())
     };
-    match engine {
-        Some(engine) => engine.run(todo, record)?,
-        None => sweep_pool::run(todo, jobs, record)?,
-    }
+    let account = match engine {
+        Some(engine) => Some(engine.run(todo, record)?),
+        None => {
+            sweep_pool::run(todo, jobs, record)?;
+            None
+        }
+    };
     bar.finish_and_clear();
     let finished = sweep.finish()?;
     let summaries = summaries(&finished);
@@ -192,6 +199,7 @@ pub fn main(args: SweepArgs) -> Result<ExitCode> {
                     }
                 })
                 .collect(),
+            engine: account,
             summaries: &summaries,
         };
         println!("{}", serde_json::to_string_pretty(&doc)?);

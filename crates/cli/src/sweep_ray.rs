@@ -27,7 +27,7 @@ pub const PYTHON_ENV: &str = "HUGELAB_PYTHON";
 #[serde(rename_all = "snake_case")]
 enum Said {
     Ready(serde_json::Value),
-    Done(serde::de::IgnoredAny),
+    Done(serde_json::Value),
     Error(String),
 }
 
@@ -151,11 +151,13 @@ impl Engine {
     /// Runs `cells` on the cluster; `record` takes each outcome as it comes.
     /// Every cell gets exactly one outcome, or this fails (the cells
     /// recorded before are in the journal: a re-run resumes from them).
+    /// Returns the engine's account of the run (its tasks, failed tasks,
+    /// duplicates dropped, the cells' CPU seconds in the workers).
     pub fn run(
         mut self,
         cells: Vec<Cell>,
         mut record: impl FnMut(Answer) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<serde_json::Value> {
         let mut line = serde_json::to_string(&cells)?;
         line.push('\n');
         let mut stdin = self.stdin.take().expect("taken once");
@@ -169,7 +171,7 @@ impl Engine {
         drop(stdin);
         let mut left: HashSet<String> = cells.iter().map(Cell::key).collect();
         let planned = left.len();
-        loop {
+        let account = loop {
             match self.next()? {
                 Some(Ok(answer)) => {
                     if !left.remove(answer.0.key()) {
@@ -180,12 +182,12 @@ impl Engine {
                     }
                     record(answer)?;
                 }
-                Some(Err(Said::Done(_))) => break,
+                Some(Err(Said::Done(account))) => break account,
                 Some(Err(Said::Error(sentence))) => bail!("{sentence}"),
                 Some(Err(Said::Ready(_))) => bail!("the Ray engine said it was ready twice"),
                 None => return Err(self.died()),
             }
-        }
+        };
         let _ = self.child.wait();
         if !left.is_empty() {
             bail!(
@@ -193,7 +195,7 @@ impl Engine {
                 left.len()
             );
         }
-        Ok(())
+        Ok(account)
     }
 }
 

@@ -302,7 +302,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan::scan, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::run_cells, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::cell_keys, m)?)?;
-    m.add_function(wrap_pyfunction!(sweep::outcome_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::run_cells_lines, m)?)?;
     m.add_class::<sweep::SweepRun>()?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())

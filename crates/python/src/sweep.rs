@@ -187,8 +187,38 @@ pub fn run_cells<'py>(
     cells: &str,
     workloads: Option<HashMap<String, Bound<'py, PyBytes>>>,
 ) -> PyResult<String> {
+    let outcomes = outcomes_of(py, cells, workloads)?;
+    serde_json::to_string(&outcomes).map_err(value_error)
+}
+
+/// `run_cells`, each outcome as (its cell's key, its own JSON line): what
+/// a Ray task returns, so that the engine passes the lines on as they are
+/// instead of parsing and writing the batch's outcomes again.
+#[pyfunction]
+#[pyo3(signature = (cells, workloads=None))]
+pub fn run_cells_lines<'py>(
+    py: Python<'py>,
+    cells: &str,
+    workloads: Option<HashMap<String, Bound<'py, PyBytes>>>,
+) -> PyResult<Vec<(String, String)>> {
+    let outcomes = outcomes_of(py, cells, workloads)?;
+    py.detach(|| {
+        outcomes
+            .iter()
+            .map(|o| Ok((o.key().to_string(), serde_json::to_string(o)?)))
+            .collect::<serde_json::Result<Vec<_>>>()
+    })
+    .map_err(value_error)
+}
+
+/// The cells' outcomes, run with the GIL released.
+fn outcomes_of<'py>(
+    py: Python<'py>,
+    cells: &str,
+    workloads: Option<HashMap<String, Bound<'py, PyBytes>>>,
+) -> PyResult<Vec<Outcome>> {
     let cells: Vec<Cell> = serde_json::from_str(cells).map_err(value_error)?;
-    let outcomes = match workloads {
+    Ok(match workloads {
         None => py.detach(|| run(&cells)),
         Some(w) => {
             let shipped: HashMap<String, Bytes> = w
@@ -197,8 +227,7 @@ pub fn run_cells<'py>(
                 .collect();
             py.detach(|| run_cells_shipped(&cells, &shipped))
         }
-    };
-    serde_json::to_string(&outcomes).map_err(value_error)
+    })
 }
 
 /// Each cell's key (JSON, as `SweepRun.todo` gives them), in order: what
@@ -207,18 +236,4 @@ pub fn run_cells<'py>(
 pub fn cell_keys(cells: &str) -> PyResult<Vec<String>> {
     let cells: Vec<Cell> = serde_json::from_str(cells).map_err(value_error)?;
     Ok(cells.iter().map(Cell::key).collect())
-}
-
-/// The outcomes `run_cells` gave, each as (its cell's key, its own JSON
-/// line): an engine that passes outcomes on one by one.
-#[pyfunction]
-pub fn outcome_lines(py: Python<'_>, outcomes: &str) -> PyResult<Vec<(String, String)>> {
-    py.detach(|| -> serde_json::Result<Vec<(String, String)>> {
-        let outcomes: Vec<Outcome> = serde_json::from_str(outcomes)?;
-        outcomes
-            .iter()
-            .map(|o| Ok((o.key().to_string(), serde_json::to_string(o)?)))
-            .collect()
-    })
-    .map_err(value_error)
 }

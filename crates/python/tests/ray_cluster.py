@@ -148,15 +148,50 @@ class Cluster:
             self.unshare.communicate()
 
 
+def kind(cmd):
+    """What a process of the cluster is, from its command line: Ray's
+    workers rename themselves ``ray::<task>`` (``ray::IDLE`` between tasks);
+    the raylet's own arguments name the worker's script, so the program
+    and the script it runs are looked at, not the whole line."""
+    if cmd.startswith("ray::"):
+        return "workers"
+    words = cmd.split()
+    program = os.path.basename(words[0]) if words else ""
+    script = next((w for w in words[1:] if not w.startswith("-")), "")
+    if program == "hugelab":
+        return "hugelab CLI"
+    for needle, name in (("raylet", "raylets"), ("gcs_server", "GCS")):
+        if needle in program:
+            return name
+    if program.startswith("python"):
+        for needle, name in (("default_worker.py", "workers"),
+                             ("hugelab._ray_sweep", "engine process"),
+                             ("agent", "agents"), ("monitor", "monitors")):
+            if needle in script or (needle == "hugelab._ray_sweep" and needle in cmd):
+                return name
+    return "other"
+
+
 class _CpuMeter:
     def __init__(self, cluster):
         self.cluster, self.seconds = cluster, 0.0
+        #: The seconds by what the process is (:func:`kind`), and the
+        #: number of processes of each kind that started meanwhile.
+        self.by_kind, self.started = {}, {}
+        self.kinds = {}
+
+    def _note(self, ticks):
+        for key in ticks:
+            if key not in self.kinds:
+                self.kinds[key] = kind(cmdline(key[0]))
+        self.last.update(ticks)
 
     def __enter__(self):
         import threading
 
         self.start = self.cluster.cpu_ticks()
-        self.last = dict(self.start)
+        self.last = {}
+        self._note(self.start)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
@@ -164,11 +199,16 @@ class _CpuMeter:
 
     def _sample(self):
         while not self.done.wait(0.02):
-            self.last.update(self.cluster.cpu_ticks())
+            self._note(self.cluster.cpu_ticks())
 
     def __exit__(self, *exc):
         self.done.set()
         self.thread.join()
-        self.last.update(self.cluster.cpu_ticks())
-        ticks = sum(t - self.start.get(k, 0) for k, t in self.last.items())
-        self.seconds = ticks / os.sysconf("SC_CLK_TCK")
+        self._note(self.cluster.cpu_ticks())
+        hz = os.sysconf("SC_CLK_TCK")
+        for key, t in self.last.items():
+            k = self.kinds[key]
+            self.by_kind[k] = self.by_kind.get(k, 0.0) + (t - self.start.get(key, 0)) / hz
+            if key not in self.start:
+                self.started[k] = self.started.get(k, 0) + 1
+        self.seconds = sum(self.by_kind.values())

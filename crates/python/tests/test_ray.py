@@ -145,14 +145,21 @@ def test_a_sweep_on_ray_survives_a_killed_worker_and_equals_the_local_engines(
 
 def test_the_cli_sweeps_on_ray_to_the_local_engines_bytes(cluster, cli, tmp_path):
     out = tmp_path / "ray.parquet"
-    r = cluster.run([str(cli), "sweep", "--ray", ADDRESS, "--python", sys.executable,
+    r = cluster.run([str(cli), "sweep", "--json", "--ray", ADDRESS, "--python", sys.executable,
                      "-o", str(out), *WORKLOADS], timeout=180)
     local = tmp_path / "local.parquet"
-    lr = subprocess.run([cli, "sweep", "--jobs", "2", "-o", local, *WORKLOADS], cwd=ROOT,
-                        capture_output=True, text=True)
+    lr = subprocess.run([cli, "sweep", "--json", "--jobs", "2", "-o", local, *WORKLOADS],
+                        cwd=ROOT, capture_output=True, text=True)
     # Both report the failed cells, exit 1, and print the same summaries.
     assert (r.returncode, lr.returncode) == (1, 1), r.stderr
-    assert r.stdout == lr.stdout
+    doc, local_doc = json.loads(r.stdout), json.loads(lr.stdout)
+    # Ray's account: every cell in some task, the cells' CPU time counted.
+    engine = doc.pop("engine")
+    assert "engine" not in local_doc
+    assert engine["cells"] == doc["cells"] and 1 <= engine["tasks"] <= doc["cells"] * 2
+    assert engine["cells_cpu_seconds"] > 0
+    doc.pop("output"), local_doc.pop("output")
+    assert doc == local_doc
     assert out.read_bytes() == local.read_bytes()
     assert out.read_bytes()[:4] == b"PAR1"
     failed = [line for line in r.stderr.splitlines() if line.startswith("cell ")]
@@ -288,11 +295,11 @@ class FakeRay:
                 fake.batches.append(len(batch))
                 if any(c["setting"] == fake.dies_on for c in batch):
                     return FakeRef("crash", None)
-                outcomes, seconds = self.f(cells, paths, *[r.value for r in refs])
+                outcomes, seconds, cpu = self.f(cells, paths, *[r.value for r in refs])
                 if fake.extra is not None:
-                    outcomes = json.dumps(json.loads(outcomes) + json.loads(fake.extra))
+                    outcomes = outcomes + [(o["key"], json.dumps(o)) for o in json.loads(fake.extra)]
                     fake.extra = None
-                return FakeRef("done", (outcomes, seconds))
+                return FakeRef("done", (outcomes, seconds, cpu))
 
         return Task
 
@@ -332,3 +339,5 @@ def test_the_driver_splits_a_failed_batch_and_passes_each_outcome_once(root, mon
     assert fake.batches[:2] == [1, 1] and max(fake.batches) > 1
     assert fake.batches.count(1) >= len(workloads)
     assert stats["tasks"] == len(fake.batches)
+    # The cells ran here: their CPU time is this process's, and some.
+    assert 0 < stats["cells_cpu_seconds"] <= time.process_time()

@@ -6,7 +6,8 @@ this module only runs the cells left on a Ray cluster:
 
 - each workload file is read here once and put in the cluster's object
   store (``ray.put``), so the workers need no shared path; a worker runs a
-  batch of cells on those bytes (``_native.run_cells(cells, workloads)``),
+  batch of cells on those bytes (``_native.run_cells_lines(cells,
+  workloads)``: each outcome's JSON line, passed on as it is),
   which must be the bytes the plan hashed;
 - a batch is as many cells as run in about :data:`TASK_SECONDS` at the mean
   time per cell the tasks measured so far (one cell per task at first, to
@@ -57,8 +58,9 @@ NO_CPU_SECONDS = 60.0
 CONNECT_SECONDS = 5.0
 
 #: What the last sweep on Ray did (for its tests): tasks, tasks that failed
-#: even after Ray's retries, outcomes dropped as a second one of a cell.
-last_stats: Dict[str, int] = {}
+#: even after Ray's retries, outcomes dropped as a second one of a cell, and
+#: the CPU seconds the workers spent running cells.
+last_stats: Dict[str, Any] = {}
 
 
 def _import_ray() -> Any:
@@ -113,11 +115,15 @@ def connect(address: Optional[str]) -> Iterator[int]:
             ray.shutdown()
 
 
-def _run_batch(cells: str, paths: List[str], *texts: bytes) -> Tuple[str, float]:
-    """A Ray task: the batch's outcomes (JSON) and the seconds they took."""
-    start = time.perf_counter()
-    outcomes = _native.run_cells(cells, dict(zip(paths, texts)))
-    return outcomes, time.perf_counter() - start
+def _run_batch(
+    cells: str, paths: List[str], *texts: bytes
+) -> Tuple[List[Tuple[str, str]], float, float]:
+    """A Ray task: the batch's outcomes (each cell's key and JSON line), the
+    seconds they took and the CPU seconds of running them (this thread's:
+    what the same cells cost in-process, without what Ray costs)."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    outcomes = _native.run_cells_lines(cells, dict(zip(paths, texts)))
+    return outcomes, time.perf_counter() - start, time.thread_time() - cpu
 
 
 def _failed(key: str, error: str) -> Tuple[str, str]:
@@ -138,7 +144,8 @@ class _Driver:
         self.alone: deque = deque()  # cells of a batch that failed: each alone
         self.done: set = set()
         self.per_cell: Optional[float] = None
-        self.stats = {"tasks": 0, "failed_tasks": 0, "duplicates": 0, "cells": len(keys)}
+        self.stats: Dict[str, Any] = {"tasks": 0, "failed_tasks": 0, "duplicates": 0,
+                                      "cells": len(keys), "cells_cpu_seconds": 0.0}
         self.task = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(
             _run_batch
         )
@@ -196,7 +203,7 @@ class _Driver:
     def answered(self, ref: Any, batch: List[Dict[str, Any]]) -> None:
         ray = self.ray
         try:
-            outcomes, seconds = ray.get(ref)
+            outcomes, seconds, cpu = ray.get(ref)
         except ray.exceptions.RayError as e:
             self.stats["failed_tasks"] += 1
             if len(batch) > 1:
@@ -210,9 +217,10 @@ class _Driver:
                        f"({type(e).__name__}): out of memory, a crash or a lost node")
             self.take([_failed(self.key[id(batch[0])], why)])
             return
+        self.stats["cells_cpu_seconds"] += cpu
         t = seconds / len(batch)
         self.per_cell = t if self.per_cell is None else 0.7 * self.per_cell + 0.3 * t
-        self.take(_native.outcome_lines(outcomes))
+        self.take(outcomes)
 
     def run(self) -> None:
         self.ship()
@@ -247,11 +255,12 @@ class _Driver:
             )
 
 
-def run_cells_on_ray(todo: str, workers: int, emit: Callable[[List[str]], None]) -> Dict[str, int]:
+def run_cells_on_ray(todo: str, workers: int, emit: Callable[[List[str]], None]) -> Dict[str, Any]:
     """Runs the cells (JSON, as ``SweepRun.todo`` gives them) on the
     connected cluster's ``workers`` CPUs; ``emit`` takes each batch of
     outcome lines (JSON, one per cell) as it comes, every cell's exactly
-    once. Returns what it did (tasks, failed tasks, dropped duplicates)."""
+    once. Returns what it did (tasks, failed tasks, dropped duplicates, the
+    cells' CPU seconds in the workers)."""
     ray = _import_ray()
     cells = json.loads(todo)
     driver = _Driver(ray, cells, _native.cell_keys(todo), workers, emit)

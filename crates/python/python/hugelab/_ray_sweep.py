@@ -11,7 +11,8 @@ this module only runs the cells left on a Ray cluster:
   which must be the bytes the plan hashed;
 - a batch is as many cells as run in about :data:`TASK_SECONDS` at the mean
   time per cell the tasks measured so far (one cell per task at first, to
-  measure), and no more than an even share of what is left;
+  measure), and no more than an even share of what is left among the
+  tasks that can be in flight (:data:`IN_FLIGHT` per worker);
 - a task whose worker process or node dies is run again by Ray
   (``max_retries``); a batch that still fails is split, each cell run
   alone, and a cell that fails alone is a failed cell (a re-run runs it
@@ -172,7 +173,10 @@ class _Driver:
     def batch(self) -> List[Dict[str, Any]]:
         if self.alone:
             return [self.alone.popleft()]
-        share = max(1, math.ceil(len(self.pending) / self.workers))
+        # An even share of what is left among the tasks that can be in
+        # flight: the probes may have been the cheapest cells, and a batch
+        # sized by them alone took half of a sweep.
+        share = max(1, math.ceil(len(self.pending) / (self.workers * IN_FLIGHT)))
         want = 1 if self.per_cell is None else math.ceil(TASK_SECONDS / max(self.per_cell, 1e-6))
         return [self.pending.popleft() for _ in range(min(max(want, 1), share))]
 

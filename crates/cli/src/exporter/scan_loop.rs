@@ -9,7 +9,8 @@
 //! exporter's CPU time since the pass began (every thread's,
 //! `CLOCK_PROCESS_CPUTIME_ID`, scrapes included), plus as much again as
 //! that process took (paid ahead for the next, so that the budget holds
-//! at any moment, not only between processes), with the budget times the
+//! in the middle of a step too, as long as it costs no more than the last),
+//! with the budget times the
 //! time since then, and sleeps until they meet. The budget so holds over
 //! each pass whatever the machine holds; a pass that needs more than the
 //! interval at the budget takes longer (its figures are served with their
@@ -109,10 +110,10 @@ fn clock(id: libc::clockid_t) -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// Keeps the CPU time since `start` within `rate` of the wall time, at any
-/// moment: each pace pays ahead for the next step (a process, or a chunk of
-/// one) at the cost of the step just done, so that the step in progress
-/// when someone looks is already paid for, not only the steps done.
+/// Keeps the CPU time since `start` within `rate` of the wall time, in the
+/// middle of a step too: each pace pays ahead for the next step (a process,
+/// or a chunk of one) at the cost of the step just done, so that a step in
+/// progress that costs no more than the last is already paid for.
 struct Budget {
     /// The CPU time counted ([`cpu_time`]).
     clock: fn() -> Duration,

@@ -167,7 +167,7 @@ def kind(cmd):
         for needle, name in (("default_worker.py", "workers"),
                              ("hugelab._ray_sweep", "engine process"),
                              ("agent", "agents"), ("monitor", "monitors")):
-            if needle in script or (needle == "hugelab._ray_sweep" and needle in cmd):
+            if needle in script:
                 return name
     return "other"
 

@@ -4,7 +4,7 @@
 //! plan, the journal, the writer, the progress bar and the summaries stay
 //! here. The engine connects and says so (`{"ready": ...}`), reads the
 //! cells left (a JSON array, one line) and answers one outcome per cell, a
-//! JSON line each, in any order, then `{"done": ...}`; or `{"error":
+//! JSON line each (`{"rows": ...}` or `{"failed": ...}`), in any order, then `{"done": ...}`; or `{"error":
 //! SENTENCE}` when it cannot go on.
 
 use crate::sweep_pool::Answer;
@@ -111,7 +111,7 @@ impl Engine {
             return Ok(None);
         }
         let line = line.trim_end_matches('\n');
-        if line.starts_with("{\"outcome\"") {
+        if line.starts_with("{\"rows\"") || line.starts_with("{\"failed\"") {
             let outcome: Outcome = serde_json::from_str(line)
                 .with_context(|| format!("the Ray engine answered a bad outcome: {line}"))?;
             return Ok(Some(Ok((outcome, Some(line.to_string())))));

@@ -194,8 +194,11 @@ pub fn per_kb(size: &str) -> u64 {
 
 /// `(size in kB, value)` of every `mthp.<size>.<stat>` counter, smallest size first.
 pub fn per_size(c: &Counters, stat: &str) -> Vec<(u64, i64)> {
-    let mut out: Vec<(u64, i64)> = c
-        .iter()
+    // Only the mthp family's names, looked up: a run's counters are
+    // hundreds, its mthp ones a few dozen, and a sweep summarizes each cell.
+    use std::ops::Bound::{Excluded, Included};
+    let mthp = c.range::<str, _>((Included("mthp."), Excluded("mthp/")));
+    let mut out: Vec<(u64, i64)> = mthp
         .filter_map(|(name, v)| {
             let counter = counters::lookup(name)?;
             let mthp = counter.family.name == "mthp" && counter.field.name == stat;

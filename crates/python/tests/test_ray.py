@@ -297,7 +297,8 @@ class FakeRay:
                     return FakeRef("crash", None)
                 outcomes, seconds, cpu = self.f(cells, paths, *[r.value for r in refs])
                 if fake.extra is not None:
-                    outcomes = outcomes + [(o["key"], json.dumps(o)) for o in json.loads(fake.extra)]
+                    extra = json.loads(fake.extra)
+                    outcomes = outcomes + [(o["rows"]["key"], json.dumps(o)) for o in extra]
                     fake.extra = None
                 return FakeRef("done", (outcomes, seconds, cpu))
 

@@ -51,53 +51,104 @@ impl Row {
     }
 }
 
-/// The counters a cell's run took at one snapshot.
+/// The counters a cell's run took at one snapshot: a value for each of
+/// its cell's [`CellRows::names`], none for a counter this snapshot did
+/// not take (a process that had exited, a region not yet mapped).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SnapshotValues {
     pub label: String,
     pub line: Option<u32>,
-    pub counters: Counters,
+    pub values: Vec<Option<i64>>,
 }
 
-/// A finished cell: its key and its snapshots, in the order taken.
+/// A finished cell: its key and its snapshots, in the order taken. The
+/// counters' names are held once per cell, not once per snapshot: a
+/// recorded program takes thousands of readings of the same few hundred
+/// counters, and an outcome travels from a worker to the sweep (a JSON
+/// line) and is kept until the output is written.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CellRows {
     pub key: String,
+    /// Every counter a snapshot of the cell took, in order.
+    pub names: Vec<String>,
     pub snapshots: Vec<SnapshotValues>,
 }
 
 impl CellRows {
+    /// A cell's rows from its snapshots as taken: (label, line, counters).
+    pub fn new(key: String, taken: Vec<(String, Option<u32>, Counters)>) -> CellRows {
+        let names: Vec<String> = match taken.as_slice() {
+            // Every snapshot of a run usually takes the same counters.
+            [first, rest @ ..] if rest.iter().all(|s| s.2.keys().eq(first.2.keys())) => {
+                first.2.keys().cloned().collect()
+            }
+            _ => {
+                let all: std::collections::BTreeSet<&String> =
+                    taken.iter().flat_map(|s| s.2.keys()).collect();
+                all.into_iter().cloned().collect()
+            }
+        };
+        let snapshots = taken
+            .into_iter()
+            .map(|(label, line, counters)| SnapshotValues {
+                label,
+                line,
+                values: names.iter().map(|n| counters.get(n).copied()).collect(),
+            })
+            .collect();
+        CellRows {
+            key,
+            names,
+            snapshots,
+        }
+    }
+
+    /// The counters snapshot `s` took, by name.
+    pub fn counters(&self, s: &SnapshotValues) -> Counters {
+        self.names
+            .iter()
+            .zip(&s.values)
+            .filter_map(|(name, v)| Some((name.clone(), (*v)?)))
+            .collect()
+    }
+
     /// The cell's rows: each snapshot in order, its counters by name.
     pub fn rows<'a>(&'a self, cell: &'a Cell) -> impl Iterator<Item = RowRef<'a>> + 'a {
         self.snapshots.iter().flat_map(move |s| {
-            s.counters.iter().map(move |(counter, value)| RowRef {
-                workload: &cell.workload,
-                setting: &cell.setting,
-                machine: &cell.machine,
-                snapshot: &s.label,
-                line: s.line,
-                counter,
-                value: *value,
-            })
+            self.names
+                .iter()
+                .zip(&s.values)
+                .filter_map(move |(counter, value)| {
+                    Some(RowRef {
+                        workload: &cell.workload,
+                        setting: &cell.setting,
+                        machine: &cell.machine,
+                        snapshot: &s.label,
+                        line: s.line,
+                        counter,
+                        value: (*value)?,
+                    })
+                })
         })
     }
 
     pub fn row_count(&self) -> usize {
-        self.snapshots.iter().map(|s| s.counters.len()).sum()
+        let taken = |s: &SnapshotValues| s.values.iter().flatten().count();
+        self.snapshots.iter().map(taken).sum()
     }
 }
 
-/// What became of a cell.
+/// What became of a cell. As JSON, `{"rows": {...}}` or `{"failed":
+/// {"key": ..., "error": ...}}`: externally tagged, which serde reads in one
+/// pass (an internal tag makes it buffer the whole outcome first).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum Outcome {
+    #[serde(rename = "rows")]
     Done(CellRows),
     /// The run stopped (the workload's error at its line, a shape the
     /// workload cannot take, a worker that died): the sentence why.
-    Failed {
-        key: String,
-        error: String,
-    },
+    Failed { key: String, error: String },
 }
 
 impl Outcome {
@@ -135,19 +186,9 @@ fn run_cell_on(cell: &Cell, stmts: StmtStream) -> Result<CellRows> {
     let setting = parse_setting(&cell.spec)?;
     let before = machine_statements(&cell.shape)?;
     let (obs, _) = run_on_model(&setting, &cell.workload, &before, stmts)?;
-    let snapshots = obs
-        .snapshots
-        .into_iter()
-        .map(|s| SnapshotValues {
-            label: s.label,
-            line: s.line,
-            counters: s.counters,
-        })
-        .collect();
-    Ok(CellRows {
-        key: cell.key(),
-        snapshots,
-    })
+    let taken = obs.snapshots.into_iter();
+    let taken = taken.map(|s| (s.label, s.line, s.counters)).collect();
+    Ok(CellRows::new(cell.key(), taken))
 }
 
 /// For the tests of the engines: the process running a cell of the setting
@@ -230,5 +271,50 @@ mod tests {
         };
         assert!(error.contains("was not shipped"), "{error}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_cells_rows_name_each_counter_once_and_keep_each_snapshots_own() {
+        let snap = |label: &str, counters: &[(&str, i64)]| {
+            let counters = counters.iter().map(|(n, v)| (n.to_string(), *v));
+            (label.to_string(), None, counters.collect())
+        };
+        // `b.rss` is gone at the second snapshot; `c.rss` came at it.
+        let first = snap("s", &[("vmstat.pgfault", 3), ("proc.b.rss", 8)]);
+        let second = snap("end", &[("vmstat.pgfault", 5), ("proc.c.rss", 4)]);
+        let cell = Cell {
+            workload: "w.hlw".into(),
+            hash: "0".into(),
+            setting: "PMD".into(),
+            spec: "PMD:transparent_hugepage/enabled=always".into(),
+            machine: "own".into(),
+            shape: Vec::new(),
+        };
+        let rows = CellRows::new("k".into(), vec![first, second]);
+        assert_eq!(rows.names, ["proc.b.rss", "proc.c.rss", "vmstat.pgfault"]);
+        let got: Vec<(&str, &str, i64)> = rows
+            .rows(&cell)
+            .map(|r| (r.snapshot, r.counter, r.value))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("s", "proc.b.rss", 8),
+                ("s", "vmstat.pgfault", 3),
+                ("end", "proc.c.rss", 4),
+                ("end", "vmstat.pgfault", 5),
+            ]
+        );
+        assert_eq!(rows.row_count(), 4);
+        let end = &rows.snapshots[1];
+        assert_eq!(rows.counters(end).get("proc.c.rss"), Some(&4));
+        assert!(!rows.counters(end).contains_key("proc.b.rss"));
+        // On the wire each name is written once, and read back the same.
+        let line = serde_json::to_string(&Outcome::Done(rows.clone())).unwrap();
+        assert_eq!(line.matches("vmstat.pgfault").count(), 1, "{line}");
+        assert_eq!(
+            serde_json::from_str::<Outcome>(&line).unwrap(),
+            Outcome::Done(rows)
+        );
     }
 }

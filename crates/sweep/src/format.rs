@@ -101,10 +101,20 @@ pub fn read(format: Format, path: &Path) -> Result<Vec<Row>> {
 /// few strings many times).
 fn bytes<'a>(rows: &[RowRef<'a>], f: impl Fn(&RowRef<'a>) -> &'a str) -> Vec<ByteArray> {
     let mut made: HashMap<&str, ByteArray> = HashMap::new();
+    let mut last: Option<(&str, ByteArray)> = None;
     rows.iter()
         .map(|r| {
             let s = f(r);
-            made.entry(s).or_insert_with(|| ByteArray::from(s)).clone()
+            // A cell's rows borrow its workload, setting, machine and
+            // snapshot label: the same string as the row before, not hashed.
+            if let Some((l, b)) = &last {
+                if std::ptr::eq(*l, s) {
+                    return b.clone();
+                }
+            }
+            let b = made.entry(s).or_insert_with(|| ByteArray::from(s)).clone();
+            last = Some((s, b.clone()));
+            b
         })
         .collect()
 }

@@ -12,14 +12,18 @@
 //! a re-run takes the cells it finds there as they are (delete the output
 //! to run again after changing a workload file or what a setting sets).
 
-use crate::cell::{CellRows, Outcome, Row, RowRef, SnapshotValues};
+use crate::cell::{CellRows, Outcome, Row, RowRef};
 use crate::format::{self, Format};
 use crate::plan::Cell;
 use anyhow::{bail, Context, Result};
+use hugelab_workload::Counters;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+
+/// A snapshot as read back from an output: (label, line, counters).
+type Taken = (String, Option<u32>, Counters);
 
 /// The output file and its format.
 pub type Output = (PathBuf, Format);
@@ -109,7 +113,7 @@ impl Sweep {
             .enumerate()
             .map(|(i, c)| (c.names(), i))
             .collect();
-        let mut found: Vec<(usize, Vec<SnapshotValues>)> = Vec::new();
+        let mut found: Vec<(usize, Vec<Taken>)> = Vec::new();
         let mut last: Option<(String, String, String)> = None;
         for row in rows {
             let here = (
@@ -131,14 +135,10 @@ impl Sweep {
                 continue; // a dropped cell's rows
             }
             match snapshots.last_mut() {
-                Some(s) if s.label == row.snapshot => {
-                    s.counters.insert(row.counter, row.value);
+                Some((label, _, counters)) if *label == row.snapshot => {
+                    counters.insert(row.counter, row.value);
                 }
-                _ => snapshots.push(SnapshotValues {
-                    label: row.snapshot,
-                    line: row.line,
-                    counters: [(row.counter, row.value)].into(),
-                }),
+                _ => snapshots.push((row.snapshot, row.line, [(row.counter, row.value)].into())),
             }
         }
         for (i, snapshots) in found {
@@ -146,7 +146,7 @@ impl Sweep {
                 self.from_output += 1;
             }
             let key = self.cells[i].key();
-            self.done[i] = Some(CellRows { key, snapshots });
+            self.done[i] = Some(CellRows::new(key, snapshots));
         }
     }
 

@@ -46,7 +46,7 @@ pub fn summaries(finished: &Finished) -> Vec<WorkloadSummary> {
         let at = rows.snapshots.iter().find(|s| &s.label == label);
         columns.push((
             cell.setting.clone(),
-            at.map(|s| s.counters.clone()).unwrap_or_default(),
+            at.map(|s| rows.counters(s)).unwrap_or_default(),
         ));
     }
     flush(&mut out, &mut columns);

@@ -128,7 +128,7 @@ def _run_batch(
 
 
 def _failed(key: str, error: str) -> Tuple[str, str]:
-    return key, json.dumps({"outcome": "failed", "key": key, "error": error})
+    return key, json.dumps({"failed": {"key": key, "error": error}})
 
 
 class _Driver:

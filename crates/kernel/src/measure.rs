@@ -1327,15 +1327,18 @@ impl Measurement {
         self.pinned
     }
 
-    /// Why a system-wide counter cannot be trusted now, if it cannot.
+    /// Why a system-wide counter cannot be trusted now, if it cannot. A
+    /// reason every run has (by construction) comes before noise: a
+    /// counter unknown by construction is unknown in a quiet re-run too,
+    /// so calling it noise would only have `diff` re-run for it.
     fn distrust(&self, name: &str) -> Option<String> {
+        if let Some(why) = self.by_construction(name) {
+            return Some(why);
+        }
         if let Some(why) = &self.unstable {
             return Some(why.clone());
         }
-        if let Some(why) = self.tainted.get(name) {
-            return Some(why.clone());
-        }
-        self.by_construction(name)
+        self.tainted.get(name).cloned()
     }
 
     /// Why a system-wide counter cannot be trusted now, besides noise.

@@ -40,6 +40,9 @@ const SCHEMA: &str = "message sweep {
 
 /// Rows per Parquet row group.
 const ROW_GROUP: usize = 1 << 20;
+/// Rows per call of a column writer (a multiple of its 1024-value
+/// mini-batches, so that its pages end where they would for the whole).
+const BATCH: usize = 1 << 13;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -99,24 +102,29 @@ pub fn read(format: Format, path: &Path) -> Result<Vec<Row>> {
 /// A text column's values: each distinct string made a `ByteArray` once
 /// and shared (a `ByteArray` clone counts a reference; a column repeats
 /// few strings many times).
-fn bytes<'a>(rows: &[RowRef<'a>], f: impl Fn(&RowRef<'a>) -> &'a str) -> Vec<ByteArray> {
-    let mut made: HashMap<&str, ByteArray> = HashMap::new();
+/// The texts of a batch of rows into `out`, each distinct string made once
+/// (`made` keeps them from batch to batch).
+fn bytes<'a>(
+    rows: &[RowRef<'a>],
+    f: impl Fn(&RowRef<'a>) -> &'a str,
+    made: &mut HashMap<&'a str, ByteArray>,
+    out: &mut Vec<ByteArray>,
+) {
     let mut last: Option<(&str, ByteArray)> = None;
-    rows.iter()
-        .map(|r| {
-            let s = f(r);
-            // A cell's rows borrow its workload, setting, machine and
-            // snapshot label: the same string as the row before, not hashed.
-            if let Some((l, b)) = &last {
-                if std::ptr::eq(*l, s) {
-                    return b.clone();
-                }
+    out.clear();
+    out.extend(rows.iter().map(|r| {
+        let s = f(r);
+        // A cell's rows borrow its workload, setting, machine and
+        // snapshot label: the same string as the row before, not hashed.
+        if let Some((l, b)) = &last {
+            if std::ptr::eq(*l, s) {
+                return b.clone();
             }
-            let b = made.entry(s).or_insert_with(|| ByteArray::from(s)).clone();
-            last = Some((s, b.clone()));
-            b
-        })
-        .collect()
+        }
+        let b = made.entry(s).or_insert_with(|| ByteArray::from(s)).clone();
+        last = Some((s, b.clone()));
+        b
+    }));
 }
 
 fn write_parquet(rows: &[RowRef], out: File) -> Result<()> {
@@ -125,31 +133,36 @@ fn write_parquet(rows: &[RowRef], out: File) -> Result<()> {
         .set_created_by("hugelab sweep".to_string())
         .build();
     let mut writer = SerializedFileWriter::new(out, schema, Arc::new(props))?;
+    let (mut ints, mut levels, mut texts) = (Vec::new(), Vec::new(), Vec::new());
+    let mut made = HashMap::new();
     for group in rows.chunks(ROW_GROUP) {
         let mut rg = writer.next_row_group()?;
         let mut index = 0;
         while let Some(mut column) = rg.next_column()? {
-            match COLUMNS[index] {
-                "line" => {
-                    let present: Vec<i64> =
-                        group.iter().filter_map(|r| r.line).map(i64::from).collect();
-                    let levels: Vec<i16> =
-                        group.iter().map(|r| i16::from(r.line.is_some())).collect();
-                    column
-                        .typed::<Int64Type>()
-                        .write_batch(&present, Some(&levels), None)?;
-                }
-                "value" => {
-                    let values: Vec<i64> = group.iter().map(|r| r.value).collect();
-                    column
-                        .typed::<Int64Type>()
-                        .write_batch(&values, None, None)?;
-                }
-                name => {
-                    let values = bytes(group, |r| text_column(r, name));
-                    column
-                        .typed::<ByteArrayType>()
-                        .write_batch(&values, None, None)?;
+            // A batch at a time, into buffers used again: a row group's
+            // column whole would be tens of MB of fresh memory.
+            for batch in group.chunks(BATCH) {
+                match COLUMNS[index] {
+                    "line" => {
+                        ints.clear();
+                        ints.extend(batch.iter().filter_map(|r| r.line).map(i64::from));
+                        levels.clear();
+                        levels.extend(batch.iter().map(|r| i16::from(r.line.is_some())));
+                        column
+                            .typed::<Int64Type>()
+                            .write_batch(&ints, Some(&levels), None)?;
+                    }
+                    "value" => {
+                        ints.clear();
+                        ints.extend(batch.iter().map(|r| r.value));
+                        column.typed::<Int64Type>().write_batch(&ints, None, None)?;
+                    }
+                    name => {
+                        bytes(batch, |r| text_column(r, name), &mut made, &mut texts);
+                        column
+                            .typed::<ByteArrayType>()
+                            .write_batch(&texts, None, None)?;
+                    }
                 }
             }
             column.close()?;

@@ -74,9 +74,13 @@ pub struct CellRows {
     pub snapshots: Vec<SnapshotValues>,
 }
 
+/// A snapshot as a run took it, or as read back from an output: (label,
+/// line, counters).
+pub type Taken = (String, Option<u32>, Counters);
+
 impl CellRows {
-    /// A cell's rows from its snapshots as taken: (label, line, counters).
-    pub fn new(key: String, taken: Vec<(String, Option<u32>, Counters)>) -> CellRows {
+    /// A cell's rows from its snapshots as taken.
+    pub fn new(key: String, taken: Vec<Taken>) -> CellRows {
         let names: Vec<String> = match taken.as_slice() {
             // Every snapshot of a run usually takes the same counters.
             [first, rest @ ..] if rest.iter().all(|s| s.2.keys().eq(first.2.keys())) => {

@@ -99,31 +99,20 @@ pub fn read(format: Format, path: &Path) -> Result<Vec<Row>> {
     }
 }
 
-/// A text column's values: each distinct string made a `ByteArray` once
-/// and shared (a `ByteArray` clone counts a reference; a column repeats
-/// few strings many times).
-/// The texts of a batch of rows into `out`, each distinct string made once
-/// (`made` keeps them from batch to batch).
+/// A batch of rows' texts of one column into `out`: each distinct string
+/// made a `ByteArray` once (in `made`, kept from batch to batch) and shared
+/// (a `ByteArray` clone counts a reference; a column repeats few strings
+/// many times).
 fn bytes<'a>(
     rows: &[RowRef<'a>],
     f: impl Fn(&RowRef<'a>) -> &'a str,
     made: &mut HashMap<&'a str, ByteArray>,
     out: &mut Vec<ByteArray>,
 ) {
-    let mut last: Option<(&str, ByteArray)> = None;
     out.clear();
     out.extend(rows.iter().map(|r| {
         let s = f(r);
-        // A cell's rows borrow its workload, setting, machine and
-        // snapshot label: the same string as the row before, not hashed.
-        if let Some((l, b)) = &last {
-            if std::ptr::eq(*l, s) {
-                return b.clone();
-            }
-        }
-        let b = made.entry(s).or_insert_with(|| ByteArray::from(s)).clone();
-        last = Some((s, b.clone()));
-        b
+        made.entry(s).or_insert_with(|| ByteArray::from(s)).clone()
     }));
 }
 

@@ -34,7 +34,7 @@ pub mod summary;
 
 pub use cell::{
     run_cell, run_cell_shipped, run_cells, run_cells_shipped, CellRows, Outcome, Row, RowRef,
-    SnapshotValues,
+    SnapshotValues, Taken,
 };
 pub use format::Format;
 pub use plan::{parse_shape, plan, Cell, OWN_MACHINE};

@@ -12,18 +12,14 @@
 //! a re-run takes the cells it finds there as they are (delete the output
 //! to run again after changing a workload file or what a setting sets).
 
-use crate::cell::{CellRows, Outcome, Row, RowRef};
+use crate::cell::{CellRows, Outcome, Row, RowRef, Taken};
 use crate::format::{self, Format};
 use crate::plan::Cell;
 use anyhow::{bail, Context, Result};
-use hugelab_workload::Counters;
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-
-/// A snapshot as read back from an output: (label, line, counters).
-type Taken = (String, Option<u32>, Counters);
 
 /// The output file and its format.
 pub type Output = (PathBuf, Format);

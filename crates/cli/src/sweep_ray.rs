@@ -4,8 +4,8 @@
 //! plan, the journal, the writer, the progress bar and the summaries stay
 //! here. The engine connects and says so (`{"ready": ...}`), reads the
 //! cells left (a JSON array, one line) and answers one outcome per cell, a
-//! JSON line each (`{"rows": ...}` or `{"failed": ...}`), in any order, then `{"done": ...}`; or `{"error":
-//! SENTENCE}` when it cannot go on.
+//! JSON line each (`{"rows": ...}` or `{"failed": ...}`), in any order,
+//! then `{"done": ...}`; or `{"error": SENTENCE}` when it cannot go on.
 
 use crate::sweep_pool::Answer;
 use anyhow::{bail, Context, Result};

@@ -81,17 +81,9 @@ pub type Taken = (String, Option<u32>, Counters);
 impl CellRows {
     /// A cell's rows from its snapshots as taken.
     pub fn new(key: String, taken: Vec<Taken>) -> CellRows {
-        let names: Vec<String> = match taken.as_slice() {
-            // Every snapshot of a run usually takes the same counters.
-            [first, rest @ ..] if rest.iter().all(|s| s.2.keys().eq(first.2.keys())) => {
-                first.2.keys().cloned().collect()
-            }
-            _ => {
-                let all: std::collections::BTreeSet<&String> =
-                    taken.iter().flat_map(|s| s.2.keys()).collect();
-                all.into_iter().cloned().collect()
-            }
-        };
+        let names: std::collections::BTreeSet<&String> =
+            taken.iter().flat_map(|s| s.2.keys()).collect();
+        let names: Vec<String> = names.into_iter().cloned().collect();
         let snapshots = taken
             .into_iter()
             .map(|(label, line, counters)| SnapshotValues {
